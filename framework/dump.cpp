@@ -1,0 +1,110 @@
+#include "dump.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <unordered_set>
+
+#include "tape.h"
+
+namespace tg {
+
+namespace {
+
+// The entries reachable from root, in recording order.
+std::vector<const Node*> entries_in_order(const Tensor& root) {
+  std::vector<const Node*> order;
+  std::unordered_set<const Node*> seen;
+  std::vector<const Node*> stack;
+  if (root.defined() && root.grad_fn()) {
+    stack.push_back(root.grad_fn().get());
+    seen.insert(stack.back());
+  }
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    order.push_back(n);
+    for (const Edge& e : n->edges())
+      if (e.fn && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+  }
+  std::sort(order.begin(), order.end(),
+            [](const Node* a, const Node* b) { return a->sequence_nr() < b->sequence_nr(); });
+  return order;
+}
+
+}  // namespace
+
+std::string tape_to_text(const Tensor& root) {
+  std::ostringstream os;
+  std::vector<const Node*> order = entries_in_order(root);
+  std::map<const Node*, size_t> index;
+  for (size_t i = 0; i < order.size(); ++i) index[order[i]] = i;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node& n = *order[i];
+    os << "#" << i << " " << n.op().name << "  in:";
+    for (size_t k = 0; k < n.edges().size(); ++k) {
+      const TensorMeta& m = n.input_meta()[k];
+      const Edge& e = n.edges()[k];
+      if (m.shape.empty() && !e.needs_grad()) {
+        os << " -";
+        continue;
+      }
+      os << " " << format_shape(m.shape);
+      if (e.leaf) os << "*";
+      if (e.fn) os << "(#" << index[e.fn.get()] << ")";
+    }
+    os << "  -> out:";
+    for (const TensorMeta& m : n.output_meta()) os << " " << format_shape(m.shape);
+    os << "  saved:";
+    if (n.released()) os << " (freed by backward)";
+    else if (n.saved().empty()) os << " nothing";
+    for (const SavedTensor& s : n.saved()) os << " " << (s.tensor.defined() ? format_shape(s.tensor.shape()) : "-");
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, std::string>>& names) {
+  std::ostringstream os;
+  std::map<const TensorImpl*, std::string> leaf_names;
+  for (const auto& [t, name] : names)
+    if (t.defined()) leaf_names[t.impl()] = name;
+  std::vector<const Node*> order = entries_in_order(root);
+  std::map<const Node*, size_t> index;
+  for (size_t i = 0; i < order.size(); ++i) index[order[i]] = i;
+
+  os << "digraph tape {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
+  std::map<const TensorImpl*, std::string> leaf_ids;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node& n = *order[i];
+    os << "  op" << i << " [shape=box, style=\"rounded,filled\", fillcolor=\"#dde8f7\", label=\"#" << i << " "
+       << n.op().name << "\\n";
+    for (size_t k = 0; k < n.output_meta().size(); ++k) os << (k ? " " : "") << format_shape(n.output_meta()[k].shape);
+    os << "\"];\n";
+    for (size_t k = 0; k < n.edges().size(); ++k) {
+      const Edge& e = n.edges()[k];
+      if (e.fn) {
+        os << "  op" << index[e.fn.get()] << " -> op" << i << ";\n";
+      } else if (e.leaf) {
+        auto it = leaf_ids.find(e.leaf.get());
+        if (it == leaf_ids.end()) {
+          std::string id = "leaf" + std::to_string(leaf_ids.size());
+          it = leaf_ids.emplace(e.leaf.get(), id).first;
+          auto named = leaf_names.find(e.leaf.get());
+          std::string label = named != leaf_names.end() ? named->second : std::string("leaf");
+          os << "  " << id << " [shape=ellipse, style=filled, fillcolor=\""
+             << (named != leaf_names.end() ? "#f7e3c4" : "#eeeeee") << "\", label=\"" << label << "\\n"
+             << format_shape(e.leaf->shape) << "\"];\n";
+        }
+        os << "  " << it->second << " -> op" << i << ";\n";
+      }
+    }
+  }
+  if (!order.empty())
+    os << "  output [shape=doublecircle, label=\"out\\n" << format_shape(root.shape()) << "\"];\n  op"
+       << index[root.grad_fn().get()] << " -> output;\n";
+  os << "}\n";
+  return os.str();
+}
+
+}  // namespace tg

@@ -1,0 +1,269 @@
+#include "gradcheck.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "grad_mode.h"
+#include "random.h"
+#include "tape.h"
+
+namespace tg {
+
+namespace {
+
+struct Checker {
+  const GradcheckFn& fn;
+  std::vector<Tensor> inputs;       // the caller's tensors (perturbed in place, then restored)
+  std::vector<size_t> wrt;          // indices of inputs that require grad
+  const GradcheckOptions& opt;
+  Generator gen;
+  std::ostringstream failure;
+
+  Checker(const GradcheckFn& f, const std::vector<Tensor>& in, const GradcheckOptions& o)
+      : fn(f), inputs(in), opt(o), gen(o.seed) {}
+
+  std::vector<Tensor> run_no_grad() {
+    NoGradGuard no_grad;
+    return fn(inputs);
+  }
+
+  // The outputs flattened into one float64 vector.
+  static std::vector<double> flatten(const std::vector<Tensor>& outs) {
+    std::vector<double> v;
+    for (const Tensor& o : outs) {
+      std::vector<double> part = o.to(DType::Float64).to_vector<double>();
+      v.insert(v.end(), part.begin(), part.end());
+    }
+    return v;
+  }
+
+  // Analytical vector-Jacobian products: for output gradients `grad_outs`, the gradient of
+  // every checked input, computed through the tape.
+  std::vector<Tensor> vjp(const std::vector<Tensor>& grad_outs) {
+    std::vector<Tensor> outs;
+    {
+      EnableGradGuard grad_on;
+      outs = fn(inputs);
+    }
+    std::vector<Tensor> roots, seeds, wrt_tensors;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!outs[i].requires_grad()) continue;
+      roots.push_back(outs[i]);
+      // A copy: a backward may hand the seed itself on as a gradient, and callers reuse theirs.
+      seeds.push_back(grad_outs[i].to(outs[i].dtype()).clone());
+    }
+    for (size_t k : wrt) wrt_tensors.push_back(inputs[k]);
+    std::vector<Tensor> grads(wrt.size());
+    if (roots.empty()) return grads;
+    grads = grad(roots, wrt_tensors, seeds, /*retain_graph=*/false, /*allow_unused=*/true);
+    for (size_t j = 0; j < grads.size(); ++j)
+      if (!grads[j].defined()) grads[j] = zeros_like(inputs[wrt[j]]);
+    return grads;
+  }
+
+  std::vector<Tensor> random_like(const std::vector<Tensor>& ts) {
+    std::vector<Tensor> r;
+    for (const Tensor& t : ts) r.push_back(randn(t.shape(), DType::Float64, &gen));
+    return r;
+  }
+
+  bool close(double analytical, double numerical) const {
+    return std::abs(analytical - numerical) <= opt.atol + opt.rtol * std::abs(numerical);
+  }
+
+  // Central difference of the outputs along direction `dir` of input k: (f(x+eps d) - f(x-eps d)) / 2eps.
+  std::vector<double> directional_difference(size_t k, const Tensor& dir) {
+    Tensor x = inputs[k];
+    Tensor saved = x.clone();
+    x.add_(dir, opt.eps);
+    std::vector<double> plus = flatten(run_no_grad());
+    x.copy_(saved);
+    x.add_(dir, -opt.eps);
+    std::vector<double> minus = flatten(run_no_grad());
+    x.copy_(saved);
+    std::vector<double> d(plus.size());
+    for (size_t i = 0; i < d.size(); ++i) d[i] = (plus[i] - minus[i]) / (2 * opt.eps);
+    return d;
+  }
+
+  bool check_full(const std::vector<Tensor>& outs0) {
+    // Numerical Jacobian column by column; analytical row by row (one backward per output element).
+    const size_t n_out = flatten(outs0).size();
+    std::vector<std::vector<double>> analytical_rows(n_out);  // [out][concatenated input elements]
+    std::vector<Tensor> seeds;
+    for (const Tensor& o : outs0) seeds.push_back(zeros(o.shape(), DType::Float64));
+    size_t row = 0;
+    for (size_t oi = 0; oi < outs0.size(); ++oi) {
+      for (int64_t e = 0; e < outs0[oi].numel(); ++e, ++row) {
+        seeds[oi].data<double>()[e] = 1.0;
+        std::vector<Tensor> g = vjp(seeds);
+        seeds[oi].data<double>()[e] = 0.0;
+        for (const Tensor& gi : g) {
+          std::vector<double> v = gi.to_vector<double>();
+          analytical_rows[row].insert(analytical_rows[row].end(), v.begin(), v.end());
+        }
+      }
+    }
+    size_t col_base = 0;
+    for (size_t j = 0; j < wrt.size(); ++j) {
+      const Tensor& x = inputs[wrt[j]];
+      Tensor dir = zeros(x.shape(), DType::Float64);
+      double worst = -1, worst_a = 0, worst_n = 0;
+      int64_t worst_in = 0;
+      size_t worst_out = 0;
+      for (int64_t e = 0; e < x.numel(); ++e) {
+        dir.data<double>()[e] = 1.0;
+        std::vector<double> col = directional_difference(wrt[j], dir);
+        dir.data<double>()[e] = 0.0;
+        for (size_t o = 0; o < n_out; ++o) {
+          double a = analytical_rows[o][col_base + e], n = col[o];
+          double excess = std::abs(a - n) - (opt.atol + opt.rtol * std::abs(n));
+          if (excess > worst) {
+            worst = excess;
+            worst_a = a;
+            worst_n = n;
+            worst_in = e;
+            worst_out = o;
+          }
+        }
+      }
+      if (worst > 0) {
+        failure << "gradcheck: Jacobian mismatch for input " << wrt[j] << " (shape " << format_shape(x.shape())
+                << "): worst at input element " << worst_in << ", output element " << worst_out
+                << ": numerical " << worst_n << ", analytical " << worst_a << " (atol " << opt.atol << ", rtol "
+                << opt.rtol << ")";
+        return false;
+      }
+      col_base += static_cast<size_t>(x.numel());
+    }
+    return true;
+  }
+
+  bool check_fast(const std::vector<Tensor>& outs0) {
+    // u^T J v for a random u over the outputs and a random v per input.
+    std::vector<Tensor> u = random_like(outs0);
+    std::vector<double> uf = flatten(u);
+    std::vector<Tensor> g = vjp(u);
+    for (size_t j = 0; j < wrt.size(); ++j) {
+      const Tensor& x = inputs[wrt[j]];
+      Tensor v = randn(x.shape(), DType::Float64, &gen);
+      std::vector<double> d = directional_difference(wrt[j], v);
+      double numerical = 0, analytical = 0;
+      for (size_t i = 0; i < d.size(); ++i) numerical += uf[i] * d[i];
+      std::vector<double> gv = g[j].to_vector<double>(), vv = v.to_vector<double>();
+      for (size_t i = 0; i < gv.size(); ++i) analytical += gv[i] * vv[i];
+      if (!close(analytical, numerical)) {
+        failure << "gradcheck (fast mode): projection mismatch for input " << wrt[j] << " (shape "
+                << format_shape(x.shape()) << "): numerical u^T J v = " << numerical << ", analytical "
+                << analytical << " (atol " << opt.atol << ", rtol " << opt.rtol << ")";
+        return false;
+      }
+    }
+    return true;
+  }
+
+  bool check_repeatable(const std::vector<Tensor>& outs0) {
+    std::vector<Tensor> u = random_like(outs0);
+    std::vector<Tensor> a = vjp(u), b = vjp(u);
+    for (size_t j = 0; j < a.size(); ++j) {
+      std::vector<double> va = a[j].to_vector<double>(), vb = b[j].to_vector<double>();
+      for (size_t i = 0; i < va.size(); ++i) {
+        if (va[i] != vb[i] && !(std::isnan(va[i]) && std::isnan(vb[i]))) {
+          failure << "gradcheck: backward is not repeatable for input " << wrt[j] << ": element " << i << " was "
+                  << va[i] << " then " << vb[i];
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  bool check_zero_grad_output(const std::vector<Tensor>& outs0) {
+    std::vector<Tensor> z;
+    for (const Tensor& o : outs0) z.push_back(zeros(o.shape(), DType::Float64));
+    std::vector<Tensor> g = vjp(z);
+    for (size_t j = 0; j < g.size(); ++j) {
+      std::vector<double> v = g[j].to_vector<double>();
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] != 0.0) {
+          failure << "gradcheck: a zero output gradient gave a non-zero gradient " << v[i] << " at element " << i
+                  << " of input " << wrt[j];
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  bool check_accumulates(const std::vector<Tensor>& outs0) {
+    std::vector<Tensor> u = random_like(outs0);
+    std::vector<Tensor> expected = vjp(u);
+    std::vector<Tensor> outs;
+    {
+      EnableGradGuard grad_on;
+      outs = fn(inputs);
+    }
+    std::vector<Tensor> roots, seeds, before;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!outs[i].requires_grad()) continue;
+      roots.push_back(outs[i]);
+      seeds.push_back(u[i].to(outs[i].dtype()));
+    }
+    if (roots.empty()) return true;
+    for (size_t k : wrt) {
+      Tensor existing = randn(inputs[k].shape(), inputs[k].dtype(), &gen);
+      before.push_back(existing.clone());
+      inputs[k].set_grad(existing);
+    }
+    backward(roots, seeds);
+    bool ok = true;
+    for (size_t j = 0; j < wrt.size() && ok; ++j) {
+      Tensor got = inputs[wrt[j]].grad();
+      if (!inputs[wrt[j]].is_leaf()) continue;  // only leaves accumulate
+      std::vector<double> g = got.to(DType::Float64).to_vector<double>();
+      std::vector<double> b = before[j].to(DType::Float64).to_vector<double>();
+      std::vector<double> e = expected[j].to_vector<double>();
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (std::abs(g[i] - (b[i] + e[i])) > 1e-12 * (1 + std::abs(b[i]) + std::abs(e[i]))) {
+          failure << "gradcheck: backward did not add into the existing .grad() of input " << wrt[j]
+                  << ": element " << i << " is " << g[i] << ", expected " << b[i] << " + " << e[i];
+          ok = false;
+          break;
+        }
+      }
+    }
+    for (size_t k : wrt) inputs[k].zero_grad();
+    return ok;
+  }
+
+  GradcheckResult run() {
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      if (!inputs[k].defined() || !inputs[k].requires_grad()) continue;
+      TG_CHECK(inputs[k].dtype() == DType::Float64, "gradcheck: input ", k,
+               " requires grad and must be float64 for finite differences, got ", dtype_name(inputs[k].dtype()));
+      wrt.push_back(k);
+    }
+    TG_CHECK(!wrt.empty(), "gradcheck: no input requires grad");
+    std::vector<Tensor> outs0 = run_no_grad();
+    TG_CHECK(!outs0.empty(), "gradcheck: the function returned no outputs");
+    int64_t n_in = 0, n_out = 0;
+    for (size_t k : wrt) n_in += inputs[k].numel();
+    for (const Tensor& o : outs0) n_out += o.numel();
+    const bool fast = opt.force_fast_mode || n_in * n_out > opt.full_jacobian_limit;
+
+    bool ok = fast ? check_fast(outs0) : check_full(outs0);
+    if (ok && opt.check_repeatable) ok = check_repeatable(outs0);
+    if (ok && opt.check_zero_grad_output) ok = check_zero_grad_output(outs0);
+    if (ok && opt.check_accumulates) ok = check_accumulates(outs0);
+    return {ok, failure.str()};
+  }
+};
+
+}  // namespace
+
+GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& options) {
+  Checker checker(fn, inputs, options);
+  return checker.run();
+}
+
+}  // namespace tg

@@ -1,0 +1,16 @@
+#include "parallel.h"
+
+#include <omp.h>
+
+#include "check.h"
+
+namespace tg {
+
+int num_threads() { return omp_get_max_threads(); }
+
+void set_num_threads(int n) {
+  TG_CHECK(n >= 1, "set_num_threads: expected a thread count >= 1, got ", n);
+  omp_set_num_threads(n);
+}
+
+}  // namespace tg

@@ -1,0 +1,113 @@
+#include "random.h"
+
+#include <cmath>
+#include <numeric>
+
+namespace tg {
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+void Generator::seed_(uint64_t seed) {
+  uint64_t x = seed;
+  for (uint64_t& s : s_) s = splitmix64(x);
+  has_spare_normal_ = false;
+}
+
+uint64_t Generator::next_u64() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Generator::next_double() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+
+double Generator::next_normal() {
+  if (has_spare_normal_) {
+    has_spare_normal_ = false;
+    return spare_normal_;
+  }
+  double u1 = 1.0 - next_double();  // (0, 1]: log is finite
+  double u2 = next_double();
+  double r = std::sqrt(-2.0 * std::log(u1));
+  spare_normal_ = r * std::sin(2.0 * M_PI * u2);
+  has_spare_normal_ = true;
+  return r * std::cos(2.0 * M_PI * u2);
+}
+
+Generator& default_generator() {
+  static Generator gen(0);
+  return gen;
+}
+
+void manual_seed(uint64_t seed) { default_generator().seed_(seed); }
+
+namespace {
+template <class Draw>
+Tensor fill_random(const Shape& shape, DType dtype, const char* op, Draw draw) {
+  Tensor t = Tensor::empty(shape, dtype);
+  dispatch_floating(dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(draw());
+  });
+  return t;
+}
+}  // namespace
+
+Tensor rand(const Shape& shape, DType dtype, Generator* gen) {
+  Generator& g = gen ? *gen : default_generator();
+  return fill_random(shape, dtype, "rand", [&] { return g.next_double(); });
+}
+
+Tensor randn(const Shape& shape, DType dtype, Generator* gen) {
+  Generator& g = gen ? *gen : default_generator();
+  return fill_random(shape, dtype, "randn", [&] { return g.next_normal(); });
+}
+
+Tensor uniform(const Shape& shape, double low, double high, DType dtype, Generator* gen) {
+  TG_CHECK(low <= high, "uniform: expected low <= high, got low ", low, " and high ", high);
+  Generator& g = gen ? *gen : default_generator();
+  return fill_random(shape, dtype, "uniform", [&] { return low + (high - low) * g.next_double(); });
+}
+
+Tensor normal(const Shape& shape, double mean, double stddev, DType dtype, Generator* gen) {
+  TG_CHECK(stddev >= 0, "normal: expected stddev >= 0, got ", stddev);
+  Generator& g = gen ? *gen : default_generator();
+  return fill_random(shape, dtype, "normal", [&] { return mean + stddev * g.next_normal(); });
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
+  TG_CHECK(low < high, "randint: expected low < high, got low ", low, " and high ", high);
+  Generator& g = gen ? *gen : default_generator();
+  Tensor t = Tensor::empty(shape, DType::Int64);
+  int64_t* p = t.data<int64_t>();
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = low + static_cast<int64_t>(g.next_u64() % range);
+  return t;
+}
+
+Tensor randperm(int64_t n, Generator* gen) {
+  TG_CHECK(n >= 0, "randperm: expected n >= 0, got ", n);
+  Generator& g = gen ? *gen : default_generator();
+  Tensor t = Tensor::empty({n}, DType::Int64);
+  int64_t* p = t.data<int64_t>();
+  std::iota(p, p + n, int64_t{0});
+  for (int64_t i = n - 1; i > 0; --i) std::swap(p[i], p[g.next_u64() % static_cast<uint64_t>(i + 1)]);
+  return t;
+}
+
+}  // namespace tg

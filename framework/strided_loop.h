@@ -1,0 +1,75 @@
+// The one loop behind every strided elementwise operation (copy, fill, broadcast arithmetic,
+// reduction to a broadcast shape): walk a shape with K sets of strides, one row of the last
+// dimension at a time, after merging dimensions that are contiguous in all K operands (so a
+// contiguous tensor is a single row and the row body vectorises).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "parallel.h"
+
+namespace tg {
+
+template <size_t K>
+struct StridedRows {
+  std::vector<int64_t> shape;                     // merged dims, the last one is the row
+  std::array<std::vector<int64_t>, K> strides;    // per operand, per merged dim
+  int64_t rows = 0;                               // number of rows
+  int64_t row_size = 0;                           // elements per row
+  std::array<int64_t, K> row_stride{};            // stride inside the row, per operand
+
+  StridedRows(const std::vector<int64_t>& full_shape, const std::array<std::vector<int64_t>, K>& full_strides) {
+    int64_t total = 1;
+    for (int64_t s : full_shape) total *= s;
+    if (total == 0) return;
+    // Drop size-1 dims, then merge dim i into i+1 when they are contiguous in every operand.
+    for (size_t d = 0; d < full_shape.size(); ++d) {
+      if (full_shape[d] == 1) continue;
+      bool merge = !shape.empty();
+      for (size_t k = 0; k < K && merge; ++k)
+        merge = strides[k].back() == full_strides[k][d] * full_shape[d];
+      if (merge) {
+        shape.back() *= full_shape[d];
+        for (size_t k = 0; k < K; ++k) strides[k].back() = full_strides[k][d];
+      } else {
+        shape.push_back(full_shape[d]);
+        for (size_t k = 0; k < K; ++k) strides[k].push_back(full_strides[k][d]);
+      }
+    }
+    if (shape.empty()) {  // a single element
+      shape.push_back(1);
+      for (size_t k = 0; k < K; ++k) strides[k].push_back(0);
+    }
+    row_size = shape.back();
+    rows = total / row_size;
+    for (size_t k = 0; k < K; ++k) row_stride[k] = strides[k].back();
+  }
+
+  // Element offsets of the first element of row r, per operand.
+  std::array<int64_t, K> row_offsets(int64_t r) const {
+    std::array<int64_t, K> off{};
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
+      int64_t i = r % shape[d];
+      r /= shape[d];
+      for (size_t k = 0; k < K; ++k) off[k] += i * strides[k][d];
+    }
+    return off;
+  }
+};
+
+// Calls fn(offsets, row_size, row_strides) for every row, in parallel when the work is large
+// enough. Rows are disjoint in the output operand, so no two threads write the same element.
+template <size_t K, class Fn>
+void for_each_row(const std::vector<int64_t>& shape, const std::array<std::vector<int64_t>, K>& strides, Fn&& fn,
+                  bool allow_parallel = true) {
+  StridedRows<K> it(shape, strides);
+  if (it.rows == 0) return;
+  const int64_t work = it.rows * it.row_size;
+  const bool parallel = allow_parallel && work >= kParallelGrain && it.rows > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t r = 0; r < it.rows; ++r) fn(it.row_offsets(r), it.row_size, it.row_stride);
+}
+
+}  // namespace tg

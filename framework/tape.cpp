@@ -1,0 +1,337 @@
+#include "tape.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <ostream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "grad_mode.h"
+
+namespace tg {
+
+namespace {
+
+std::atomic<uint64_t> g_next_sequence_nr{0};
+thread_local std::ostream* t_trace = nullptr;
+
+Tensor history_free(const Tensor& t) {
+  if (!t.defined()) return t;
+  return t.detach();
+}
+
+// a + b for two gradients of one shape, into a fresh tensor (either may alias others).
+Tensor sum_gradients(const Tensor& a, const Tensor& b) {
+  Tensor out = a.clone();
+  out.add_(b);
+  return out;
+}
+
+double norm_of(const Tensor& t) {
+  Tensor c = t.to(DType::Float64);
+  const double* p = c.data<double>();
+  double s = 0;
+  for (int64_t i = 0; i < c.numel(); ++i) s += p[i] * p[i];
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+Node::~Node() {
+  // Destroying the last owner of a long chain would recurse once per entry. Instead, take over
+  // the inputs that only this entry owns and release them one at a time.
+  std::vector<std::shared_ptr<Node>> pending;
+  auto take_unique_inputs = [&pending](std::vector<Edge>& edges) {
+    for (Edge& e : edges)
+      if (e.fn && e.fn.use_count() == 1) pending.push_back(std::move(e.fn));
+  };
+  take_unique_inputs(edges_);
+  while (!pending.empty()) {
+    std::shared_ptr<Node> node = std::move(pending.back());
+    pending.pop_back();
+    take_unique_inputs(node->edges_);
+  }  // each `node` dies here with no unique inputs left, so its destructor does not recurse
+}
+
+void Node::add_output_hook(int output_nr, GradHook hook) {
+  if (output_hooks_.size() <= static_cast<size_t>(output_nr)) output_hooks_.resize(output_nr + 1);
+  output_hooks_[output_nr].push_back(std::move(hook));
+}
+
+bool BackwardContext::needs_grad(int input) const {
+  return input >= 0 && input < static_cast<int>(node_.edges_.size()) && node_.edges_[input].needs_grad();
+}
+
+const Tensor& BackwardContext::saved(int i) const {
+  TG_CHECK(i >= 0 && i < static_cast<int>(node_.saved_.size()) && node_.saved_[i].tensor.defined(),
+           node_.op_->backward_name, ": internal error: saved tensor ", i, " was not saved");
+  const SavedTensor& s = node_.saved_[i];
+  uint64_t now = s.tensor.version();
+  TG_CHECK(now == s.version, node_.op_->backward_name, ": a tensor of shape ", format_shape(s.tensor.shape()),
+           " saved by ", node_.op_->name, " for backward was modified in place: it was saved at version ",
+           s.version, " and is now at version ", now,
+           ". Clone it before changing it, or change it after backward.");
+  return s.tensor;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Recorder::Recorder(const OpDef& op, std::vector<Tensor> inputs) {
+  if (!any_requires_grad(inputs)) return;
+  node_ = std::make_shared<Node>(&op, g_next_sequence_nr.fetch_add(1));
+  node_->edges_.resize(inputs.size());
+  node_->input_meta_.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) continue;
+    node_->input_meta_[i] = {t.shape(), t.dtype()};
+    if (!t.requires_grad()) continue;
+    Edge& e = node_->edges_[i];
+    if (t.grad_fn()) {
+      e.fn = t.grad_fn();
+      e.output_nr = t.output_nr();
+    } else {
+      e.leaf = t.impl_ptr();
+    }
+  }
+}
+
+bool Recorder::needs_grad(int input) const {
+  return node_ && input >= 0 && input < static_cast<int>(node_->edges_.size()) &&
+         node_->edges_[input].needs_grad();
+}
+
+void Recorder::save(std::vector<Tensor> tensors) {
+  node_->saved_.clear();
+  for (const Tensor& t : tensors) node_->saved_.push_back({history_free(t), t.defined() ? t.version() : 0});
+}
+
+void Recorder::set_outputs(const std::vector<Tensor>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TensorImpl* impl = outputs[i].impl();
+    TG_CHECK(impl != nullptr, node_->op_->name, ": internal error: output ", i, " is undefined");
+    TG_CHECK(is_floating(impl->dtype), node_->op_->name, ": internal error: output ", i,
+             " is not floating and cannot carry a gradient");
+    impl->requires_grad = true;
+    impl->grad_fn = node_;
+    impl->output_nr = static_cast<int>(i);
+    node_->output_meta_.push_back({impl->shape, impl->dtype});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The engine.
+
+struct Engine {
+  // Where the caller of tg::grad wants a gradient captured instead of accumulated.
+  struct Capture {
+    std::unordered_map<const TensorImpl*, size_t> leaves;
+    std::unordered_map<const Node*, std::vector<std::pair<int, size_t>>> outputs;  // (output_nr, slot)
+    std::vector<Tensor> grads;
+  };
+
+  bool retain_graph = false;
+  Capture* capture = nullptr;  // null: accumulate into leaves' .grad()
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+
+  static Tensor apply_hooks(const std::vector<GradHook>& hooks, Tensor g) {
+    for (const GradHook& hook : hooks) {
+      Tensor replaced = hook(g);
+      if (replaced.defined()) {
+        TG_CHECK(replaced.shape() == g.shape() && replaced.dtype() == g.dtype(),
+                 "gradient hook: expected a gradient of shape ", format_shape(g.shape()), " and dtype ",
+                 dtype_name(g.dtype()), ", got ", format_shape(replaced.shape()), " ",
+                 dtype_name(replaced.dtype()));
+        g = replaced;
+      }
+    }
+    return g;
+  }
+
+  void add_to_buffer(Node* node, int output_nr, const Tensor& g) {
+    std::vector<Tensor>& slots = buffers[node];
+    if (slots.empty()) slots.resize(node->output_meta_.size());
+    Tensor& slot = slots.at(output_nr);
+    slot = slot.defined() ? sum_gradients(slot, g) : g;
+  }
+
+  void deliver_to_leaf(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
+    g = apply_hooks(leaf->hooks, g);
+    if (capture) {
+      auto it = capture->leaves.find(leaf.get());
+      if (it != capture->leaves.end()) {
+        Tensor& slot = capture->grads[it->second];
+        slot = slot.defined() ? sum_gradients(slot, g) : g;
+      }
+      return;
+    }
+    if (!leaf->grad) {
+      // Own the gradient: it may alias a gradient given to another input.
+      leaf->grad = g.contiguous().impl_ptr() == g.impl_ptr() ? g.clone().impl_ptr() : g.contiguous().impl_ptr();
+    } else {
+      Tensor(leaf->grad).add_(g);
+    }
+  }
+
+  void deliver(const Edge& e, const Tensor& g) {
+    if (e.fn)
+      add_to_buffer(e.fn.get(), e.output_nr, g);
+    else if (e.leaf)
+      deliver_to_leaf(e.leaf, g);
+  }
+
+  // Every entry reachable from the roots, latest first. Sequence numbers grow in recording
+  // order and an entry's inputs were always recorded before it, so this order guarantees
+  // that all of an entry's gradient has arrived before the entry runs.
+  static std::vector<Node*> reachable_in_reverse(const std::vector<Node*>& roots) {
+    std::vector<Node*> order;
+    std::unordered_set<Node*> seen;
+    std::vector<Node*> stack;
+    for (Node* r : roots)
+      if (r && seen.insert(r).second) stack.push_back(r);
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      order.push_back(n);
+      for (const Edge& e : n->edges_)
+        if (e.fn && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+    std::sort(order.begin(), order.end(),
+              [](const Node* a, const Node* b) { return a->sequence_nr_ > b->sequence_nr_; });
+    return order;
+  }
+
+  void trace_step(const Node& node, const std::vector<Tensor>& grad_outputs, const std::vector<Tensor>& grads) {
+    std::ostream& os = *t_trace;
+    os << "backward #" << node.sequence_nr_ << " " << node.op_->backward_name << ": grad_output";
+    for (const Tensor& g : grad_outputs) os << " " << format_shape(g.shape()) << " |" << norm_of(g) << "|";
+    os << " -> grad_input";
+    for (const Tensor& g : grads) {
+      if (g.defined())
+        os << " " << format_shape(g.shape()) << " |" << norm_of(g) << "|";
+      else
+        os << " -";
+    }
+    os << "\n";
+  }
+
+  void run_node(Node& node) {
+    auto it = buffers.find(&node);
+    if (it == buffers.end()) return;  // no gradient reached this entry's outputs
+    std::vector<Tensor> grad_outputs = std::move(it->second);
+    buffers.erase(it);
+
+    TG_CHECK(!node.released_, node.op_->backward_name,
+             ": trying to backward through the graph a second time (its saved tensors were freed "
+             "after the first backward). Pass retain_graph = true to the first backward if you need to.");
+
+    for (size_t i = 0; i < grad_outputs.size(); ++i) {
+      if (!grad_outputs[i].defined())
+        grad_outputs[i] = zeros(node.output_meta_[i].shape, node.output_meta_[i].dtype);
+      if (i < node.output_hooks_.size()) grad_outputs[i] = apply_hooks(node.output_hooks_[i], grad_outputs[i]);
+    }
+    if (capture) {
+      auto c = capture->outputs.find(&node);
+      if (c != capture->outputs.end())
+        for (auto [output_nr, slot] : c->second) capture->grads[slot] = grad_outputs.at(output_nr);
+    }
+
+    std::vector<Tensor> grads;
+    {
+      NoGradGuard no_grad;  // backward does not record (no double backward)
+      grads = node.op_->backward(BackwardContext(node), grad_outputs);
+    }
+    TG_CHECK(grads.size() == node.edges_.size(), node.op_->backward_name, ": internal error: returned ",
+             grads.size(), " gradients for ", node.edges_.size(), " inputs");
+    if (t_trace) trace_step(node, grad_outputs, grads);
+
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const Edge& e = node.edges_[i];
+      if (!e.needs_grad()) continue;
+      const Tensor& g = grads[i];
+      TG_CHECK(g.defined(), node.op_->backward_name, ": internal error: no gradient for input ", i,
+               " although it was asked for");
+      TG_CHECK(g.shape() == node.input_meta_[i].shape && g.dtype() == node.input_meta_[i].dtype,
+               node.op_->backward_name, ": internal error: gradient of input ", i, " has shape ",
+               format_shape(g.shape()), " ", dtype_name(g.dtype()), ", expected ",
+               format_shape(node.input_meta_[i].shape), " ", dtype_name(node.input_meta_[i].dtype));
+      deliver(e, g);
+    }
+    if (!retain_graph) {
+      node.saved_.clear();
+      node.saved_.shrink_to_fit();
+      node.released_ = true;
+    }
+  }
+
+  void run(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs) {
+    TG_CHECK(grad_outputs.empty() || grad_outputs.size() == roots.size(), "backward: got ", grad_outputs.size(),
+             " gradients for ", roots.size(), " outputs");
+    std::vector<Node*> root_nodes;
+    for (size_t i = 0; i < roots.size(); ++i) {
+      const Tensor& root = roots[i];
+      TG_CHECK(root.defined(), "backward: output ", i, " is undefined");
+      TG_CHECK(root.requires_grad(), "backward: output ", i,
+               " does not require grad and has no grad_fn (was it computed under NoGradGuard, or from "
+               "tensors that do not require grad?)");
+      Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+      if (!g.defined()) {
+        TG_CHECK(root.numel() == 1, "backward: a gradient can be implied only for a scalar output; output ", i,
+                 " has shape ", format_shape(root.shape()), ", so pass grad_output");
+        g = ones(root.shape(), root.dtype());
+      }
+      TG_CHECK(g.shape() == root.shape(), "backward: expected grad_output of shape ", format_shape(root.shape()),
+               ", got ", format_shape(g.shape()));
+      TG_CHECK(g.dtype() == root.dtype(), "backward: expected grad_output of dtype ", dtype_name(root.dtype()),
+               ", got ", dtype_name(g.dtype()));
+      if (root.grad_fn()) {
+        add_to_buffer(root.grad_fn().get(), root.output_nr(), g);
+        root_nodes.push_back(root.grad_fn().get());
+      } else {
+        deliver_to_leaf(root.impl_ptr(), g);
+      }
+    }
+    for (Node* node : reachable_in_reverse(root_nodes)) run_node(*node);
+  }
+};
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+  Engine engine;
+  engine.retain_graph = retain_graph;
+  engine.run(roots, grad_outputs);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
+  Engine::Capture capture;
+  capture.grads.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    TG_CHECK(t.defined() && t.requires_grad(), "grad: input ", i, " does not require grad");
+    if (t.grad_fn())
+      capture.outputs[t.grad_fn().get()].push_back({t.output_nr(), i});
+    else
+      capture.leaves[t.impl()] = i;
+  }
+  Engine engine;
+  engine.retain_graph = retain_graph;
+  engine.capture = &capture;
+  engine.run(outputs, grad_outputs);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    TG_CHECK(allow_unused || capture.grads[i].defined(), "grad: input ", i,
+             " was not used to compute the outputs (pass allow_unused = true)");
+  return capture.grads;
+}
+
+void set_backward_trace(std::ostream* os) { t_trace = os; }
+
+BackwardTraceGuard::BackwardTraceGuard(std::ostream& os) : previous_(t_trace) { t_trace = &os; }
+BackwardTraceGuard::~BackwardTraceGuard() { t_trace = previous_; }
+
+}  // namespace tg

@@ -1,0 +1,150 @@
+// The tape. Every differentiable op, when grad mode is on and one of its inputs requires grad,
+// records an entry (a Node): which op, where its inputs' gradients go (edges), the tensors its
+// backward needs (saved with their versions), its outputs' shapes, and its parameters.
+// Backward replays the entries reachable from the root in reverse recording order.
+//
+// Ownership: an op's outputs own their entry (TensorImpl::grad_fn), and each entry owns the
+// entries of its inputs (Edge::fn). When an iteration's tensors die, its entries die with them.
+// Saved tensors are stored without history, so an entry never owns itself (no cycles).
+//
+// How an op records itself (see ops/elementwise.cpp for the simplest examples):
+//
+//   Tensor out = ...compute...;
+//   if (Recorder rec{kMulOp, {a, b}}) {          // false unless recording is needed
+//     rec.save({rec.needs_grad(1) ? a : Tensor(), rec.needs_grad(0) ? b : Tensor()});
+//     rec.set_outputs({out});
+//   }
+#pragma once
+
+#include <any>
+#include <iosfwd>
+#include <memory>
+#include <vector>
+
+#include "registry.h"
+#include "tensor.h"
+
+namespace tg {
+
+// Where the gradient of one input goes: into another entry's output slot, or into a leaf.
+struct Edge {
+  std::shared_ptr<Node> fn;          // the entry that produced a non-leaf input
+  std::shared_ptr<TensorImpl> leaf;  // or the leaf itself (a parameter, an input)
+  int output_nr = 0;
+  bool needs_grad() const { return fn != nullptr || leaf != nullptr; }
+};
+
+struct TensorMeta {
+  Shape shape;
+  DType dtype;
+};
+
+struct SavedTensor {
+  Tensor tensor;  // shares storage with what was saved, but carries no history
+  uint64_t version = 0;
+};
+
+// One tape entry.
+class Node {
+ public:
+  Node(const OpDef* op, uint64_t sequence_nr) : op_(op), sequence_nr_(sequence_nr) {}
+  ~Node();  // iterative: a chain of 100,000 entries must not overflow the stack
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  const OpDef& op() const { return *op_; }
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  const std::vector<Edge>& edges() const { return edges_; }
+  const std::vector<TensorMeta>& input_meta() const { return input_meta_; }
+  const std::vector<TensorMeta>& output_meta() const { return output_meta_; }
+  const std::vector<SavedTensor>& saved() const { return saved_; }
+  bool released() const { return released_; }
+  void add_output_hook(int output_nr, GradHook hook);
+
+ private:
+  friend class Recorder;
+  friend class BackwardContext;
+  friend struct Engine;
+
+  const OpDef* op_;
+  uint64_t sequence_nr_;
+  std::vector<Edge> edges_;  // one per differentiable input, in OpDef::inputs order
+  std::vector<TensorMeta> input_meta_;
+  std::vector<TensorMeta> output_meta_;
+  std::vector<SavedTensor> saved_;
+  std::any attrs_;  // the op's parameters (stride, eps, ...), as the op's own struct
+  std::vector<std::vector<GradHook>> output_hooks_;
+  bool released_ = false;
+};
+
+// What a backward function sees of its entry.
+class BackwardContext {
+ public:
+  explicit BackwardContext(const Node& node) : node_(node) {}
+
+  // Whether input i's gradient is wanted (the output mask of the specs).
+  bool needs_grad(int input) const;
+  // Saved tensor i; throws when it was changed in place after it was saved.
+  const Tensor& saved(int i) const;
+  const Shape& input_shape(int input) const { return node_.input_meta_.at(input).shape; }
+  DType input_dtype(int input) const { return node_.input_meta_.at(input).dtype; }
+  const Shape& output_shape(int output) const { return node_.output_meta_.at(output).shape; }
+  template <class A>
+  const A& attrs() const {
+    return std::any_cast<const A&>(node_.attrs_);
+  }
+  const char* op_name() const { return node_.op_->name; }
+
+ private:
+  const Node& node_;
+};
+
+// Records one entry when recording is needed: grad mode on and some input requires grad.
+// Inputs are the op's differentiable inputs in OpDef::inputs order (undefined ones allowed).
+class Recorder {
+ public:
+  Recorder(const OpDef& op, std::vector<Tensor> inputs);
+  explicit operator bool() const { return node_ != nullptr; }
+
+  bool needs_grad(int input) const;
+  void save(std::vector<Tensor> tensors);  // undefined entries are allowed: nothing saved
+  template <class A>
+  void set_attrs(A attrs) {
+    node_->attrs_ = std::move(attrs);
+  }
+  // Links the outputs to the entry; they become non-leaf tensors that require grad.
+  void set_outputs(const std::vector<Tensor>& outputs);
+
+ private:
+  std::shared_ptr<Node> node_;
+};
+
+// Whether this set of inputs would be recorded (grad mode on and one of them requires grad).
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Backward from `roots` with the given output gradients (undefined: ones, for scalar roots).
+// Accumulates into the .grad() of the leaves reached.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs = {},
+              bool retain_graph = false);
+
+// The gradients of `outputs` with respect to `inputs`, without touching any .grad().
+// An input the outputs do not depend on gets an undefined Tensor unless allow_unused is false,
+// in which case that throws.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
+                         bool allow_unused = true);
+
+// Trace: print each backward step as it runs (op, gradient shapes and norms) to `os`, or stop
+// with nullptr. Thread-local.
+void set_backward_trace(std::ostream* os);
+
+class BackwardTraceGuard {
+ public:
+  explicit BackwardTraceGuard(std::ostream& os);
+  ~BackwardTraceGuard();
+
+ private:
+  std::ostream* previous_;
+};
+
+}  // namespace tg

@@ -1,0 +1,353 @@
+#include "tensor.h"
+
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "strided_loop.h"
+#include "tape.h"
+
+namespace tg {
+
+std::string format_shape(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::Int64: return "int64";
+  }
+  return "unknown";
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= std::max<int64_t>(shape[d], 1);
+  }
+  return strides;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  int64_t range = std::max<int64_t>(ndim, 1);
+  TG_CHECK(dim >= -range && dim < range, op, ": dimension out of range (expected to be in [", -range, ", ",
+           range - 1, "], but got ", dim, ")");
+  return dim < 0 ? dim + range : dim;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    TG_CHECK(da == db || da == 1 || db == 1, op, ": the shapes ", format_shape(a), " and ", format_shape(b),
+             " cannot be broadcast together (dim ", i, ": ", da, " vs ", db, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+bool same_shape(const Tensor& a, const Tensor& b) { return a.shape() == b.shape(); }
+
+// ---- construction and metadata ----
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  for (int64_t s : shape) TG_CHECK(s >= 0, "empty: expected non-negative sizes, got ", format_shape(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+void Tensor::check_defined(const char* what) const {
+  TG_CHECK(impl_ != nullptr, what, ": the tensor is undefined");
+}
+
+const Shape& Tensor::shape() const {
+  check_defined("shape");
+  return impl_->shape;
+}
+const Shape& Tensor::strides() const {
+  check_defined("strides");
+  return impl_->strides;
+}
+int64_t Tensor::offset() const {
+  check_defined("offset");
+  return impl_->offset;
+}
+DType Tensor::dtype() const {
+  check_defined("dtype");
+  return impl_->dtype;
+}
+int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::numel() const { return shape_numel(shape()); }
+
+bool Tensor::is_contiguous() const {
+  check_defined("is_contiguous");
+  int64_t expected = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    if (impl_->shape[d] == 1) continue;
+    if (impl_->strides[d] != expected) return false;
+    expected *= impl_->shape[d];
+  }
+  return true;
+}
+
+double Tensor::item() const {
+  check_defined("item");
+  TG_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", format_shape(shape()));
+  return dispatch_all(dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return static_cast<double>(*data<T>());
+  });
+}
+
+uint64_t Tensor::version() const {
+  check_defined("version");
+  return impl_->storage->version();
+}
+void Tensor::bump_version() const {
+  check_defined("bump_version");
+  impl_->storage->bump_version();
+}
+
+// ---- autograd state ----
+
+bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+
+Tensor& Tensor::requires_grad_(bool requires) {
+  check_defined("requires_grad_");
+  TG_CHECK(is_leaf(), "requires_grad_: can only change requires_grad of a leaf tensor; this one was computed by ",
+           impl_->grad_fn->op().name, " (use detach() to get a leaf)");
+  TG_CHECK(!requires || is_floating(impl_->dtype), "requires_grad_: only floating tensors can require grad, got ",
+           dtype_name(impl_->dtype));
+  impl_->requires_grad = requires;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return impl_ && impl_->grad_fn == nullptr; }
+
+Tensor Tensor::grad() const {
+  check_defined("grad");
+  return Tensor(impl_->grad);
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  check_defined("set_grad");
+  if (g.defined())
+    TG_CHECK(g.shape() == shape() && g.dtype() == dtype(), "set_grad: expected a gradient of shape ",
+             format_shape(shape()), " and dtype ", dtype_name(dtype()), ", got ", format_shape(g.shape()), " ",
+             dtype_name(g.dtype()));
+  impl_->grad = g.impl_ptr();
+}
+
+void Tensor::zero_grad() {
+  check_defined("zero_grad");
+  impl_->grad.reset();
+}
+
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<Node> none;
+  return impl_ ? impl_->grad_fn : none;
+}
+
+int Tensor::output_nr() const { return impl_ ? impl_->output_nr : 0; }
+
+void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
+  tg::backward({*this}, {grad_output}, retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  check_defined("detach");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->shape = impl_->shape;
+  impl->strides = impl_->strides;
+  impl->offset = impl_->offset;
+  impl->dtype = impl_->dtype;
+  return Tensor(std::move(impl));
+}
+
+void Tensor::register_hook(GradHook hook) {
+  check_defined("register_hook");
+  TG_CHECK(requires_grad(), "register_hook: cannot register a hook on a tensor that does not require grad");
+  if (impl_->grad_fn)
+    impl_->grad_fn->add_output_hook(impl_->output_nr, std::move(hook));
+  else
+    impl_->hooks.push_back(std::move(hook));
+}
+
+// ---- in-place writes ----
+
+namespace {
+
+// dst[i] = f(dst[i], src[i]) with src broadcast to dst's shape, converting src's dtype.
+template <class F>
+void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f) {
+  Shape b = broadcast_shapes(dst.shape(), src.shape(), op);
+  TG_CHECK(b == dst.shape(), op, ": cannot broadcast a tensor of shape ", format_shape(src.shape()),
+           " into one of shape ", format_shape(dst.shape()));
+  Tensor s = src.expand(dst.shape());
+  dispatch_all(dst.dtype(), [&](auto dtag) {
+    using D = typename decltype(dtag)::type;
+    dispatch_all(s.dtype(), [&](auto stag) {
+      using S = typename decltype(stag)::type;
+      D* d = dst.data<D>();
+      const S* p = s.data<S>();
+      for_each_row<2>(dst.shape(), {dst.strides(), s.strides()},
+                      [&](std::array<int64_t, 2> off, int64_t n, std::array<int64_t, 2> st) {
+                        D* dr = d + off[0];
+                        const S* sr = p + off[1];
+                        if (st[0] == 1 && st[1] == 1) {
+                          for (int64_t i = 0; i < n; ++i) dr[i] = f(dr[i], static_cast<D>(sr[i]));
+                        } else {
+                          for (int64_t i = 0; i < n; ++i)
+                            dr[i * st[0]] = f(dr[i * st[0]], static_cast<D>(sr[i * st[1]]));
+                        }
+                      });
+    });
+  });
+  dst.bump_version();
+}
+
+}  // namespace
+
+Tensor& Tensor::fill_(double value) {
+  check_defined("fill_");
+  dispatch_all(dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T v = static_cast<T>(value);
+    T* d = data<T>();
+    for_each_row<1>(shape(), {strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
+      for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] = v;
+    });
+  });
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_defined("copy_");
+  TG_CHECK(src.defined(), "copy_: the source tensor is undefined");
+  apply_inplace(*this, src, "copy_", [](auto, auto s) { return s; });
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_defined("add_");
+  TG_CHECK(other.defined(), "add_: the other tensor is undefined");
+  if (alpha == 1.0) {
+    apply_inplace(*this, other, "add_", [](auto d, auto s) { return d + s; });
+  } else {
+    apply_inplace(*this, other, "add_", [alpha](auto d, auto s) { return d + static_cast<decltype(d)>(alpha) * s; });
+  }
+  return *this;
+}
+
+Tensor& Tensor::mul_(double factor) {
+  check_defined("mul_");
+  dispatch_all(dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T f = static_cast<T>(factor);
+    T* d = data<T>();
+    for_each_row<1>(shape(), {strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
+      for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] *= f;
+    });
+  });
+  bump_version();
+  return *this;
+}
+
+// ---- factories ----
+
+Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
+Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+
+Tensor full(const Shape& shape, double value, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);
+  t.fill_(value);
+  return t;
+}
+
+Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
+
+Tensor arange(double start, double end, double step, DType dtype) {
+  TG_CHECK(step != 0, "arange: expected a non-zero step");
+  TG_CHECK((end - start) / step >= 0, "arange: the range [", start, ", ", end, ") is empty in the direction of step ",
+           step);
+  int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
+  Tensor t = Tensor::empty({n}, dtype);
+  dispatch_all(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* d = t.data<T>();
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<T>(start + static_cast<double>(i) * step);
+  });
+  return t;
+}
+
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+
+namespace {
+template <class T>
+Tensor from_values(const std::vector<T>& values, const Shape& shape) {
+  TG_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: got ", values.size(),
+           " values for shape ", format_shape(shape), " (", shape_numel(shape), " elements)");
+  Tensor t = Tensor::empty(shape, dtype_of<T>::value);
+  std::copy(values.begin(), values.end(), t.data<T>());
+  return t;
+}
+}  // namespace
+
+Tensor from_vector(const std::vector<float>& v, const Shape& s) { return from_values(v, s); }
+Tensor from_vector(const std::vector<double>& v, const Shape& s) { return from_values(v, s); }
+Tensor from_vector(const std::vector<int64_t>& v, const Shape& s) { return from_values(v, s); }
+
+// ---- printing ----
+
+std::string Tensor::to_string() const {
+  if (!defined()) return "Tensor(undefined)";
+  std::ostringstream os;
+  os << "Tensor(shape=" << format_shape(shape()) << ", dtype=" << dtype_name(dtype());
+  if (requires_grad()) os << ", requires_grad";
+  if (grad_fn()) os << ", grad_fn=" << grad_fn()->op().name;
+  os << ")\n";
+  Tensor c = contiguous().to(DType::Float64);
+  const double* p = c.data<double>();
+  const int64_t n = c.numel();
+  const int64_t row = dim() == 0 ? 1 : std::max<int64_t>(size(-1), 1);
+  const int64_t shown = std::min<int64_t>(n, 64);
+  os << std::setprecision(6);
+  os << "[";
+  for (int64_t i = 0; i < shown; ++i) {
+    if (i && i % row == 0) os << "\n ";
+    else if (i) os << ", ";
+    os << p[i];
+  }
+  if (shown < n) os << ", ... (" << n - shown << " more)";
+  os << "]";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
+
+}  // namespace tg

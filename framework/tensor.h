@@ -1,0 +1,187 @@
+// tg::Tensor: a handle to shared storage with a shape, strides, an offset and a dtype, plus the
+// autograd state the tape needs (requires_grad, grad, the entry that produced it).
+//
+// Copying a Tensor copies the handle, never the data (as in PyTorch). Views (view, permute,
+// narrow, expand, ...) share storage and its version counter; they are differentiable.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "dtype.h"
+#include "storage.h"
+
+namespace tg {
+
+using Shape = std::vector<int64_t>;
+
+class Node;
+class Tensor;
+using GradHook = std::function<Tensor(const Tensor&)>;
+
+// The state behind a Tensor handle. Users never touch it; the engine does.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Shape strides;  // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::Float32;
+
+  // autograd
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;  // accumulated gradient of a leaf
+  std::shared_ptr<Node> grad_fn;     // the tape entry that produced this tensor (null: leaf)
+  int output_nr = 0;                 // which output of grad_fn this is
+  std::vector<GradHook> hooks;       // leaf hooks; non-leaf hooks live on grad_fn
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: used for "no tensor" (an absent bias, an ungrad input)
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Allocates an uninitialised contiguous tensor.
+  static Tensor empty(const Shape& shape, DType dtype = DType::Float32);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Shape& strides() const;
+  int64_t offset() const;
+  DType dtype() const;
+  int64_t dim() const;
+  int64_t size(int64_t dim) const;  // negative dims count from the end
+  int64_t numel() const;
+  bool is_contiguous() const;
+
+  // Typed access. data<T>() points at element 0 (offset applied) and throws when T does not
+  // match the dtype; index with strides() unless is_contiguous().
+  template <class T> T* data();
+  template <class T> const T* data() const;
+  template <class T> T item() const;                      // the single element of a 1-element tensor
+  double item() const;                                    // any dtype, as double
+  template <class T> T at(const std::vector<int64_t>& index) const;  // bounds-checked
+  template <class T> std::vector<T> to_vector() const;   // C-order copy
+
+  // Autograd.
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool requires = true);  // leaves only
+  bool is_leaf() const;
+  Tensor grad() const;                            // undefined until backward reaches this leaf
+  void set_grad(const Tensor& grad);
+  void zero_grad();                               // drops the gradient (grad() becomes undefined)
+  const std::shared_ptr<Node>& grad_fn() const;
+  int output_nr() const;
+  void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false) const;
+  Tensor detach() const;                          // shares storage, no history
+  // A hook sees the gradient flowing into this tensor before it is accumulated or passed on;
+  // returning a defined tensor replaces that gradient, an undefined one keeps it.
+  void register_hook(GradHook hook);
+
+  // Views (share storage; differentiable).
+  Tensor view(const Shape& shape) const;           // contiguous input; one dim may be -1
+  Tensor reshape(const Shape& shape) const;        // view when possible, else a copy
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& shape) const;         // broadcast; -1 keeps a dim
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+
+  // Copies (differentiable).
+  Tensor contiguous() const;                       // itself when already contiguous
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+
+  // In-place writes: not recorded on the tape; they bump the version counter so that a
+  // saved tensor changed before backward is caught.
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+  Tensor& copy_(const Tensor& src);  // src broadcast to this shape, converted to this dtype
+  Tensor& add_(const Tensor& other, double alpha = 1.0);  // this += alpha * other (broadcast)
+  Tensor& mul_(double factor);
+  uint64_t version() const;
+  void bump_version() const;
+
+  std::string to_string() const;  // shape, dtype and (abbreviated) values
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  void check_defined(const char* what) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Factories. Float32 unless a dtype is given.
+Tensor zeros(const Shape& shape, DType dtype = DType::Float32);
+Tensor ones(const Shape& shape, DType dtype = DType::Float32);
+Tensor full(const Shape& shape, double value, DType dtype = DType::Float32);
+Tensor scalar_tensor(double value, DType dtype = DType::Float32);  // shape []
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::Int64);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor from_vector(const std::vector<float>& values, const Shape& shape);
+Tensor from_vector(const std::vector<double>& values, const Shape& shape);
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape);
+
+// Shape helpers shared by ops.
+int64_t shape_numel(const Shape& shape);
+Shape contiguous_strides(const Shape& shape);
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);  // -1 -> ndim-1, throws when out of range
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+bool same_shape(const Tensor& a, const Tensor& b);
+
+// ---- template definitions ----
+
+template <class T>
+T* Tensor::data() {
+  check_defined("data");
+  TG_CHECK(dtype_of<T>::value == impl_->dtype, "data: tensor has dtype ", dtype_name(impl_->dtype),
+           ", requested ", dtype_name(dtype_of<T>::value));
+  return static_cast<T*>(impl_->storage->data()) + impl_->offset;
+}
+
+template <class T>
+const T* Tensor::data() const {
+  return const_cast<Tensor*>(this)->data<T>();
+}
+
+template <class T>
+T Tensor::item() const {
+  check_defined("item");
+  TG_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", format_shape(shape()));
+  return *data<T>();
+}
+
+template <class T>
+T Tensor::at(const std::vector<int64_t>& index) const {
+  check_defined("at");
+  TG_CHECK(static_cast<int64_t>(index.size()) == dim(), "at: expected ", dim(), " indices, got ",
+           index.size());
+  int64_t pos = 0;
+  for (size_t d = 0; d < index.size(); ++d) {
+    TG_CHECK(index[d] >= 0 && index[d] < impl_->shape[d], "at: index ", index[d], " is out of range for dim ",
+             d, " of size ", impl_->shape[d]);
+    pos += index[d] * impl_->strides[d];
+  }
+  return data<T>()[pos];
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = contiguous();
+  const T* p = c.data<T>();
+  return std::vector<T>(p, p + c.numel());
+}
+
+}  // namespace tg

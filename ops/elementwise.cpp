@@ -1,0 +1,211 @@
+// Elementwise arithmetic. Shape legend: a, b and out broadcast together (PyTorch's rules); each
+// gradient is reduced back to its input's shape by sum_to.
+//
+//   add:  out = a + alpha*b   da = g            db = alpha*g
+//   sub:  out = a - alpha*b   da = g            db = -alpha*g
+//   mul:  out = a * b         da = g * b        db = g * a
+//   div:  out = a / b         da = g / b        db = -g * a / b^2
+#include "elementwise.h"
+
+#include "../framework/tape.h"
+#include "../framework/views.h"
+#include "elementwise_kernel.h"
+#include "samples.h"
+
+namespace tg {
+
+namespace {
+
+struct AlphaAttrs {
+  double alpha;
+};
+struct ScalarAttrs {
+  double value;
+};
+
+// Forward kernels: plain functions of values, shared by the ops and their backward.
+template <class T>
+Tensor add_kernel(const Tensor& a, const Tensor& b, double alpha) {
+  const T al = static_cast<T>(alpha);
+  if (alpha == 1.0) return map_binary<T>(a, b, "add", [](T x, T y) { return x + y; });
+  return map_binary<T>(a, b, "add", [al](T x, T y) { return x + al * y; });
+}
+
+Tensor add_values(const Tensor& a, const Tensor& b, double alpha = 1.0) {
+  return dispatch_floating(a.dtype(), "add", [&](auto tag) { return add_kernel<typename decltype(tag)::type>(a, b, alpha); });
+}
+
+Tensor mul_values(const Tensor& a, const Tensor& b) {
+  return dispatch_floating(a.dtype(), "mul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return map_binary<T>(a, b, "mul", [](T x, T y) { return x * y; });
+  });
+}
+
+Tensor div_values(const Tensor& a, const Tensor& b) {
+  return dispatch_floating(a.dtype(), "div", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return map_binary<T>(a, b, "div", [](T x, T y) { return x / y; });
+  });
+}
+
+Tensor scale_values(const Tensor& x, double s) {
+  return dispatch_floating(x.dtype(), "mul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T f = static_cast<T>(s);
+    return map_unary<T>(x, [f](T v) { return v * f; });
+  });
+}
+
+// ---- backward ----
+
+std::vector<Tensor> add_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const double alpha = ctx.attrs<AlphaAttrs>().alpha;
+  Tensor da, db;
+  if (ctx.needs_grad(0)) da = sum_to(g[0], ctx.input_shape(0));
+  if (ctx.needs_grad(1)) db = sum_to(alpha == 1.0 ? g[0] : scale_values(g[0], alpha), ctx.input_shape(1));
+  return {da, db};
+}
+
+std::vector<Tensor> mul_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  Tensor da, db;
+  if (ctx.needs_grad(0)) da = sum_to(mul_values(g[0], ctx.saved(1)), ctx.input_shape(0));
+  if (ctx.needs_grad(1)) db = sum_to(mul_values(g[0], ctx.saved(0)), ctx.input_shape(1));
+  return {da, db};
+}
+
+std::vector<Tensor> div_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const Tensor& b = ctx.saved(1);
+  Tensor da, db;
+  Tensor g_over_b = div_values(g[0], b);
+  if (ctx.needs_grad(0)) da = sum_to(g_over_b, ctx.input_shape(0));
+  if (ctx.needs_grad(1)) db = sum_to(scale_values(mul_values(g_over_b, div_values(ctx.saved(0), b)), -1.0), ctx.input_shape(1));
+  return {da, db};
+}
+
+std::vector<Tensor> scale_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {scale_values(g[0], ctx.attrs<ScalarAttrs>().value)};
+}
+
+std::vector<Tensor> add_scalar_backward(const BackwardContext&, const std::vector<Tensor>& g) { return {g[0]}; }
+
+// ---- sample cases ----
+
+using Inputs = std::vector<Tensor>;
+
+SampleCase binary_case(const char* name, Shape sa, Shape sb, Tensor (*op)(const Tensor&, const Tensor&),
+                       double b_low = 0, double b_high = 0) {
+  return {name,
+          [sa, sb, b_low, b_high](DType dt) {
+            Tensor b = b_low < b_high ? sample_uniform(sb, dt, b_low, b_high) : sample_tensor(sb, dt);
+            return Inputs{sample_tensor(sa, dt), b};
+          },
+          [op](const Inputs& x) { return Inputs{op(x[0], x[1])}; }};
+}
+
+Tensor add_default(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor sub_default(const Tensor& a, const Tensor& b) { return sub(a, b); }
+
+std::vector<SampleCase> add_samples() {
+  return {binary_case("[3,4] + [3,4]", {3, 4}, {3, 4}, add_default),
+          binary_case("[2,3,4] + [4] (broadcast)", {2, 3, 4}, {4}, add_default),
+          binary_case("[3,1] + [1,4] (both broadcast)", {3, 1}, {1, 4}, add_default),
+          {"[3,4] + 0.5 * [3,4] (alpha)",
+           [](DType dt) { return Inputs{sample_tensor({3, 4}, dt), sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{add(x[0], x[1], 0.5)}; }}};
+}
+std::vector<SampleCase> mul_samples() {
+  return {binary_case("[3,4] * [3,4]", {3, 4}, {3, 4}, mul),
+          binary_case("[2,3,4] * [3,1] (broadcast)", {2, 3, 4}, {3, 1}, mul)};
+}
+std::vector<SampleCase> div_samples() {
+  return {binary_case("[3,4] / [3,4], b in [0.5, 2)", {3, 4}, {3, 4}, div, 0.5, 2.0),
+          binary_case("[4] / [2,3,4] (broadcast)", {4}, {2, 3, 4}, div, 0.5, 2.0)};
+}
+std::vector<SampleCase> sub_samples() {
+  return {binary_case("[2,3] - [3] (broadcast)", {2, 3}, {3}, sub_default)};
+}
+std::vector<SampleCase> scale_samples() {
+  return {{"[3,4] * -2.5", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{mul(x[0], -2.5)}; }},
+          {"neg [5]", [](DType dt) { return Inputs{sample_tensor({5}, dt)}; },
+           [](const Inputs& x) { return Inputs{neg(x[0])}; }}};
+}
+std::vector<SampleCase> add_scalar_samples() {
+  return {{"[3,4] + 1.5", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{add(x[0], 1.5)}; }}};
+}
+
+}  // namespace
+
+const OpDef kAddOp{"add", "add_backward", "self, other", add_backward, add_samples};
+const OpDef kSubOp{"sub", "sub_backward", "self, other", add_backward, sub_samples};  // add with alpha = -alpha
+const OpDef kMulOp{"mul", "mul_backward", "self, other", mul_backward, mul_samples};
+const OpDef kDivOp{"div", "div_backward", "self, other", div_backward, div_samples};
+const OpDef kMulScalarOp{"mul_scalar", "mul_scalar_backward", "self", scale_backward, scale_samples};
+const OpDef kAddScalarOp{"add_scalar", "add_scalar_backward", "self", add_scalar_backward, add_scalar_samples};
+
+namespace {
+Tensor add_with_alpha(const OpDef& op, const Tensor& a, const Tensor& b, double alpha) {
+  check_binary_operands(a, b, op.name);
+  Tensor out = add_values(a, b, alpha);
+  if (Recorder rec{op, {a, b}}) {
+    rec.set_attrs(AlphaAttrs{alpha});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { return add_with_alpha(kAddOp, a, b, alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_with_alpha(kSubOp, a, b, -alpha); }
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  check_binary_operands(a, b, "mul");
+  Tensor out = mul_values(a, b);
+  if (Recorder rec{kMulOp, {a, b}}) {
+    // Each side keeps the other factor, and only when that side needs its gradient.
+    rec.save({rec.needs_grad(1) ? a : Tensor(), rec.needs_grad(0) ? b : Tensor()});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  check_binary_operands(a, b, "div");
+  Tensor out = div_values(a, b);
+  if (Recorder rec{kDivOp, {a, b}}) {
+    rec.save({rec.needs_grad(1) ? a : Tensor(), b});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+Tensor mul(const Tensor& x, double s) {
+  TG_CHECK(x.defined(), "mul: the tensor is undefined");
+  Tensor out = scale_values(x, s);
+  if (Recorder rec{kMulScalarOp, {x}}) {
+    rec.set_attrs(ScalarAttrs{s});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+Tensor neg(const Tensor& x) { return mul(x, -1.0); }
+
+Tensor add(const Tensor& x, double s) {
+  TG_CHECK(x.defined(), "add: the tensor is undefined");
+  Tensor out = dispatch_floating(x.dtype(), "add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = static_cast<T>(s);
+    return map_unary<T>(x, [v](T e) { return e + v; });
+  });
+  if (Recorder rec{kAddScalarOp, {x}}) rec.set_outputs({out});
+  return out;
+}
+
+void register_elementwise_ops(Registry& r) {
+  for (const OpDef* op : {&kAddOp, &kSubOp, &kMulOp, &kDivOp, &kMulScalarOp, &kAddScalarOp}) r.add(*op);
+}
+
+}  // namespace tg

@@ -1,0 +1,29 @@
+// Elementwise arithmetic with PyTorch's broadcasting, and the operators that spell it.
+#pragma once
+
+#include "../framework/tensor.h"
+
+namespace tg {
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a + alpha * b
+Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a - alpha * b
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& x);
+Tensor add(const Tensor& x, double s);  // x + s
+Tensor mul(const Tensor& x, double s);  // x * s
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+inline Tensor operator+(const Tensor& x, double s) { return add(x, s); }
+inline Tensor operator+(double s, const Tensor& x) { return add(x, s); }
+inline Tensor operator-(const Tensor& x, double s) { return add(x, -s); }
+inline Tensor operator-(double s, const Tensor& x) { return add(neg(x), s); }
+inline Tensor operator*(const Tensor& x, double s) { return mul(x, s); }
+inline Tensor operator*(double s, const Tensor& x) { return mul(x, s); }
+inline Tensor operator/(const Tensor& x, double s) { return mul(x, 1.0 / s); }
+
+}  // namespace tg

@@ -1,0 +1,223 @@
+// Matrix products. Shape legend: n rows of the left operand, k the contracted dim, m columns
+// of the right operand, B the (broadcast) batch.
+//
+//   matmul: out = a @ b          da = g @ b^T         db = a^T @ g
+//   linear: y = x W^T + bias     dx = g @ W           dW = g^T @ x      dbias = sum over rows of g
+#include "matmul.h"
+
+#include <Eigen/Core>
+
+#include "../framework/parallel.h"
+#include "../framework/tape.h"
+#include "../framework/views.h"
+#include "samples.h"
+
+namespace tg {
+
+template <class T>
+void gemm(const T* A, const T* B, T* C, int64_t n, int64_t k, int64_t m, bool trans_a, bool trans_b,
+          bool accumulate) {
+  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Map = Eigen::Map<const RowMat>;
+  Eigen::Map<RowMat> c(C, n, m);
+  if (k == 0) {
+    if (!accumulate) c.setZero();
+    return;
+  }
+  // A stored as (n, k), or (k, n) when transposed; likewise B.
+  Map a(A, trans_a ? k : n, trans_a ? n : k);
+  Map b(B, trans_b ? m : k, trans_b ? k : m);
+  auto run = [&](const auto& lhs, const auto& rhs) {
+    if (accumulate)
+      c.noalias() += lhs * rhs;
+    else
+      c.noalias() = lhs * rhs;
+  };
+  if (!trans_a && !trans_b) run(a, b);
+  else if (trans_a && !trans_b) run(a.transpose(), b);
+  else if (!trans_a && trans_b) run(a, b.transpose());
+  else run(a.transpose(), b.transpose());
+}
+
+template void gemm<float>(const float*, const float*, float*, int64_t, int64_t, int64_t, bool, bool, bool);
+template void gemm<double>(const double*, const double*, double*, int64_t, int64_t, int64_t, bool, bool, bool);
+
+namespace {
+
+// Batched product of contiguous (batch, n, k) and (batch, k, m) tensors (transposes as flagged).
+Tensor batched_gemm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const int64_t batch = a.size(0);
+  const int64_t n = trans_a ? a.size(2) : a.size(1), k = trans_a ? a.size(1) : a.size(2);
+  const int64_t m = trans_b ? b.size(1) : b.size(2);
+  Tensor out = Tensor::empty({batch, n, m}, a.dtype());
+  dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    // Eigen's GEMM threads itself over one large product; many small products are better
+    // spread over the batch (inside the region Eigen runs single-threaded).
+    const bool over_batch = batch > 1 && n * m * k < (int64_t{1} << 18);
+#pragma omp parallel for schedule(static) if (over_batch && batch * n * m * k >= kParallelGrain)
+    for (int64_t i = 0; i < batch; ++i)
+      gemm<T>(pa + i * n * k, pb + i * k * m, po + i * n * m, n, k, m, trans_a, trans_b);
+  });
+  return out;
+}
+
+// Broadcasts the batch dims of a (..., n, k) and b (..., k, m) and returns both as contiguous
+// (batch, ., .) tensors plus the batch shape.
+struct BatchedOperands {
+  Tensor a, b;
+  Shape batch_shape;
+};
+
+BatchedOperands broadcast_batch(const Tensor& a, const Tensor& b) {
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  Shape sa = batch, sb = batch;
+  sa.insert(sa.end(), {a.size(-2), a.size(-1)});
+  sb.insert(sb.end(), {b.size(-2), b.size(-1)});
+  const int64_t nb = shape_numel(batch);
+  return {a.detach().expand(sa).contiguous().reshape({nb, a.size(-2), a.size(-1)}),
+          b.detach().expand(sb).contiguous().reshape({nb, b.size(-2), b.size(-1)}), batch};
+}
+
+Shape with_matrix_dims(Shape batch, const Shape& matrix_shape) {
+  batch.insert(batch.end(), matrix_shape.end() - 2, matrix_shape.end());
+  return batch;
+}
+
+std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const Shape& sa = ctx.input_shape(0);
+  const Shape& sb = ctx.input_shape(1);
+  Shape batch = broadcast_shapes(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2), "matmul");
+  const int64_t nb = shape_numel(batch);
+  auto batched = [&](const Tensor& t) {
+    Shape full = with_matrix_dims(batch, t.shape());
+    return t.expand(full).contiguous().reshape({nb, t.size(-2), t.size(-1)});
+  };
+  Tensor g3 = batched(g[0]);
+  Tensor da, db;
+  if (ctx.needs_grad(0))
+    da = sum_to(batched_gemm(g3, batched(ctx.saved(1)), false, true).reshape(with_matrix_dims(batch, sa)), sa);
+  if (ctx.needs_grad(1))
+    db = sum_to(batched_gemm(batched(ctx.saved(0)), g3, true, false).reshape(with_matrix_dims(batch, sb)), sb);
+  return {da, db};
+}
+
+std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const Tensor& x = ctx.saved(0);
+  const Tensor& w = ctx.saved(1);
+  const int64_t out_f = ctx.input_shape(1)[0], in_f = ctx.input_shape(1)[1];
+  const int64_t rows = shape_numel(ctx.input_shape(0)) / std::max<int64_t>(in_f, 1);
+  Tensor g2 = g[0].contiguous();
+  Tensor dx, dw, db;
+  dispatch_floating(g2.dtype(), "linear_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (ctx.needs_grad(0)) {
+      dx = Tensor::empty(ctx.input_shape(0), g2.dtype());
+      gemm<T>(g2.data<T>(), w.data<T>(), dx.data<T>(), rows, out_f, in_f, false, false);
+    }
+    if (ctx.needs_grad(1)) {
+      dw = Tensor::empty({out_f, in_f}, g2.dtype());
+      gemm<T>(g2.data<T>(), x.data<T>(), dw.data<T>(), out_f, rows, in_f, true, false);
+    }
+    if (ctx.needs_grad(2)) db = sum_to(g2.reshape({rows, out_f}), {out_f});
+  });
+  return {dx, dw, db};
+}
+
+using Inputs = std::vector<Tensor>;
+
+std::vector<SampleCase> matmul_samples() {
+  auto mm = [](const char* name, Shape sa, Shape sb) {
+    return SampleCase{name, [sa, sb](DType dt) { return Inputs{sample_tensor(sa, dt), sample_tensor(sb, dt)}; },
+                      [](const Inputs& x) { return Inputs{matmul(x[0], x[1])}; }};
+  };
+  return {mm("[3,4] @ [4,5]", {3, 4}, {4, 5}), mm("[2,3,4] @ [4,2] (broadcast batch)", {2, 3, 4}, {4, 2}),
+          mm("[2,1,3,4] @ [3,4,2] (broadcast both)", {2, 1, 3, 4}, {3, 4, 2}), mm("[4] @ [4,3] (vector)", {4}, {4, 3}),
+          mm("[3,4] @ [4] (vector)", {3, 4}, {4})};
+}
+
+std::vector<SampleCase> linear_samples() {
+  return {{"x [2,3,4], W [5,4], b [5]",
+           [](DType dt) { return Inputs{sample_tensor({2, 3, 4}, dt), sample_tensor({5, 4}, dt), sample_tensor({5}, dt)}; },
+           [](const Inputs& x) { return Inputs{linear(x[0], x[1], x[2])}; }},
+          {"x [3,4], W [2,4], no bias",
+           [](DType dt) { return Inputs{sample_tensor({3, 4}, dt), sample_tensor({2, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{linear(x[0], x[1])}; }}};
+}
+
+}  // namespace
+
+const OpDef kMatmulOp{"matmul", "matmul_backward", "self, other", matmul_backward, matmul_samples};
+const OpDef kLinearOp{"linear", "linear_backward", "input, weight, bias", linear_backward, linear_samples};
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  TG_CHECK(a.defined() && b.defined(), "matmul: expected two defined tensors");
+  TG_CHECK(a.dtype() == b.dtype(), "matmul: expected both operands to have the same dtype, got ",
+           dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  TG_CHECK(is_floating(a.dtype()), "matmul: expected floating operands, got ", dtype_name(a.dtype()));
+  TG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dim, got ", format_shape(a.shape()),
+           " and ", format_shape(b.shape()));
+  // Vectors become matrices through (differentiable) views, then lose the added dim again.
+  if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
+  if (b.dim() == 1) return matmul(a, b.unsqueeze(-1)).squeeze(-1);
+  TG_CHECK(a.size(-1) == b.size(-2), "matmul: shapes ", format_shape(a.shape()), " and ", format_shape(b.shape()),
+           " cannot be multiplied (", a.size(-1), " != ", b.size(-2), ")");
+  BatchedOperands ops = broadcast_batch(a, b);
+  Shape out_shape = ops.batch_shape;
+  out_shape.insert(out_shape.end(), {a.size(-2), b.size(-1)});
+  Tensor out = batched_gemm(ops.a, ops.b, false, false).reshape(out_shape);
+  if (Recorder rec{kMatmulOp, {a, b}}) {
+    rec.save({rec.needs_grad(1) ? a : Tensor(), rec.needs_grad(0) ? b : Tensor()});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  TG_CHECK(x.defined() && weight.defined(), "linear: expected defined input and weight");
+  TG_CHECK(weight.dim() == 2, "linear: expected weight to have 2 dims (out_features, in_features), got ",
+           format_shape(weight.shape()));
+  TG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: expected input with last dim ", weight.size(1),
+           " (in_features), got ", format_shape(x.shape()));
+  TG_CHECK(x.dtype() == weight.dtype(), "linear: expected input and weight of the same dtype, got ",
+           dtype_name(x.dtype()), " and ", dtype_name(weight.dtype()));
+  TG_CHECK(is_floating(x.dtype()), "linear: expected a floating input, got ", dtype_name(x.dtype()));
+  const int64_t out_f = weight.size(0), in_f = weight.size(1);
+  if (bias.defined()) {
+    TG_CHECK(bias.dim() == 1 && bias.size(0) == out_f, "linear: expected bias of shape [", out_f, "], got ",
+             format_shape(bias.shape()));
+    TG_CHECK(bias.dtype() == x.dtype(), "linear: expected bias of dtype ", dtype_name(x.dtype()), ", got ",
+             dtype_name(bias.dtype()));
+  }
+  Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
+  const int64_t rows = x.numel() / std::max<int64_t>(in_f, 1);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_f;
+  Tensor out = Tensor::empty(out_shape, x.dtype());
+  dispatch_floating(x.dtype(), "linear", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* o = out.data<T>();
+    if (bias.defined()) {
+      Tensor bc = bias.detach().contiguous();
+      const T* pb = bc.data<T>();
+      for (int64_t r = 0; r < rows; ++r) std::copy(pb, pb + out_f, o + r * out_f);
+    }
+    gemm<T>(xc.data<T>(), wc.data<T>(), o, rows, in_f, out_f, false, true, bias.defined());
+  });
+  if (Recorder rec{kLinearOp, {x, weight, bias}}) {
+    rec.save({rec.needs_grad(1) ? xc : Tensor(), rec.needs_grad(0) ? wc : Tensor()});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+void register_matmul_ops(Registry& r) {
+  r.add(kMatmulOp);
+  r.add(kLinearOp);
+}
+
+}  // namespace tg

@@ -1,0 +1,141 @@
+// Reductions. Shape legend: the reduced dims are moved last so that the input is an
+// (outer, R) matrix; each output element is one row's reduction, summed in double.
+//
+//   sum:   out = sum_r x        dx = g broadcast over the reduced dims
+//   mean:  out = sum_r x / R    dx = g / R broadcast
+#include "reduce.h"
+
+#include <algorithm>
+
+#include "../framework/parallel.h"
+#include "../framework/tape.h"
+#include "samples.h"
+
+namespace tg {
+
+std::vector<int64_t> reduction_dims(const Tensor& x, const std::vector<int64_t>& dims, const char* op) {
+  std::vector<int64_t> out;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < x.dim(); ++d) out.push_back(d);
+    return out;
+  }
+  for (int64_t d : dims) out.push_back(wrap_dim(d, x.dim(), op));
+  std::sort(out.begin(), out.end());
+  TG_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), op, ": dim appears more than once in ",
+           format_shape(dims));
+  if (x.dim() == 0) out.clear();
+  return out;
+}
+
+Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& dims, bool keepdim) {
+  Shape out;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!reduced) out.push_back(shape[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+Tensor reduced_dims_last(const Tensor& x, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> order;
+  int64_t reduced = 1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) order.push_back(d);
+  for (int64_t d : dims) {
+    order.push_back(d);
+    reduced *= x.size(d);
+  }
+  Tensor p = x.detach().permute(order).contiguous();
+  return p.reshape({reduced == 0 ? 0 : x.numel() / std::max<int64_t>(reduced, 1), reduced});
+}
+
+namespace {
+
+struct ReduceAttrs {
+  std::vector<int64_t> dims;
+  bool keepdim;
+  double scale;  // 1 for sum, 1/R for mean
+};
+
+Tensor sum_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, double scale) {
+  Tensor m = reduced_dims_last(x, dims);
+  const int64_t outer = x.dim() == 0 ? 1 : (dims.size() == static_cast<size_t>(x.dim()) ? 1 : m.size(0));
+  const int64_t R = x.numel() / std::max<int64_t>(outer, 1);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), x.dtype());
+  dispatch_floating(x.dtype(), "sum", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = m.data<T>();
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static) if (outer > 1 && outer * R >= kParallelGrain)
+    for (int64_t r = 0; r < outer; ++r) {
+      double acc = 0;
+      const T* row = p + r * R;
+      for (int64_t i = 0; i < R; ++i) acc += row[i];
+      o[r] = static_cast<T>(acc * scale);
+    }
+  });
+  return out;
+}
+
+std::vector<Tensor> sum_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const auto& a = ctx.attrs<ReduceAttrs>();
+  const Shape& in_shape = ctx.input_shape(0);
+  Tensor grad = g[0];
+  if (a.scale != 1.0) grad = grad.clone().mul_(a.scale);
+  // Put the reduced dims back as size-1 dims, then broadcast over them.
+  grad = grad.reshape(reduced_shape(in_shape, a.dims, /*keepdim=*/true));
+  return {grad.expand(in_shape).contiguous()};
+}
+
+Tensor reduce(const OpDef& op, const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim, bool is_mean) {
+  TG_CHECK(x.defined(), op.name, ": the tensor is undefined");
+  TG_CHECK(is_floating(x.dtype()), op.name, ": expected a floating tensor, got ", dtype_name(x.dtype()));
+  std::vector<int64_t> dims = reduction_dims(x, dims_in, op.name);
+  int64_t R = 1;
+  for (int64_t d : dims) R *= x.size(d);
+  double scale = is_mean ? 1.0 / static_cast<double>(R) : 1.0;  // mean of nothing is NaN, as in PyTorch
+  Tensor out = sum_rows(x, dims, keepdim, scale);
+  if (Recorder rec{op, {x}}) {
+    rec.set_attrs(ReduceAttrs{dims, keepdim, scale});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+using Inputs = std::vector<Tensor>;
+
+std::vector<SampleCase> reduce_samples(bool is_mean) {
+  auto f = [is_mean](const Tensor& x, std::vector<int64_t> dims, bool keep) {
+    return is_mean ? mean(x, dims, keep) : sum(x, dims, keep);
+  };
+  return {{"[3,4] all", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [f](const Inputs& x) { return Inputs{f(x[0], {}, false)}; }},
+          {"[2,3,4] dim 1 keepdim", [](DType dt) { return Inputs{sample_tensor({2, 3, 4}, dt)}; },
+           [f](const Inputs& x) { return Inputs{f(x[0], {1}, true)}; }},
+          {"[2,3,4] dims (0,2)", [](DType dt) { return Inputs{sample_tensor({2, 3, 4}, dt)}; },
+           [f](const Inputs& x) { return Inputs{f(x[0], {0, -1}, false)}; }}};
+}
+std::vector<SampleCase> sum_samples() { return reduce_samples(false); }
+std::vector<SampleCase> mean_samples() { return reduce_samples(true); }
+
+}  // namespace
+
+const OpDef kSumOp{"sum", "sum_backward", "self", sum_backward, sum_samples};
+const OpDef kMeanOp{"mean", "mean_backward", "self", sum_backward, mean_samples};
+
+Tensor sum(const Tensor& x) { return reduce(kSumOp, x, {}, false, false); }
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce(kSumOp, x, dims, keepdim, false);
+}
+Tensor mean(const Tensor& x) { return reduce(kMeanOp, x, {}, false, true); }
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce(kMeanOp, x, dims, keepdim, true);
+}
+
+void register_reduce_ops(Registry& r) {
+  r.add(kSumOp);
+  r.add(kMeanOp);
+}
+
+}  // namespace tg

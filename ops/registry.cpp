@@ -1,0 +1,32 @@
+// Every op family registers its forward/backward pairs here, once. To see them all at run
+// time: std::cout << tg::registry().table();
+#include "registry.h"
+
+#include "../framework/views.h"
+
+namespace tg {
+
+// Each family's registration lives beside its kernels.
+void register_elementwise_ops(Registry& r);
+void register_matmul_ops(Registry& r);
+void register_reduce_ops(Registry& r);
+void register_activation_ops(Registry& r);
+
+namespace {
+Registry& build_builtin_registry() {
+  static Registry r;
+  for (const OpDef* op : view_op_defs()) r.add(*op);
+  register_elementwise_ops(r);
+  register_matmul_ops(r);
+  register_reduce_ops(r);
+  register_activation_ops(r);
+  return r;
+}
+}  // namespace
+
+Registry& registry() {
+  static Registry& r = build_builtin_registry();
+  return r;
+}
+
+}  // namespace tg
