@@ -6,6 +6,8 @@
 #include "framework/dtype.h"
 #include "framework/dump.h"
 #include "framework/grad_mode.h"
+#include "framework/atomic_file.h"
+#include "framework/npy.h"
 #include "framework/gradcheck.h"
 #include "framework/parallel.h"
 #include "framework/random.h"

@@ -1,0 +1,21 @@
+// NumPy .npy files: the format of the golden fixtures and a simple way to move tensors
+// between PyTorch and tapegrad. Version 1.0/2.0/3.0 headers; little-endian float32, float64,
+// int64 and int32 (read as int64); C order only.
+#pragma once
+
+#include <string>
+
+#include "tensor.h"
+
+namespace tg {
+
+// Reads a .npy file. The file is untrusted: a truncated file, a malformed header, Fortran
+// order or an unsupported dtype throws tg::Error naming the file and the problem, before any
+// allocation larger than the file itself.
+Tensor load_npy(const std::string& path);
+
+// Writes a tensor (any strides) as a C-order .npy file, atomically: a temporary file beside
+// the target is written, flushed and renamed, so a crash never leaves a half-written file.
+void save_npy(const std::string& path, const Tensor& t);
+
+}  // namespace tg
