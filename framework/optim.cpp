@@ -1,0 +1,339 @@
+// Update kernels (raw pointers, one element at a time, the operations in PyTorch's order so
+// float64 trajectories match torch.optim to rounding) and the optimizer bookkeeping around them.
+//
+//   SGD:   d = g + wd*p;  buf = first ? d : momentum*buf + (1-dampening)*d
+//          d = nesterov ? d + momentum*buf : buf;  p -= lr*d
+//   Adam:  g += wd*p (Adam only);  p *= 1 - lr*wd (AdamW only)
+//          m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
+//          p -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
+#include "optim.h"
+
+#include <cmath>
+#include <set>
+
+#include "grad_mode.h"
+#include "parallel.h"
+
+namespace tg {
+
+namespace {
+
+template <class T>
+void sgd_kernel(T* p, const T* g, T* buf, int64_t n, double lr, double momentum, double dampening,
+                double weight_decay, bool nesterov, bool first) {
+  const T lr_t = static_cast<T>(lr), mom = static_cast<T>(momentum), damp = static_cast<T>(1 - dampening),
+          wd = static_cast<T>(weight_decay);
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    T d = weight_decay != 0 ? g[i] + wd * p[i] : g[i];
+    if (buf) {
+      buf[i] = first ? d : buf[i] * mom + damp * d;
+      d = nesterov ? d + mom * buf[i] : buf[i];
+    }
+    p[i] = p[i] + (-lr_t) * d;
+  }
+}
+
+template <class T>
+void adam_kernel(T* p, const T* g, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,
+                 double weight_decay, bool decoupled, double step) {
+  const double bias_correction1 = 1 - std::pow(beta1, step);
+  const double bias_correction2 = 1 - std::pow(beta2, step);
+  const T step_size = static_cast<T>(lr / bias_correction1);
+  const T bc2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+  const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2), one_b1 = static_cast<T>(1 - beta1),
+          one_b2 = static_cast<T>(1 - beta2), eps_t = static_cast<T>(eps), wd = static_cast<T>(weight_decay),
+          decay = static_cast<T>(1 - lr * weight_decay);
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = g[i];
+    if (weight_decay != 0) {
+      if (decoupled)
+        p[i] = p[i] * decay;
+      else
+        gi = gi + wd * p[i];
+    }
+    m[i] = m[i] * b1 + one_b1 * gi;
+    v[i] = v[i] * b2 + one_b2 * (gi * gi);
+    const T denom = std::sqrt(v[i]) / bc2_sqrt + eps_t;
+    p[i] = p[i] + (-step_size) * (m[i] / denom);
+  }
+}
+
+void check_params(const std::vector<Tensor>& params, const char* opt) {
+  TG_CHECK(!params.empty(), opt, ": got an empty parameter list");
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    TG_CHECK(p.defined(), opt, ": parameter ", i, " is undefined");
+    TG_CHECK(is_floating(p.dtype()), opt, ": parameter ", i, " must be floating, got ", dtype_name(p.dtype()));
+    TG_CHECK(p.is_leaf(), opt, ": can't optimize a non-leaf tensor (parameter ", i, ")");
+    TG_CHECK(p.is_contiguous(), opt, ": parameter ", i, " must be contiguous, got strides ",
+             format_shape(p.strides()), " for shape ", format_shape(p.shape()));
+  }
+}
+
+void check_nonneg(const char* opt, const char* what, double v) {
+  TG_CHECK(v >= 0 && std::isfinite(v), opt, ": invalid ", what, " value: ", v);
+}
+
+std::vector<Tensor> values_of(const NamedTensors& named) {
+  std::vector<Tensor> out;
+  for (auto& e : named) out.push_back(e.second);
+  return out;
+}
+
+// The gradient of p as a contiguous tensor of p's dtype, or undefined when p has none.
+Tensor grad_for_update(const Tensor& p, const char* opt) {
+  Tensor g = p.grad();
+  if (!g.defined()) return g;
+  TG_CHECK(g.shape() == p.shape() && g.dtype() == p.dtype(), opt, ": gradient of shape ", format_shape(g.shape()),
+           " ", dtype_name(g.dtype()), " does not match its parameter ", format_shape(p.shape()), " ",
+           dtype_name(p.dtype()));
+  return g.contiguous();
+}
+
+}  // namespace
+
+// ---- Optimizer ----
+
+double Optimizer::Group::h(const char* key) const {
+  for (auto& e : hyper)
+    if (e.first == key) return e.second;
+  throw Error(std::string("optimizer: no hyperparameter \"") + key + "\"");
+}
+
+void Optimizer::add_group(std::vector<Tensor> params, std::vector<std::pair<std::string, double>> hyper) {
+  check_params(params, name().c_str());
+  std::set<const TensorImpl*> seen;
+  for (auto& g : groups_)
+    for (auto& p : g.params) seen.insert(p.impl());
+  for (auto& p : params)
+    TG_CHECK(seen.insert(p.impl()).second, name(), ": some parameters appear in more than one parameter group");
+  state_.resize(state_.size() + params.size());
+  groups_.push_back({std::move(params), std::move(hyper)});
+}
+
+template <class F>
+void Optimizer::for_each_param_with_grad(F&& f) {
+  NoGradGuard no_grad;
+  size_t index = 0;
+  for (auto& group : groups_) {
+    for (auto& p : group.params) {
+      Tensor g = grad_for_update(p, name().c_str());
+      if (g.defined()) {
+        f(group, p, g, state_[index]);
+        p.bump_version();
+      }
+      ++index;
+    }
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) p.zero_grad();
+}
+
+const std::vector<Tensor>& Optimizer::params(size_t group) const {
+  TG_CHECK(group < groups_.size(), name(), ": param group ", group, " is out of range for ", groups_.size(), " groups");
+  return groups_[group].params;
+}
+
+std::vector<Tensor> Optimizer::all_params() const {
+  std::vector<Tensor> out;
+  for (auto& g : groups_) out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
+double Optimizer::get(size_t group, const std::string& key) const {
+  params(group);  // range check
+  for (auto& e : groups_[group].hyper)
+    if (e.first == key) return e.second;
+  throw Error(name() + ": no hyperparameter \"" + key + "\" in param group " + std::to_string(group));
+}
+
+void Optimizer::set(size_t group, const std::string& key, double value) {
+  params(group);
+  for (auto& e : groups_[group].hyper)
+    if (e.first == key) {
+      e.second = value;
+      return;
+    }
+  throw Error(name() + ": no hyperparameter \"" + key + "\" in param group " + std::to_string(group));
+}
+
+void Optimizer::set_lr(double lr) {
+  for (size_t g = 0; g < groups_.size(); ++g) set(g, "lr", lr);
+}
+
+const std::map<std::string, Tensor>& Optimizer::state(size_t i) const {
+  TG_CHECK(i < state_.size(), name(), ": parameter index ", i, " is out of range for ", state_.size(), " parameters");
+  return state_[i];
+}
+
+NamedTensors Optimizer::state_dict() const {
+  NamedTensors out;
+  for (size_t i = 0; i < state_.size(); ++i)
+    for (auto& e : state_[i]) out.emplace_back("state." + std::to_string(i) + "." + e.first, e.second.clone());
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (auto& e : groups_[g].hyper)
+      out.emplace_back("param_groups." + std::to_string(g) + "." + e.first, scalar_tensor(e.second, DType::Float64));
+  return out;
+}
+
+void Optimizer::load_state_dict(const NamedTensors& state) {
+  const std::vector<Tensor> params = all_params();
+  // Parse and check everything before changing anything: a bad dict leaves the optimizer as it was.
+  std::vector<std::map<std::string, Tensor>> new_state(state_.size());
+  std::vector<Group> new_groups = groups_;
+  for (auto& [key, value] : state) {
+    TG_CHECK(value.defined(), name(), ".load_state_dict: \"", key, "\" is undefined");
+    auto parse_index = [&](const std::string& rest, size_t limit, const char* what) -> std::pair<size_t, std::string> {
+      size_t dot = rest.find('.');
+      TG_CHECK(dot != std::string::npos && dot > 0 && rest.find_first_not_of("0123456789") == dot, name(),
+               ".load_state_dict: malformed key \"", key, "\"");
+      size_t i = std::stoul(rest.substr(0, dot));
+      TG_CHECK(i < limit, name(), ".load_state_dict: ", what, " ", i, " in \"", key, "\" is out of range for ", limit);
+      return {i, rest.substr(dot + 1)};
+    };
+    if (key.rfind("state.", 0) == 0) {
+      auto [i, buffer] = parse_index(key.substr(6), params.size(), "parameter");
+      const bool is_step = buffer == "step";
+      TG_CHECK(is_step || value.shape() == params[i].shape(), name(), ".load_state_dict: \"", key, "\" has shape ",
+               format_shape(value.shape()), ", expected ", format_shape(params[i].shape()));
+      new_state[i][buffer] = is_step ? value.to(DType::Float64).clone() : value.to(params[i].dtype()).contiguous().clone();
+    } else if (key.rfind("param_groups.", 0) == 0) {
+      auto [g, hyper] = parse_index(key.substr(13), groups_.size(), "param group");
+      TG_CHECK(value.numel() == 1, name(), ".load_state_dict: \"", key, "\" must hold one value, got shape ",
+               format_shape(value.shape()));
+      bool known = false;
+      for (auto& e : new_groups[g].hyper)
+        if (e.first == hyper) {
+          e.second = value.item();
+          known = true;
+        }
+      TG_CHECK(known, name(), ".load_state_dict: unknown hyperparameter \"", key, "\"");
+    } else {
+      throw Error(name() + ".load_state_dict: unexpected key \"" + key + "\"");
+    }
+  }
+  state_ = std::move(new_state);
+  groups_ = std::move(new_groups);
+}
+
+// ---- SGD ----
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions o) { add_param_group(std::move(params), o); }
+SGD::SGD(const NamedTensors& named, SGDOptions o) : SGD(values_of(named), o) {}
+
+void SGD::add_param_group(std::vector<Tensor> params, SGDOptions o) {
+  check_nonneg("SGD", "learning rate", o.lr);
+  check_nonneg("SGD", "momentum", o.momentum);
+  check_nonneg("SGD", "weight_decay", o.weight_decay);
+  TG_CHECK(std::isfinite(o.dampening), "SGD: invalid dampening value: ", o.dampening);
+  TG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: Nesterov momentum requires a momentum and zero dampening");
+  add_group(std::move(params), {{"lr", o.lr},
+                                {"momentum", o.momentum},
+                                {"dampening", o.dampening},
+                                {"weight_decay", o.weight_decay},
+                                {"nesterov", o.nesterov ? 1.0 : 0.0}});
+}
+
+void SGD::step() {
+  for_each_param_with_grad([](const Group& group, Tensor& p, const Tensor& g, std::map<std::string, Tensor>& st) {
+    const double momentum = group.h("momentum");
+    bool first = false;
+    Tensor buf;
+    if (momentum != 0) {
+      auto it = st.find("momentum_buffer");
+      first = it == st.end();
+      if (first) it = st.emplace("momentum_buffer", Tensor::empty(p.shape(), p.dtype())).first;
+      buf = it->second;
+      buf.bump_version();
+    }
+    dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      sgd_kernel<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr, p.numel(), group.h("lr"),
+                    momentum, group.h("dampening"), group.h("weight_decay"), group.h("nesterov") != 0, first);
+    });
+  });
+}
+
+// ---- Adam, AdamW ----
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions o) { add_param_group(std::move(params), o); }
+Adam::Adam(const NamedTensors& named, AdamOptions o) : Adam(values_of(named), o) {}
+
+void Adam::add_param_group(std::vector<Tensor> params, AdamOptions o) {
+  const char* n = decoupled_ ? "AdamW" : "Adam";
+  check_nonneg(n, "learning rate", o.lr);
+  check_nonneg(n, "epsilon", o.eps);
+  TG_CHECK(o.beta1 >= 0 && o.beta1 < 1, n, ": invalid beta parameter at index 0: ", o.beta1);
+  TG_CHECK(o.beta2 >= 0 && o.beta2 < 1, n, ": invalid beta parameter at index 1: ", o.beta2);
+  check_nonneg(n, "weight_decay", o.weight_decay);
+  add_group(std::move(params), {{"lr", o.lr},
+                                {"beta1", o.beta1},
+                                {"beta2", o.beta2},
+                                {"eps", o.eps},
+                                {"weight_decay", o.weight_decay}});
+}
+
+void Adam::step() {
+  const bool decoupled = decoupled_;
+  for_each_param_with_grad([decoupled](const Group& group, Tensor& p, const Tensor& g,
+                                       std::map<std::string, Tensor>& st) {
+    if (!st.count("step")) {
+      st["step"] = scalar_tensor(0.0, DType::Float64);
+      st["exp_avg"] = zeros(p.shape(), p.dtype());
+      st["exp_avg_sq"] = zeros(p.shape(), p.dtype());
+    }
+    Tensor& step_t = st["step"];
+    const double step = step_t.item() + 1;
+    step_t.fill_(step);
+    Tensor& m = st["exp_avg"];
+    Tensor& v = st["exp_avg_sq"];
+    m.bump_version();
+    v.bump_version();
+    dispatch_floating(p.dtype(), decoupled ? "AdamW" : "Adam", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      adam_kernel<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(), group.h("lr"), group.h("beta1"),
+                     group.h("beta2"), group.h("eps"), group.h("weight_decay"), decoupled, step);
+    });
+  });
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions o) : Adam(true) { add_param_group(std::move(params), o); }
+AdamW::AdamW(const NamedTensors& named, AdamOptions o) : AdamW(values_of(named), o) {}
+
+// ---- clip_grad_norm_ ----
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  TG_CHECK(norm_type >= 1 || std::isinf(norm_type), "clip_grad_norm_: norm_type must be >= 1 or inf, got ", norm_type);
+  std::vector<Tensor> grads;
+  for (auto& p : params)
+    if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  // Each gradient's norm, accumulated in double, then the norm of those norms (PyTorch's order).
+  double total = 0;
+  for (auto& g : grads) {
+    std::vector<double> values = g.to(DType::Float64).to_vector<double>();
+    double norm = 0;
+    if (std::isinf(norm_type)) {
+      for (double x : values) norm = std::max(norm, std::abs(x));
+      total = std::max(total, norm);
+    } else if (norm_type == 2.0) {
+      for (double x : values) norm += x * x;
+      total += norm;  // the sum of squared per-tensor norms
+    } else {
+      for (double x : values) norm += std::pow(std::abs(x), norm_type);
+      total += norm;
+    }
+  }
+  if (!std::isinf(norm_type)) total = norm_type == 2.0 ? std::sqrt(total) : std::pow(total, 1.0 / norm_type);
+  const double clip_coef = std::min(max_norm / (total + 1e-6), 1.0);
+  NoGradGuard no_grad;
+  for (auto& g : grads) g.mul_(clip_coef);
+  return total;
+}
+
+}  // namespace tg

@@ -1,0 +1,122 @@
+// Optimizers: SGD, Adam, AdamW, with PyTorch's exact update formulas (torch.optim, the
+// single-tensor path), and clip_grad_norm_. Updates run under NoGradGuard, in place on the
+// parameters' storage, and bump their versions (a stale saved tensor is then caught).
+//
+// Parameters are grouped as in PyTorch: each group has its own hyperparameters (a scheduler
+// changes a group's "lr"). Parameters are numbered across groups in order; that number names
+// their state: "state.3.exp_avg". Hyperparameters are "param_groups.0.lr" (0-d float64).
+//
+//   tg::SGD opt(model->parameters(), {/*lr=*/0.1, /*momentum=*/0.9});
+//   for (...) { model->zero_grad(); loss.backward(); opt.step(); }
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "named_tensors.h"
+#include "tensor.h"
+
+namespace tg {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual std::string name() const = 0;
+  virtual void step() = 0;
+  void zero_grad();  // drops every parameter's gradient (set_to_none)
+
+  size_t num_groups() const { return groups_.size(); }
+  const std::vector<Tensor>& params(size_t group) const;
+  std::vector<Tensor> all_params() const;
+  double get(size_t group, const std::string& hyper) const;  // throws on an unknown name
+  void set(size_t group, const std::string& hyper, double value);
+  double lr(size_t group = 0) const { return get(group, "lr"); }
+  void set_lr(double lr);  // every group
+
+  // "state.<i>.<key>" for each parameter's buffers (copies), then "param_groups.<g>.<hyper>".
+  NamedTensors state_dict() const;
+  // Restores buffers and hyperparameters; the parameter count and each buffer's shape must
+  // match this optimizer's. Keys this optimizer does not know are an error.
+  void load_state_dict(const NamedTensors& state);
+
+  // The buffers of parameter i ("momentum_buffer", "exp_avg", "step", ...), empty before its first update.
+  const std::map<std::string, Tensor>& state(size_t param_index) const;
+
+ protected:
+  struct Group {
+    std::vector<Tensor> params;
+    std::vector<std::pair<std::string, double>> hyper;  // in a fixed order per optimizer
+    double h(const char* key) const;
+  };
+  Optimizer() = default;
+  void add_group(std::vector<Tensor> params, std::vector<std::pair<std::string, double>> hyper);
+  // Calls f(group, param, grad, state) for each parameter that has a gradient.
+  template <class F>
+  void for_each_param_with_grad(F&& f);
+
+  std::vector<Group> groups_;
+  std::vector<std::map<std::string, Tensor>> state_;  // by parameter index across groups
+};
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  SGD(const NamedTensors& named_params, SGDOptions options);
+  void add_param_group(std::vector<Tensor> params, SGDOptions options);
+  std::string name() const override { return "SGD"; }
+  void step() override;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;  // Adam: L2 added to the gradient; AdamW: decoupled decay
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options);
+  Adam(const NamedTensors& named_params, AdamOptions options);
+  void add_param_group(std::vector<Tensor> params, AdamOptions options);
+  std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  void step() override;
+
+ protected:
+  explicit Adam(bool decoupled) : decoupled_(decoupled) {}  // for AdamW: no group yet
+  bool decoupled_ = false;
+};
+
+// AdamW: weight decay applied to the parameter (p *= 1 - lr * wd) before the Adam update,
+// not to the gradient. PyTorch's default weight_decay for AdamW is 1e-2.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamOptions options = with_default_decay());
+  AdamW(const NamedTensors& named_params, AdamOptions options = with_default_decay());
+  static AdamOptions with_default_decay() {
+    AdamOptions o;
+    o.weight_decay = 1e-2;
+    return o;
+  }
+};
+
+// Scales the gradients so that their global norm (the norm of all of them as one vector) is
+// at most max_norm: g *= min(1, max_norm / (total + 1e-6)), PyTorch's formula. Returns the
+// norm before clipping. norm_type: any p >= 1, or INFINITY for the max-abs norm.
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
+}  // namespace tg

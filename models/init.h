@@ -1,0 +1,31 @@
+// Parameter initialisers, PyTorch's torch.nn.init: each fills its tensor in place, without
+// recording (under NoGradGuard), drawing from `gen` or the default generator.
+#pragma once
+
+#include <string>
+
+#include "../framework/random.h"
+#include "../framework/tensor.h"
+
+namespace tg::init {
+
+// fan_in = size(1) * receptive field, fan_out = size(0) * receptive field (dims 2.. multiply
+// into the receptive field), as torch.nn.init._calculate_fan_in_and_fan_out.
+int64_t fan_in(const Tensor& t);
+int64_t fan_out(const Tensor& t);
+
+// PyTorch's calculate_gain for "linear", "relu", "leaky_relu" (param = negative slope), "tanh", "sigmoid".
+double calculate_gain(const std::string& nonlinearity, double param = 0.01);
+
+Tensor& uniform_(Tensor& t, double low = 0.0, double high = 1.0, Generator* gen = nullptr);
+Tensor& normal_(Tensor& t, double mean = 0.0, double stddev = 1.0, Generator* gen = nullptr);
+Tensor& constant_(Tensor& t, double value);
+Tensor& zeros_(Tensor& t);
+// U(-bound, bound), bound = gain * sqrt(3 / fan), gain = calculate_gain(nonlinearity, a);
+// mode "fan_in" or "fan_out". Linear's default is a = sqrt(5): bound = 1 / sqrt(fan_in).
+Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, const std::string& mode = "fan_in",
+                         const std::string& nonlinearity = "leaky_relu", Generator* gen = nullptr);
+// U(-bound, bound), bound = gain * sqrt(6 / (fan_in + fan_out)).
+Tensor& xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+
+}  // namespace tg::init

@@ -1,0 +1,161 @@
+#include "module.h"
+
+#include <map>
+#include <set>
+
+#include "../framework/grad_mode.h"
+
+namespace tg {
+
+Tensor Module::forward(const Tensor&) {
+  throw Error(name() + ".forward: this module has no single-tensor forward");
+}
+
+void Module::check_new_name(const std::string& name, const char* what) const {
+  TG_CHECK(!name.empty() && name.find('.') == std::string::npos, this->name(), ": ", what,
+           " name must be non-empty and contain no '.', got \"", name, "\"");
+  auto taken = [&](const auto& list) {
+    for (const auto& entry : list)
+      if (entry.first == name) return true;
+    return false;
+  };
+  TG_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), this->name(), ": ", what,
+           " name \"", name, "\" is already registered");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_new_name(name, "parameter");
+  TG_CHECK(t.defined(), this->name(), ": parameter \"", name, "\" is undefined");
+  TG_CHECK(t.is_leaf(), this->name(), ": parameter \"", name,
+           "\" must be a leaf tensor (detach it first)");
+  if (requires_grad) t.requires_grad_(true);
+  params_.emplace_back(name, t);
+  return t;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t) {
+  check_new_name(name, "buffer");
+  TG_CHECK(t.defined(), this->name(), ": buffer \"", name, "\" is undefined");
+  buffers_.emplace_back(name, t);
+  return t;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  check_new_name(name, "module");
+  TG_CHECK(m != nullptr, this->name(), ": module \"", name, "\" is null");
+  TG_CHECK(m.get() != this, this->name(), ": a module cannot be its own child");
+  children_.emplace_back(name, std::move(m));
+}
+
+std::shared_ptr<Module> Module::child(const std::string& name) const {
+  for (const auto& c : children_)
+    if (c.first == name) return c.second;
+  throw Error(this->name() + ": no child module named \"" + name + "\"");
+}
+
+void Module::collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const {
+  if (params)
+    for (const auto& p : params_) out.emplace_back(prefix + p.first, p.second);
+  if (buffers)
+    for (const auto& b : buffers_) out.emplace_back(prefix + b.first, b.second);
+  for (const auto& c : children_) c.second->collect(prefix + c.first + ".", params, buffers, out);
+}
+
+namespace {
+// A tensor registered twice (weight tying) is listed once, under its first name, as PyTorch does.
+NamedTensors unique(const NamedTensors& all) {
+  std::set<const TensorImpl*> seen;
+  NamedTensors out;
+  for (const auto& e : all)
+    if (seen.insert(e.second.impl()).second) out.push_back(e);
+  return out;
+}
+}  // namespace
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors all;
+  collect("", true, false, all);
+  return unique(all);
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& p : named_parameters()) out.push_back(p.second);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors all;
+  collect("", false, true, all);
+  return unique(all);
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors all;
+  collect("", true, true, all);
+  return all;
+}
+
+void Module::load_state_dict(const NamedTensors& state, bool strict) {
+  std::map<std::string, const Tensor*> given;
+  for (const auto& e : state) given[e.first] = &e.second;
+  NamedTensors mine = state_dict();
+  std::vector<std::string> missing;
+  std::set<std::string> used;
+  NoGradGuard no_grad;  // a parameter's values change, not its history
+  for (auto& e : mine) {
+    auto it = given.find(e.first);
+    if (it == given.end()) {
+      missing.push_back(e.first);
+      continue;
+    }
+    used.insert(e.first);
+    const Tensor& src = *it->second;
+    TG_CHECK(src.defined(), "load_state_dict: \"", e.first, "\" is undefined");
+    TG_CHECK(src.shape() == e.second.shape(), "load_state_dict: size mismatch for \"", e.first,
+             "\": expected shape ", format_shape(e.second.shape()), ", got ", format_shape(src.shape()));
+    e.second.copy_(src);
+  }
+  if (!strict) return;
+  std::string problems;
+  for (auto& m : missing) problems += " missing \"" + m + "\";";
+  for (auto& e : state)
+    if (!used.count(e.first)) problems += " unexpected \"" + e.first + "\";";
+  TG_CHECK(problems.empty(), "load_state_dict: error(s) in loading state dict for ", this->name(), ":", problems);
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& c : children_) c.second->train(on);
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& p : named_parameters()) n += p.second.numel();
+  return n;
+}
+
+namespace {
+// Rewrites the tensor behind every handle: new storage of the new dtype, same shape.
+void convert_in_place(const Tensor& t, DType dtype) {
+  if (!is_floating(t.dtype()) || t.dtype() == dtype) return;
+  Tensor converted = t.detach().to(dtype).contiguous();
+  TensorImpl* impl = t.impl();
+  impl->storage = converted.impl()->storage;
+  impl->strides = converted.strides();
+  impl->offset = converted.offset();
+  impl->dtype = dtype;
+  impl->grad.reset();
+}
+}  // namespace
+
+void Module::to(DType dtype) {
+  TG_CHECK(is_floating(dtype), this->name(), ".to: expected a floating dtype, got ", dtype_name(dtype));
+  for (auto& e : state_dict()) convert_in_place(e.second, dtype);
+}
+
+void Module::zero_grad() {
+  for (auto& p : named_parameters()) p.second.zero_grad();
+}
+
+}  // namespace tg

@@ -1,0 +1,87 @@
+// tg::Module: the base of every layer and model. A module owns named parameters and buffers
+// and named child modules; names compose with dots exactly as PyTorch's state_dict does
+// ("layers.0.linear1.weight"), so a checkpoint maps one to one onto a PyTorch model.
+//
+// Writing a model takes a few lines. Members are plain handles; register_* records them
+// under a name and returns them, so one line declares and registers:
+//
+//   struct Net : tg::Module {
+//     std::shared_ptr<tg::Linear> fc1 = add_module("fc1", std::make_shared<tg::Linear>(784, 128));
+//     std::shared_ptr<tg::Linear> fc2 = add_module("fc2", std::make_shared<tg::Linear>(128, 10));
+//     tg::Tensor forward(const tg::Tensor& x) override { return fc2->forward(tg::relu(fc1->forward(x))); }
+//   };
+//
+// Parameters are tensor handles shared between the member and the registry; to(DType)
+// converts them in place (the handle keeps its identity), so both stay in step.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../framework/named_tensors.h"
+#include "../framework/tensor.h"
+
+namespace tg {
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The type's name for messages ("Linear"); override in each layer.
+  virtual std::string name() const { return "Module"; }
+
+  // The single-tensor forward that Sequential chains. Modules with other signatures leave it
+  // alone and define their own; calling this one then throws.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // Recursive views, in registration order: own entries first, then each child's (PyTorch's order).
+  NamedTensors named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_buffers() const;
+  // Parameters and buffers of each module, then its children: PyTorch's state_dict order.
+  NamedTensors state_dict() const;
+  // Copies values into the registered tensors (shapes must match; dtypes are converted).
+  // strict: every key of the module must be present and no other key may be.
+  void load_state_dict(const NamedTensors& state, bool strict = true);
+
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  std::shared_ptr<Module> child(const std::string& name) const;  // throws when absent
+
+  void train(bool on = true);  // recursive
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  int64_t num_parameters() const;  // elements, counted once per parameter
+  // Converts every floating parameter and buffer to `dtype` in place: the tensor handles
+  // held by members stay valid. Gradients are dropped.
+  void to(DType dtype);
+  void zero_grad();  // drops the gradients (set_to_none, PyTorch 2's default)
+
+ protected:
+  // Registers and returns the tensor (a leaf; requires_grad set unless requires_grad is false).
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> add_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+
+ private:
+  void check_new_name(const std::string& name, const char* what) const;
+  void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
+
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tg
