@@ -1,0 +1,241 @@
+// Optimizers against torch.optim trajectories (tools/fixtures/optim.py), their state dicts,
+// clip_grad_norm_ and the schedulers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "golden.h"
+
+using namespace tg;
+using tg::testing::expect_close;
+using tg::testing::GoldenCase;
+using tg::testing::load_golden_cases;
+
+namespace {
+
+// float64 updates that follow PyTorch's operation order agree to rounding: a few ulps per
+// step, compounded over 6 steps, stays far below 1e-12 relative. The absolute floor covers
+// entries that pass near zero, where relative error is meaningless.
+constexpr double kRtol = 1e-12;
+constexpr double kAtol = 1e-14;
+
+std::unique_ptr<Optimizer> make_optimizer(const GoldenCase& c, std::vector<Tensor> params) {
+  const auto& o = c.json["options"];
+  const std::string kind = c.json["kind"];
+  if (kind == "SGD") {
+    SGDOptions s;
+    s.lr = o.value("lr", s.lr);
+    s.momentum = o.value("momentum", 0.0);
+    s.dampening = o.value("dampening", 0.0);
+    s.weight_decay = o.value("weight_decay", 0.0);
+    s.nesterov = o.value("nesterov", false);
+    return std::make_unique<SGD>(params, s);
+  }
+  AdamOptions a = kind == "AdamW" ? AdamW::with_default_decay() : AdamOptions{};
+  a.lr = o.value("lr", a.lr);
+  a.beta1 = o.value("beta1", a.beta1);
+  a.beta2 = o.value("beta2", a.beta2);
+  a.eps = o.value("eps", a.eps);
+  a.weight_decay = o.value("weight_decay", a.weight_decay);
+  if (kind == "AdamW") return std::make_unique<AdamW>(params, a);
+  return std::make_unique<Adam>(params, a);
+}
+
+bool skipped(const GoldenCase& c, int step, int param) {
+  for (auto& s : c.json["skip"])
+    if (s[0] == step && s[1] == param) return true;
+  return false;
+}
+
+std::vector<Tensor> fresh_params(const GoldenCase& c) {
+  return {c.tensor("param0").clone().requires_grad_(), c.tensor("param1").clone().requires_grad_()};
+}
+
+// Runs steps [from, to) of the case and checks each against the trajectory.
+void run_steps(const GoldenCase& c, Optimizer& opt, std::vector<Tensor>& params, int from, int to) {
+  for (int step = from; step < to; ++step) {
+    for (int i = 0; i < 2; ++i) {
+      params[i].zero_grad();
+      if (!skipped(c, step, i)) params[i].set_grad(c.tensor("grads" + std::to_string(i)).select(0, step).clone());
+    }
+    opt.step();
+    for (int i = 0; i < 2; ++i)
+      expect_close(params[i], c.tensor("trajectory" + std::to_string(i)).select(0, step), kRtol, kAtol,
+                   c.name() + " step " + std::to_string(step) + " param " + std::to_string(i));
+  }
+}
+
+std::vector<GoldenCase> optimizer_cases() {
+  std::vector<GoldenCase> out;
+  for (auto& c : load_golden_cases("optim"))
+    if (c.json["kind"] != "clip_grad_norm_") out.push_back(c);
+  return out;
+}
+
+}  // namespace
+
+TEST(Optim, TrajectoriesMatchPyTorch) {
+  auto cases = optimizer_cases();
+  ASSERT_EQ(cases.size(), 7u);
+  for (auto& c : cases) {
+    SCOPED_TRACE(c.name());
+    std::vector<Tensor> params = fresh_params(c);
+    auto opt = make_optimizer(c, params);
+    run_steps(c, *opt, params, 0, c.json["steps"]);
+    // The final state carries PyTorch's names and values (step, exp_avg, momentum_buffer, ...).
+    NamedTensors state = opt->state_dict();
+    for (auto& [key, file] : c.json["state"].items()) {
+      bool found = false;
+      for (auto& [name, value] : state)
+        if (name == key) {
+          found = true;
+          expect_close(value, load_npy(tg::testing::data_path("optim/" + file.get<std::string>())), kRtol, kAtol,
+                       c.name() + " " + key);
+        }
+      EXPECT_TRUE(found) << c.name() << ": state dict lacks " << key;
+    }
+  }
+}
+
+TEST(Optim, StateDictRoundTripResumesTheTrajectory) {
+  for (auto& c : optimizer_cases()) {
+    SCOPED_TRACE(c.name());
+    std::vector<Tensor> params = fresh_params(c);
+    auto opt = make_optimizer(c, params);
+    run_steps(c, *opt, params, 0, 3);
+    NamedTensors saved = opt->state_dict();
+    // A new optimizer over copies of the parameters, with default hyperparameters that the
+    // state dict must overwrite.
+    std::vector<Tensor> resumed = {params[0].detach().clone().requires_grad_(), params[1].detach().clone().requires_grad_()};
+    std::unique_ptr<Optimizer> fresh;
+    if (c.json["kind"] == "SGD") {
+      SGDOptions o;
+      o.momentum = c.json["options"].value("momentum", 0.0) > 0 ? 0.5 : 0.0;  // momentum 0 vs not changes the state layout
+      o.nesterov = false;
+      fresh = std::make_unique<SGD>(resumed, o);
+    } else if (c.json["kind"] == "AdamW") {
+      fresh = std::make_unique<AdamW>(resumed);
+    } else {
+      fresh = std::make_unique<Adam>(resumed, AdamOptions{});
+    }
+    fresh->load_state_dict(saved);
+    EXPECT_EQ(fresh->lr(), c.json["options"]["lr"].get<double>());
+    run_steps(c, *fresh, resumed, 3, c.json["steps"]);
+  }
+}
+
+TEST(Optim, StateDictNames) {
+  Tensor a = zeros({2}, DType::Float64).requires_grad_();
+  Tensor b = zeros({3}, DType::Float64).requires_grad_();
+  Adam opt({a, b}, AdamOptions{});
+  b.set_grad(ones({3}, DType::Float64));
+  opt.step();  // only b has a gradient: only b gets state
+  std::vector<std::string> names;
+  for (auto& e : opt.state_dict()) names.push_back(e.first);
+  std::vector<std::string> expected = {"state.1.exp_avg",     "state.1.exp_avg_sq",  "state.1.step",
+                                       "param_groups.0.lr",   "param_groups.0.beta1", "param_groups.0.beta2",
+                                       "param_groups.0.eps",  "param_groups.0.weight_decay"};
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(opt.state_dict()[3].second.dim(), 0);  // hyperparameters are 0-d tensors
+}
+
+TEST(Optim, LoadStateDictRejectsBadInput) {
+  Tensor a = zeros({2}, DType::Float64).requires_grad_();
+  SGD opt({a}, SGDOptions{0.1, 0.9});
+  EXPECT_THROW(opt.load_state_dict({{"state.1.momentum_buffer", zeros({2}, DType::Float64)}}), Error);  // no param 1
+  EXPECT_THROW(opt.load_state_dict({{"state.0.momentum_buffer", zeros({3}, DType::Float64)}}), Error);  // shape
+  EXPECT_THROW(opt.load_state_dict({{"param_groups.0.betas", scalar_tensor(1.0)}}), Error);  // not an SGD knob
+  EXPECT_THROW(opt.load_state_dict({{"lr", scalar_tensor(1.0)}}), Error);
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.1);  // a rejected dict changes nothing
+}
+
+TEST(Optim, ValidatesOptions) {
+  Tensor a = zeros({2}).requires_grad_();
+  SGDOptions nesterov_without_momentum;
+  nesterov_without_momentum.nesterov = true;
+  EXPECT_THROW(SGD({a}, nesterov_without_momentum), Error);
+  AdamOptions bad_beta;
+  bad_beta.beta1 = 1.0;
+  EXPECT_THROW(Adam({a}, bad_beta), Error);
+  EXPECT_THROW(SGD({a, a}, SGDOptions{}), Error);  // the same tensor twice
+  EXPECT_THROW(SGD(std::vector<Tensor>{}, SGDOptions{}), Error);
+}
+
+TEST(Optim, Float32UpdateAndVersionBump) {
+  Tensor p = from_vector(std::vector<float>{1.0f, -2.0f}, {2}).requires_grad_();
+  p.set_grad(from_vector(std::vector<float>{0.5f, 0.25f}, {2}));
+  SGD opt({p}, SGDOptions{0.1});
+  const uint64_t before = p.version();
+  opt.step();
+  std::vector<float> v = p.to_vector<float>();
+  EXPECT_FLOAT_EQ(v[0], 0.95f);
+  EXPECT_FLOAT_EQ(v[1], -2.025f);
+  EXPECT_GT(p.version(), before);  // a tensor saved for backward before the update is now stale
+}
+
+TEST(Optim, ParamWithoutGradIsLeftAlone) {
+  Tensor p = ones({3}, DType::Float64).requires_grad_();
+  Adam opt({p}, AdamOptions{});
+  opt.step();
+  EXPECT_EQ(p.to_vector<double>(), std::vector<double>(3, 1.0));
+  EXPECT_TRUE(opt.state(0).empty());
+}
+
+TEST(ClipGradNorm, MatchesPyTorch) {
+  int n = 0;
+  for (auto& c : load_golden_cases("optim")) {
+    if (c.json["kind"] != "clip_grad_norm_") continue;
+    ++n;
+    SCOPED_TRACE(c.name());
+    std::vector<Tensor> params = {zeros({3, 4}, DType::Float64).requires_grad_(), zeros({5}, DType::Float64).requires_grad_()};
+    for (int i = 0; i < 2; ++i) params[i].set_grad(c.tensor("grad" + std::to_string(i)).clone());
+    const double norm_type = c.json["norm_type"].is_string() ? INFINITY : c.json["norm_type"].get<double>();
+    const double total = clip_grad_norm_(params, c.json["max_norm"], norm_type);
+    // Per-tensor norms summed in a different order than PyTorch's: rounding only.
+    EXPECT_NEAR(total, c.json["total_norm"].get<double>(), 1e-12 * total);
+    for (int i = 0; i < 2; ++i)
+      expect_close(params[i].grad(), c.tensor("clipped" + std::to_string(i)), kRtol, kAtol, c.name());
+  }
+  EXPECT_EQ(n, 4);
+}
+
+TEST(Schedulers, StepLR) {
+  Tensor p = zeros({1}).requires_grad_();
+  SGD opt({p}, SGDOptions{1.0});
+  StepLR sched(opt, 3, 0.5);
+  std::vector<double> lrs;
+  for (int i = 0; i < 7; ++i) {
+    lrs.push_back(opt.lr());
+    sched.step();
+  }
+  EXPECT_EQ(lrs, (std::vector<double>{1, 1, 1, 0.5, 0.5, 0.5, 0.25}));
+}
+
+TEST(Schedulers, WarmupCosine) {
+  Tensor p = zeros({1}).requires_grad_();
+  SGD opt({p}, SGDOptions{2.0});
+  WarmupCosineLR sched(opt, 4, 12);
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.0);  // warmup starts from zero
+  sched.step();
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.5);  // 2 * 1/4
+  sched.set_last_epoch(4);
+  EXPECT_DOUBLE_EQ(opt.lr(), 2.0);  // peak
+  sched.set_last_epoch(8);
+  EXPECT_NEAR(opt.lr(), 1.0, 1e-15);  // half way down the cosine: 2 * 0.5 * (1 + cos(pi/2))
+  sched.set_last_epoch(12);
+  EXPECT_NEAR(opt.lr(), 0.0, 1e-15);
+  sched.set_last_epoch(20);
+  EXPECT_NEAR(opt.lr(), 0.0, 1e-15);  // held at the floor after total_steps
+  EXPECT_NEAR(warmup_cosine_factor(8, 4, 12, 0.1), 0.55, 1e-15);  // min_factor lifts the floor
+}
+
+TEST(Schedulers, LambdaLRPerGroup) {
+  Tensor a = zeros({1}).requires_grad_(), b = zeros({1}).requires_grad_();
+  SGD opt({a}, SGDOptions{1.0});
+  opt.add_param_group({b}, SGDOptions{0.1});
+  LambdaLR sched(opt, [](int64_t e) { return 1.0 / (1 + e); });
+  sched.step();
+  EXPECT_DOUBLE_EQ(opt.lr(0), 0.5);
+  EXPECT_DOUBLE_EQ(opt.lr(1), 0.05);
+}
