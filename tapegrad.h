@@ -8,6 +8,7 @@
 #include "framework/grad_mode.h"
 #include "framework/atomic_file.h"
 #include "framework/npy.h"
+#include "framework/idx.h"
 #include "framework/gradcheck.h"
 #include "framework/parallel.h"
 #include "framework/random.h"
