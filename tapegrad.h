@@ -11,6 +11,7 @@
 #include "framework/lr_scheduler.h"
 #include "framework/named_tensors.h"
 #include "framework/optim.h"
+#include "framework/idx.h"
 #include "framework/gradcheck.h"
 #include "framework/parallel.h"
 #include "framework/random.h"

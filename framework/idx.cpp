@@ -1,0 +1,138 @@
+#include "idx.h"
+
+#include <zlib.h>
+
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+namespace tg {
+
+namespace {
+
+// Deflate cannot compress better than about 1032:1; a gzip file of S bytes therefore never
+// inflates past this bound, which caps what an untrusted header can make us allocate.
+constexpr int64_t kMaxDeflateRatio = 1032;
+
+struct GzCloser {
+  void operator()(gzFile_s* f) const { gzclose(f); }
+};
+using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
+
+// Reads exactly n bytes (gzread transparently reads raw files as well). Returns the count read,
+// or throws on a zlib error (a corrupt stream or a CRC mismatch).
+int64_t read_some(gzFile f, uint8_t* dst, int64_t n, const std::string& path) {
+  int64_t done = 0;
+  while (done < n) {
+    const unsigned chunk = static_cast<unsigned>(std::min<int64_t>(n - done, 1 << 30));
+    const int got = gzread(f, dst + done, chunk);
+    if (got < 0) {
+      int errnum = 0;
+      const char* msg = gzerror(f, &errnum);
+      TG_ERROR("read_idx: ", path, ": corrupt gzip data (", msg ? msg : "unknown zlib error", ")");
+    }
+    if (got == 0) break;
+    done += got;
+  }
+  return done;
+}
+
+bool is_gzip(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  unsigned char magic[2] = {0, 0};
+  f.read(reinterpret_cast<char*>(magic), 2);
+  return f.gcount() == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+}
+
+}  // namespace
+
+IdxBytes read_idx(const std::string& path) {
+  std::error_code ec;
+  const auto file_size = std::filesystem::file_size(path, ec);
+  TG_CHECK(!ec, "read_idx: cannot open ", path, " (", ec.message(), ")");
+  const bool gz = is_gzip(path);
+  // The most payload bytes this file can hold: itself when raw, its inflated bound when gzip.
+  const int64_t bound = gz ? static_cast<int64_t>(file_size) * kMaxDeflateRatio + 64 : static_cast<int64_t>(file_size);
+
+  GzFile f(gzopen(path.c_str(), "rb"));
+  TG_CHECK(f != nullptr, "read_idx: cannot open ", path);
+
+  uint8_t magic[4];
+  TG_CHECK(read_some(f.get(), magic, 4, path) == 4, "read_idx: ", path, ": truncated header (fewer than 4 bytes)");
+  TG_CHECK(magic[0] == 0 && magic[1] == 0, "read_idx: ", path, ": not an IDX file (bad magic ",
+           int(magic[0]), " ", int(magic[1]), ", expected 0 0)");
+  TG_CHECK(magic[2] == 0x08, "read_idx: ", path, ": unsupported element type code 0x", std::hex, int(magic[2]),
+           std::dec, " (only unsigned bytes, 0x08, are supported)");
+  const int ndim = magic[3];
+  TG_CHECK(ndim >= 1 && ndim <= 4, "read_idx: ", path, ": expected 1 to 4 dims, got ", ndim);
+
+  IdxBytes out;
+  uint8_t raw_dims[16];
+  TG_CHECK(read_some(f.get(), raw_dims, 4 * ndim, path) == 4 * ndim, "read_idx: ", path,
+           ": truncated header (expected ", ndim, " dims)");
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; ++d) {
+    const uint8_t* b = raw_dims + 4 * d;
+    const int64_t v = (int64_t(b[0]) << 24) | (int64_t(b[1]) << 16) | (int64_t(b[2]) << 8) | int64_t(b[3]);
+    out.dims.push_back(v);
+    // v < 2^32 and numel <= bound < 2^60 before the multiply, so the product cannot overflow.
+    numel *= v;
+    TG_CHECK(numel <= bound, "read_idx: ", path, ": dims ", format_shape(out.dims), "... need more bytes than ",
+             gz ? "a gzip file of this size can inflate to" : "the file holds", " (", file_size, " bytes)");
+  }
+
+  out.data.resize(static_cast<size_t>(numel));
+  const int64_t got = read_some(f.get(), out.data.data(), numel, path);
+  TG_CHECK(got == numel, "read_idx: ", path, ": truncated: dims ", format_shape(out.dims), " need ", numel,
+           " bytes of data, the file has ", got);
+  // Reading past the payload makes zlib check the gzip trailer (CRC and length) and shows
+  // whether the file is longer than its header says.
+  uint8_t extra[1];
+  TG_CHECK(read_some(f.get(), extra, 1, path) == 0, "read_idx: ", path, ": file is longer than its dims ",
+           format_shape(out.dims), " say (trailing bytes after the payload)");
+  return out;
+}
+
+Tensor load_idx_images(const std::string& path) {
+  IdxBytes idx = read_idx(path);
+  TG_CHECK(idx.dims.size() == 3, "load_idx_images: ", path, ": expected 3 dims (N, H, W), got ",
+           format_shape(idx.dims));
+  Tensor t = Tensor::empty(idx.dims, DType::Float32);
+  float* dst = t.data<float>();
+  for (size_t i = 0; i < idx.data.size(); ++i) dst[i] = static_cast<float>(idx.data[i]) / 255.0f;
+  return t;
+}
+
+Tensor load_idx_labels(const std::string& path) {
+  IdxBytes idx = read_idx(path);
+  TG_CHECK(idx.dims.size() == 1, "load_idx_labels: ", path, ": expected 1 dim (N), got ", format_shape(idx.dims));
+  Tensor t = Tensor::empty(idx.dims, DType::Int64);
+  int64_t* dst = t.data<int64_t>();
+  for (size_t i = 0; i < idx.data.size(); ++i) dst[i] = idx.data[i];
+  return t;
+}
+
+ImageDataset load_fashion_mnist(const std::string& split, const std::string& data_dir) {
+  TG_CHECK(split == "train" || split == "test", "load_fashion_mnist: expected split \"train\" or \"test\", got \"",
+           split, "\"");
+  const std::string prefix = data_dir + "/" + (split == "train" ? "train" : "t10k");
+  const std::string images_path = prefix + "-images-idx3-ubyte.gz";
+  const std::string labels_path = prefix + "-labels-idx1-ubyte.gz";
+  for (const std::string& p : {images_path, labels_path}) {
+    TG_CHECK(std::filesystem::exists(p), "load_fashion_mnist: ", p, " not found; install the dataset with "
+             "`apt-get install dataset-fashion-mnist` (it goes to ", kFashionMnistDir,
+             ") or pass the folder that holds the four .gz files");
+  }
+  ImageDataset ds{load_idx_images(images_path), load_idx_labels(labels_path)};
+  TG_CHECK(ds.images.size(0) == ds.labels.size(0), "load_fashion_mnist: ", images_path, " has ", ds.images.size(0),
+           " images but ", labels_path, " has ", ds.labels.size(0), " labels");
+  const int64_t* labels = ds.labels.data<int64_t>();
+  for (int64_t i = 0; i < ds.labels.numel(); ++i) {
+    TG_CHECK(labels[i] >= 0 && labels[i] < 10, "load_fashion_mnist: ", labels_path, ": label ", i, " is ",
+             labels[i], ", expected a class in [0, 10)");
+  }
+  return ds;
+}
+
+}  // namespace tg

@@ -1,0 +1,48 @@
+// IDX files, the format of MNIST and Fashion-MNIST: a big-endian header (two zero bytes, a
+// type code, the number of dims, then each dim as uint32) followed by the raw elements in C
+// order. Files may be gzip-compressed (as distributed) or raw; the reader tells them apart by
+// the gzip magic, not by the file name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor.h"
+
+namespace tg {
+
+// The contents of an unsigned-byte (type code 0x08) IDX file, the only type MNIST-format
+// datasets use. Other type codes are rejected with a tg::Error naming the code.
+struct IdxBytes {
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> data;  // product(dims) bytes, C order
+};
+
+// Reads an IDX file (gzip or raw). The file is untrusted: a bad magic, a truncated header or
+// payload, trailing bytes, a gzip CRC error or dims whose product cannot fit in the file (for
+// gzip, in the most the file could inflate to) throw tg::Error naming the file, before any
+// allocation larger than that bound.
+IdxBytes read_idx(const std::string& path);
+
+// Images: an IDX file of shape (N, H, W) as float32 in [0, 1] (byte / 255), shape [N, H, W].
+Tensor load_idx_images(const std::string& path);
+
+// Labels: an IDX file of shape (N) as int64, shape [N].
+Tensor load_idx_labels(const std::string& path);
+
+// Where Debian's dataset-fashion-mnist package installs the four gzip IDX files.
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+struct ImageDataset {
+  Tensor images;  // float32 [N, 28, 28] in [0, 1]
+  Tensor labels;  // int64 [N], each in [0, 10)
+};
+
+// Loads Fashion-MNIST's "train" (60000 items) or "test" (10000) split from data_dir, which holds
+// {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz (the names of the original distribution).
+// A missing file gives a message that says to `apt-get install dataset-fashion-mnist`; images
+// and labels that disagree in count, or a label outside [0, 10), throw tg::Error.
+ImageDataset load_fashion_mnist(const std::string& split, const std::string& data_dir = kFashionMnistDir);
+
+}  // namespace tg
