@@ -33,6 +33,7 @@
 #include "ops/reduce.h"
 #include "ops/registry.h"
 #include "models/init.h"
+#include "models/layers_norm_dropout_embedding.h"
 #include "models/linear.h"
 #include "models/module.h"
 #include "models/sequential.h"

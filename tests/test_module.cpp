@@ -250,3 +250,46 @@ TEST(Init, DoesNotRecord) {
   EXPECT_TRUE(p.is_leaf());  // a parameter stays a leaf after initialisation
   EXPECT_FALSE(p.grad_fn());
 }
+
+TEST(Layers, LayerNormModule) {
+  LayerNorm ln({4}, 1e-5, true, DType::Float64);
+  EXPECT_EQ(keys(ln.state_dict()), (std::vector<std::string>{"weight", "bias"}));
+  ln.bias.detach().fill_(1.0);
+  Tensor y = ln(from_vector(std::vector<double>{1, 2, 3, 4, -2, 0, 2, 4}, {2, 4}));
+  // Each row normalised to mean 0 (plus the bias 1) and variance 1 (biased, as PyTorch).
+  std::vector<double> v = y.to_vector<double>();
+  for (int r = 0; r < 2; ++r) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < 4; ++c) mean += v[r * 4 + c] / 4;
+    for (int c = 0; c < 4; ++c) var += (v[r * 4 + c] - mean) * (v[r * 4 + c] - mean) / 4;
+    EXPECT_NEAR(mean, 1.0, 1e-12);
+    EXPECT_NEAR(var, 1.0, 1e-4);  // eps = 1e-5 against variances 1.25 and 5 shrinks it by < 1e-5 relative
+  }
+  EXPECT_EQ(LayerNorm({4}, 1e-5, false).num_parameters(), 0);
+}
+
+TEST(Layers, DropoutFollowsTrainEval) {
+  Dropout drop(0.5);
+  Tensor x = ones({10000});
+  std::vector<float> v = drop(x).to_vector<float>();
+  int zeros_seen = 0;
+  for (float e : v) {
+    EXPECT_TRUE(e == 0.0f || e == 2.0f);
+    zeros_seen += e == 0.0f;
+  }
+  EXPECT_NEAR(zeros_seen, 5000, 300);  // binomial std 50: 6 sigma
+  drop.eval();
+  EXPECT_EQ(drop(x).to_vector<float>(), std::vector<float>(10000, 1.0f));
+  EXPECT_THROW(Dropout(1.5), Error);
+}
+
+TEST(Layers, EmbeddingLooksUpRowsAndZeroesPadding) {
+  Embedding emb(5, 3, -1, DType::Float64);
+  EXPECT_EQ(*emb.padding_idx, 4);
+  EXPECT_EQ(emb.weight.select(0, 4).to_vector<double>(), std::vector<double>(3, 0.0));
+  Tensor idx = from_vector(std::vector<int64_t>{2, 0, 2, 4}, {2, 2});
+  Tensor y = emb(idx);
+  EXPECT_EQ(y.shape(), (Shape{2, 2, 3}));
+  EXPECT_EQ(y.select(0, 0).select(0, 0).to_vector<double>(), emb.weight.select(0, 2).to_vector<double>());
+  EXPECT_EQ(keys(emb.state_dict()), (std::vector<std::string>{"weight"}));
+}
