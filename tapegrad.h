@@ -9,6 +9,7 @@
 #include "framework/atomic_file.h"
 #include "framework/npy.h"
 #include "framework/idx.h"
+#include "framework/safetensors.h"
 #include "framework/gradcheck.h"
 #include "framework/parallel.h"
 #include "framework/random.h"
