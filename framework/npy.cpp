@@ -29,11 +29,17 @@ NpyHeader parse_header(const std::string& h, const std::string& path) {
   out.fortran_order = m[1] == "True";
   TG_CHECK(std::regex_search(h, m, std::regex("'shape'\\s*:\\s*\\(([^)]*)\\)")), "load_npy: ", path,
            ": header has no 'shape': ", h);
-  std::string dims = m[1];
-  std::regex num("\\s*(-?\\d+)\\s*,?");
+  // The tuple must be integers separated by commas (a trailing comma allowed), nothing else:
+  // "(2, x)" is a corrupt header, not the shape (2,).
+  const std::string dims = m[1];
+  TG_CHECK(std::regex_match(dims, std::regex("\\s*(-?\\d+\\s*(,\\s*-?\\d+\\s*)*,?\\s*)?")), "load_npy: ", path,
+           ": invalid shape (", dims, ")");
+  std::regex num("-?\\d+");
   for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it) {
-    long long v = std::stoll((*it)[1]);
-    TG_CHECK(v >= 0 && v < (1LL << 40), "load_npy: ", path, ": invalid dimension ", v, " in shape (", dims, ")");
+    const std::string digits = it->str();
+    // More than 13 digits cannot be below 2^40; checking the length first keeps stoll in range.
+    const long long v = digits.size() > 14 ? -1 : std::stoll(digits);
+    TG_CHECK(v >= 0 && v < (1LL << 40), "load_npy: ", path, ": invalid dimension ", digits, " in shape (", dims, ")");
     out.shape.push_back(v);
   }
   return out;

@@ -1,0 +1,279 @@
+#include "safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "atomic_file.h"
+#include "grad_mode.h"
+
+namespace tg {
+
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+// The Rust reference implementation refuses headers over 100 MB; so do we, so that a forged
+// length cannot make us read a huge header into memory.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+const char* st_dtype(DType t) { return t == DType::Float32 ? "F32" : t == DType::Float64 ? "F64" : "I64"; }
+
+bool parse_st_dtype(const std::string& s, DType& out) {
+  if (s == "F32") out = DType::Float32;
+  else if (s == "F64") out = DType::Float64;
+  else if (s == "I64") out = DType::Int64;
+  else return false;
+  return true;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+uint64_t read_u64_le(const unsigned char* b) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | b[i];
+  return v;
+}
+
+// A non-negative integer that fits in 62 bits (so sums and products below cannot overflow).
+bool as_size(const ordered_json& j, uint64_t& out) {
+  if (!j.is_number_integer()) return false;
+  if (j.is_number_unsigned()) out = j.get<uint64_t>();
+  else {
+    const int64_t v = j.get<int64_t>();
+    if (v < 0) return false;
+    out = static_cast<uint64_t>(v);
+  }
+  return out < (uint64_t(1) << 62);
+}
+
+}  // namespace
+
+std::string serialize_safetensors(const StateDict& tensors, const SafetensorsMetadata& metadata) {
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors[a].first < tensors[b].first; });
+
+  ordered_json header = ordered_json::object();
+  if (!metadata.empty()) {
+    ordered_json m = ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = m;
+  }
+  std::vector<Tensor> data;
+  uint64_t offset = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const auto& [name, t] = tensors[order[k]];
+    TG_CHECK(!name.empty(), "save_safetensors: tensor names must not be empty");
+    TG_CHECK(name != "__metadata__", "save_safetensors: \"__metadata__\" is reserved and cannot name a tensor");
+    TG_CHECK(k == 0 || tensors[order[k - 1]].first != name, "save_safetensors: duplicate tensor name \"", name, "\"");
+    TG_CHECK(t.defined(), "save_safetensors: tensor \"", name, "\" is undefined");
+    Tensor c = t.contiguous();
+    const uint64_t bytes = static_cast<uint64_t>(c.numel()) * dtype_size(c.dtype());
+    ordered_json e = ordered_json::object();
+    e["dtype"] = st_dtype(c.dtype());
+    e["shape"] = c.shape();
+    e["data_offsets"] = {offset, offset + bytes};
+    header[name] = e;
+    offset += bytes;
+    data.push_back(c);
+  }
+  // error_handler::strict: a name or value that is not valid UTF-8 throws (caught below).
+  std::string text;
+  try {
+    text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  } catch (const nlohmann::json::exception& e) {
+    TG_ERROR("save_safetensors: a tensor name or metadata string is not valid UTF-8 (", e.what(), ")");
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::string out;
+  out.reserve(8 + text.size() + offset);
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out += text;
+  for (const Tensor& c : data) {
+    if (c.numel() == 0) continue;
+    const char* p = static_cast<const char*>(static_cast<const void*>(c.impl()->storage->data())) +
+                    c.offset() * dtype_size(c.dtype());
+    out.append(p, static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path, const StateDict& tensors, const SafetensorsMetadata& metadata) {
+  write_file_atomically(path, serialize_safetensors(tensors, metadata));
+}
+
+SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& what) {
+  const std::string where = "load_safetensors: " + what + ": ";
+  TG_CHECK(bytes.size() >= 8, where, "file of ", bytes.size(), " bytes is too short for the 8-byte header length");
+  const uint64_t header_len = read_u64_le(reinterpret_cast<const unsigned char*>(bytes.data()));
+  TG_CHECK(header_len <= kMaxHeaderBytes, where, "header length ", header_len, " exceeds the ", kMaxHeaderBytes,
+           "-byte limit");
+  TG_CHECK(header_len <= bytes.size() - 8, where, "header length ", header_len, " runs past the end of the file (",
+           bytes.size(), " bytes)");
+  TG_CHECK(header_len >= 2, where, "header of ", header_len, " bytes cannot hold a JSON object");
+  const uint64_t data_size = bytes.size() - 8 - header_len;
+
+  // JSON itself lets a later duplicate key silently replace an earlier one; a checkpoint
+  // with two entries of one name is corrupt, so the parser callback watches for them.
+  std::vector<std::set<std::string>> keys_at_depth;
+  std::string duplicate;
+  auto watch = [&](int, nlohmann::json::parse_event_t event, ordered_json& parsed) {
+    if (event == nlohmann::json::parse_event_t::object_start) keys_at_depth.emplace_back();
+    else if (event == nlohmann::json::parse_event_t::object_end) keys_at_depth.pop_back();
+    else if (event == nlohmann::json::parse_event_t::key && !keys_at_depth.back().insert(parsed.get<std::string>()).second &&
+             duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  ordered_json header;
+  try {
+    header = ordered_json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len), watch);
+  } catch (const nlohmann::json::exception& e) {
+    TG_ERROR(where, "header is not valid JSON (", e.what(), ")");
+  }
+  TG_CHECK(header.is_object(), where, "header must be a JSON object, got ", header.type_name());
+  TG_CHECK(duplicate.empty(), where, "key \"", duplicate, "\" appears more than once in the header");
+
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const ordered_json& v = it.value();
+    if (name == "__metadata__") {
+      TG_CHECK(v.is_object(), where, "__metadata__ must be an object of strings, got ", v.type_name());
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        TG_CHECK(m.value().is_string(), where, "__metadata__[\"", m.key(), "\"] must be a string, got ",
+                 m.value().type_name());
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string t = where + "tensor \"" + name + "\": ";
+    TG_CHECK(v.is_object(), t, "expected an object with dtype, shape and data_offsets, got ", v.type_name());
+    TG_CHECK(v.contains("dtype") && v["dtype"].is_string(), t, "missing or non-string \"dtype\"");
+    TG_CHECK(v.contains("shape") && v["shape"].is_array(), t, "missing or non-array \"shape\"");
+    TG_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2, t,
+             "\"data_offsets\" must be an array [begin, end]");
+    Entry e;
+    e.name = name;
+    const std::string dt = v["dtype"].get<std::string>();
+    TG_CHECK(parse_st_dtype(dt, e.dtype), t, "unsupported dtype \"", dt, "\" (expected F32, F64 or I64)");
+    // numel is bounded by the data size at every step, so it cannot overflow.
+    uint64_t numel = 1;
+    for (const auto& d : v["shape"]) {
+      uint64_t dim = 0;
+      TG_CHECK(as_size(d, dim), t, "shape ", v["shape"].dump(), " has an invalid dimension ", d.dump());
+      e.shape.push_back(static_cast<int64_t>(dim));
+      if (dim == 0) numel = 0;
+      else if (numel != 0) {
+        TG_CHECK(numel <= data_size / dim, t, "shape ", v["shape"].dump(), " is larger than the file's ", data_size,
+                 " bytes of data");
+        numel *= dim;
+      }
+    }
+    TG_CHECK(as_size(v["data_offsets"][0], e.begin) && as_size(v["data_offsets"][1], e.end), t,
+             "data_offsets ", v["data_offsets"].dump(), " must be non-negative integers");
+    TG_CHECK(e.begin <= e.end && e.end <= data_size, t, "data_offsets ", v["data_offsets"].dump(),
+             " fall outside the data section of ", data_size, " bytes");
+    const uint64_t need = numel * dtype_size(e.dtype);
+    TG_CHECK(e.end - e.begin == need, t, "data_offsets ", v["data_offsets"].dump(), " span ", e.end - e.begin,
+             " bytes, but shape ", format_shape(e.shape), " of ", dt, " needs ", need);
+    entries.push_back(std::move(e));
+  }
+
+  // No two tensors may share bytes (empty tensors occupy none).
+  std::vector<const Entry*> by_offset;
+  for (const Entry& e : entries) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const Entry* a, const Entry* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
+  const Entry* prev = nullptr;
+  for (const Entry* e : by_offset) {
+    if (e->begin == e->end) continue;
+    TG_CHECK(prev == nullptr || e->begin >= prev->end, where, "tensors \"", prev ? prev->name : "", "\" [",
+             prev ? prev->begin : 0, ", ", prev ? prev->end : 0, ") and \"", e->name, "\" [", e->begin, ", ", e->end,
+             ") overlap");
+    prev = e;
+  }
+
+  // Everything is checked: now allocate and copy (the data is little-endian, as is the host).
+  const char* data = bytes.data() + 8 + header_len;
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    if (e.end > e.begin) std::memcpy(t.impl()->storage->data(), data + e.begin, e.end - e.begin);
+    out.tensors.emplace_back(e.name, t);
+  }
+  return out;
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  TG_CHECK(f.good(), "load_safetensors: cannot open ", path);
+  const std::streamoff size = f.tellg();
+  f.seekg(0);
+  // The whole file is read once (a checkpoint is loaded whole anyway); every size in the
+  // header is then checked against these bytes.
+  std::string bytes(static_cast<size_t>(size), '\0');
+  TG_CHECK(f.read(bytes.data(), size), "load_safetensors: ", path, ": read failed");
+  return parse_safetensors(bytes, path);
+}
+
+std::string LoadStateDictReport::to_string() const {
+  std::string s;
+  for (const auto& k : missing_keys) s += "  missing key: " + k + "\n";
+  for (const auto& k : unexpected_keys) s += "  unexpected key: " + k + "\n";
+  for (const auto& m : mismatches) s += "  mismatch: " + m + "\n";
+  return s;
+}
+
+LoadStateDictReport load_state_dict(const StateDict& target, const StateDict& source, bool strict) {
+  std::map<std::string, const Tensor*> src;
+  for (const auto& [name, t] : source) src[name] = &t;
+  std::set<std::string> target_names;
+  LoadStateDictReport report;
+  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  for (const auto& [name, t] : target) {
+    target_names.insert(name);
+    auto it = src.find(name);
+    if (it == src.end()) {
+      report.missing_keys.push_back(name);
+      continue;
+    }
+    const Tensor& s = *it->second;
+    TG_CHECK(t.defined() && s.defined(), "load_state_dict: tensor \"", name, "\" is undefined");
+    if (s.shape() != t.shape()) {
+      report.mismatches.push_back(name + ": shape " + format_shape(s.shape()) + " in the source, " +
+                                  format_shape(t.shape()) + " in the target");
+    } else if (s.dtype() != t.dtype()) {
+      report.mismatches.push_back(name + ": dtype " + dtype_name(s.dtype()) + " in the source, " +
+                                  dtype_name(t.dtype()) + " in the target");
+    } else {
+      copies.emplace_back(t, &s);
+    }
+  }
+  for (const auto& [name, t] : source) {
+    if (!target_names.count(name)) report.unexpected_keys.push_back(name);
+  }
+  const bool fail = !report.mismatches.empty() || (strict && !report.ok());
+  TG_CHECK(!fail, "load_state_dict: error(s) loading the state dict (nothing was copied):\n", report.to_string());
+  // A checkpoint load is not part of the model's computation: no tape entries.
+  NoGradGuard no_grad;
+  for (auto& [dst, s] : copies) dst.copy_(*s);
+  return report;
+}
+
+LoadStateDictReport load_state_dict_from_file(const StateDict& target, const std::string& path, bool strict) {
+  return load_state_dict(target, load_safetensors(path).tensors, strict);
+}
+
+}  // namespace tg

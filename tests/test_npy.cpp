@@ -1,0 +1,199 @@
+// .npy: files numpy wrote load exactly; what we write is byte-identical to numpy.save of the
+// same array (so numpy reads it); every dtype round-trips; any strides are written in C order;
+// corrupt files throw a clear tg::Error without crashing or allocating beyond the file.
+#include <cstring>
+#include <limits>
+
+#include "io_test_util.h"
+
+namespace tg {
+namespace {
+
+using namespace tg::testing;
+
+std::vector<GoldenCase> cases_of_kind(const std::string& kind) {
+  std::vector<GoldenCase> out;
+  for (auto& c : load_golden_cases("io")) {
+    if (c.json.value("kind", "") == kind) out.push_back(c);
+  }
+  return out;
+}
+
+// (i * scale - 3) in C order, computed in double then cast: the formula of tools/fixtures/io.py.
+Tensor formula(const Shape& shape, const std::string& dtype, double scale) {
+  const int64_t n = shape_numel(shape);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>(i) * scale - 3;
+  Tensor t = from_vector(v, shape);
+  if (dtype == "float32") return t.to(DType::Float32);
+  if (dtype == "int64") return t.to(DType::Int64);
+  return t;
+}
+
+TEST(Npy, NumpyWrittenFilesLoadExactly) {
+  auto cases = cases_of_kind("npy");
+  ASSERT_GE(cases.size(), 8u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name());
+    Tensor t = c.tensor("array");
+    EXPECT_EQ(t.shape(), c.json["shape"].get<Shape>());
+    const std::string dt = c.json["dtype"];
+    // int32 widens to int64; float32 stays float32 (its values are exact in JSON's doubles).
+    const DType want = dt == "float32" ? DType::Float32 : dt == "float64" ? DType::Float64 : DType::Int64;
+    ASSERT_EQ(t.dtype(), want);
+    if (want == DType::Int64) {
+      // Compared as integers: 2^62 + 3 is not representable in a double.
+      EXPECT_EQ(t.to_vector<int64_t>(), c.json["values"].get<std::vector<int64_t>>());
+    } else {
+      std::vector<double> got = t.to(DType::Float64).to_vector<double>();
+      EXPECT_EQ(got, c.json["values"].get<std::vector<double>>());
+    }
+  }
+}
+
+TEST(Npy, WrittenBytesEqualNumpySave) {
+  const std::string dir = fresh_temp_dir("npy_bytes");
+  auto cases = cases_of_kind("npy_ref");
+  ASSERT_GE(cases.size(), 6u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name());
+    const auto& f = c.json["formula"];
+    Tensor t = formula(f["shape"].get<Shape>(), f["dtype"], f["scale"].get<double>());
+    if (c.json["transposed"].get<bool>()) t = t.transpose(0, 1);  // non-contiguous on purpose
+    save_npy(dir + "/out.npy", t);
+    const std::string ours = read_bytes(dir + "/out.npy");
+    const std::string numpy = read_bytes(data_path("io/" + c.name()));
+    ASSERT_FALSE(numpy.empty());
+    EXPECT_EQ(ours, numpy) << "our header: " << ours.substr(10, ours.find('\n') - 10);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Npy, RoundTripsEveryDtypeAndShape) {
+  const std::string dir = fresh_temp_dir("npy_roundtrip");
+  manual_seed(7);
+  std::vector<Tensor> tensors = {
+      randn({3, 4}, DType::Float32),
+      randn({2, 3, 5}, DType::Float64),
+      randint(-1000000, 1000000, {7}),
+      scalar_tensor(-2.5, DType::Float64),
+      zeros({0, 3}, DType::Float32),
+      zeros({2, 0}, DType::Int64),
+      from_vector(std::vector<double>{std::numeric_limits<double>::infinity(), -0.0,
+                                      std::numeric_limits<double>::denorm_min(), std::nan("")},
+                  {4}),
+      from_vector(std::vector<int64_t>{std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}, {2}),
+  };
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string path = dir + "/t" + std::to_string(i) + ".npy";
+    save_npy(path, tensors[i]);
+    expect_identical(load_npy(path), tensors[i], "tensor " + std::to_string(i));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Npy, NonContiguousTensorsAreWrittenInCOrder) {
+  const std::string dir = fresh_temp_dir("npy_strided");
+  Tensor base = arange(0, 24, 1, DType::Int64).view({2, 3, 4});
+  struct View { const char* what; Tensor t; std::vector<int64_t> expected; };
+  std::vector<View> views = {
+      {"transpose", base.select(0, 0).transpose(0, 1), {0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}},
+      {"step slice", base.slice(2, 0, 4, 2), {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22}},
+      {"offset narrow", base.narrow(0, 1, 1).narrow(2, 1, 2), {13, 14, 17, 18, 21, 22}},
+      {"broadcast", from_vector(std::vector<int64_t>{5, 6}, {2, 1}).expand({2, 3}), {5, 5, 5, 6, 6, 6}},
+  };
+  for (const auto& v : views) {
+    SCOPED_TRACE(v.what);
+    ASSERT_FALSE(v.t.is_contiguous());
+    save_npy(dir + "/v.npy", v.t);
+    Tensor back = load_npy(dir + "/v.npy");
+    EXPECT_EQ(back.shape(), v.t.shape());
+    EXPECT_EQ(back.to_vector<int64_t>(), v.expected);
+  }
+  // The float path too: a transposed float32 matrix.
+  Tensor m = from_vector(std::vector<float>{1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f}, {2, 3}).transpose(0, 1);
+  save_npy(dir + "/m.npy", m);
+  EXPECT_EQ(load_npy(dir + "/m.npy").to_vector<float>(), (std::vector<float>{1.5f, 4.5f, 2.5f, 5.5f, 3.5f, 6.5f}));
+  std::filesystem::remove_all(dir);
+}
+
+// A valid v1.0 file with the given header dict text, padded like numpy, then `data`.
+std::string npy_with_header(const std::string& dict, const std::string& data) {
+  std::string header = dict;
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string s = "\x93NUMPY\x01";
+  s.push_back('\0');
+  s.push_back(static_cast<char>(header.size() & 0xff));
+  s.push_back(static_cast<char>(header.size() >> 8));
+  return s + header + data;
+}
+
+TEST(Npy, CorruptFilesThrowClearErrors) {
+  const std::string dir = fresh_temp_dir("npy_corrupt");
+  const std::string good = read_bytes(data_path("io/np_f32.npy"));  // (2, 3) float32: 24 data bytes
+  ASSERT_EQ(load_npy(data_path("io/np_f32.npy")).numel(), 6);
+  auto check = [&](const std::string& name, const std::string& bytes, const std::vector<std::string>& pieces) {
+    SCOPED_TRACE(name);
+    write_bytes(dir + "/" + name, bytes);
+    expect_error_with([&] { load_npy(dir + "/" + name); }, pieces);
+  };
+  check("truncated_data", good.substr(0, good.size() - 5), {"truncated", "needs 24 bytes", "has 19"});
+  check("truncated_header", good.substr(0, 40), {"runs past the end of the file"});
+  check("only_magic", good.substr(0, 8), {"not a .npy file"});
+  check("empty", "", {"not a .npy file"});
+  std::string bad_magic = good;
+  bad_magic[1] = 'X';
+  check("bad_magic", bad_magic, {"not a .npy file"});
+  std::string bad_version = good;
+  bad_version[6] = 9;
+  check("bad_version", bad_version, {"unsupported format version 9"});
+  const std::string data24(24, '\0');
+  check("fortran", npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", data24),
+        {"Fortran-order"});
+  check("half", npy_with_header("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", data24),
+        {"unsupported dtype '<f2'"});
+  check("big_endian", npy_with_header("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", data24),
+        {"unsupported dtype '>f4'"});
+  check("uint8", npy_with_header("{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", data24),
+        {"unsupported dtype '|u1'"});
+  check("no_descr", npy_with_header("{'fortran_order': False, 'shape': (2, 3), }", data24), {"no 'descr'"});
+  check("no_shape", npy_with_header("{'descr': '<f4', 'fortran_order': False, }", data24), {"no 'shape'"});
+  // Absurd shapes: no allocation is attempted (2^39 x 2^39 elements would be 2^80 bytes).
+  check("huge_shape",
+        npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (549755813888, 549755813888), }", data24),
+        {"larger than the file"});
+  check("huge_dim", npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999,), }", data24),
+        {"invalid dimension"});
+  // Too many digits for a long long: must still be a tg::Error, not std::out_of_range.
+  check("overflow_dim",
+        npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (123456789012345678901234567890,), }", data24),
+        {"invalid dimension 123456789012345678901234567890"});
+  check("negative_dim", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, 3), }", data24),
+        {"invalid dimension -2"});
+  check("garbage_dim", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }", data24),
+        {"invalid shape"});
+  // A v2.0 header whose 4-byte length claims 4 GB.
+  std::string v2 = "\x93NUMPY\x02";
+  v2 += std::string(1, '\0') + "\xff\xff\xff\xff" + std::string(40, ' ');
+  check("v2_huge_header", v2, {"runs past the end of the file"});
+  expect_error_with([&] { load_npy(dir + "/missing.npy"); }, {"cannot open", "missing.npy"});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Npy, SaveIsAtomicAndReportsUnwritableFolders) {
+  const std::string dir = fresh_temp_dir("npy_atomic");
+  save_npy(dir + "/a.npy", scalar_tensor(1.0, DType::Float64));
+  save_npy(dir + "/a.npy", scalar_tensor(2.0, DType::Float64));  // replaces it whole
+  EXPECT_EQ(load_npy(dir + "/a.npy").item<double>(), 2.0);
+  // Only the target remains: no temporary file is left beside it.
+  int files = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1);
+  EXPECT_THROW(save_npy(dir + "/no/such/folder/a.npy", scalar_tensor(1.0)), Error);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tg
