@@ -1,6 +1,5 @@
 #include "module.h"
 
-#include <map>
 #include <set>
 
 #include "../framework/grad_mode.h"
@@ -96,32 +95,8 @@ NamedTensors Module::state_dict() const {
   return all;
 }
 
-void Module::load_state_dict(const NamedTensors& state, bool strict) {
-  std::map<std::string, const Tensor*> given;
-  for (const auto& e : state) given[e.first] = &e.second;
-  NamedTensors mine = state_dict();
-  std::vector<std::string> missing;
-  std::set<std::string> used;
-  NoGradGuard no_grad;  // a parameter's values change, not its history
-  for (auto& e : mine) {
-    auto it = given.find(e.first);
-    if (it == given.end()) {
-      missing.push_back(e.first);
-      continue;
-    }
-    used.insert(e.first);
-    const Tensor& src = *it->second;
-    TG_CHECK(src.defined(), "load_state_dict: \"", e.first, "\" is undefined");
-    TG_CHECK(src.shape() == e.second.shape(), "load_state_dict: size mismatch for \"", e.first,
-             "\": expected shape ", format_shape(e.second.shape()), ", got ", format_shape(src.shape()));
-    e.second.copy_(src);
-  }
-  if (!strict) return;
-  std::string problems;
-  for (auto& m : missing) problems += " missing \"" + m + "\";";
-  for (auto& e : state)
-    if (!used.count(e.first)) problems += " unexpected \"" + e.first + "\";";
-  TG_CHECK(problems.empty(), "load_state_dict: error(s) in loading state dict for ", this->name(), ":", problems);
+LoadStateDictReport Module::load_state_dict(const NamedTensors& state, bool strict) {
+  return tg::load_state_dict(state_dict(), state, strict);
 }
 
 void Module::train(bool on) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../framework/named_tensors.h"
+#include "../framework/safetensors.h"
 #include "../framework/tensor.h"
 
 namespace tg {
@@ -46,9 +47,10 @@ class Module {
   NamedTensors named_buffers() const;
   // Parameters and buffers of each module, then its children: PyTorch's state_dict order.
   NamedTensors state_dict() const;
-  // Copies values into the registered tensors (shapes must match; dtypes are converted).
-  // strict: every key of the module must be present and no other key may be.
-  void load_state_dict(const NamedTensors& state, bool strict = true);
+  // Copies values into the registered tensors through tg::load_state_dict (framework/safetensors.h):
+  // shapes and dtypes must match; strict: every key of the module must be present and no other
+  // key may be. On error nothing is copied; the report lists missing and unexpected keys.
+  LoadStateDictReport load_state_dict(const NamedTensors& state, bool strict = true);
 
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   std::shared_ptr<Module> child(const std::string& name) const;  // throws when absent

@@ -293,3 +293,17 @@ TEST(Layers, EmbeddingLooksUpRowsAndZeroesPadding) {
   EXPECT_EQ(y.select(0, 0).select(0, 0).to_vector<double>(), emb.weight.select(0, 2).to_vector<double>());
   EXPECT_EQ(keys(emb.state_dict()), (std::vector<std::string>{"weight"}));
 }
+
+TEST(Module, SafetensorsRoundTrip) {
+  manual_seed(4);
+  MLP a({6, 5, 3});
+  const std::string path = ::testing::TempDir() + "/tapegrad_mlp.safetensors";
+  save_safetensors(path, a.state_dict());
+  manual_seed(5);
+  MLP b({6, 5, 3});
+  LoadStateDictReport report = b.load_state_dict(load_safetensors(path).tensors);
+  EXPECT_TRUE(report.ok());
+  Tensor x = randn({2, 6});
+  EXPECT_EQ(a.forward(x).to_vector<float>(), b.forward(x).to_vector<float>());
+  std::remove(path.c_str());
+}
