@@ -202,7 +202,7 @@ namespace {
 
 // dst[i] = f(dst[i], src[i]) with src broadcast to dst's shape, converting src's dtype.
 template <class F>
-void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f) {
+void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f, bool bump = true) {
   Shape b = broadcast_shapes(dst.shape(), src.shape(), op);
   TG_CHECK(b == dst.shape(), op, ": cannot broadcast a tensor of shape ", format_shape(src.shape()),
            " into one of shape ", format_shape(dst.shape()));
@@ -226,10 +226,14 @@ void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f) {
                       });
     });
   });
-  dst.bump_version();
+  if (bump) dst.bump_version();
 }
 
 }  // namespace
+
+void detail::copy_into_new(Tensor& dst, const Tensor& src) {
+  apply_inplace(dst, src, "copy_", [](auto, auto s) { return s; }, /*bump=*/false);
+}
 
 Tensor& Tensor::fill_(double value) {
   check_defined("fill_");

@@ -141,6 +141,11 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);  // -1 -> ndim-1, t
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 bool same_shape(const Tensor& a, const Tensor& b);
 
+namespace detail {
+// copy_ for a tensor that was just allocated: no version bump, so fresh copies start at 0.
+void copy_into_new(Tensor& dst, const Tensor& src);
+}  // namespace detail
+
 // ---- template definitions ----
 
 template <class T>

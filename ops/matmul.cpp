@@ -107,8 +107,6 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
 }
 
 std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor& x = ctx.saved(0);
-  const Tensor& w = ctx.saved(1);
   const int64_t out_f = ctx.input_shape(1)[0], in_f = ctx.input_shape(1)[1];
   const int64_t rows = shape_numel(ctx.input_shape(0)) / std::max<int64_t>(in_f, 1);
   Tensor g2 = g[0].contiguous();
@@ -117,11 +115,11 @@ std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vecto
     using T = typename decltype(tag)::type;
     if (ctx.needs_grad(0)) {
       dx = Tensor::empty(ctx.input_shape(0), g2.dtype());
-      gemm<T>(g2.data<T>(), w.data<T>(), dx.data<T>(), rows, out_f, in_f, false, false);
+      gemm<T>(g2.data<T>(), ctx.saved(1).data<T>(), dx.data<T>(), rows, out_f, in_f, false, false);
     }
     if (ctx.needs_grad(1)) {
       dw = Tensor::empty({out_f, in_f}, g2.dtype());
-      gemm<T>(g2.data<T>(), x.data<T>(), dw.data<T>(), out_f, rows, in_f, true, false);
+      gemm<T>(g2.data<T>(), ctx.saved(0).data<T>(), dw.data<T>(), out_f, rows, in_f, true, false);
     }
     if (ctx.needs_grad(2)) db = sum_to(g2.reshape({rows, out_f}), {out_f});
   });
