@@ -196,6 +196,21 @@ void Tensor::register_hook(GradHook hook) {
     impl_->hooks.push_back(std::move(hook));
 }
 
+void Tensor::retain_grad() {
+  check_defined("retain_grad");
+  TG_CHECK(requires_grad(), "retain_grad: cannot retain the gradient of a tensor that does not require grad");
+  if (is_leaf()) return;
+  // A weak reference: the entry must not keep its own output alive (that would be a cycle).
+  std::weak_ptr<TensorImpl> weak = impl_;
+  register_hook([weak](const Tensor& g) {
+    if (auto impl = weak.lock()) {
+      if (impl->grad) Tensor(impl->grad).add_(g);
+      else impl->grad = g.clone().impl_ptr();
+    }
+    return Tensor();
+  });
+}
+
 // ---- in-place writes ----
 
 namespace {

@@ -81,6 +81,8 @@ class Tensor {
   // A hook sees the gradient flowing into this tensor before it is accumulated or passed on;
   // returning a defined tensor replaces that gradient, an undefined one keeps it.
   void register_hook(GradHook hook);
+  // Keep the gradient of a non-leaf tensor in its .grad() during backward (leaves always do).
+  void retain_grad();
 
   // Views (share storage; differentiable).
   Tensor view(const Shape& shape) const;           // contiguous input; one dim may be -1

@@ -130,6 +130,19 @@ TEST(Tape, HooksObserveAndReplaceGradients) {
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{30, 30}));
 }
 
+TEST(Tape, RetainGradKeepsANonLeafGradientWithoutACycle) {
+  Tensor x = leaf({1, 2}, {2});
+  std::weak_ptr<Node> entry;
+  {
+    Tensor h = mul(x, 3.0);
+    h.retain_grad();
+    entry = h.grad_fn();
+    sum(mul(h, h)).backward();
+    EXPECT_EQ(h.grad().to_vector<double>(), (std::vector<double>{6, 12}));  // 2h
+  }
+  EXPECT_TRUE(entry.expired());  // the hook did not keep h (and so its entry) alive
+}
+
 TEST(Tape, GradReturnsGradientsWithoutTouchingDotGrad) {
   Tensor x = leaf({1, 2}, {2});
   Tensor w = leaf({3, 4}, {2});
