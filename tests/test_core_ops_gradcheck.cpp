@@ -9,7 +9,7 @@ namespace {
 const char* const kOps[] = {"pow",     "exp",           "log",          "sqrt",      "rsqrt",   "abs",
                             "clamp",   "sigmoid",       "tanh",         "gelu",      "softmax", "log_softmax",
                             "cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss",
-                            "binary_cross_entropy_with_logits", "layer_norm", "dropout", "embedding", "cat"};
+                            "binary_cross_entropy_with_logits", "layer_norm", "dropout", "embedding", "cat", "index_select", "gather", "max", "min", "var", "where"};
 
 TEST(CoreOpsGradcheck, EverySampleCasePassesInFloat64) {
   for (const char* name : kOps) {
