@@ -27,8 +27,10 @@ void softmax_forward(const T* x, T* y, int64_t outer, int64_t D, int64_t inner, 
     double s = 0;
     for (int64_t d = 0; d < D; ++d) s += std::exp(static_cast<double>(xl[d * inner] - m));
     if (log) {
-      const T lse = static_cast<T>(std::log(s)) + m;
-      for (int64_t d = 0; d < D; ++d) yl[d * inner] = xl[d * inner] - lse;
+      // (x - m) - log(s), not x - (m + log s): with large logits m + log s would round away
+      // the small log-probabilities (catastrophic cancellation in float32).
+      const T log_s = static_cast<T>(std::log(s));
+      for (int64_t d = 0; d < D; ++d) yl[d * inner] = (xl[d * inner] - m) - log_s;
     } else {
       const double inv = 1.0 / s;
       for (int64_t d = 0; d < D; ++d) yl[d * inner] = static_cast<T>(std::exp(static_cast<double>(xl[d * inner] - m)) * inv);
