@@ -1,10 +1,16 @@
 // Activations. Each saves what its derivative reads: relu and friends their output.
 //
-//   relu:  y = max(x, 0)     dx = g * (y > 0)
+//   relu:    y = max(x, 0)     dx = g * (y > 0)
+//   sigmoid: y = 1/(1+e^-x)    dx = g * y (1 - y)        saves y
+//   tanh:    y = tanh x        dx = g * (1 - y^2)        saves y
+//   gelu:    y = x Phi(x)      dx = g * (Phi(x) + x phi(x))   saves x (tanh form: its own derivative)
 #include "activation.h"
+
+#include <cmath>
 
 #include "../framework/tape.h"
 #include "elementwise_kernel.h"
+#include "pointwise.h"
 #include "samples.h"
 
 namespace tg {
@@ -33,7 +39,111 @@ std::vector<SampleCase> relu_samples() {
            [](const std::vector<Tensor>& x) { return std::vector<Tensor>{relu(x[0])}; }}};
 }
 
+struct GeluAttrs {
+  bool tanh_form;
+};
+
+// Computed in T, as PyTorch's kernels do (the constants are PyTorch's M_SQRT1_2, M_2_SQRTPI...).
+constexpr double kSqrt1_2 = 0.70710678118654752440;   // 1/sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
+constexpr double kGeluCubic = 0.044715;
+
+template <class T>
+T gelu_value(T x, bool tanh_form) {
+  if (tanh_form) {
+    const T inner = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
+    return T(0.5) * x * (T(1) + std::tanh(inner));
+  }
+  return x * T(0.5) * (T(1) + std::erf(x * static_cast<T>(kSqrt1_2)));
+}
+
+template <class T>
+T gelu_derivative(T x, bool tanh_form) {
+  if (tanh_form) {
+    const T k = static_cast<T>(kSqrt2OverPi), c = static_cast<T>(kGeluCubic);
+    const T inner = k * (x + c * x * x * x);
+    const T t = std::tanh(inner);
+    const T dinner = k * (T(1) + T(3) * c * x * x);
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
+  }
+  const T cdf = T(0.5) * (T(1) + std::erf(x * static_cast<T>(kSqrt1_2)));
+  const T pdf = static_cast<T>(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
+  return cdf + x * pdf;
+}
+
+std::vector<Tensor> sigmoid_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {pointwise_binary(g[0], ctx.saved(0), "sigmoid_backward",
+                           [](auto gv, auto y) { return gv * y * (decltype(y)(1) - y); })};
+}
+std::vector<Tensor> tanh_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {pointwise_binary(g[0], ctx.saved(0), "tanh_backward",
+                           [](auto gv, auto y) { return gv * (decltype(y)(1) - y * y); })};
+}
+std::vector<Tensor> gelu_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const bool tanh_form = ctx.attrs<GeluAttrs>().tanh_form;
+  return {pointwise_binary(g[0], ctx.saved(0), "gelu_backward",
+                           [tanh_form](auto gv, auto x) { return gv * gelu_derivative(x, tanh_form); })};
+}
+
+using Inputs = std::vector<Tensor>;
+std::vector<SampleCase> sigmoid_samples() {
+  return {{"[3,4]", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{sigmoid(x[0])}; }}};
+}
+std::vector<SampleCase> tanh_samples() {
+  return {{"[3,4]", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{tanh(x[0])}; }}};
+}
+std::vector<SampleCase> gelu_samples() {
+  return {{"[3,4] exact", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{gelu(x[0])}; }},
+          {"[3,4] tanh", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{gelu(x[0], "tanh")}; }}};
+}
+
 }  // namespace
+
+const OpDef kSigmoidOp{"sigmoid", "sigmoid_backward", "self", sigmoid_backward, sigmoid_samples};
+const OpDef kTanhOp{"tanh", "tanh_backward", "self", tanh_backward, tanh_samples};
+const OpDef kGeluOp{"gelu", "gelu_backward", "self", gelu_backward, gelu_samples};
+
+Tensor sigmoid(const Tensor& x) {
+  // Stable on both sides: e^-x never overflows for x >= 0, e^x never for x < 0.
+  Tensor y = pointwise_unary(x, "sigmoid", [](auto v) {
+    using T = decltype(v);
+    if (v >= T(0)) return T(1) / (T(1) + std::exp(-v));
+    const T e = std::exp(v);
+    return e / (T(1) + e);
+  });
+  if (Recorder rec{kSigmoidOp, {x}}) {
+    rec.save({y});
+    rec.set_outputs({y});
+  }
+  return y;
+}
+
+Tensor tanh(const Tensor& x) {
+  Tensor y = pointwise_unary(x, "tanh", [](auto v) { return std::tanh(v); });
+  if (Recorder rec{kTanhOp, {x}}) {
+    rec.save({y});
+    rec.set_outputs({y});
+  }
+  return y;
+}
+
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  TG_CHECK(approximate == "none" || approximate == "tanh",
+           "gelu: expected approximate to be 'none' or 'tanh', got '", approximate, "'");
+  const bool tanh_form = approximate == "tanh";
+  Tensor y = pointwise_unary(x, "gelu", [tanh_form](auto v) { return gelu_value(v, tanh_form); });
+  if (Recorder rec{kGeluOp, {x}}) {
+    rec.save({x});
+    rec.set_attrs(GeluAttrs{tanh_form});
+    rec.set_outputs({y});
+  }
+  return y;
+}
 
 const OpDef kReluOp{"relu", "relu_backward", "self", relu_backward, relu_samples};
 
@@ -50,6 +160,8 @@ Tensor relu(const Tensor& x) {
   return y;
 }
 
-void register_activation_ops(Registry& r) { r.add(kReluOp); }
+void register_activation_ops(Registry& r) {
+  for (const OpDef* op : {&kReluOp, &kSigmoidOp, &kTanhOp, &kGeluOp}) r.add(*op);
+}
 
 }  // namespace tg

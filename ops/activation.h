@@ -1,10 +1,17 @@
 // Activation functions.
 #pragma once
 
+#include <string>
+
 #include "../framework/tensor.h"
 
 namespace tg {
 
 Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+// PyTorch's gelu: approximate = "none" (exact, x * Phi(x) with erf) or "tanh"
+// (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 
 }  // namespace tg

@@ -11,6 +11,18 @@ void register_elementwise_ops(Registry& r);
 void register_matmul_ops(Registry& r);
 void register_reduce_ops(Registry& r);
 void register_activation_ops(Registry& r);
+void register_unary_ops(Registry& r);
+void register_softmax_ops(Registry& r);
+void register_cross_entropy_ops(Registry& r);
+void register_loss_ops(Registry& r);
+void register_norm_ops(Registry& r);
+void register_dropout_ops(Registry& r);
+void register_embedding_ops(Registry& r);
+void register_shape_ops(Registry& r);
+void register_index_ops(Registry& r);
+void register_minmax_ops(Registry& r);
+void register_var_ops(Registry& r);
+void register_where_ops(Registry& r);
 
 namespace {
 Registry& build_builtin_registry() {
@@ -20,6 +32,18 @@ Registry& build_builtin_registry() {
   register_matmul_ops(r);
   register_reduce_ops(r);
   register_activation_ops(r);
+  register_unary_ops(r);
+  register_softmax_ops(r);
+  register_cross_entropy_ops(r);
+  register_loss_ops(r);
+  register_norm_ops(r);
+  register_dropout_ops(r);
+  register_embedding_ops(r);
+  register_shape_ops(r);
+  register_index_ops(r);
+  register_minmax_ops(r);
+  register_var_ops(r);
+  register_where_ops(r);
   return r;
 }
 }  // namespace

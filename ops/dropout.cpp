@@ -1,0 +1,53 @@
+// dropout: y = x * m, m = keep / (1 - p) with keep ~ Bernoulli(1 - p); dx = g * m.
+// Saves the scaled mask m (not x, not y).
+#include "dropout.h"
+
+#include "../framework/tape.h"
+#include "pointwise.h"
+#include "samples.h"
+
+namespace tg {
+
+namespace {
+
+std::vector<Tensor> dropout_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {pointwise_binary(g[0], ctx.saved(0), "dropout_backward", [](auto gv, auto m) { return gv * m; })};
+}
+
+std::vector<SampleCase> dropout_samples() {
+  // A generator of its own, reseeded on every call, so that gradcheck's repeated calls see one mask.
+  return {{"[4,5] p 0.3", [](DType dt) { return std::vector<Tensor>{sample_tensor({4, 5}, dt)}; },
+           [](const std::vector<Tensor>& x) {
+             Generator gen(7);
+             return std::vector<Tensor>{dropout(x[0], 0.3, true, &gen)};
+           }}};
+}
+
+}  // namespace
+
+const OpDef kDropoutOp{"dropout", "dropout_backward", "self", dropout_backward, dropout_samples};
+
+Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
+  TG_CHECK(x.defined(), "dropout: the tensor is undefined");
+  TG_CHECK(p >= 0.0 && p <= 1.0, "dropout: expected probability p in [0, 1], got ", p);
+  TG_CHECK(is_floating(x.dtype()), "dropout: expected a floating tensor, got ", dtype_name(x.dtype()));
+  if (!train || p == 0.0) return x;
+  Generator& g = gen ? *gen : default_generator();
+  Tensor mask = Tensor::empty(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T scale = p == 1.0 ? T(0) : static_cast<T>(1.0 / (1.0 - p));
+    T* m = mask.data<T>();
+    for (int64_t i = 0; i < mask.numel(); ++i) m[i] = g.next_double() >= p ? scale : T(0);
+  });
+  Tensor y = pointwise_binary(x, mask, "dropout", [](auto v, auto m) { return v * m; });
+  if (Recorder rec{kDropoutOp, {x}}) {
+    rec.save({mask});
+    rec.set_outputs({y});
+  }
+  return y;
+}
+
+void register_dropout_ops(Registry& r) { r.add(kDropoutOp); }
+
+}  // namespace tg

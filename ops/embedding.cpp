@@ -1,0 +1,113 @@
+// embedding. Shape legend: weight (V, D), indices (n) flattened, out (n, D).
+//   forward:  out[i] = weight[idx[i]]
+//   backward: dweight[v] = sum over i with idx[i] == v of g[i]   (none for v == padding_idx)
+// The backward is a scatter-add made deterministic without atomics: each thread owns a block
+// of weight rows and adds, in index order, only the gradients that land in its block.
+#include "embedding.h"
+
+#include <algorithm>
+
+#include "../framework/parallel.h"
+#include "../framework/tape.h"
+#include "samples.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace tg {
+
+namespace {
+
+struct EmbeddingAttrs {
+  int64_t padding_idx;  // -1: none (already wrapped to [0, V) otherwise)
+};
+
+std::vector<Tensor> embedding_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
+  const Tensor& idx = ctx.saved(0);
+  const int64_t pad = ctx.attrs<EmbeddingAttrs>().padding_idx;
+  const int64_t V = ctx.input_shape(0)[0], D = ctx.input_shape(0)[1], n = idx.numel();
+  Tensor g = grads[0].contiguous();
+  Tensor dw = zeros({V, D}, ctx.input_dtype(0));
+  dispatch_floating(dw.dtype(), "embedding_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t* ip = idx.data<int64_t>();
+    const T* gp = g.data<T>();
+    T* wp = dw.data<T>();
+    const bool parallel = n * D >= kParallelGrain && V > 1;
+#pragma omp parallel if (parallel)
+    {
+      int64_t lo = 0, hi = V;
+#ifdef _OPENMP
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      lo = V * t / nt;
+      hi = V * (t + 1) / nt;
+#endif
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t v = ip[i];
+        if (v < lo || v >= hi || v == pad) continue;
+        T* row = wp + v * D;
+        const T* gr = gp + i * D;
+        for (int64_t d = 0; d < D; ++d) row[d] += gr[d];
+      }
+    }
+  });
+  return {dw};
+}
+
+std::vector<SampleCase> embedding_samples() {
+  auto make = [](DType dt) { return std::vector<Tensor>{sample_tensor({5, 3}, dt)}; };
+  return {{"(5,3) indices (2,3) with repeats", make,
+           [](const std::vector<Tensor>& x) {
+             return std::vector<Tensor>{embedding(x[0], from_vector(std::vector<int64_t>{0, 2, 2, 4, 1, 2}, {2, 3}))};
+           }}};
+  // No padding_idx case: its row's gradient is zero by design, not the true derivative, so
+  // finite differences disagree; tests/test_core_ops_golden.cpp checks it against PyTorch.
+}
+
+}  // namespace
+
+const OpDef kEmbeddingOp{"embedding", "embedding_backward", "weight", embedding_backward, embedding_samples};
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  const char* op = "embedding";
+  TG_CHECK(weight.defined() && indices.defined(), op, ": expected defined weight and indices");
+  TG_CHECK(weight.dim() == 2, op, ": expected weight of shape (num_embeddings, embedding_dim), got ",
+           format_shape(weight.shape()));
+  TG_CHECK(is_floating(weight.dtype()), op, ": expected a floating weight, got ", dtype_name(weight.dtype()));
+  TG_CHECK(indices.dtype() == DType::Int64, op, ": expected indices of dtype int64, got ",
+           dtype_name(indices.dtype()));
+  const int64_t V = weight.size(0), D = weight.size(1);
+  int64_t pad = -1;
+  if (padding_idx) {
+    TG_CHECK(*padding_idx >= -V && *padding_idx < V, op, ": padding_idx ", *padding_idx,
+             " must be within num_embeddings (", V, ")");
+    pad = *padding_idx < 0 ? *padding_idx + V : *padding_idx;
+  }
+  Tensor idx = indices.detach().contiguous();
+  const int64_t* ip = idx.data<int64_t>();
+  const int64_t n = idx.numel();
+  for (int64_t i = 0; i < n; ++i)
+    TG_CHECK(ip[i] >= 0 && ip[i] < V, op, ": index ", ip[i], " is out of range for ", V, " embeddings");
+  Tensor w = weight.detach().contiguous();
+  Shape out_shape = indices.shape();
+  out_shape.push_back(D);
+  Tensor out = Tensor::empty(out_shape, weight.dtype());
+  dispatch_floating(weight.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* wp = w.data<T>();
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static) if (n > 1 && n * D >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) std::copy(wp + ip[i] * D, wp + (ip[i] + 1) * D, o + i * D);
+  });
+  if (Recorder rec{kEmbeddingOp, {weight}}) {
+    rec.save({idx});
+    rec.set_attrs(EmbeddingAttrs{pad});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+void register_embedding_ops(Registry& r) { r.add(kEmbeddingOp); }
+
+}  // namespace tg

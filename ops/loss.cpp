@@ -1,0 +1,250 @@
+// Pointwise losses. Each op computes the unreduced loss and records one entry; the reduction
+// is then the differentiable sum/mean. Shape legend: input, target (and pos_weight) broadcast
+// to the loss's shape; d = input - target.
+//
+//   mse_loss:        l = d^2                               dl/dd = 2d
+//   l1_loss:         l = |d|                               dl/dd = sign(d)
+//   smooth_l1_loss:  l = d^2/(2 beta) if |d|<beta else |d| - beta/2   dl/dd = d/beta or sign(d)
+//   bce_with_logits: l = (1-y) x + w(y) sp(-x),  w = 1 + (pw-1) y,  sp(z) = log(1+e^z)
+//                    dl/dx = (1-y) - w sigmoid(-x)   dl/dy = -x + (pw-1) sp(-x)   dl/dpw = y sp(-x)
+#include "loss.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "../framework/parallel.h"
+#include "../framework/tape.h"
+#include "../framework/views.h"
+#include "activation.h"
+#include "elementwise.h"
+#include "pointwise.h"
+#include "reduce.h"
+#include "samples.h"
+#include "unary.h"
+
+namespace tg {
+
+Tensor apply_reduction(const Tensor& loss, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::Mean: return mean(loss);
+    case Reduction::Sum: return sum(loss);
+    default: return loss;
+  }
+}
+
+namespace {
+
+enum class Kind { Mse, L1, SmoothL1 };
+struct BceAttrs {
+  bool has_pos_weight;
+};
+struct DiffLossAttrs {
+  Kind kind;
+  double beta;
+};
+
+template <class T>
+T sign_of(T d) {
+  return d > T(0) ? T(1) : (d < T(0) ? T(-1) : T(0));
+}
+
+template <class T>
+T diff_loss(T d, Kind kind, T beta) {
+  switch (kind) {
+    case Kind::Mse: return d * d;
+    case Kind::L1: return std::abs(d);
+    default: {
+      const T a = std::abs(d);
+      return a < beta ? T(0.5) * d * d / beta : a - T(0.5) * beta;
+    }
+  }
+}
+
+template <class T>
+T diff_loss_derivative(T d, Kind kind, T beta) {
+  switch (kind) {
+    case Kind::Mse: return T(2) * d;
+    case Kind::L1: return sign_of(d);
+    default: return std::abs(d) < beta ? d / beta : sign_of(d);
+  }
+}
+
+std::vector<Tensor> diff_loss_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const auto a = ctx.attrs<DiffLossAttrs>();
+  Tensor d = pointwise_binary(ctx.saved(0), ctx.saved(1), "loss_backward", [](auto x, auto y) { return x - y; });
+  Tensor dd = pointwise_binary(g[0], d, "loss_backward", [a](auto gv, auto dv) {
+    return gv * diff_loss_derivative(dv, a.kind, static_cast<decltype(dv)>(a.beta));
+  });
+  Tensor da, db;
+  if (ctx.needs_grad(0)) da = sum_to(dd, ctx.input_shape(0));
+  if (ctx.needs_grad(1)) db = sum_to(pointwise_unary(dd, "loss_backward", [](auto v) { return -v; }), ctx.input_shape(1));
+  return {da, db};
+}
+
+std::vector<Tensor> bce_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const Tensor& x = ctx.saved(0);
+  const Tensor& y = ctx.saved(1);
+  const Tensor pw = ctx.attrs<BceAttrs>().has_pos_weight ? ctx.saved(2) : Tensor();  // absent: 1
+  const Tensor gx = g[0].contiguous();
+  Tensor dx, dy, dpw;
+  dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t n = x.numel();
+    const T* px = x.data<T>();
+    const T* py = y.data<T>();
+    const T* pp = pw.defined() ? pw.data<T>() : nullptr;
+    const T* pg = gx.data<T>();
+    T* ox = ctx.needs_grad(0) ? (dx = Tensor::empty(x.shape(), x.dtype())).template data<T>() : nullptr;
+    T* oy = ctx.needs_grad(1) ? (dy = Tensor::empty(x.shape(), x.dtype())).template data<T>() : nullptr;
+    T* op = ctx.needs_grad(2) ? (dpw = Tensor::empty(x.shape(), x.dtype())).template data<T>() : nullptr;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      const T xv = px[i], yv = py[i], p = pp ? pp[i] : T(1);
+      const T sp_neg = std::max(-xv, T(0)) + std::log1p(std::exp(-std::abs(xv)));  // log(1 + e^-x)
+      const T s = xv >= T(0) ? std::exp(-xv) / (T(1) + std::exp(-xv)) : T(1) / (T(1) + std::exp(xv));  // sigmoid(-x)
+      const T w = T(1) + (p - T(1)) * yv;
+      if (ox) ox[i] = pg[i] * ((T(1) - yv) - w * s);
+      if (oy) oy[i] = pg[i] * (-xv + (p - T(1)) * sp_neg);
+      if (op) op[i] = pg[i] * yv * sp_neg;
+    }
+  });
+  if (dpw.defined()) dpw = sum_to(dpw, ctx.input_shape(2));
+  return {dx, dy, dpw};
+}
+
+using Inputs = std::vector<Tensor>;
+
+std::vector<SampleCase> diff_samples(Kind kind) {
+  auto run = [kind](const Tensor& a, const Tensor& b, Reduction r) {
+    return kind == Kind::Mse ? mse_loss(a, b, r) : kind == Kind::L1 ? l1_loss(a, b, r) : smooth_l1_loss(a, b, r, 0.5);
+  };
+  // input = target + offsets kept away from 0 and from +-beta (0.5), where l1 / smooth_l1 kink.
+  auto make = [](DType dt) {
+    Tensor t = randn({3, 4}, DType::Float64);
+    std::vector<double> off;
+    for (int i = 0; i < 12; ++i) off.push_back((i % 2 ? -1 : 1) * (0.1 + 0.07 * i + (i % 3 == 0 ? 0.5 : 0)));
+    for (double& o : off)
+      if (std::abs(std::abs(o) - 0.5) < 0.05) o += 0.1;
+    Tensor a = (t.to(dt) + from_vector(off, {3, 4}).to(dt)).detach();
+    Tensor b = t.to(dt);
+    a.requires_grad_();
+    b.requires_grad_();
+    return Inputs{a, b};
+  };
+  return {{"[3,4] none", make, [run](const Inputs& x) { return Inputs{run(x[0], x[1], Reduction::None)}; }},
+          {"[3,4] mean", make, [run](const Inputs& x) { return Inputs{run(x[0], x[1], Reduction::Mean)}; }}};
+}
+std::vector<SampleCase> mse_samples() { return diff_samples(Kind::Mse); }
+std::vector<SampleCase> l1_samples() { return diff_samples(Kind::L1); }
+std::vector<SampleCase> smooth_l1_samples() { return diff_samples(Kind::SmoothL1); }
+
+std::vector<SampleCase> bce_samples() {
+  return {{"[3,4] target in (0,1), pos_weight [4]",
+           [](DType dt) {
+             return Inputs{sample_tensor({3, 4}, dt), sample_uniform({3, 4}, dt, 0.0, 1.0),
+                           sample_uniform({4}, dt, 0.5, 2.0)};
+           },
+           [](const Inputs& x) { return Inputs{binary_cross_entropy_with_logits(x[0], x[1], x[2], Reduction::None)}; }},
+          {"[2,3] mean, no pos_weight",
+           [](DType dt) { return Inputs{sample_tensor({2, 3}, dt), sample_uniform({2, 3}, dt, 0.0, 1.0)}; },
+           [](const Inputs& x) { return Inputs{binary_cross_entropy_with_logits(x[0], x[1])}; }}};
+}
+
+}  // namespace
+
+const OpDef kMseLossOp{"mse_loss", "mse_loss_backward", "self, target", diff_loss_backward, mse_samples};
+const OpDef kL1LossOp{"l1_loss", "l1_loss_backward", "self, target", diff_loss_backward, l1_samples};
+const OpDef kSmoothL1LossOp{"smooth_l1_loss", "smooth_l1_loss_backward", "self, target", diff_loss_backward,
+                            smooth_l1_samples};
+const OpDef kBceWithLogitsOp{"binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits_backward",
+                             "self, target, pos_weight", bce_backward, bce_samples};
+
+namespace {
+Tensor diff_loss_op(const OpDef& op, const Tensor& a, const Tensor& b, Reduction reduction, Kind kind, double beta) {
+  check_binary_operands(a, b, op.name);
+  TG_CHECK(beta >= 0, op.name, ": expected beta >= 0, got ", beta);
+  if (kind == Kind::SmoothL1 && beta == 0) kind = Kind::L1;  // PyTorch: beta 0 is exactly l1
+  Tensor out = pointwise_binary(a, b, op.name, [kind, beta](auto x, auto y) {
+    return diff_loss(x - y, kind, static_cast<decltype(x)>(beta));
+  });
+  if (Recorder rec{op, {a, b}}) {
+    rec.save({a, b});
+    rec.set_attrs(DiffLossAttrs{kind, beta});
+    rec.set_outputs({out});
+  }
+  return apply_reduction(out, reduction);
+}
+}  // namespace
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return diff_loss_op(kMseLossOp, input, target, reduction, Kind::Mse, 0);
+}
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return diff_loss_op(kL1LossOp, input, target, reduction, Kind::L1, 0);
+}
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  return diff_loss_op(kSmoothL1LossOp, input, target, reduction, Kind::SmoothL1, beta);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& pos_weight,
+                                        Reduction reduction) {
+  const char* op = "binary_cross_entropy_with_logits";
+  check_binary_operands(input, target, op);
+  TG_CHECK(input.shape() == target.shape(), op, ": expected target size ", format_shape(target.shape()),
+           " to be the same as input size ", format_shape(input.shape()));
+  Tensor pw;
+  if (pos_weight.defined()) {
+    TG_CHECK(pos_weight.dtype() == input.dtype(), op, ": expected pos_weight to have dtype ",
+             dtype_name(input.dtype()), ", got ", dtype_name(pos_weight.dtype()));
+    TG_CHECK(broadcast_shapes(pos_weight.shape(), input.shape(), "binary_cross_entropy_with_logits: pos_weight") ==
+                 input.shape(),
+             op, ": pos_weight of shape ",
+             format_shape(pos_weight.shape()), " does not broadcast to the input's shape ",
+             format_shape(input.shape()));
+    pw = pos_weight.detach().expand(input.shape()).contiguous();
+  }
+  Tensor x = input.detach().contiguous(), y = target.detach().contiguous();
+  Tensor out = Tensor::empty(input.shape(), input.dtype());
+  dispatch_floating(input.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = x.data<T>();
+    const T* py = y.data<T>();
+    const T* pp = pw.defined() ? pw.data<T>() : nullptr;
+    T* o = out.data<T>();
+    const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      const T xv = px[i], yv = py[i];
+      const T sp_neg = std::max(-xv, T(0)) + std::log1p(std::exp(-std::abs(xv)));  // log(1 + e^-x), stable
+      const T w = pp ? T(1) + (pp[i] - T(1)) * yv : T(1);
+      o[i] = (T(1) - yv) * xv + w * sp_neg;
+    }
+  });
+  if (Recorder rec{kBceWithLogitsOp, {input, target, pos_weight}}) {
+    rec.save({x, y, pw});
+    rec.set_attrs(BceAttrs{pw.defined()});
+    rec.set_outputs({out});
+  }
+  return apply_reduction(out, reduction);
+}
+
+Tensor sigmoid_focal_loss(const Tensor& inputs, const Tensor& targets, double alpha, double gamma,
+                          Reduction reduction) {
+  // Composed of recorded ops, line for line as torchvision writes it, so that its gradient is
+  // exactly theirs (including the (1 - p_t)^gamma factor's own derivative).
+  Tensor p = sigmoid(inputs);
+  Tensor ce = binary_cross_entropy_with_logits(inputs, targets, Tensor(), Reduction::None);
+  Tensor p_t = add(mul(p, targets), mul(rsub(p, 1.0), rsub(targets, 1.0)));
+  Tensor loss = mul(ce, pow(rsub(p_t, 1.0), gamma));
+  if (alpha >= 0) {
+    Tensor alpha_t = add(mul(targets, alpha), mul(rsub(targets, 1.0), 1.0 - alpha));
+    loss = mul(alpha_t, loss);
+  }
+  return apply_reduction(loss, reduction);
+}
+
+void register_loss_ops(Registry& r) {
+  for (const OpDef* op : {&kMseLossOp, &kL1LossOp, &kSmoothL1LossOp, &kBceWithLogitsOp}) r.add(*op);
+}
+
+}  // namespace tg

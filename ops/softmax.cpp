@@ -1,0 +1,156 @@
+// softmax / log_softmax. Shape legend: the input, contiguous, is (outer, D, inner) with D the
+// softmax dim; each of the outer * inner lanes is normalised independently. Both save only
+// their output y: softmax's derivative is y (g - <g, y>), log_softmax's is g - e^y sum(g).
+#include "softmax.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "../framework/parallel.h"
+#include "../framework/tape.h"
+#include "samples.h"
+
+namespace tg {
+
+template <class T>
+void softmax_forward(const T* x, T* y, int64_t outer, int64_t D, int64_t inner, bool log) {
+  const int64_t lanes = outer * inner;
+#pragma omp parallel for schedule(static) if (lanes > 1 && lanes * D >= kParallelGrain)
+  for (int64_t l = 0; l < lanes; ++l) {
+    const int64_t o = l / inner, i = l % inner;
+    const T* xl = x + o * D * inner + i;
+    T* yl = y + o * D * inner + i;
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t d = 0; d < D; ++d) m = std::max(m, xl[d * inner]);
+    if (std::isinf(m) && m < 0) m = 0;  // all -inf: avoid (-inf) - (-inf)
+    // exp in T (one call per element, kept in y), the sum in double.
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const T e = std::exp(xl[d * inner] - m);
+      if (!log) yl[d * inner] = e;
+      s += e;
+    }
+    if (log) {
+      // (x - m) - log(s), not x - (m + log s): with large logits m + log s would round away
+      // the small log-probabilities (catastrophic cancellation in float32).
+      const T log_s = static_cast<T>(std::log(s));
+      for (int64_t d = 0; d < D; ++d) yl[d * inner] = (xl[d * inner] - m) - log_s;
+    } else {
+      const T inv = static_cast<T>(1.0 / s);
+      for (int64_t d = 0; d < D; ++d) yl[d * inner] *= inv;
+    }
+  }
+}
+
+template <class T>
+void softmax_backward(const T* g, const T* y, T* dx, int64_t outer, int64_t D, int64_t inner, bool log) {
+  const int64_t lanes = outer * inner;
+#pragma omp parallel for schedule(static) if (lanes > 1 && lanes * D >= kParallelGrain)
+  for (int64_t l = 0; l < lanes; ++l) {
+    const int64_t o = l / inner, i = l % inner;
+    const int64_t base = o * D * inner + i;
+    double s = 0;
+    if (log) {
+      for (int64_t d = 0; d < D; ++d) s += g[base + d * inner];
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t k = base + d * inner;
+        dx[k] = static_cast<T>(g[k] - std::exp(y[k]) * s);
+      }
+    } else {
+      for (int64_t d = 0; d < D; ++d) s += static_cast<double>(g[base + d * inner]) * y[base + d * inner];
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t k = base + d * inner;
+        dx[k] = static_cast<T>(y[k] * (g[k] - s));
+      }
+    }
+  }
+}
+
+template void softmax_forward<float>(const float*, float*, int64_t, int64_t, int64_t, bool);
+template void softmax_forward<double>(const double*, double*, int64_t, int64_t, int64_t, bool);
+template void softmax_backward<float>(const float*, const float*, float*, int64_t, int64_t, int64_t, bool);
+template void softmax_backward<double>(const double*, const double*, double*, int64_t, int64_t, int64_t, bool);
+
+namespace {
+
+struct SoftmaxAttrs {
+  int64_t dim;
+};
+
+struct Layout {
+  int64_t outer = 1, D = 1, inner = 1;
+};
+Layout layout_of(const Shape& shape, int64_t dim) {
+  Layout l;
+  if (shape.empty()) return l;  // a 0-d tensor is one lane of one element
+  for (int64_t d = 0; d < dim; ++d) l.outer *= shape[d];
+  l.D = shape[dim];
+  for (size_t d = dim + 1; d < shape.size(); ++d) l.inner *= shape[d];
+  return l;
+}
+
+std::vector<Tensor> backward_impl(const BackwardContext& ctx, const std::vector<Tensor>& g, bool log) {
+  const Tensor& y = ctx.saved(0);
+  Layout l = layout_of(y.shape(), ctx.attrs<SoftmaxAttrs>().dim);
+  Tensor gc = g[0].contiguous();
+  Tensor dx = Tensor::empty(y.shape(), y.dtype());
+  dispatch_floating(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_backward<T>(gc.data<T>(), y.data<T>(), dx.data<T>(), l.outer, l.D, l.inner, log);
+  });
+  return {dx};
+}
+std::vector<Tensor> softmax_bw(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return backward_impl(ctx, g, false);
+}
+std::vector<Tensor> log_softmax_bw(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return backward_impl(ctx, g, true);
+}
+
+using Inputs = std::vector<Tensor>;
+std::vector<SampleCase> samples(bool log) {
+  auto f = [log](const Tensor& x, int64_t dim) { return log ? log_softmax(x, dim) : softmax(x, dim); };
+  return {{"[3,5] dim -1", [](DType dt) { return Inputs{sample_tensor({3, 5}, dt)}; },
+           [f](const Inputs& x) { return Inputs{f(x[0], -1)}; }},
+          {"[2,4,3] dim 1 (strided lanes)", [](DType dt) { return Inputs{sample_tensor({2, 4, 3}, dt)}; },
+           [f](const Inputs& x) { return Inputs{f(x[0], 1)}; }}};
+}
+std::vector<SampleCase> softmax_samples() { return samples(false); }
+std::vector<SampleCase> log_softmax_samples() { return samples(true); }
+
+}  // namespace
+
+const OpDef kSoftmaxOp{"softmax", "softmax_backward", "self", softmax_bw, softmax_samples};
+const OpDef kLogSoftmaxOp{"log_softmax", "log_softmax_backward", "self", log_softmax_bw, log_softmax_samples};
+
+namespace {
+Tensor softmax_impl(const OpDef& op, const Tensor& x, int64_t dim_in, bool log) {
+  TG_CHECK(x.defined(), op.name, ": the tensor is undefined");
+  const int64_t dim = x.dim() == 0 ? 0 : wrap_dim(dim_in, x.dim(), op.name);
+  TG_CHECK(x.dim() > 0 || dim_in == 0 || dim_in == -1, op.name, ": dim ", dim_in, " is out of range for a 0-d tensor");
+  Layout l = layout_of(x.shape(), dim);
+  Tensor xc = x.detach().contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), op.name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_forward<T>(xc.data<T>(), y.data<T>(), l.outer, l.D, l.inner, log);
+  });
+  if (Recorder rec{op, {x}}) {
+    rec.save({y});
+    rec.set_attrs(SoftmaxAttrs{dim});
+    rec.set_outputs({y});
+  }
+  return y;
+}
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(kSoftmaxOp, x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(kLogSoftmaxOp, x, dim, true); }
+
+void register_softmax_ops(Registry& r) {
+  r.add(kSoftmaxOp);
+  r.add(kLogSoftmaxOp);
+}
+
+}  // namespace tg

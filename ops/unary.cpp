@@ -1,0 +1,206 @@
+// Pointwise math. Each backward reads one saved tensor: the input x where the derivative is
+// a function of x, the output y where it is cheaper from y (exp, sqrt, rsqrt).
+//
+//   pow:   y = x^p              dx = g * p * x^(p-1)     (0 when p == 0)
+//   exp:   y = e^x              dx = g * y
+//   log:   y = ln x             dx = g / x
+//   sqrt:  y = x^(1/2)          dx = g / (2y)
+//   rsqrt: y = x^(-1/2)         dx = -g y^3 / 2
+//   abs:   y = |x|              dx = g * sign(x)
+//   clamp: y = min(max(x,lo),hi) dx = g where lo <= x <= hi, else 0
+#include "unary.h"
+
+#include <cmath>
+#include <limits>
+
+#include "../framework/tape.h"
+#include "elementwise.h"
+#include "pointwise.h"
+#include "samples.h"
+
+namespace tg {
+
+namespace {
+
+struct PowAttrs {
+  double exponent;
+};
+struct ClampAttrs {
+  double lo, hi;  // -inf / +inf when absent
+};
+
+template <class F>
+std::vector<Tensor> grad_times(const std::vector<Tensor>& g, const Tensor& s, const char* op, F df) {
+  return {pointwise_binary(g[0], s, op, df)};
+}
+
+std::vector<Tensor> pow_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const double p = ctx.attrs<PowAttrs>().exponent;
+  if (p == 0.0) return {zeros(ctx.input_shape(0), ctx.input_dtype(0))};
+  return grad_times(g, ctx.saved(0), "pow_backward", [p](auto gv, auto x) {
+    using T = decltype(x);
+    return gv * static_cast<T>(p) * std::pow(x, static_cast<T>(p - 1.0));
+  });
+}
+std::vector<Tensor> exp_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return grad_times(g, ctx.saved(0), "exp_backward", [](auto gv, auto y) { return gv * y; });
+}
+std::vector<Tensor> log_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return grad_times(g, ctx.saved(0), "log_backward", [](auto gv, auto x) { return gv / x; });
+}
+std::vector<Tensor> sqrt_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return grad_times(g, ctx.saved(0), "sqrt_backward", [](auto gv, auto y) { return gv / (y + y); });
+}
+std::vector<Tensor> rsqrt_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return grad_times(g, ctx.saved(0), "rsqrt_backward", [](auto gv, auto y) {
+    using T = decltype(y);
+    return T(-0.5) * gv * y * y * y;
+  });
+}
+std::vector<Tensor> abs_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return grad_times(g, ctx.saved(0), "abs_backward", [](auto gv, auto x) {
+    using T = decltype(x);
+    return x > T(0) ? gv : (x < T(0) ? -gv : T(0));
+  });
+}
+std::vector<Tensor> clamp_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const auto a = ctx.attrs<ClampAttrs>();
+  return grad_times(g, ctx.saved(0), "clamp_backward", [a](auto gv, auto x) {
+    using T = decltype(x);
+    return (x >= static_cast<T>(a.lo) && x <= static_cast<T>(a.hi)) ? gv : T(0);
+  });
+}
+
+using Inputs = std::vector<Tensor>;
+
+SampleCase unary_case(const char* name, Shape shape, double low, double high, Tensor (*op)(const Tensor&)) {
+  return {name, [shape, low, high](DType dt) { return Inputs{sample_uniform(shape, dt, low, high)}; },
+          [op](const Inputs& x) { return Inputs{op(x[0])}; }};
+}
+
+std::vector<SampleCase> pow_samples() {
+  return {{"[3,4] ^ 2.5, x in [0.5, 2)", [](DType dt) { return Inputs{sample_uniform({3, 4}, dt, 0.5, 2.0)}; },
+           [](const Inputs& x) { return Inputs{pow(x[0], 2.5)}; }},
+          {"[5] ^ 3 (both signs)", [](DType dt) { return Inputs{sample_tensor({5}, dt)}; },
+           [](const Inputs& x) { return Inputs{pow(x[0], 3.0)}; }},
+          {"[2,3] / 0.7 via s / x", [](DType dt) { return Inputs{sample_uniform({2, 3}, dt, 0.5, 2.0)}; },
+           [](const Inputs& x) { return Inputs{div(0.7, x[0])}; }}};
+}
+std::vector<SampleCase> exp_samples() { return {unary_case("[3,4]", {3, 4}, -2, 2, exp)}; }
+std::vector<SampleCase> log_samples() { return {unary_case("[3,4] in [0.2, 3)", {3, 4}, 0.2, 3, log)}; }
+std::vector<SampleCase> sqrt_samples() { return {unary_case("[3,4] in [0.2, 3)", {3, 4}, 0.2, 3, sqrt)}; }
+std::vector<SampleCase> rsqrt_samples() { return {unary_case("[3,4] in [0.2, 3)", {3, 4}, 0.2, 3, rsqrt)}; }
+std::vector<SampleCase> abs_samples() {
+  // Both signs, none near the kink at 0.
+  return {{"[4,5] away from 0",
+           [](DType dt) {
+             Tensor x = uniform({4, 5}, 0.1, 1.0, DType::Float64);
+             double* p = x.data<double>();
+             for (int64_t i = 0; i < x.numel(); i += 2) p[i] = -p[i];
+             Tensor t = x.to(dt);
+             t.requires_grad_();
+             return Inputs{t};
+           },
+           [](const Inputs& x) { return Inputs{abs(x[0])}; }}};
+}
+std::vector<SampleCase> clamp_samples() {
+  // Values on a grid that avoids the bounds (+-0.5) by at least 0.05.
+  auto make = [](DType dt) {
+    std::vector<double> v;
+    for (int i = 0; i < 12; ++i) v.push_back(-1.05 + 0.2 * i);
+    Tensor t = from_vector(v, {3, 4}).to(dt);
+    t.requires_grad_();
+    return Inputs{t};
+  };
+  return {{"[3,4] in [-0.5, 0.5]", make, [](const Inputs& x) { return Inputs{clamp(x[0], -0.5, 0.5)}; }},
+          {"[3,4] min only", make, [](const Inputs& x) { return Inputs{clamp_min(x[0], -0.5)}; }},
+          {"[3,4] max only", make, [](const Inputs& x) { return Inputs{clamp_max(x[0], 0.5)}; }}};
+}
+
+// Records a one-input op that saves one tensor.
+template <class A>
+void record(const OpDef& op, const Tensor& x, const Tensor& y, const Tensor& saved, A attrs) {
+  if (Recorder rec{op, {x}}) {
+    rec.save({saved});
+    rec.set_attrs(std::move(attrs));
+    rec.set_outputs({y});
+  }
+}
+void record(const OpDef& op, const Tensor& x, const Tensor& y, const Tensor& saved) {
+  if (Recorder rec{op, {x}}) {
+    rec.save({saved});
+    rec.set_outputs({y});
+  }
+}
+
+}  // namespace
+
+const OpDef kPowOp{"pow", "pow_backward", "self", pow_backward, pow_samples};
+const OpDef kExpOp{"exp", "exp_backward", "self", exp_backward, exp_samples};
+const OpDef kLogOp{"log", "log_backward", "self", log_backward, log_samples};
+const OpDef kSqrtOp{"sqrt", "sqrt_backward", "self", sqrt_backward, sqrt_samples};
+const OpDef kRsqrtOp{"rsqrt", "rsqrt_backward", "self", rsqrt_backward, rsqrt_samples};
+const OpDef kAbsOp{"abs", "abs_backward", "self", abs_backward, abs_samples};
+const OpDef kClampOp{"clamp", "clamp_backward", "self", clamp_backward, clamp_samples};
+
+Tensor pow(const Tensor& x, double p) {
+  Tensor y;
+  if (p == 2.0) y = pointwise_unary(x, "pow", [](auto v) { return v * v; });
+  else y = pointwise_unary(x, "pow", [p](auto v) { return std::pow(v, static_cast<decltype(v)>(p)); });
+  record(kPowOp, x, y, x, PowAttrs{p});
+  return y;
+}
+Tensor exp(const Tensor& x) {
+  Tensor y = pointwise_unary(x, "exp", [](auto v) { return std::exp(v); });
+  record(kExpOp, x, y, y);
+  return y;
+}
+Tensor log(const Tensor& x) {
+  Tensor y = pointwise_unary(x, "log", [](auto v) { return std::log(v); });
+  record(kLogOp, x, y, x);
+  return y;
+}
+Tensor sqrt(const Tensor& x) {
+  Tensor y = pointwise_unary(x, "sqrt", [](auto v) { return std::sqrt(v); });
+  record(kSqrtOp, x, y, y);
+  return y;
+}
+Tensor rsqrt(const Tensor& x) {
+  Tensor y = pointwise_unary(x, "rsqrt", [](auto v) { return decltype(v)(1) / std::sqrt(v); });
+  record(kRsqrtOp, x, y, y);
+  return y;
+}
+Tensor abs(const Tensor& x) {
+  Tensor y = pointwise_unary(x, "abs", [](auto v) { return std::abs(v); });
+  record(kAbsOp, x, y, x);
+  return y;
+}
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  TG_CHECK(min || max, "clamp: at least one of min or max must be given");
+  const double lo = min ? *min : -std::numeric_limits<double>::infinity();
+  const double hi = max ? *max : std::numeric_limits<double>::infinity();
+  // PyTorch: min(max(x, lo), hi), so hi wins when lo > hi; NaN propagates.
+  Tensor y = pointwise_unary(x, "clamp", [lo, hi](auto v) {
+    using T = decltype(v);
+    if (std::isnan(v)) return v;
+    T r = v < static_cast<T>(lo) ? static_cast<T>(lo) : v;
+    return r > static_cast<T>(hi) ? static_cast<T>(hi) : r;
+  });
+  record(kClampOp, x, y, x, ClampAttrs{lo, hi});
+  return y;
+}
+Tensor clamp_min(const Tensor& x, double min) { return clamp(x, min, std::nullopt); }
+Tensor clamp_max(const Tensor& x, double max) { return clamp(x, std::nullopt, max); }
+
+Tensor sub(const Tensor& x, double s) { return add(x, -s); }
+Tensor rsub(const Tensor& x, double s) { return add(neg(x), s); }
+Tensor div(const Tensor& x, double s) { return mul(x, 1.0 / s); }
+Tensor reciprocal(const Tensor& x) { return pow(x, -1.0); }
+Tensor div(double s, const Tensor& x) { return mul(reciprocal(x), s); }
+Tensor square(const Tensor& x) { return pow(x, 2.0); }
+
+void register_unary_ops(Registry& r) {
+  for (const OpDef* op : {&kPowOp, &kExpOp, &kLogOp, &kSqrtOp, &kRsqrtOp, &kAbsOp, &kClampOp}) r.add(*op);
+}
+
+}  // namespace tg
