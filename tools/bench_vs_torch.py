@@ -67,12 +67,43 @@ def linear_fwd_bwd(rows, i, o):
     return step
 
 
+def fwd_bwd(x, fn):
+    """Forward + backward with a ones gradient, as bench_core_ops.cpp's fwd_bwd."""
+    x.requires_grad_(True)
+    g = torch.ones_like(fn(x))
+
+    def step():
+        fn(x).backward(g)
+        x.grad = None
+    return step
+
+
+def cross_entropy_case():
+    t = torch.randint(0, 1000, (512,))
+    return fwd_bwd(torch.randn(512, 1000), lambda x: F.cross_entropy(x, t))
+
+
+def layer_norm_case():
+    w, b = torch.ones(768), torch.zeros(768)
+    return fwd_bwd(torch.randn(1024, 768), lambda x: F.layer_norm(x, (768,), w, b))
+
+
+def embedding_case():
+    idx = torch.randint(0, 10000, (32768,))
+    return fwd_bwd(torch.randn(10000, 256), lambda w: F.embedding(idx, w))
+
+
 # case name (as in bench/*.cpp, without "/threads:N") -> (benchmark program, PyTorch callable factory)
 CASES = {
     "matmul_fwd/N256": ("bench_core", lambda: matmul_fwd(256)),
     "matmul_fwd/N1024": ("bench_core", lambda: matmul_fwd(1024)),
     "linear_fwd_bwd/R2048_I512_O512": ("bench_core", lambda: linear_fwd_bwd(2048, 512, 512)),
     "mlp_train_step/B128_784_256_256_10": ("bench_core", mlp_train_step),
+    "softmax_fwd_bwd/R64_C1000": ("bench_core_ops", lambda: fwd_bwd(torch.randn(64, 1000), lambda x: torch.softmax(x, 1))),
+    "cross_entropy_fwd_bwd/N512_C1000": ("bench_core_ops", cross_entropy_case),
+    "layer_norm_fwd_bwd/R1024_C768": ("bench_core_ops", layer_norm_case),
+    "gelu_fwd_bwd/N1048576": ("bench_core_ops", lambda: fwd_bwd(torch.randn(1 << 20), F.gelu)),
+    "embedding_fwd_bwd/V10000_D256_T32768": ("bench_core_ops", embedding_case),
 }
 
 
