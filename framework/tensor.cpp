@@ -196,13 +196,28 @@ void Tensor::register_hook(GradHook hook) {
     impl_->hooks.push_back(std::move(hook));
 }
 
+void Tensor::retain_grad() {
+  check_defined("retain_grad");
+  TG_CHECK(requires_grad(), "retain_grad: cannot retain the gradient of a tensor that does not require grad");
+  if (is_leaf()) return;
+  // A weak reference: the entry must not keep its own output alive (that would be a cycle).
+  std::weak_ptr<TensorImpl> weak = impl_;
+  register_hook([weak](const Tensor& g) {
+    if (auto impl = weak.lock()) {
+      if (impl->grad) Tensor(impl->grad).add_(g);
+      else impl->grad = g.clone().impl_ptr();
+    }
+    return Tensor();
+  });
+}
+
 // ---- in-place writes ----
 
 namespace {
 
 // dst[i] = f(dst[i], src[i]) with src broadcast to dst's shape, converting src's dtype.
 template <class F>
-void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f) {
+void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f, bool bump = true) {
   Shape b = broadcast_shapes(dst.shape(), src.shape(), op);
   TG_CHECK(b == dst.shape(), op, ": cannot broadcast a tensor of shape ", format_shape(src.shape()),
            " into one of shape ", format_shape(dst.shape()));
@@ -226,10 +241,14 @@ void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f) {
                       });
     });
   });
-  dst.bump_version();
+  if (bump) dst.bump_version();
 }
 
 }  // namespace
+
+void detail::copy_into_new(Tensor& dst, const Tensor& src) {
+  apply_inplace(dst, src, "copy_", [](auto, auto s) { return s; }, /*bump=*/false);
+}
 
 Tensor& Tensor::fill_(double value) {
   check_defined("fill_");

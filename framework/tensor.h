@@ -81,6 +81,8 @@ class Tensor {
   // A hook sees the gradient flowing into this tensor before it is accumulated or passed on;
   // returning a defined tensor replaces that gradient, an undefined one keeps it.
   void register_hook(GradHook hook);
+  // Keep the gradient of a non-leaf tensor in its .grad() during backward (leaves always do).
+  void retain_grad();
 
   // Views (share storage; differentiable).
   Tensor view(const Shape& shape) const;           // contiguous input; one dim may be -1
@@ -140,6 +142,11 @@ Shape contiguous_strides(const Shape& shape);
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);  // -1 -> ndim-1, throws when out of range
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 bool same_shape(const Tensor& a, const Tensor& b);
+
+namespace detail {
+// copy_ for a tensor that was just allocated: no version bump, so fresh copies start at 0.
+void copy_into_new(Tensor& dst, const Tensor& src);
+}  // namespace detail
 
 // ---- template definitions ----
 

@@ -355,7 +355,7 @@ Tensor Tensor::contiguous() const {
   check_defined("contiguous");
   if (is_contiguous()) return *this;
   Tensor out = Tensor::empty(shape(), dtype());
-  out.detach().copy_(detach());
+  detail::copy_into_new(out, detach());
   record_unary(kContiguousOp, *this, out);
   return out;
 }
@@ -363,7 +363,7 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const {
   check_defined("clone");
   Tensor out = Tensor::empty(shape(), dtype());
-  out.detach().copy_(detach());
+  detail::copy_into_new(out, detach());
   record_unary(kCloneOp, *this, out);
   return out;
 }
@@ -372,7 +372,7 @@ Tensor Tensor::to(DType target) const {
   check_defined("to");
   if (target == dtype()) return *this;
   Tensor out = Tensor::empty(shape(), target);
-  out.detach().copy_(detach());
+  detail::copy_into_new(out, detach());
   if (is_floating(target)) record_unary(kToOp, *this, out);
   return out;
 }

@@ -7,8 +7,8 @@
 //   nll_i    = -logp[t_i]                 (0 when ignored)
 //   smooth_i = -sum_c logp[c]             (0 when ignored)
 //   loss_i   = (1 - eps) nll_i + eps / C smooth_i
-// PyTorch's mean: (1 - eps) sum(nll) / #valid + eps / C * sum(smooth) / #lanes (the smoothing
-// term's mean counts the ignored lanes, a PyTorch quirk we keep for parity).
+// PyTorch's mean: both terms are divided by #valid, the number of targets that are not
+// ignore_index (checked against torch 1.13 by the golden fixtures); all ignored: NaN.
 // d loss_i / d logit_c = a_i (p_c - [c == t_i]) + b_i (C p_c - 1), with a_i, b_i the weights
 // of the two terms times the incoming gradient.
 #include <cmath>
@@ -29,7 +29,7 @@ struct CrossEntropyAttrs {
   int64_t ignore_index;
   double eps;
   double nll_denominator;     // #valid for mean, else 1
-  double smooth_denominator;  // #lanes for mean, else 1
+  double smooth_denominator;  // #valid for mean, else 1
 };
 
 std::vector<Tensor> cross_entropy_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
@@ -61,7 +61,7 @@ std::vector<Tensor> cross_entropy_backward(const BackwardContext& ctx, const std
       const double wa = gi * (1.0 - a.eps) / a.nll_denominator;
       const double wb = gi * a.eps / static_cast<double>(C) / a.smooth_denominator;
       for (int64_t c = 0; c < C; ++c) {
-        const double p = std::exp(static_cast<double>(ll[c * K]));
+        const double p = std::exp(ll[c * K]);  // exp in T: the float32 path stays fast
         dl[c * K] = static_cast<T>(wa * (p - (c == ti ? 1.0 : 0.0)) + wb * (static_cast<double>(C) * p - 1.0));
       }
     }
@@ -172,7 +172,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     }
     if (o.reduction == Reduction::Mean) {
       attrs.nll_denominator = static_cast<double>(valid);  // 0 valid: 0/0 = NaN, as PyTorch
-      attrs.smooth_denominator = static_cast<double>(lanes);
+      attrs.smooth_denominator = static_cast<double>(valid);
     }
     double value = (1.0 - eps) * nll_sum / attrs.nll_denominator;
     if (eps > 0) value += eps / C * smooth_sum / attrs.smooth_denominator;

@@ -196,7 +196,9 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   if (pos_weight.defined()) {
     TG_CHECK(pos_weight.dtype() == input.dtype(), op, ": expected pos_weight to have dtype ",
              dtype_name(input.dtype()), ", got ", dtype_name(pos_weight.dtype()));
-    TG_CHECK(broadcast_shapes(pos_weight.shape(), input.shape(), op) == input.shape(), op, ": pos_weight of shape ",
+    TG_CHECK(broadcast_shapes(pos_weight.shape(), input.shape(), "binary_cross_entropy_with_logits: pos_weight") ==
+                 input.shape(),
+             op, ": pos_weight of shape ",
              format_shape(pos_weight.shape()), " does not broadcast to the input's shape ",
              format_shape(input.shape()));
     pw = pos_weight.detach().expand(input.shape()).contiguous();

@@ -20,8 +20,8 @@ struct CrossEntropyOptions {
   double label_smoothing = 0.0;
 };
 // logits (N, C) or (N, C, d1, ...) or (C); target int64 class indices (N) / (N, d1, ...) / ().
-// Mean, as PyTorch: the NLL term is averaged over the targets that are not ignore_index, the
-// smoothing term over all targets (ignored ones contribute 0 but still count).
+// Mean, as PyTorch: the sum over the targets that are not ignore_index, divided by their
+// number (both the NLL and the smoothing term; NaN when every target is ignored).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
 
 // Stable: max(x,0) - x y + log(1 + e^-|x|), with pos_weight (broadcast over the last dims, e.g.

@@ -107,7 +107,6 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
 }
 
 std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  // x is saved only when the weight needs a gradient, w only when x does: fetch each in its branch.
   const int64_t out_f = ctx.input_shape(1)[0], in_f = ctx.input_shape(1)[1];
   const int64_t rows = shape_numel(ctx.input_shape(0)) / std::max<int64_t>(in_f, 1);
   Tensor g2 = g[0].contiguous();

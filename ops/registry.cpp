@@ -19,6 +19,10 @@ void register_norm_ops(Registry& r);
 void register_dropout_ops(Registry& r);
 void register_embedding_ops(Registry& r);
 void register_shape_ops(Registry& r);
+void register_index_ops(Registry& r);
+void register_minmax_ops(Registry& r);
+void register_var_ops(Registry& r);
+void register_where_ops(Registry& r);
 
 namespace {
 Registry& build_builtin_registry() {
@@ -36,6 +40,10 @@ Registry& build_builtin_registry() {
   register_dropout_ops(r);
   register_embedding_ops(r);
   register_shape_ops(r);
+  register_index_ops(r);
+  register_minmax_ops(r);
+  register_var_ops(r);
+  register_where_ops(r);
   return r;
 }
 }  // namespace

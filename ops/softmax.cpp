@@ -24,14 +24,21 @@ void softmax_forward(const T* x, T* y, int64_t outer, int64_t D, int64_t inner, 
     T m = -std::numeric_limits<T>::infinity();
     for (int64_t d = 0; d < D; ++d) m = std::max(m, xl[d * inner]);
     if (std::isinf(m) && m < 0) m = 0;  // all -inf: avoid (-inf) - (-inf)
+    // exp in T (one call per element, kept in y), the sum in double.
     double s = 0;
-    for (int64_t d = 0; d < D; ++d) s += std::exp(static_cast<double>(xl[d * inner] - m));
+    for (int64_t d = 0; d < D; ++d) {
+      const T e = std::exp(xl[d * inner] - m);
+      if (!log) yl[d * inner] = e;
+      s += e;
+    }
     if (log) {
-      const T lse = static_cast<T>(std::log(s)) + m;
-      for (int64_t d = 0; d < D; ++d) yl[d * inner] = xl[d * inner] - lse;
+      // (x - m) - log(s), not x - (m + log s): with large logits m + log s would round away
+      // the small log-probabilities (catastrophic cancellation in float32).
+      const T log_s = static_cast<T>(std::log(s));
+      for (int64_t d = 0; d < D; ++d) yl[d * inner] = (xl[d * inner] - m) - log_s;
     } else {
-      const double inv = 1.0 / s;
-      for (int64_t d = 0; d < D; ++d) yl[d * inner] = static_cast<T>(std::exp(static_cast<double>(xl[d * inner] - m)) * inv);
+      const T inv = static_cast<T>(1.0 / s);
+      for (int64_t d = 0; d < D; ++d) yl[d * inner] *= inv;
     }
   }
 }
@@ -48,7 +55,7 @@ void softmax_backward(const T* g, const T* y, T* dx, int64_t outer, int64_t D, i
       for (int64_t d = 0; d < D; ++d) s += g[base + d * inner];
       for (int64_t d = 0; d < D; ++d) {
         const int64_t k = base + d * inner;
-        dx[k] = static_cast<T>(g[k] - std::exp(static_cast<double>(y[k])) * s);
+        dx[k] = static_cast<T>(g[k] - std::exp(y[k]) * s);
       }
     } else {
       for (int64_t d = 0; d < D; ++d) s += static_cast<double>(g[base + d * inner]) * y[base + d * inner];

@@ -1,0 +1,32 @@
+// Shared by the benchmark programs: the thread count is every case's argument, so the same
+// case runs at 1 and 2 threads, as tools/bench_vs_torch.py compares them with PyTorch.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <tapegrad/tapegrad.h>
+
+namespace tg::bench {
+
+// Sets tapegrad's OpenMP thread count from the case's "threads" argument.
+inline void use_threads(const benchmark::State& state) { set_num_threads(static_cast<int>(state.range(0))); }
+
+// Registers fn under `name` for 1 and 2 threads, timed in milliseconds.
+template <class Fn>
+void add_case(const std::string& name, Fn fn) {
+  benchmark::RegisterBenchmark(name.c_str(), fn)
+      ->ArgName("threads")
+      ->Arg(1)
+      ->Arg(2)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+
+// Records the peak of tapegrad's allocated bytes during the case as a counter (in MB).
+struct PeakMemory {
+  explicit PeakMemory(benchmark::State& s) : state(s) { reset_peak_memory(); }
+  ~PeakMemory() { state.counters["peak_MB"] = static_cast<double>(memory_stats().peak_bytes) / 1e6; }
+  benchmark::State& state;
+};
+
+}  // namespace tg::bench

@@ -1,0 +1,209 @@
+// index_select and gather. Their backward is a scatter-add, made deterministic without atomics
+// by giving each thread output slices of its own:
+//   index_select: x as (outer, D, inner), index (n). Threads split `outer`; inside, the n
+//                 picks are added in index order.
+//   gather:       one "fibre" = all positions of index that differ only along dim. A fibre
+//                 writes only into the matching fibre of dx (the other coordinates are the
+//                 same), so threads split the fibres.
+#include "index.h"
+
+#include <algorithm>
+
+#include "../framework/parallel.h"
+#include "../framework/tape.h"
+#include "samples.h"
+
+namespace tg {
+
+namespace {
+
+struct IndexAttrs {
+  int64_t dim;
+};
+
+struct Layout {
+  int64_t outer = 1, D = 1, inner = 1;
+};
+Layout layout_of(const Shape& s, int64_t dim) {
+  Layout l;
+  for (int64_t d = 0; d < dim; ++d) l.outer *= s[d];
+  l.D = s.empty() ? 1 : s[dim];
+  for (size_t d = dim + 1; d < s.size(); ++d) l.inner *= s[d];
+  return l;
+}
+
+// Negative indices are rejected, as PyTorch does for index_select and gather.
+void check_non_negative(const Tensor& idx, int64_t size, const char* op, int64_t dim) {
+  const int64_t* p = idx.data<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    TG_CHECK(p[i] >= 0 && p[i] < size, op, ": index ", p[i], " is out of bounds for dimension ", dim, " with size ",
+             size);
+}
+
+std::vector<Tensor> index_select_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
+  const int64_t dim = ctx.attrs<IndexAttrs>().dim;
+  const Tensor& idx = ctx.saved(0);
+  Layout l = layout_of(ctx.input_shape(0), dim);
+  const int64_t n = idx.numel();
+  Tensor g = grads[0].contiguous();
+  Tensor dx = zeros(ctx.input_shape(0), ctx.input_dtype(0));
+  dispatch_floating(dx.dtype(), "index_select_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t* ip = idx.data<int64_t>();
+    const T* gp = g.data<T>();
+    T* dp = dx.data<T>();
+#pragma omp parallel for schedule(static) if (l.outer > 1 && l.outer * n * l.inner >= kParallelGrain)
+    for (int64_t o = 0; o < l.outer; ++o)
+      for (int64_t i = 0; i < n; ++i) {
+        T* dst = dp + (o * l.D + ip[i]) * l.inner;
+        const T* src = gp + (o * n + i) * l.inner;
+        for (int64_t k = 0; k < l.inner; ++k) dst[k] += src[k];
+      }
+  });
+  return {dx};
+}
+
+// Calls fn(fibre_index_offset, fibre_x_offset) for each fibre of a contiguous index of shape
+// `is` along `dim`, with x's strides `xs` (contiguous x). Offsets exclude the dim coordinate.
+template <class Fn>
+void for_each_fibre(const Shape& is, const Shape& xs_strides, int64_t dim, bool parallel, Fn fn) {
+  const Shape istr = contiguous_strides(is);
+  int64_t fibres = 1;
+  for (size_t d = 0; d < is.size(); ++d)
+    if (static_cast<int64_t>(d) != dim) fibres *= is[d];
+#pragma omp parallel for schedule(static) if (parallel && fibres > 1)
+  for (int64_t f = 0; f < fibres; ++f) {
+    int64_t rem = f, ioff = 0, xoff = 0;
+    for (int64_t d = static_cast<int64_t>(is.size()) - 1; d >= 0; --d) {
+      if (d == dim) continue;
+      const int64_t c = rem % is[d];
+      rem /= is[d];
+      ioff += c * istr[d];
+      xoff += c * xs_strides[d];
+    }
+    fn(ioff, xoff);
+  }
+}
+
+std::vector<Tensor> gather_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
+  return {scatter_add_along(ctx.input_shape(0), ctx.attrs<IndexAttrs>().dim, ctx.saved(0), grads[0])};
+}
+
+using Inputs = std::vector<Tensor>;
+std::vector<SampleCase> index_select_samples() {
+  return {{"[4,3,2] dim 1, repeats", [](DType dt) { return Inputs{sample_tensor({4, 3, 2}, dt)}; },
+           [](const Inputs& x) {
+             return Inputs{index_select(x[0], 1, from_vector(std::vector<int64_t>{2, 0, 2, 2}, {4}))};
+           }}};
+}
+std::vector<SampleCase> gather_samples() {
+  return {{"[3,4] dim 1, index [3,2]", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) {
+             return Inputs{gather(x[0], 1, from_vector(std::vector<int64_t>{3, 3, 0, 1, 2, 0}, {3, 2}))};
+           }},
+          {"[2,3,2] dim 0, index [3,2,1]", [](DType dt) { return Inputs{sample_tensor({2, 3, 2}, dt)}; },
+           [](const Inputs& x) {
+             return Inputs{gather(x[0], 0, from_vector(std::vector<int64_t>{1, 0, 1, 1, 0, 0}, {3, 2, 1}))};
+           }}};
+}
+
+}  // namespace
+
+Tensor scatter_add_along(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src) {
+  Tensor g = src.contiguous();
+  Tensor dx = zeros(shape, src.dtype());
+  if (idx.numel() == 0) return dx;
+  const Shape istr = contiguous_strides(idx.shape()), xstr = dx.strides();
+  const int64_t n = idx.size(dim);
+  dispatch_floating(dx.dtype(), "scatter_add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t* ip = idx.data<int64_t>();
+    const T* gp = g.data<T>();
+    T* dp = dx.data<T>();
+    for_each_fibre(idx.shape(), xstr, dim, idx.numel() >= kParallelGrain, [&](int64_t io, int64_t xo) {
+      for (int64_t j = 0; j < n; ++j) dp[xo + ip[io + j * istr[dim]] * xstr[dim]] += gp[io + j * istr[dim]];
+    });
+  });
+  return dx;
+}
+
+const OpDef kIndexSelectOp{"index_select", "index_select_backward", "self", index_select_backward,
+                           index_select_samples};
+const OpDef kGatherOp{"gather", "gather_backward", "self", gather_backward, gather_samples};
+
+Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index) {
+  const char* op = "index_select";
+  TG_CHECK(x.defined() && index.defined(), op, ": expected defined self and index");
+  TG_CHECK(index.dtype() == DType::Int64, op, ": expected index of dtype int64, got ", dtype_name(index.dtype()));
+  TG_CHECK(index.dim() <= 1, op, ": index is supposed to be a vector, got shape ", format_shape(index.shape()));
+  TG_CHECK(x.dim() > 0, op, ": expected self with at least one dimension");
+  const int64_t dim = wrap_dim(dim_in, x.dim(), op);
+  Tensor idx = index.detach().contiguous().reshape({index.numel()});
+  check_non_negative(idx, x.size(dim), op, dim);
+  Layout l = layout_of(x.shape(), dim);
+  const int64_t n = idx.numel();
+  Shape out_shape = x.shape();
+  out_shape[dim] = n;
+  Tensor xc = x.detach().contiguous();
+  Tensor out = Tensor::empty(out_shape, x.dtype());
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t* ip = idx.data<int64_t>();
+    const T* xp = xc.data<T>();
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static) if (l.outer > 1 && out.numel() >= kParallelGrain)
+    for (int64_t a = 0; a < l.outer; ++a)
+      for (int64_t i = 0; i < n; ++i)
+        std::copy(xp + (a * l.D + ip[i]) * l.inner, xp + (a * l.D + ip[i] + 1) * l.inner, o + (a * n + i) * l.inner);
+  });
+  if (Recorder rec{kIndexSelectOp, {x}}) {
+    rec.save({idx});
+    rec.set_attrs(IndexAttrs{dim});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index) {
+  const char* op = "gather";
+  TG_CHECK(x.defined() && index.defined(), op, ": expected defined self and index");
+  TG_CHECK(index.dtype() == DType::Int64, op, ": expected index of dtype int64, got ", dtype_name(index.dtype()));
+  TG_CHECK(index.dim() == x.dim(), op, ": index tensor must have the same number of dimensions as input tensor (",
+           x.dim(), "), got ", index.dim());
+  TG_CHECK(x.dim() > 0, op, ": expected self with at least one dimension");
+  const int64_t dim = wrap_dim(dim_in, x.dim(), op);
+  for (int64_t d = 0; d < x.dim(); ++d)
+    TG_CHECK(d == dim || index.size(d) <= x.size(d), op, ": size does not match at dimension ", d,
+             ": expected index ", format_shape(index.shape()), " to be smaller than self ", format_shape(x.shape()),
+             " apart from dimension ", dim);
+  Tensor idx = index.detach().contiguous();
+  check_non_negative(idx, x.size(dim), op, dim);
+  Tensor xc = x.detach().contiguous();
+  Tensor out = Tensor::empty(index.shape(), x.dtype());
+  if (idx.numel() > 0) {
+    const Shape istr = contiguous_strides(idx.shape()), xstr = xc.strides();
+    const int64_t n = idx.size(dim);
+    dispatch_all(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const int64_t* ip = idx.data<int64_t>();
+      const T* xp = xc.data<T>();
+      T* o = out.data<T>();
+      for_each_fibre(idx.shape(), xstr, dim, idx.numel() >= kParallelGrain, [&](int64_t io, int64_t xo) {
+        for (int64_t j = 0; j < n; ++j) o[io + j * istr[dim]] = xp[xo + ip[io + j * istr[dim]] * xstr[dim]];
+      });
+    });
+  }
+  if (Recorder rec{kGatherOp, {x}}) {
+    rec.save({idx});
+    rec.set_attrs(IndexAttrs{dim});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+void register_index_ops(Registry& r) {
+  r.add(kIndexSelectOp);
+  r.add(kGatherOp);
+}
+
+}  // namespace tg

@@ -1,0 +1,175 @@
+// max / min / argmax / argmin. Shape legend: the reduced dim moved last, x is an (outer, R)
+// matrix; each row yields its extreme and the index of its first occurrence (a NaN is the
+// extreme, as in PyTorch).
+//
+//   max over a dim:  dx = g scattered to the saved indices          (saves the indices)
+//   max over all:    dx = g / k at each of the k elements equal to the max  (saves x and the max)
+#include <cmath>
+
+#include "../framework/parallel.h"
+#include "../framework/tape.h"
+#include "index.h"
+#include "reduce.h"
+#include "samples.h"
+
+namespace tg {
+
+namespace {
+
+struct DimAttrs {
+  int64_t dim;
+  bool keepdim;
+};
+
+// Row extremes of a contiguous (outer, R) matrix: values and first-occurrence indices.
+template <class T>
+void row_extremes(const T* x, int64_t outer, int64_t R, bool is_max, T* values, int64_t* indices) {
+#pragma omp parallel for schedule(static) if (outer > 1 && outer * R >= kParallelGrain)
+  for (int64_t r = 0; r < outer; ++r) {
+    const T* row = x + r * R;
+    int64_t best = 0;
+    for (int64_t i = 1; i < R; ++i) {
+      if (std::isnan(row[best])) break;
+      const bool better = std::isnan(row[i]) || (is_max ? row[i] > row[best] : row[i] < row[best]);
+      if (better) best = i;
+    }
+    if (values) values[r] = row[best];
+    indices[r] = best;
+  }
+}
+
+struct Extremes {
+  Tensor values, indices;  // shapes with the dim kept (size 1)
+};
+
+Extremes extremes(const Tensor& x, int64_t dim, bool is_max, bool want_values, const char* op) {
+  TG_CHECK(x.dim() > 0, op, ": expected a tensor with at least one dimension (use the all-element form)");
+  Tensor m = reduced_dims_last(x, {dim});
+  const int64_t R = x.size(dim);
+  TG_CHECK(R > 0, op, ": cannot reduce over a zero-size dimension ", dim, " of shape ", format_shape(x.shape()));
+  const int64_t outer = x.numel() / R;
+  Shape keep = reduced_shape(x.shape(), {dim}, true);
+  Extremes e;
+  e.indices = Tensor::empty(keep, DType::Int64);
+  if (want_values) e.values = Tensor::empty(keep, x.dtype());
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    row_extremes<T>(m.data<T>(), outer, R, is_max, want_values ? e.values.data<T>() : nullptr,
+                    e.indices.data<int64_t>());
+  });
+  return e;
+}
+
+std::vector<Tensor> dim_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const auto a = ctx.attrs<DimAttrs>();
+  const Tensor& idx = ctx.saved(0);  // keepdim shape
+  return {scatter_add_along(ctx.input_shape(0), a.dim, idx, g[0].reshape(idx.shape()))};
+}
+
+std::vector<Tensor> all_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const Tensor& x = ctx.saved(0);
+  const Tensor& best = ctx.saved(1);
+  Tensor dx = Tensor::empty(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), "max_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = x.data<T>();
+    const T b = *best.data<T>();
+    T* d = dx.data<T>();
+    int64_t k = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) k += (p[i] == b || (std::isnan(p[i]) && std::isnan(b)));
+    const T share = *g[0].contiguous().data<T>() / static_cast<T>(k);
+    for (int64_t i = 0; i < x.numel(); ++i) d[i] = (p[i] == b || (std::isnan(p[i]) && std::isnan(b))) ? share : T(0);
+  });
+  return {dx};
+}
+
+using Inputs = std::vector<Tensor>;
+std::vector<SampleCase> samples(bool is_max) {
+  auto f = [is_max](const Tensor& x, int64_t dim, bool keep) {
+    return is_max ? max(x, dim, keep).values : min(x, dim, keep).values;
+  };
+  auto all = [is_max](const Tensor& x) { return is_max ? max(x) : min(x); };
+  // randn values: ties (where the derivative is undefined) have probability 0.
+  return {{"[3,4] dim 1", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [f](const Inputs& x) { return Inputs{f(x[0], 1, false)}; }},
+          {"[2,3,4] dim 0 keepdim", [](DType dt) { return Inputs{sample_tensor({2, 3, 4}, dt)}; },
+           [f](const Inputs& x) { return Inputs{f(x[0], 0, true)}; }},
+          {"[3,4] all", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [all](const Inputs& x) { return Inputs{all(x[0])}; }}};
+}
+std::vector<SampleCase> max_samples() { return samples(true); }
+std::vector<SampleCase> min_samples() { return samples(false); }
+
+}  // namespace
+
+const OpDef kMaxDimOp{"max", "max_backward", "self", dim_backward, max_samples};
+const OpDef kMinDimOp{"min", "min_backward", "self", dim_backward, min_samples};
+const OpDef kMaxAllOp{"max_all", "max_all_backward", "self", all_backward, nullptr};  // sampled under "max"
+const OpDef kMinAllOp{"min_all", "min_all_backward", "self", all_backward, nullptr};  // sampled under "min"
+
+namespace {
+void check_input(const Tensor& x, const char* op) {
+  TG_CHECK(x.defined(), op, ": the tensor is undefined");
+}
+
+ValuesIndices extreme_dim(const OpDef& op, const Tensor& x, int64_t dim_in, bool keepdim, bool is_max) {
+  check_input(x, op.name);
+  TG_CHECK(is_floating(x.dtype()) || !x.requires_grad(), op.name, ": int64 tensors are not differentiable");
+  TG_CHECK(x.dim() > 0, op.name, ": expected a tensor with at least one dimension (use the all-element form)");
+  const int64_t dim = wrap_dim(dim_in, x.dim(), op.name);
+  Extremes e = extremes(x, dim, is_max, true, op.name);
+  Shape out = reduced_shape(x.shape(), {dim}, keepdim);
+  ValuesIndices r{e.values.reshape(out), e.indices.reshape(out)};
+  if (is_floating(x.dtype())) {
+    if (Recorder rec{op, {x}}) {
+      rec.save({e.indices});
+      rec.set_attrs(DimAttrs{dim, keepdim});
+      rec.set_outputs({r.values});
+    }
+  }
+  return r;
+}
+
+Tensor extreme_all(const OpDef& op, const Tensor& x, bool is_max) {
+  check_input(x, op.name);
+  TG_CHECK(x.numel() > 0, op.name, ": expected a non-empty tensor (the reduction has no identity)");
+  Tensor flat = x.detach().contiguous().reshape({x.numel()});
+  Extremes e = extremes(flat, 0, is_max, true, op.name);
+  Tensor value = e.values.reshape({});
+  if (is_floating(x.dtype())) {
+    if (Recorder rec{op, {x}}) {
+      rec.save({x.detach().contiguous(), value});
+      rec.set_outputs({value});
+    }
+  }
+  return value;
+}
+
+Tensor arg_extreme(const Tensor& x, int64_t dim_in, bool keepdim, bool is_max, const char* op) {
+  check_input(x, op);
+  TG_CHECK(x.dim() > 0, op, ": expected a tensor with at least one dimension (use the all-element form)");
+  const int64_t dim = wrap_dim(dim_in, x.dim(), op);
+  return extremes(x.detach(), dim, is_max, false, op).indices.reshape(reduced_shape(x.shape(), {dim}, keepdim));
+}
+}  // namespace
+
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(kMaxDimOp, x, dim, keepdim, true); }
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(kMinDimOp, x, dim, keepdim, false); }
+Tensor max(const Tensor& x) { return extreme_all(kMaxAllOp, x, true); }
+Tensor min(const Tensor& x) { return extreme_all(kMinAllOp, x, false); }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_extreme(x, dim, keepdim, true, "argmax"); }
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_extreme(x, dim, keepdim, false, "argmin"); }
+Tensor argmax(const Tensor& x) {
+  check_input(x, "argmax");
+  return argmax(x.detach().contiguous().reshape({x.numel()}), 0);
+}
+Tensor argmin(const Tensor& x) {
+  check_input(x, "argmin");
+  return argmin(x.detach().contiguous().reshape({x.numel()}), 0);
+}
+
+void register_minmax_ops(Registry& r) {
+  for (const OpDef* op : {&kMaxDimOp, &kMinDimOp, &kMaxAllOp, &kMinAllOp}) r.add(*op);
+}
+
+}  // namespace tg

@@ -1,0 +1,113 @@
+// Comparisons and where. Shape legend: cond, a, b broadcast to out's shape.
+//   where: out = cond ? a : b     da = sum_to(g * cond)    db = sum_to(g * !cond)   (saves cond)
+#include "where.h"
+
+#include "../framework/tape.h"
+#include "../framework/views.h"
+#include "elementwise_kernel.h"
+#include "samples.h"
+
+namespace tg {
+
+namespace {
+
+template <class Cmp>
+Tensor compare(const Tensor& a, const Tensor& b, const char* op, Cmp cmp) {
+  TG_CHECK(a.defined() && b.defined(), op, ": expected two defined tensors");
+  TG_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ", dtype_name(a.dtype()),
+           " and ", dtype_name(b.dtype()));
+  return dispatch_all(a.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    // Computed as 0/1 in T (exact), then converted: one loop for every dtype.
+    return map_binary<T>(a.detach(), b.detach(), op, [cmp](T x, T y) { return cmp(x, y) ? T(1) : T(0); })
+        .to(DType::Int64);
+  });
+}
+Tensor scalar_like(const Tensor& a, double s) { return full({}, s, a.defined() ? a.dtype() : DType::Float32); }
+
+// cond as a 0/1 tensor of dtype dt, broadcast to shape.
+Tensor mask_as(const Tensor& cond, DType dt) {
+  return dispatch_all(cond.dtype(), [&](auto tag) {
+    using C = typename decltype(tag)::type;
+    return map_unary<C>(cond.detach(), [](C v) { return v != C(0) ? C(1) : C(0); });
+  }).to(dt);
+}
+
+std::vector<Tensor> where_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const Tensor& m = ctx.saved(0);  // 0/1 in the gradient's dtype
+  Tensor da, db;
+  dispatch_floating(g[0].dtype(), "where_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (ctx.needs_grad(0))
+      da = sum_to(map_binary<T>(g[0], m, "where_backward", [](T gv, T mv) { return mv != T(0) ? gv : T(0); }),
+                  ctx.input_shape(0));
+    if (ctx.needs_grad(1))
+      db = sum_to(map_binary<T>(g[0], m, "where_backward", [](T gv, T mv) { return mv != T(0) ? T(0) : gv; }),
+                  ctx.input_shape(1));
+  });
+  return {da, db};
+}
+
+using Inputs = std::vector<Tensor>;
+std::vector<SampleCase> where_samples() {
+  return {{"cond [3,4], a [3,4], b [4] (broadcast)",
+           [](DType dt) { return Inputs{sample_tensor({3, 4}, dt), sample_tensor({4}, dt)}; },
+           [](const Inputs& x) {
+             Tensor cond = from_vector(std::vector<int64_t>{1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1}, {3, 4});
+             return Inputs{where(cond, x[0], x[1])};
+           }},
+          {"masked_fill [2,3] with a [3] mask", [](DType dt) { return Inputs{sample_tensor({2, 3}, dt)}; },
+           [](const Inputs& x) {
+             return Inputs{masked_fill(x[0], from_vector(std::vector<double>{0, 1, 0}, {3}), -4.0)};
+           }}};
+}
+
+}  // namespace
+
+const OpDef kWhereOp{"where", "where_backward", "self, other", where_backward, where_samples};
+
+#define TG_COMPARISON(name, expr)                                                                  \
+  Tensor name(const Tensor& a, const Tensor& b) {                                                  \
+    return compare(a, b, #name, [](auto x, auto y) { return expr; });                              \
+  }                                                                                                \
+  Tensor name(const Tensor& a, double s) { return name(a, scalar_like(a, s)); }
+TG_COMPARISON(gt, x > y)
+TG_COMPARISON(lt, x < y)
+TG_COMPARISON(ge, x >= y)
+TG_COMPARISON(le, x <= y)
+TG_COMPARISON(eq, x == y)
+TG_COMPARISON(ne, x != y)
+#undef TG_COMPARISON
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  const char* op = "where";
+  TG_CHECK(cond.defined() && a.defined() && b.defined(), op, ": expected defined condition, self and other");
+  TG_CHECK(a.dtype() == b.dtype(), op, ": expected self and other to have the same dtype, got ",
+           dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  TG_CHECK(is_floating(a.dtype()), op, ": expected floating self and other, got ", dtype_name(a.dtype()));
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), op), b.shape(), op);
+  Tensor m = mask_as(cond, a.dtype()).expand(shape);
+  Tensor out = dispatch_floating(a.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    // a where m, else b: two broadcasting passes keep to the shared kernel.
+    Tensor picked_a = map_binary<T>(m, a.detach(), op, [](T mv, T av) { return mv != T(0) ? av : T(0); });
+    Tensor mb = map_binary<T>(m, b.detach(), op, [](T mv, T bv) { return mv != T(0) ? T(0) : bv; });
+    return map_binary<T>(picked_a, mb, op, [](T x, T y) { return x + y; });
+  });
+  if (Recorder rec{kWhereOp, {a, b}}) {
+    rec.save({m});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  TG_CHECK(x.defined() && mask.defined(), "masked_fill: expected defined self and mask");
+  TG_CHECK(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape(), "masked_fill: mask of shape ",
+           format_shape(mask.shape()), " does not broadcast to self's shape ", format_shape(x.shape()));
+  return where(mask, scalar_like(x, value), x);
+}
+
+void register_where_ops(Registry& r) { r.add(kWhereOp); }
+
+}  // namespace tg

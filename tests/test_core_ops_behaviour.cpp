@@ -1,0 +1,189 @@
+// Behaviour of the core ops that parity fixtures do not show: dropout's statistics and seeding,
+// bit-for-bit determinism of the parallel kernels across thread counts, split/chunk views,
+// argmax ties, NaN handling, the masks' dtype.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <tapegrad/tapegrad.h>
+
+namespace {
+
+using tg::DType;
+using tg::Tensor;
+
+TEST(CoreOpsDropout, DropsAboutPAndScalesTheRest) {
+  tg::Generator gen(42);
+  Tensor x = tg::ones({100000}, DType::Float64);
+  Tensor y = tg::dropout(x, 0.3, true, &gen);
+  int64_t zeros = 0;
+  for (double v : y.to_vector<double>()) {
+    if (v == 0) ++zeros;
+    else EXPECT_DOUBLE_EQ(v, 1.0 / 0.7);
+  }
+  // Binomial(1e5, 0.3): standard deviation of the fraction is 0.0014; 0.01 is seven of them.
+  EXPECT_NEAR(static_cast<double>(zeros) / 100000, 0.3, 0.01);
+}
+
+TEST(CoreOpsDropout, SameSeedSameMaskAndGradientIsTheMask) {
+  Tensor x = tg::randn({50});
+  x.requires_grad_();
+  tg::Generator g1(5), g2(5);
+  Tensor a = tg::dropout(x, 0.5, true, &g1);
+  Tensor b = tg::dropout(x, 0.5, true, &g2);
+  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+  tg::sum(a).backward();
+  std::vector<float> grad = x.grad().to_vector<float>(), av = a.to_vector<float>();
+  for (size_t i = 0; i < grad.size(); ++i) EXPECT_FLOAT_EQ(grad[i], av[i] == 0 ? 0.0f : 2.0f) << i;
+}
+
+TEST(CoreOpsDropout, EvalIsTheIdentityAndPOneZeroes) {
+  Tensor x = tg::randn({10});
+  Tensor y = tg::dropout(x, 0.5, false);
+  EXPECT_EQ(y.impl(), x.impl());
+  for (float v : tg::dropout(x, 1.0, true).to_vector<float>()) EXPECT_EQ(v, 0.0f);
+}
+
+// Runs fn with 1 and with 2 threads and expects identical bits.
+template <class Fn>
+void expect_same_bits_across_threads(Fn fn, const char* what) {
+  const int saved = tg::num_threads();
+  tg::set_num_threads(1);
+  std::vector<double> one = fn();
+  tg::set_num_threads(2);
+  std::vector<double> two = fn();
+  tg::set_num_threads(saved);
+  ASSERT_EQ(one.size(), two.size()) << what;
+  for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << what << " element " << i;
+}
+
+std::vector<double> grad_of(const Tensor& x) { return x.grad().to(DType::Float64).to_vector<double>(); }
+
+TEST(CoreOpsDeterminism, ScatterAddBackwardsAndReductionsIgnoreThreadCount) {
+  // Sizes above kParallelGrain so that the parallel paths run.
+  expect_same_bits_across_threads([] {
+    tg::manual_seed(1);
+    Tensor w = tg::randn({100, 64});
+    w.requires_grad_();
+    Tensor out = tg::embedding(w, tg::randint(0, 100, {4000}));
+    out.backward(tg::randn(out.shape()));
+    return grad_of(w);
+  }, "embedding");
+  expect_same_bits_across_threads([] {
+    tg::manual_seed(2);
+    Tensor x = tg::randn({64, 50, 16});
+    x.requires_grad_();
+    Tensor out = tg::index_select(x, 1, tg::randint(0, 50, {200}));
+    out.backward(tg::randn(out.shape()));
+    return grad_of(x);
+  }, "index_select");
+  expect_same_bits_across_threads([] {
+    tg::manual_seed(3);
+    Tensor x = tg::randn({300, 40});
+    x.requires_grad_();
+    Tensor out = tg::gather(x, 1, tg::randint(0, 40, {300, 200}));
+    out.backward(tg::randn(out.shape()));
+    return grad_of(x);
+  }, "gather");
+  expect_same_bits_across_threads([] {
+    tg::manual_seed(4);
+    Tensor x = tg::randn({512, 128}), w = tg::randn({128}), b = tg::randn({128});
+    for (Tensor* t : {&x, &w, &b}) t->requires_grad_();
+    Tensor out = tg::layer_norm(x, {128}, w, b);
+    out.backward(tg::randn(out.shape()));
+    std::vector<double> all = grad_of(x), gw = grad_of(w), gb = grad_of(b);
+    all.insert(all.end(), gw.begin(), gw.end());
+    all.insert(all.end(), gb.begin(), gb.end());
+    return all;
+  }, "layer_norm");
+  expect_same_bits_across_threads([] {
+    tg::manual_seed(5);
+    Tensor x = tg::randn({1000, 40, 2});
+    x.requires_grad_();
+    Tensor loss = tg::cross_entropy(x, tg::randint(0, 40, {1000, 2}), {tg::Reduction::Mean, 3, 0.1});
+    loss.backward();
+    std::vector<double> all = grad_of(x);
+    all.push_back(loss.item());
+    return all;
+  }, "cross_entropy");
+}
+
+TEST(CoreOpsSoftmax, LargeLogitsStayFiniteAndRowsSumToOne) {
+  Tensor x = tg::mul(tg::randn({64, 1000}), 1000.0);
+  Tensor y = tg::softmax(x, 1);
+  Tensor s = tg::sum(y, {1});
+  for (float v : s.to_vector<float>()) EXPECT_NEAR(v, 1.0f, 1e-5f);  // 1000 float32 terms: ~1e-5 rounding
+  for (float v : tg::log_softmax(x, 1).to_vector<float>()) EXPECT_TRUE(std::isfinite(v) && v <= 0.0f);
+}
+
+TEST(CoreOpsShape, SplitAndChunkAreViewsWithPyTorchSizes) {
+  Tensor x = tg::arange(0, 10, 1, DType::Float32).reshape({5, 2});
+  std::vector<Tensor> parts = tg::chunk(x, 3, 0);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].shape(), (tg::Shape{2, 2}));
+  EXPECT_EQ(parts[2].shape(), (tg::Shape{1, 2}));
+  EXPECT_EQ(parts[2].to_vector<float>(), (std::vector<float>{8, 9}));
+  parts[1].fill_(-1);  // a view: writes through to x
+  EXPECT_EQ(x.at<float>({2, 1}), -1.0f);
+  std::vector<Tensor> s = tg::split(x, {1, 4}, 0);
+  EXPECT_EQ(s[1].shape(), (tg::Shape{4, 2}));
+  EXPECT_EQ(tg::split(x, 2, 1).size(), 1u);
+  EXPECT_EQ(tg::stack({x, x}, 2).shape(), (tg::Shape{5, 2, 2}));
+}
+
+TEST(CoreOpsReduce, ArgmaxTakesTheFirstOfTiesAndNanIsTheMaximum) {
+  Tensor x = tg::from_vector(std::vector<float>{1, 3, 3, 0, 2, 2}, {2, 3});
+  EXPECT_EQ(tg::argmax(x, 1).to_vector<int64_t>(), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(tg::argmin(x, 1).to_vector<int64_t>(), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(tg::argmax(x).item<int64_t>(), 1);
+  Tensor n = tg::from_vector(std::vector<double>{1, NAN, 5}, {3});
+  EXPECT_TRUE(std::isnan(tg::max(n).item<double>()));
+  EXPECT_EQ(tg::max(n, 0).indices.item<int64_t>(), 1);
+}
+
+TEST(CoreOpsReduce, MaxOverAllSharesTheGradientAmongTies) {
+  Tensor x = tg::from_vector(std::vector<double>{2, 5, 5, 1}, {4});
+  x.requires_grad_();
+  tg::max(x).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 0.5, 0.5, 0}));
+}
+
+TEST(CoreOpsLoss, CrossEntropyWithEveryTargetIgnoredIsNanAsPyTorch) {
+  Tensor logits = tg::randn({2, 3});
+  Tensor loss = tg::cross_entropy(logits, tg::from_vector(std::vector<int64_t>{-100, -100}, {2}));
+  EXPECT_TRUE(std::isnan(loss.item()));
+  Tensor sum = tg::cross_entropy(logits, tg::from_vector(std::vector<int64_t>{-100, -100}, {2}),
+                                 {tg::Reduction::Sum, -100, 0.0});
+  EXPECT_EQ(sum.item(), 0.0);
+}
+
+TEST(CoreOpsMasks, ComparisonsReturnInt64ZeroOne) {
+  Tensor a = tg::from_vector(std::vector<float>{1, 2, 3}, {3});
+  Tensor m = tg::gt(a, 1.5);
+  EXPECT_EQ(m.dtype(), DType::Int64);
+  EXPECT_EQ(m.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(tg::eq(a, a).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(tg::masked_fill(a, tg::le(a, 2.0), 0.0).to_vector<float>(), (std::vector<float>{0, 0, 3}));
+  // A floating condition works too: nonzero is true.
+  EXPECT_EQ(tg::where(tg::from_vector(std::vector<float>{0, 0.5, 0}, {3}), a, tg::neg(a)).to_vector<float>(),
+            (std::vector<float>{-1, 2, -3}));
+}
+
+TEST(CoreOpsMemory, BackwardsSaveOnlyWhatTheyNeed) {
+  // softmax saves its output, layer_norm x + mean + rstd (+ weight), not the normalised tensor.
+  Tensor x = tg::randn({4, 6});
+  x.requires_grad_();
+  Tensor y = tg::softmax(x, 1);
+  ASSERT_TRUE(y.grad_fn());
+  EXPECT_EQ(y.grad_fn()->saved().size(), 1u);
+  Tensor w = tg::ones({6});
+  w.requires_grad_();
+  Tensor z = tg::layer_norm(x, {6}, w);
+  const auto& saved = z.grad_fn()->saved();
+  int defined = 0;
+  for (const auto& s : saved) defined += s.tensor.defined();
+  EXPECT_EQ(defined, 4);  // x, weight, mean, rstd
+  EXPECT_EQ(saved[2].tensor.shape(), (tg::Shape{4}));  // per-row statistics, not per element
+}
+
+}  // namespace

@@ -1,0 +1,232 @@
+// The tape engine: recording rules, gradient accumulation, retain_graph, saved-tensor version
+// checks, hooks, tg::grad, deep chains, freeing the graph, and the teaching views.
+#include <gtest/gtest.h>
+
+#include <tapegrad/tapegrad.h>
+
+#include <sstream>
+#include <string>
+
+namespace tg {
+namespace {
+
+template <class Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+Tensor leaf(std::vector<double> values, Shape shape) {
+  Tensor t = from_vector(values, shape);
+  t.requires_grad_();
+  return t;
+}
+
+TEST(Tape, RecordsOnlyWhenGradModeIsOnAndAnInputRequiresGrad) {
+  Tensor a = leaf({1, 2}, {2});
+  Tensor b = from_vector(std::vector<double>{3, 4}, {2});
+  EXPECT_TRUE(mul(a, b).requires_grad());
+  EXPECT_NE(mul(a, b).grad_fn(), nullptr);
+  EXPECT_FALSE(mul(b, b).requires_grad());
+  EXPECT_EQ(mul(b, b).grad_fn(), nullptr);
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(mul(a, b).requires_grad());
+    {
+      EnableGradGuard on;
+      EXPECT_TRUE(mul(a, b).requires_grad());
+    }
+  }
+  EXPECT_TRUE(GradMode::is_enabled());
+  EXPECT_FALSE(a.detach().requires_grad());
+}
+
+TEST(Tape, ProductRuleThroughASharedInput) {
+  // y = sum(x * x + 3x)  ->  dy/dx = 2x + 3
+  Tensor x = leaf({1, -2, 0.5}, {3});
+  Tensor y = sum(add(mul(x, x), mul(x, 3.0)));
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{5, -1, 4}));
+}
+
+TEST(Tape, GradientsAccumulateAcrossBackwardCalls) {
+  Tensor x = leaf({1, 2}, {2});
+  sum(mul(x, 2.0)).backward();
+  sum(mul(x, 5.0)).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{7, 7}));
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Tape, BroadcastGradientsAreReducedToTheInputShape) {
+  Tensor a = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = leaf({10, 20, 30}, {3});
+  sum(mul(a, b)).backward();
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{5, 7, 9}));
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{10, 20, 30, 10, 20, 30}));
+}
+
+TEST(Tape, NonScalarBackwardNeedsAGradient) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul(x, 3.0);
+  EXPECT_EQ(error_of([&] { y.backward(); }),
+            "backward: a gradient can be implied only for a scalar output; output 0 has shape [2], so pass "
+            "grad_output");
+  y.backward(from_vector(std::vector<double>{1, 10}, {2}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 30}));
+}
+
+TEST(Tape, SecondBackwardWithoutRetainGraphThrows) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = sum(mul(x, x));
+  y.backward();
+  std::string err = error_of([&] { y.backward(); });
+  EXPECT_NE(err.find("backward through the graph a second time"), std::string::npos) << err;
+  EXPECT_NE(err.find("retain_graph"), std::string::npos) << err;
+}
+
+TEST(Tape, RetainGraphAllowsASecondBackward) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = sum(mul(x, x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{4, 8}));
+}
+
+TEST(Tape, SavedTensorsAreFreedByBackward) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = sum(mul(x, x));
+  EXPECT_FALSE(y.grad_fn()->edges()[0].fn->saved().empty());
+  y.backward();
+  EXPECT_TRUE(y.grad_fn()->edges()[0].fn->saved().empty());
+  EXPECT_TRUE(y.grad_fn()->edges()[0].fn->released());
+}
+
+TEST(Tape, InPlaceChangeOfASavedTensorIsCaught) {
+  Tensor a = leaf({1, 2}, {2});
+  Tensor b = from_vector(std::vector<double>{3, 4}, {2});
+  Tensor y = sum(mul(a, b));
+  b.add_(ones({2}, DType::Float64));
+  EXPECT_EQ(error_of([&] { y.backward(); }),
+            "mul_backward: a tensor of shape [2] saved by mul for backward was modified in place: it was saved at "
+            "version 0 and is now at version 1. Clone it before changing it, or change it after backward.");
+}
+
+TEST(Tape, HooksObserveAndReplaceGradients) {
+  Tensor x = leaf({1, 2}, {2});
+  std::vector<double> seen;
+  x.register_hook([&](const Tensor& g) {
+    seen = g.to_vector<double>();
+    return Tensor();  // observe only
+  });
+  Tensor h = mul(x, 3.0);
+  h.register_hook([](const Tensor& g) { return mul(g, 10.0); });  // replace on a non-leaf
+  sum(h).backward();
+  EXPECT_EQ(seen, (std::vector<double>{30, 30}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{30, 30}));
+}
+
+TEST(Tape, RetainGradKeepsANonLeafGradientWithoutACycle) {
+  Tensor x = leaf({1, 2}, {2});
+  std::weak_ptr<Node> entry;
+  {
+    Tensor h = mul(x, 3.0);
+    h.retain_grad();
+    entry = h.grad_fn();
+    sum(mul(h, h)).backward();
+    EXPECT_EQ(h.grad().to_vector<double>(), (std::vector<double>{6, 12}));  // 2h
+  }
+  EXPECT_TRUE(entry.expired());  // the hook did not keep h (and so its entry) alive
+}
+
+TEST(Tape, GradReturnsGradientsWithoutTouchingDotGrad) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor w = leaf({3, 4}, {2});
+  Tensor h = mul(x, w);
+  Tensor y = sum(mul(h, h));
+  std::vector<Tensor> g = grad({y}, {x, h});
+  EXPECT_EQ(g[0].to_vector<double>(), (std::vector<double>{2 * 3 * 3, 2 * 8 * 4}));  // 2 x w^2
+  EXPECT_EQ(g[1].to_vector<double>(), (std::vector<double>{6, 16}));                  // 2 h
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined());
+  Tensor unused = leaf({1}, {1});
+  Tensor y2 = sum(mul(x, x));
+  EXPECT_FALSE(grad({y2}, {unused})[0].defined());
+  Tensor y3 = sum(mul(x, x));
+  EXPECT_EQ(error_of([&] { grad({y3}, {unused}, {}, false, /*allow_unused=*/false); }),
+            "grad: input 0 was not used to compute the outputs (pass allow_unused = true)");
+}
+
+TEST(Tape, AChainOf100000OpsRunsAndIsFreedWithoutRecursion) {
+  Tensor x = leaf({1.0}, {1});
+  Tensor y = x;
+  for (int i = 0; i < 100000; ++i) y = add(y, 1e-5);
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1.0}));
+  y = Tensor();  // frees 100,000 entries; a recursive destructor would overflow the stack
+  Tensor z = x;
+  for (int i = 0; i < 100000; ++i) z = mul(z, 1.0);
+  z = Tensor();  // freed without ever running backward
+  SUCCEED();
+}
+
+TEST(Tape, GraphIsFreedWithItsOutputs) {
+  const int64_t before = memory_stats().allocated_bytes;
+  Tensor w = leaf(std::vector<double>(64, 0.5), {8, 8});
+  const int64_t with_w = memory_stats().allocated_bytes;
+  {
+    Tensor x = randn({16, 8}, DType::Float64);
+    Tensor y = sum(relu(matmul(x, w)));
+    EXPECT_GT(memory_stats().allocated_bytes, with_w);  // activations and saved tensors
+  }
+  EXPECT_EQ(memory_stats().allocated_bytes, with_w);  // no gradient computed: nothing left
+  (void)before;
+}
+
+TEST(Tape, TextDumpListsEntriesInRecordingOrder) {
+  Tensor x = randn({4, 3}, DType::Float64);
+  Tensor w = leaf(std::vector<double>(6, 0.1), {2, 3});
+  Tensor y = mean(relu(linear(x, w)));
+  std::string text = tape_to_text(y);
+  EXPECT_EQ(text,
+            "#0 linear  in: [4, 3] [2, 3]* -  -> out: [4, 2]  saved: [4, 3] -\n"
+            "#1 relu  in: [4, 2](#0)  -> out: [4, 2]  saved: [4, 2]\n"
+            "#2 mean  in: [4, 2](#1)  -> out: []  saved: nothing\n");
+  std::string dot = tape_to_dot(y, {{w, "fc.weight"}});
+  EXPECT_NE(dot.find("digraph tape"), std::string::npos);
+  EXPECT_NE(dot.find("fc.weight\\n[2, 3]"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("op0 -> op1"), std::string::npos) << dot;
+}
+
+TEST(Tape, TraceSwitchPrintsEachBackwardStep) {
+  Tensor x = leaf({3, 4}, {2});
+  Tensor y = sum(mul(x, 2.0));
+  std::ostringstream os;
+  {
+    BackwardTraceGuard trace(os);
+    y.backward();
+  }
+  EXPECT_EQ(os.str(),
+            "backward #" + std::to_string(y.grad_fn()->sequence_nr()) +
+                " sum_backward: grad_output [] |1| -> grad_input [2] |1.41421|\n"
+                "backward #" + std::to_string(y.grad_fn()->sequence_nr() - 1) +
+                " mul_scalar_backward: grad_output [2] |1.41421| -> grad_input [2] |2.82843|\n");
+}
+
+TEST(Tape, RequiresGradOnlyOnLeavesAndFloats) {
+  Tensor x = leaf({1}, {1});
+  Tensor y = mul(x, 2.0);
+  EXPECT_NE(error_of([&] { y.requires_grad_(false); }).find("can only change requires_grad of a leaf"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { arange(0, 3).requires_grad_(); }),
+            "requires_grad_: only floating tensors can require grad, got int64");
+  EXPECT_NE(error_of([&] { sum(from_vector(std::vector<double>{1}, {1})).backward(); }).find("does not require grad"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tg

@@ -1,0 +1,176 @@
+// Tensor basics: factories, views sharing storage, strides, copies, dtypes, the version counter,
+// printing and the errors a user sees.
+#include <gtest/gtest.h>
+
+#include <tapegrad/tapegrad.h>
+
+#include <string>
+
+namespace tg {
+namespace {
+
+template <class Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(Tensor, FactoriesFillValuesAndShapes) {
+  Tensor z = zeros({2, 3});
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  EXPECT_EQ(z.dtype(), DType::Float32);
+  EXPECT_EQ(z.to_vector<float>(), std::vector<float>(6, 0.f));
+  EXPECT_EQ(full({2}, 2.5, DType::Float64).to_vector<double>(), (std::vector<double>{2.5, 2.5}));
+  EXPECT_EQ(arange(0, 5).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(1, 2, 0.25, DType::Float64).to_vector<double>(), (std::vector<double>{1, 1.25, 1.5, 1.75}));
+  Tensor s = scalar_tensor(3.0, DType::Float64);
+  EXPECT_EQ(s.dim(), 0);
+  EXPECT_EQ(s.numel(), 1);
+  EXPECT_DOUBLE_EQ(s.item(), 3.0);
+  EXPECT_EQ(zeros({0, 4}).numel(), 0);
+}
+
+TEST(Tensor, RandomStreamIsSeededAndIndependentOfThreads) {
+  manual_seed(42);
+  std::vector<float> a = randn({1000}).to_vector<float>();
+  int threads = num_threads();
+  set_num_threads(1);
+  manual_seed(42);
+  std::vector<float> b = randn({1000}).to_vector<float>();
+  set_num_threads(threads);
+  EXPECT_EQ(a, b);
+  double mean = 0, var = 0;
+  for (float v : a) mean += v / 1000.0;
+  for (float v : a) var += (v - mean) * (v - mean) / 1000.0;
+  EXPECT_NEAR(mean, 0.0, 0.1);  // 1000 normal samples: the mean's stddev is 0.03
+  EXPECT_NEAR(var, 1.0, 0.15);
+  Tensor u = uniform({1000}, -2, 3, DType::Float64);
+  for (double v : u.to_vector<double>()) EXPECT_TRUE(v >= -2 && v < 3);
+  std::vector<int64_t> p = randperm(10).to_vector<int64_t>();
+  std::sort(p.begin(), p.end());
+  EXPECT_EQ(p, arange(0, 10).to_vector<int64_t>());
+}
+
+TEST(Tensor, ViewsShareStorageAndHaveTheRightStrides) {
+  Tensor x = arange(0, 24, 1, DType::Float64).reshape({2, 3, 4});
+  EXPECT_EQ(x.strides(), (Shape{12, 4, 1}));
+  Tensor t = x.transpose(0, 2);
+  EXPECT_EQ(t.shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(t.strides(), (Shape{1, 4, 12}));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.at<double>({3, 2, 1}), x.at<double>({1, 2, 3}));
+  Tensor n = x.narrow(2, 1, 2);
+  EXPECT_EQ(n.shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(n.at<double>({1, 0, 0}), 13.0);
+  Tensor s = x.slice(1, 0, 3, 2);
+  EXPECT_EQ(s.shape(), (Shape{2, 2, 4}));
+  EXPECT_EQ(s.at<double>({0, 1, 0}), 8.0);
+  Tensor sel = x.select(0, -1);
+  EXPECT_EQ(sel.shape(), (Shape{3, 4}));
+  EXPECT_EQ(sel.at<double>({0, 0}), 12.0);
+  Tensor e = from_vector(std::vector<double>{1, 2, 3}, {3, 1}).expand({2, 3, 4});
+  EXPECT_EQ(e.strides(), (Shape{0, 1, 0}));
+  EXPECT_EQ(e.at<double>({1, 2, 3}), 3.0);
+  EXPECT_EQ(x.unsqueeze(1).shape(), (Shape{2, 1, 3, 4}));
+  EXPECT_EQ(x.unsqueeze(1).squeeze(1).shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(x.flatten(1).shape(), (Shape{2, 12}));
+  EXPECT_EQ(x.view({-1, 4}).shape(), (Shape{6, 4}));
+  // A write through a view is seen by the base.
+  n.fill_(-1);
+  EXPECT_EQ(x.at<double>({0, 0, 1}), -1.0);
+  EXPECT_EQ(x.at<double>({0, 0, 0}), 0.0);
+}
+
+TEST(Tensor, ContiguousCloneAndConversionCopyInCOrder) {
+  Tensor x = arange(0, 6, 1, DType::Float64).reshape({2, 3});
+  Tensor t = x.transpose(0, 1).contiguous();
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.to_vector<double>(), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  Tensor c = x.clone();
+  c.fill_(7);
+  EXPECT_EQ(x.at<double>({0, 0}), 0.0);
+  EXPECT_EQ(x.to(DType::Float32).to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(x.to(DType::Int64).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+  Tensor y = zeros({2, 3}, DType::Float64);
+  y.copy_(from_vector(std::vector<float>{1, 2, 3}, {3}));  // broadcast and convert
+  EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{1, 2, 3, 1, 2, 3}));
+  y.add_(x, 2.0);
+  EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{1, 4, 7, 7, 10, 13}));
+}
+
+TEST(Tensor, VersionCounterCountsInPlaceWritesAndIsSharedByViews) {
+  Tensor x = zeros({4});
+  Tensor v = x.narrow(0, 1, 2);
+  const uint64_t v0 = x.version();
+  v.fill_(1);
+  EXPECT_EQ(x.version(), v0 + 1);
+  x.add_(ones({4}));
+  EXPECT_EQ(v.version(), v0 + 2);
+  Tensor c = x.clone();
+  EXPECT_EQ(c.version(), 0u);
+}
+
+TEST(Tensor, TypedAccessThrowsOnDtypeMismatchAndBadIndex) {
+  Tensor x = zeros({2, 2});
+  EXPECT_EQ(error_of([&] { x.data<double>(); }), "data: tensor has dtype float32, requested float64");
+  EXPECT_EQ(error_of([&] { x.at<float>({2, 0}); }), "at: index 2 is out of range for dim 0 of size 2");
+  EXPECT_EQ(error_of([&] { x.at<float>({0}); }), "at: expected 2 indices, got 1");
+  EXPECT_EQ(error_of([&] { x.item<float>(); }), "item: expected a tensor with one element, got shape [2, 2]");
+  EXPECT_EQ(error_of([&] { Tensor().shape(); }), "shape: the tensor is undefined");
+}
+
+TEST(Tensor, ShapeErrorsNameTheOpAndBothShapes) {
+  Tensor x = zeros({2, 3});
+  EXPECT_EQ(error_of([&] { x.view({4, 2}); }), "view: shape [4, 2] is invalid for input of size 6");
+  EXPECT_EQ(error_of([&] { x.transpose(0, 1).view({6}); }),
+            "view: the input of shape [3, 2] is not contiguous; use reshape() (which copies when it must) or "
+            "contiguous() first");
+  EXPECT_EQ(error_of([&] { x.expand({4, 3, 4}); }),
+            "expand: the size of dim 1 (2) must match the target size 3 or be 1; input [2, 3], target [4, 3, 4]");
+  EXPECT_EQ(error_of([&] { x.permute({0, 0}); }), "permute: dim 0 appears twice in [0, 0]");
+  EXPECT_EQ(error_of([&] { x.narrow(1, 2, 2); }), "narrow: start (2) + length (2) exceeds dimension size (3) of dim 1");
+  EXPECT_EQ(error_of([&] { x.size(2); }), "size: dimension out of range (expected to be in [-2, 1], but got 2)");
+  EXPECT_EQ(error_of([&] { from_vector(std::vector<float>{1, 2}, {3}); }),
+            "from_vector: got 2 values for shape [3] (3 elements)");
+  EXPECT_EQ(error_of([&] { add(zeros({2, 3}), zeros({4})); }),
+            "add: the shapes [2, 3] and [4] cannot be broadcast together (dim 1: 3 vs 4)");
+  EXPECT_EQ(error_of([&] { add(zeros({2}), zeros({2}, DType::Float64)); }),
+            "add: expected both operands to have the same dtype, got float32 and float64");
+}
+
+TEST(Tensor, PrintingShowsShapeDtypeAndValues) {
+  Tensor x = from_vector(std::vector<double>{1.5, -2, 3, 4}, {2, 2});
+  std::string s = x.to_string();
+  EXPECT_NE(s.find("shape=[2, 2]"), std::string::npos) << s;
+  EXPECT_NE(s.find("dtype=float64"), std::string::npos) << s;
+  EXPECT_NE(s.find("1.5, -2"), std::string::npos) << s;
+  x.requires_grad_();
+  Tensor y = mul(x, 2.0);
+  EXPECT_NE(y.to_string().find("grad_fn=mul_scalar"), std::string::npos);
+}
+
+TEST(Tensor, MemoryIsCountedAndReturned) {
+  const int64_t before = memory_stats().allocated_bytes;
+  {
+    Tensor t = zeros({1000}, DType::Float64);
+    EXPECT_EQ(memory_stats().allocated_bytes, before + 8000);
+    EXPECT_GE(memory_stats().peak_bytes, before + 8000);
+  }
+  EXPECT_EQ(memory_stats().allocated_bytes, before);
+}
+
+TEST(Tensor, ToBackwardConvertsTheGradientBack) {
+  Tensor x = from_vector(std::vector<double>{1, 2}, {2});
+  x.requires_grad_();
+  Tensor y = sum(mul(x.to(DType::Float32), 3.0));
+  y.backward();
+  EXPECT_EQ(x.grad().dtype(), DType::Float64);
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 3}));
+}
+
+}  // namespace
+}  // namespace tg

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages tapegrad needs, skipping those already present (so a
+# machine that has them all needs no network). Run as root.
+set -euo pipefail
+packages=(
+  build-essential cmake ccache
+  libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libstb-dev zlib1g-dev
+  gnuplot-nox graphviz dataset-fashion-mnist
+)
+# PyTorch is only for regenerating fixtures and for the benchmark comparison.
+if [ "${TAPEGRAD_WITH_TORCH:-0}" = "1" ]; then
+  packages+=(python3-torch python3-numpy libopenblas0-openmp)
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
