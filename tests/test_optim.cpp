@@ -239,3 +239,23 @@ TEST(Schedulers, LambdaLRPerGroup) {
   EXPECT_DOUBLE_EQ(opt.lr(0), 0.5);
   EXPECT_DOUBLE_EQ(opt.lr(1), 0.05);
 }
+
+TEST(Optim, StateDictSurvivesSafetensors) {
+  Tensor p = from_vector(std::vector<float>{1, 2, 3}, {3}).requires_grad_();
+  AdamW opt({p});
+  p.set_grad(from_vector(std::vector<float>{0.5f, -1, 2}, {3}));
+  opt.step();
+  const std::string path = ::testing::TempDir() + "/tapegrad_adamw_state.safetensors";
+  save_safetensors(path, opt.state_dict());
+  Tensor q = p.detach().clone().requires_grad_();
+  AdamW restored({q});
+  restored.load_state_dict(load_safetensors(path).tensors);
+  std::remove(path.c_str());
+  // Same state, same next step, to the bit.
+  p.set_grad(from_vector(std::vector<float>{1, 1, 1}, {3}));
+  q.set_grad(from_vector(std::vector<float>{1, 1, 1}, {3}));
+  opt.step();
+  restored.step();
+  EXPECT_EQ(p.to_vector<float>(), q.to_vector<float>());
+  EXPECT_EQ(restored.state(0).at("step").item(), 2.0);
+}
