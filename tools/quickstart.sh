@@ -7,4 +7,4 @@ build=${TAPEGRAD_BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_BUILD_TESTS=OFF -DTAPEGRAD_BUILD_BENCH=OFF \
   -DTAPEGRAD_BUILD_EXAMPLES=ON
 cmake --build "$build" -j "$(nproc)"
-"$build/examples/tape_tour" --dot "$build/tape.dot"
+"$build/examples/train_mlp" "$@"
