@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "golden.h"
+#include "io_test_util.h"
 
 namespace tg {
 namespace {
 
-using tg::testing::data_path;
+using namespace tg::testing;
 namespace fs = std::filesystem;
 
 std::string subset_dir() { return data_path("fashion_mnist_subset"); }
@@ -19,14 +19,6 @@ std::string subset_dir() { return data_path("fashion_mnist_subset"); }
 nlohmann::json expected_facts() {
   std::ifstream f(data_path("fashion_mnist_subset/expected.json"));
   return nlohmann::json::parse(f);
-}
-
-// A fresh folder per test under the system temp dir.
-std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("tapegrad_idx_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
 }
 
 std::string idx_bytes(uint8_t type, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload) {
@@ -38,32 +30,11 @@ std::string idx_bytes(uint8_t type, const std::vector<uint32_t>& dims, const std
   return s;
 }
 
-void write_raw(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 void write_gzip(const std::string& path, const std::string& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
   ASSERT_EQ(gzclose(f), Z_OK);
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-// Runs fn, expects a tg::Error whose message contains every piece.
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& pieces) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a tg::Error containing '" << pieces.front() << "'";
-  } catch (const Error& e) {
-    for (const auto& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
 }
 
 TEST(Idx, SubsetTrainMatchesTheGeneratorsFacts) {
@@ -112,10 +83,10 @@ TEST(Idx, SubsetTestSplit) {
 }
 
 TEST(Idx, RawAndGzipReadTheSame) {
-  const std::string dir = temp_dir("raw_gz");
+  const std::string dir = fresh_temp_dir("idx_raw_gz");
   std::vector<uint8_t> payload = {0, 1, 2, 127, 128, 254, 255, 7, 9, 11, 13, 200};
   const std::string bytes = idx_bytes(0x08, {2, 2, 3}, payload);
-  write_raw(dir + "/raw.idx", bytes);
+  write_bytes(dir + "/raw.idx", bytes);
   write_gzip(dir + "/packed.idx.gz", bytes);
   // The gzip file is recognised by its content, not its name.
   write_gzip(dir + "/packed_no_suffix", bytes);
@@ -129,78 +100,78 @@ TEST(Idx, RawAndGzipReadTheSame) {
     EXPECT_EQ(img.at<float>({0, 0, 0}), 0.0f) << name;
     EXPECT_EQ(img.at<float>({0, 0, 2}), 2.0f / 255.0f) << name;
   }
-  write_raw(dir + "/labels.idx", idx_bytes(0x08, {4}, {3, 0, 9, 255}));
+  write_bytes(dir + "/labels.idx", idx_bytes(0x08, {4}, {3, 0, 9, 255}));
   EXPECT_EQ(load_idx_labels(dir + "/labels.idx").to_vector<int64_t>(), (std::vector<int64_t>{3, 0, 9, 255}));
   fs::remove_all(dir);
 }
 
 TEST(Idx, CorruptFilesAreRejectedClearly) {
-  const std::string dir = temp_dir("corrupt");
+  const std::string dir = fresh_temp_dir("idx_corrupt");
   const std::string good = idx_bytes(0x08, {3, 2, 2}, std::vector<uint8_t>(12, 5));
 
-  write_raw(dir + "/bad_magic", "\x01\x02\x08\x01\x00\x00\x00\x01x");
-  expect_error([&] { read_idx(dir + "/bad_magic"); }, {"bad_magic", "not an IDX file"});
+  write_bytes(dir + "/bad_magic", "\x01\x02\x08\x01\x00\x00\x00\x01x");
+  expect_error_with([&] { read_idx(dir + "/bad_magic"); }, {"bad_magic", "not an IDX file"});
 
-  write_raw(dir + "/float_type", idx_bytes(0x0D, {1}, {0, 0, 0, 0}));
-  expect_error([&] { read_idx(dir + "/float_type"); }, {"unsupported element type code 0xd"});
+  write_bytes(dir + "/float_type", idx_bytes(0x0D, {1}, {0, 0, 0, 0}));
+  expect_error_with([&] { read_idx(dir + "/float_type"); }, {"unsupported element type code 0xd"});
 
-  write_raw(dir + "/zero_dims", idx_bytes(0x08, {}, {}));
-  expect_error([&] { read_idx(dir + "/zero_dims"); }, {"expected 1 to 4 dims, got 0"});
+  write_bytes(dir + "/zero_dims", idx_bytes(0x08, {}, {}));
+  expect_error_with([&] { read_idx(dir + "/zero_dims"); }, {"expected 1 to 4 dims, got 0"});
 
-  write_raw(dir + "/short_header", good.substr(0, 9));  // magic + 1.25 of 3 dims
-  expect_error([&] { read_idx(dir + "/short_header"); }, {"truncated header"});
+  write_bytes(dir + "/short_header", good.substr(0, 9));  // magic + 1.25 of 3 dims
+  expect_error_with([&] { read_idx(dir + "/short_header"); }, {"truncated header"});
 
-  write_raw(dir + "/two_bytes", good.substr(0, 2));
-  expect_error([&] { read_idx(dir + "/two_bytes"); }, {"truncated header"});
+  write_bytes(dir + "/two_bytes", good.substr(0, 2));
+  expect_error_with([&] { read_idx(dir + "/two_bytes"); }, {"truncated header"});
 
-  write_raw(dir + "/short_payload", good.substr(0, good.size() - 3));
-  expect_error([&] { read_idx(dir + "/short_payload"); }, {"truncated", "need 12 bytes", "has 9"});
+  write_bytes(dir + "/short_payload", good.substr(0, good.size() - 3));
+  expect_error_with([&] { read_idx(dir + "/short_payload"); }, {"truncated", "need 12 bytes", "has 9"});
 
   write_gzip(dir + "/short_payload.gz", good.substr(0, good.size() - 3));
-  expect_error([&] { read_idx(dir + "/short_payload.gz"); }, {"truncated", "need 12 bytes", "has 9"});
+  expect_error_with([&] { read_idx(dir + "/short_payload.gz"); }, {"truncated", "need 12 bytes", "has 9"});
 
-  write_raw(dir + "/trailing", good + "xyz");
-  expect_error([&] { read_idx(dir + "/trailing"); }, {"trailing bytes"});
+  write_bytes(dir + "/trailing", good + "xyz");
+  expect_error_with([&] { read_idx(dir + "/trailing"); }, {"trailing bytes"});
 
   // Dims whose product is far beyond the file: rejected before allocating (60000*28*28 bytes
   // from a 20-byte raw file; 2^32-1 cubed from a tiny gzip file, which cannot inflate that far).
-  write_raw(dir + "/absurd_raw", idx_bytes(0x08, {60000, 28, 28}, {1, 2, 3}));
-  expect_error([&] { read_idx(dir + "/absurd_raw"); }, {"need more bytes than the file holds"});
+  write_bytes(dir + "/absurd_raw", idx_bytes(0x08, {60000, 28, 28}, {1, 2, 3}));
+  expect_error_with([&] { read_idx(dir + "/absurd_raw"); }, {"need more bytes than the file holds"});
   write_gzip(dir + "/absurd.gz", idx_bytes(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {1}));
-  expect_error([&] { read_idx(dir + "/absurd.gz"); }, {"a gzip file of this size can inflate to"});
+  expect_error_with([&] { read_idx(dir + "/absurd.gz"); }, {"a gzip file of this size can inflate to"});
 
   // A gzip stream cut in half and one whose CRC no longer matches its content.
   std::vector<uint8_t> big(4000);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
   write_gzip(dir + "/full.gz", idx_bytes(0x08, {4000}, big));
-  const std::string packed = read_all(dir + "/full.gz");
-  write_raw(dir + "/cut.gz", packed.substr(0, packed.size() / 2));
+  const std::string packed = read_bytes(dir + "/full.gz");
+  write_bytes(dir + "/cut.gz", packed.substr(0, packed.size() / 2));
   EXPECT_THROW(read_idx(dir + "/cut.gz"), Error);
   std::string bad_crc = packed;
   bad_crc[bad_crc.size() - 6] ^= 0x5a;  // inside the 4-byte CRC32 of the 8-byte trailer
-  write_raw(dir + "/bad_crc.gz", bad_crc);
-  expect_error([&] { read_idx(dir + "/bad_crc.gz"); }, {"corrupt gzip data"});
+  write_bytes(dir + "/bad_crc.gz", bad_crc);
+  expect_error_with([&] { read_idx(dir + "/bad_crc.gz"); }, {"corrupt gzip data"});
   EXPECT_EQ(read_idx(dir + "/full.gz").data, big);  // the intact file still reads
 
-  expect_error([&] { load_idx_images(dir + "/full.gz"); }, {"expected 3 dims (N, H, W), got [4000]"});
-  write_raw(dir + "/images.idx", good);
-  expect_error([&] { load_idx_labels(dir + "/images.idx"); }, {"expected 1 dim (N), got [3, 2, 2]"});
-  expect_error([&] { read_idx(dir + "/does_not_exist"); }, {"cannot open", "does_not_exist"});
+  expect_error_with([&] { load_idx_images(dir + "/full.gz"); }, {"expected 3 dims (N, H, W), got [4000]"});
+  write_bytes(dir + "/images.idx", good);
+  expect_error_with([&] { load_idx_labels(dir + "/images.idx"); }, {"expected 1 dim (N), got [3, 2, 2]"});
+  expect_error_with([&] { read_idx(dir + "/does_not_exist"); }, {"cannot open", "does_not_exist"});
   fs::remove_all(dir);
 }
 
 TEST(Idx, FashionMnistHelperErrors) {
-  expect_error([&] { load_fashion_mnist("train", "/nonexistent/fashion"); },
+  expect_error_with([&] { load_fashion_mnist("train", "/nonexistent/fashion"); },
                {"/nonexistent/fashion/train-images-idx3-ubyte.gz", "apt-get install dataset-fashion-mnist"});
-  expect_error([&] { load_fashion_mnist("validation", subset_dir()); }, {"\"train\" or \"test\"", "validation"});
+  expect_error_with([&] { load_fashion_mnist("validation", subset_dir()); }, {"\"train\" or \"test\"", "validation"});
 
   // Images and labels that disagree in count, then a label outside the 10 classes.
-  const std::string dir = temp_dir("helper");
+  const std::string dir = fresh_temp_dir("idx_helper");
   write_gzip(dir + "/train-images-idx3-ubyte.gz", idx_bytes(0x08, {2, 2, 2}, std::vector<uint8_t>(8, 1)));
   write_gzip(dir + "/train-labels-idx1-ubyte.gz", idx_bytes(0x08, {3}, {1, 2, 3}));
-  expect_error([&] { load_fashion_mnist("train", dir); }, {"has 2 images but", "has 3 labels"});
+  expect_error_with([&] { load_fashion_mnist("train", dir); }, {"has 2 images but", "has 3 labels"});
   write_gzip(dir + "/train-labels-idx1-ubyte.gz", idx_bytes(0x08, {2}, {1, 10}));
-  expect_error([&] { load_fashion_mnist("train", dir); }, {"label 1 is 10", "[0, 10)"});
+  expect_error_with([&] { load_fashion_mnist("train", dir); }, {"label 1 is 10", "[0, 10)"});
   fs::remove_all(dir);
 }
 
@@ -218,8 +189,26 @@ TEST(Idx, FullFashionMnistWhenInstalled) {
   EXPECT_EQ(hist, std::vector<int64_t>(10, 1000));
   // The committed subset is the first 256 items of the full split.
   ImageDataset sub = load_fashion_mnist("test", subset_dir());
-  tg::testing::expect_close(test.images.narrow(0, 0, 256), sub.images, 0, 0, "subset images");
-  tg::testing::expect_close(test.labels.narrow(0, 0, 256), sub.labels, 0, 0, "subset labels");
+  expect_close(test.images.narrow(0, 0, 256), sub.images, 0, 0, "subset images");
+  expect_close(test.labels.narrow(0, 0, 256), sub.labels, 0, 0, "subset labels");
+}
+
+TEST(Idx, RandomCorruptionsLoadOrThrowTgError) {
+  const std::string dir = fresh_temp_dir("idx_fuzz");
+  std::vector<uint8_t> payload(3 * 5 * 4);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 37);
+  const std::string raw = idx_bytes(0x08, {3, 5, 4}, payload);
+  write_gzip(dir + "/good.gz", raw);
+  int loaded = 0, rejected = 0;
+  auto load = [](const std::string& p) { load_idx_images(p); };
+  expect_only_tg_errors(corruptions_of(raw, 3, 150), dir + "/fuzz", load, &loaded, &rejected);
+  EXPECT_GT(rejected, 30);
+  EXPECT_GT(loaded, 15);
+  // Corrupting the compressed bytes: zlib's errors (and CRC checks) must surface as tg::Error.
+  expect_only_tg_errors(corruptions_of(read_bytes(dir + "/good.gz"), 4, 150), dir + "/fuzz.gz",
+                                     load, &loaded, &rejected);
+  EXPECT_GT(rejected, 90);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -18,14 +18,6 @@ GoldenCase case_named(const std::string& name) {
   throw Error("no golden case " + name);
 }
 
-// (i * scale - 3) in C order, computed in double then cast: the formula of tools/fixtures/io.py.
-Tensor formula(const Shape& shape, DType dtype, double scale) {
-  const int64_t n = shape_numel(shape);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>(i) * scale - 3;
-  return from_vector(v, shape).to(dtype);
-}
-
 // A safetensors file from a header text and data bytes (the header length is its size).
 std::string st_file(const std::string& header, const std::string& data = "") {
   std::string s;
@@ -256,6 +248,23 @@ TEST(Safetensors, LoadsTheTorchCheckpointIntoAModelsState) {
     EXPECT_EQ(t.to(DType::Float64).to_vector<double>(), c.json["entries"][name]["values"].get<std::vector<double>>())
         << name;
   }
+}
+
+}  // namespace
+}  // namespace tg
+
+namespace tg {
+namespace {
+
+TEST(Safetensors, RandomCorruptionsLoadOrThrowTgError) {
+  using namespace tg::testing;
+  // In memory (parse_safetensors is what load_safetensors runs on the file's bytes): fast
+  // enough for many variants.
+  int loaded = 0, rejected = 0;
+  expect_only_tg_errors(corruptions_of(read_bytes(data_path("io/torch_state.safetensors")), 7, 3000), "",
+                        [](const std::string& bytes) { parse_safetensors(bytes, "fuzz"); }, &loaded, &rejected);
+  EXPECT_GT(rejected, 600);
+  EXPECT_GT(loaded, 200);
 }
 
 }  // namespace
