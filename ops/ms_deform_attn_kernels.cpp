@@ -2,35 +2,82 @@
 //
 // Legend: N = batch, K = keys, M = heads, C = channels per head, L = levels, Q = queries,
 // P = points. A "slice" is one (n, m) pair: the C-channel rows value[n, :, m, :] that one head of
-// one image reads, rows K apart by M*C elements. A sample is one (n, q, m, l, p).
+// one image reads, consecutive keys M*C elements apart. A sample is one (n, q, m, l, p).
 //
 // The maths, for one sample with attention weight a at pixel coordinates (x, y) of level l:
 //   x0 = floor(x), y0 = floor(y), fx = x - x0, fy = y - y0
 //   corners  nw = (x0, y0)  ne = (x0+1, y0)  sw = (x0, y0+1)  se = (x0+1, y0+1)
 //   weights  w_nw = (1-fy)(1-fx)  w_ne = (1-fy)fx  w_sw = fy(1-fx)  w_se = fy fx
-//   forward      out[c]        += a * sum_k w_k v_k[c]               (v_k = 0 outside the map)
-//   backward     grad_v_k[c]   += a * w_k * g[c]                     (only corners inside)
-//                d_k            = sum_c g[c] v_k[c]
-//                grad_a        += sum_k w_k d_k
-//                grad_x         = a * ((d_ne - d_nw)(1-fy) + (d_se - d_sw) fy) * W
-//                grad_y         = a * ((d_sw - d_nw)(1-fx) + (d_se - d_ne) fx) * H
-// (the factor W: x = loc_x * W - 0.5). Everything per channel is a contiguous loop over C,
-// which is where the time goes; corners outside the map read a row of zeros and write into a
-// scratch row, so that loop has no branches and PyTorch's zero padding (outside value 0, still
-// multiplied by its weight, hence NaN weights give NaN) falls out for free.
+//   forward      out[c]       += a * sum_k w_k v_k[c]                (v_k = 0 outside the map)
+//   backward     grad_v_k[c]  += a * w_k * g[c]                      (corners inside the map)
+//                d_k           = sum_c g[c] v_k[c]
+//                grad_a        = sum_k w_k d_k
+//                grad_x        = a * ((d_ne - d_nw)(1-fy) + (d_se - d_sw) fy) * W
+//                grad_y        = a * ((d_sw - d_nw)(1-fx) + (d_se - d_ne) fx) * H
+// (the factors W and H: x = loc_x * W - 0.5). The time goes into the loops over C, which are
+// contiguous; corners outside the map read a row of zeros and write into a scratch row, so
+// those loops have no branches, and PyTorch's zero padding (the outside value 0 is still
+// multiplied by its weight, so NaN weights give NaN) falls out for free.
+//
+// Loop order: each thread walks slice by slice, so the value (and grad_value) rows it touches
+// belong to one head and stay in L2 (for the Deformable-DETR encoder a slice's value rows are
+// 5440 x 32 floats = 700 KB; all heads together would not fit). The per-query inputs are then
+// read with a stride of M queries, so they are prefetched a few queries ahead.
 #include "ms_deform_attn_kernels.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <utility>
 #include <vector>
+
+// The SIMD helpers below pass vectors by value between inline functions of this file only; GCC's
+// note that such an ABI depends on -mavx is irrelevant here.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace tg::kernels {
 namespace {
 
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kParallelWork = 1 << 15;
+// How many queries ahead (of the same slice) the per-query inputs are prefetched.
+constexpr int64_t kPrefetchQueries = 2;
+
+// 64 bytes of T (16 floats or 8 doubles) as a GCC/Clang vector extension: one AVX-512 register,
+// two AVX2 or four SSE/NEON ones, whatever the target has. Plain loops are not enough here: the
+// channel dots are reductions, which the compiler may not reorder into vector lanes by itself.
+template <class T>
+struct Simd {
+  typedef T Vec __attribute__((vector_size(64)));
+  static constexpr int64_t kLanes = 64 / sizeof(T);
+  static Vec load(const T* p) {
+    Vec v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void store(T* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
+};
+
+// Sum of the lanes of a vector extension, halving it in a fixed order.
+template <class V, std::size_t... I>
+inline auto add_halves(const V& v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, I...) +
+         __builtin_shufflevector(v, v, (I + sizeof...(I))...);
+}
+template <class T, class V>
+inline T reduce_add(const V& v) {
+  constexpr std::size_t n = sizeof(V) / sizeof(T);
+  if constexpr (n == 1)
+    return v[0];
+  else
+    return reduce_add<T>(add_halves(v, std::make_index_sequence<n / 2>{}));
+}
+
+inline void prefetch_range(const void* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
+}
 
 template <class T>
 struct Problem {
@@ -42,73 +89,137 @@ struct Problem {
   int64_t N, K, M, C, L, Q, P;
 };
 
-// Where one sampling point lands on one level: its four corners (order nw, ne, sw, se), each
-// as a key index within the level or -1 when the corner lies outside the map.
+// Per-thread scratch. "Per sample" arrays have one entry per (level, point) of a query, corner
+// arrays are corner-major ([k * LP + i], corners k = nw, ne, sw, se).
 template <class T>
-struct Footprint {
-  T fx, fy;  // distances to the west / north corners (PyTorch's "w" and "n")
-  T w[4];
-  int64_t key[4];
+struct Scratch {
+  int64_t LP;
+  std::vector<T> zeros;        // C zeros: what a corner outside the map reads
+  std::vector<T> sinks;        // 4 x C: where a corner outside the map's gradient goes
+  // Constant over the call, per sample: its level's size and first key.
+  std::vector<int64_t> level_W, level_H, level_start;
+  std::vector<T> half_W, half_H;
+  // Per sample of the current query.
+  std::vector<T> fx, fy;       // distances to the west / north corners (PyTorch's "w", "n")
+  std::vector<T> w;            // bilinear weights, 4 per sample
+  std::vector<const T*> rows;  // value rows of the corners (or zeros), 4 per sample
+  std::vector<T*> grad_rows;   // grad_value rows of the corners (or sinks), 4 per sample
+
+  Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
+          int64_t C)
+      : LP(L * P), zeros(static_cast<size_t>(C), T(0)), sinks(static_cast<size_t>(4 * C)) {
+    for (auto* v : {&level_W, &level_H, &level_start}) v->resize(static_cast<size_t>(LP));
+    for (auto* v : {&half_W, &half_H, &fx, &fy}) v->resize(static_cast<size_t>(LP));
+    w.resize(static_cast<size_t>(4 * LP));
+    rows.resize(static_cast<size_t>(4 * LP));
+    grad_rows.resize(static_cast<size_t>(4 * LP));
+    for (int64_t i = 0; i < LP; ++i) {
+      const int64_t l = i / P;
+      level_H[i] = spatial_shapes[2 * l];
+      level_W[i] = spatial_shapes[2 * l + 1];
+      level_start[i] = level_start_index[l];
+      half_H[i] = static_cast<T>(level_H[i]) / 2;
+      half_W[i] = static_cast<T>(level_W[i]) / 2;
+    }
+  }
 };
 
-template <class T>
-inline Footprint<T> footprint(T loc_x, T loc_y, int64_t H, int64_t W) {
-  // The arithmetic of F.grid_sample(align_corners=False) applied to grid = 2*loc - 1, rather than
-  // the shorter loc*W - 0.5, so that a point on a pixel border picks the same corners as PyTorch.
-  const T grid_x = 2 * loc_x - 1, grid_y = 2 * loc_y - 1;
-  const T x = (grid_x + 1) * (static_cast<T>(W) / 2) - T(0.5);
-  const T y = (grid_y + 1) * (static_cast<T>(H) / 2) - T(0.5);
-  const T x0 = std::floor(x), y0 = std::floor(y);
-  Footprint<T> f;
-  f.fx = x - x0;
-  f.fy = y - y0;
-  const T e = 1 - f.fx, s = 1 - f.fy;
-  f.w[0] = s * e;
-  f.w[1] = s * f.fx;
-  f.w[2] = f.fy * e;
-  f.w[3] = f.fy * f.fx;
-  // Bounds are tested in floating point before any integer conversion: NaN, Inf and huge
-  // coordinates fail every comparison and so are simply outside.
-  const T Wf = static_cast<T>(W), Hf = static_cast<T>(H);
-  const bool west_in = x0 >= 0 && x0 < Wf, east_in = x0 >= -1 && x0 < Wf - 1;
-  const bool north_in = y0 >= 0 && y0 < Hf, south_in = y0 >= -1 && y0 < Hf - 1;
-  const int64_t xi = (west_in || east_in) ? static_cast<int64_t>(x0) : 0;
-  const int64_t yi = (north_in || south_in) ? static_cast<int64_t>(y0) : 0;
-  f.key[0] = (north_in && west_in) ? yi * W + xi : -1;
-  f.key[1] = (north_in && east_in) ? yi * W + xi + 1 : -1;
-  f.key[2] = (south_in && west_in) ? (yi + 1) * W + xi : -1;
-  f.key[3] = (south_in && east_in) ? (yi + 1) * W + xi + 1 : -1;
-  return f;
+// Where the L*P sampling points of one query land: bilinear weights and the four corner rows of
+// each, as pointers into value (rows row_stride apart from v_slice) and, if kGrad, into
+// grad_value (grad_stride apart). One branch-free loop, vectorised across samples.
+template <class T, bool kGrad>
+void query_footprints(const T* __restrict loc, const T* v_slice, int64_t row_stride,
+                      T* grad_slice, int64_t grad_stride, Scratch<T>& sc) {
+  const int64_t LP = sc.LP;
+  const int64_t *__restrict Wi = sc.level_W.data(), *__restrict Hi = sc.level_H.data();
+  const int64_t* __restrict start = sc.level_start.data();
+  const T *__restrict half_W = sc.half_W.data(), *__restrict half_H = sc.half_H.data();
+  T *__restrict fx = sc.fx.data(), *__restrict fy = sc.fy.data(), *__restrict w = sc.w.data();
+  const T** __restrict rows = sc.rows.data();
+  T** __restrict grad_rows = sc.grad_rows.data();
+  const T* zeros = sc.zeros.data();
+  T* sinks = sc.sinks.data();
+  const int64_t C = static_cast<int64_t>(sc.zeros.size());
+#pragma omp simd
+  for (int64_t i = 0; i < LP; ++i) {
+    // The arithmetic of F.grid_sample(align_corners=False) on grid = 2*loc - 1, rather than the
+    // shorter loc*W - 0.5, so that a point on a pixel border picks the same corners as PyTorch.
+    const T x = (2 * loc[2 * i] - 1 + 1) * half_W[i] - T(0.5);
+    const T y = (2 * loc[2 * i + 1] - 1 + 1) * half_H[i] - T(0.5);
+    // Outside [-2, W] no corner is inside the map, so the coordinate is clamped there (NaN to -2)
+    // before the integer conversion, which is then always defined; floor comes from truncation.
+    // (std::floor would not vectorise.)
+    const T Wf = 2 * half_W[i], Hf = 2 * half_H[i];
+    const T x_lo = x >= -2 ? x : T(-2), y_lo = y >= -2 ? y : T(-2);
+    const T xc = x_lo <= Wf ? x_lo : Wf, yc = y_lo <= Hf ? y_lo : Hf;
+    const int64_t xt = static_cast<int64_t>(xc), yt = static_cast<int64_t>(yc);
+    const int64_t xi = xt - (xc < static_cast<T>(xt)), yi = yt - (yc < static_cast<T>(yt));
+    const T x0 = static_cast<T>(xi), y0 = static_cast<T>(yi);
+    // Distances to the west and north corners. For a NaN or infinite coordinate PyTorch computes
+    // x - floor(x) = NaN; adding x - x (0, or NaN) reproduces that. Its weights are then NaN too.
+    const T e = (xc - x0) + (x - x), n = (yc - y0) + (y - y);
+    fx[i] = e;
+    fy[i] = n;
+    w[0 * LP + i] = (1 - n) * (1 - e);
+    w[1 * LP + i] = (1 - n) * e;
+    w[2 * LP + i] = n * (1 - e);
+    w[3 * LP + i] = n * e;
+    // (& rather than && keeps the loop free of branches.)
+    const bool west_in = (xi >= 0) & (xi < Wi[i]), east_in = (xi >= -1) & (xi < Wi[i] - 1);
+    const bool north_in = (yi >= 0) & (yi < Hi[i]), south_in = (yi >= -1) & (yi < Hi[i] - 1);
+    const int64_t nw = start[i] + yi * Wi[i] + xi, ne = nw + 1, sw = nw + Wi[i], se = sw + 1;
+    rows[0 * LP + i] = (north_in & west_in) ? v_slice + nw * row_stride : zeros;
+    rows[1 * LP + i] = (north_in & east_in) ? v_slice + ne * row_stride : zeros;
+    rows[2 * LP + i] = (south_in & west_in) ? v_slice + sw * row_stride : zeros;
+    rows[3 * LP + i] = (south_in & east_in) ? v_slice + se * row_stride : zeros;
+    if (kGrad) {
+      grad_rows[0 * LP + i] = (north_in & west_in) ? grad_slice + nw * grad_stride : sinks;
+      grad_rows[1 * LP + i] = (north_in & east_in) ? grad_slice + ne * grad_stride : sinks + C;
+      grad_rows[2 * LP + i] = (south_in & west_in) ? grad_slice + sw * grad_stride : sinks + 2 * C;
+      grad_rows[3 * LP + i] = (south_in & east_in) ? grad_slice + se * grad_stride : sinks + 3 * C;
+    }
+  }
 }
 
-// Forward for queries [q0, q1) of slice (n, m).
+// Forward for queries [q0, q1) of slice (n, m): the footprints of a query's L*P samples, then
+// its output one vector of channels at a time, accumulated in a register over all samples.
 template <class T>
 void forward_queries(const Problem<T>& pb, T* output, int64_t n, int64_t m, int64_t q0,
-                     int64_t q1, const T* zeros) {
-  const int64_t C = pb.C, L = pb.L, P = pb.P, row_stride = pb.M * C;
+                     int64_t q1, Scratch<T>& sc) {
+  using S = Simd<T>;
+  using Vec = typename S::Vec;
+  const int64_t C = pb.C, LP = pb.L * pb.P, row_stride = pb.M * C;
+  const T* v_slice = pb.value + (n * pb.K * pb.M + m) * C;
+  const T* const* r0 = sc.rows.data();
+  const T* const* r1 = r0 + LP;
+  const T* const* r2 = r1 + LP;
+  const T* const* r3 = r2 + LP;
+  const T *w0 = sc.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t nqm = (n * pb.Q + q) * pb.M + m;
-    const T* loc = pb.sampling_locations + nqm * L * P * 2;
-    const T* attn = pb.attention_weights + nqm * L * P;
+    const T* loc = pb.sampling_locations + nqm * LP * 2;
+    const T* a = pb.attention_weights + nqm * LP;
     T* out = output + nqm * C;
-    std::fill(out, out + C, T(0));
-    for (int64_t l = 0; l < L; ++l) {
-      const int64_t H = pb.spatial_shapes[2 * l], W = pb.spatial_shapes[2 * l + 1];
-      const T* v_level = pb.value + ((n * pb.K + pb.level_start_index[l]) * pb.M + m) * C;
-      for (int64_t p = 0; p < P; ++p) {
-        const int64_t i = l * P + p;
-        const Footprint<T> f = footprint(loc[2 * i], loc[2 * i + 1], H, W);
-        const T a = attn[i];
-        const T* v[4];
-        for (int k = 0; k < 4; ++k) v[k] = f.key[k] >= 0 ? v_level + f.key[k] * row_stride : zeros;
-        const T *v0 = v[0], *v1 = v[1], *v2 = v[2], *v3 = v[3];
-        const T w0 = f.w[0], w1 = f.w[1], w2 = f.w[2], w3 = f.w[3];
-        // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives
-        // +-Inf rather than Inf - Inf between corners.
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c)
-          out[c] += a * (w0 * v0[c] + w1 * v1[c] + w2 * v2[c] + w3 * v3[c]);
-      }
+    if (q + kPrefetchQueries < q1) {
+      prefetch_range(loc + kPrefetchQueries * pb.M * LP * 2, LP * 2 * sizeof(T));
+      prefetch_range(a + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
+    }
+    query_footprints<T, false>(loc, v_slice, row_stride, nullptr, 0, sc);
+    // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf
+    // rather than Inf - Inf between corners.
+    int64_t c = 0;
+    for (; c + S::kLanes <= C; c += S::kLanes) {
+      Vec acc = {};
+      for (int64_t i = 0; i < LP; ++i)
+        acc += a[i] * (w0[i] * S::load(r0[i] + c) + w1[i] * S::load(r1[i] + c) +
+                       w2[i] * S::load(r2[i] + c) + w3[i] * S::load(r3[i] + c));
+      S::store(out + c, acc);
+    }
+    for (; c < C; ++c) {
+      T acc = 0;
+      for (int64_t i = 0; i < LP; ++i)
+        acc += a[i] * (w0[i] * r0[i][c] + w1[i] * r1[i][c] + w2[i] * r2[i][c] + w3[i] * r3[i][c]);
+      out[c] = acc;
     }
   }
 }
@@ -120,87 +231,84 @@ void forward_queries(const Problem<T>& pb, T* output, int64_t n, int64_t m, int6
 template <class T, bool kGradValue, bool kDots>
 void backward_queries(const Problem<T>& pb, const T* grad_output, T* grad_v_slice,
                       int64_t gv_stride, T* grad_loc, T* grad_attn, int64_t n, int64_t m,
-                      int64_t q0, int64_t q1, const T* zeros, T* sinks) {
-  const int64_t C = pb.C, L = pb.L, P = pb.P, row_stride = pb.M * C;
+                      int64_t q0, int64_t q1, Scratch<T>& sc) {
+  using S = Simd<T>;
+  using Vec = typename S::Vec;
+  const int64_t C = pb.C, LP = pb.L * pb.P, row_stride = pb.M * C;
+  const T* v_slice = pb.value + (n * pb.K * pb.M + m) * C;
+  const T* const* rows = sc.rows.data();
+  T* const* grad_rows = sc.grad_rows.data();
+  const T* w = sc.w.data();
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t nqm = (n * pb.Q + q) * pb.M + m;
-    const T* loc = pb.sampling_locations + nqm * L * P * 2;
-    const T* attn = pb.attention_weights + nqm * L * P;
+    const T* loc = pb.sampling_locations + nqm * LP * 2;
+    const T* attn = pb.attention_weights + nqm * LP;
     const T* g = grad_output + nqm * C;
-    for (int64_t l = 0; l < L; ++l) {
-      const int64_t H = pb.spatial_shapes[2 * l], W = pb.spatial_shapes[2 * l + 1];
-      const int64_t start = pb.level_start_index[l];
-      const T* v_level = pb.value + ((n * pb.K + start) * pb.M + m) * C;
-      T* gv_level = kGradValue ? grad_v_slice + start * gv_stride : nullptr;
-      for (int64_t p = 0; p < P; ++p) {
-        const int64_t i = l * P + p;
-        const Footprint<T> f = footprint(loc[2 * i], loc[2 * i + 1], H, W);
-        const T a = attn[i];
-        const T* v[4];
-        T* gv[4];
-        T aw[4];
-        for (int k = 0; k < 4; ++k) {
-          const bool in = f.key[k] >= 0;
-          v[k] = in ? v_level + f.key[k] * row_stride : zeros;
-          gv[k] = (kGradValue && in) ? gv_level + f.key[k] * gv_stride : sinks + k * C;
-          aw[k] = a * f.w[k];
-        }
-        const T *v0 = v[0], *v1 = v[1], *v2 = v[2], *v3 = v[3];
-        T *gv0 = gv[0], *gv1 = gv[1], *gv2 = gv[2], *gv3 = gv[3];
-        T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
-        if (kGradValue && kDots) {
-#pragma omp simd reduction(+ : d0, d1, d2, d3)
-          for (int64_t c = 0; c < C; ++c) {
-            const T gc = g[c];
-            d0 += gc * v0[c];
-            d1 += gc * v1[c];
-            d2 += gc * v2[c];
-            d3 += gc * v3[c];
-            gv0[c] += aw[0] * gc;
-            gv1[c] += aw[1] * gc;
-            gv2[c] += aw[2] * gc;
-            gv3[c] += aw[3] * gc;
-          }
-        } else if (kGradValue) {
-#pragma omp simd
-          for (int64_t c = 0; c < C; ++c) {
-            const T gc = g[c];
-            gv0[c] += aw[0] * gc;
-            gv1[c] += aw[1] * gc;
-            gv2[c] += aw[2] * gc;
-            gv3[c] += aw[3] * gc;
-          }
-        } else {
-#pragma omp simd reduction(+ : d0, d1, d2, d3)
-          for (int64_t c = 0; c < C; ++c) {
-            const T gc = g[c];
-            d0 += gc * v0[c];
-            d1 += gc * v1[c];
-            d2 += gc * v2[c];
-            d3 += gc * v3[c];
-          }
-        }
+    if (q + kPrefetchQueries < q1) {
+      prefetch_range(loc + kPrefetchQueries * pb.M * LP * 2, LP * 2 * sizeof(T));
+      prefetch_range(attn + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
+      prefetch_range(g + kPrefetchQueries * pb.M * C, C * sizeof(T));
+    }
+    query_footprints<T, kGradValue>(loc, v_slice, row_stride, grad_v_slice, gv_stride, sc);
+    for (int64_t i = 0; i < LP; ++i) {
+      const T a = attn[i];
+      const T* v[4] = {rows[i], rows[LP + i], rows[2 * LP + i], rows[3 * LP + i]};
+      T* gv[4] = {grad_rows[i], grad_rows[LP + i], grad_rows[2 * LP + i], grad_rows[3 * LP + i]};
+      const T wk[4] = {w[i], w[LP + i], w[2 * LP + i], w[3 * LP + i]};
+      T aw[4];
+      for (int k = 0; k < 4; ++k) aw[k] = a * wk[k];
+      // Lane j of acc_k sums the products of channels j, j + kLanes, ...; the lanes are added
+      // once at the end (a fixed order, so results do not vary between runs).
+      Vec acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
+      T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+      int64_t c = 0;
+      for (; c + S::kLanes <= C; c += S::kLanes) {
+        const Vec gc = S::load(g + c);
         if (kDots) {
-          if (grad_attn)
-            grad_attn[nqm * L * P + i] = f.w[0] * d0 + f.w[1] * d1 + f.w[2] * d2 + f.w[3] * d3;
-          if (grad_loc) {
-            const T e = 1 - f.fx, s = 1 - f.fy;
-            T gx = a * ((d1 - d0) * s + (d3 - d2) * f.fy);
-            T gy = a * ((d2 - d0) * e + (d3 - d1) * f.fx);
-            if (!std::isfinite(a)) {
-              // PyTorch multiplies a into every channel's term before summing; with an infinite
-              // a that order decides between +-Inf and NaN, so follow it here (rare, scalar).
-              gx = gy = 0;
-              for (int64_t c = 0; c < C; ++c) {
-                const T ga = g[c] * a;
-                gx += ((v1[c] - v0[c]) * s + (v3[c] - v2[c]) * f.fy) * ga;
-                gy += ((v2[c] - v0[c]) * e + (v3[c] - v1[c]) * f.fx) * ga;
-              }
+          acc0 += gc * S::load(v[0] + c);
+          acc1 += gc * S::load(v[1] + c);
+          acc2 += gc * S::load(v[2] + c);
+          acc3 += gc * S::load(v[3] + c);
+        }
+        if (kGradValue)
+          for (int k = 0; k < 4; ++k) S::store(gv[k] + c, S::load(gv[k] + c) + aw[k] * gc);
+      }
+      for (; c < C; ++c) {
+        const T gc = g[c];
+        if (kDots) {
+          d0 += gc * v[0][c];
+          d1 += gc * v[1][c];
+          d2 += gc * v[2][c];
+          d3 += gc * v[3][c];
+        }
+        if (kGradValue)
+          for (int k = 0; k < 4; ++k) gv[k][c] += aw[k] * gc;
+      }
+      if (kDots) {
+        if (C >= S::kLanes) {
+          d0 += reduce_add<T>(acc0);
+          d1 += reduce_add<T>(acc1);
+          d2 += reduce_add<T>(acc2);
+          d3 += reduce_add<T>(acc3);
+        }
+        if (grad_attn) grad_attn[nqm * LP + i] = wk[0] * d0 + wk[1] * d1 + wk[2] * d2 + wk[3] * d3;
+        if (grad_loc) {
+          const T fx = sc.fx[i], fy = sc.fy[i], e = 1 - fx, s = 1 - fy;
+          T gx = a * ((d1 - d0) * s + (d3 - d2) * fy);
+          T gy = a * ((d2 - d0) * e + (d3 - d1) * fx);
+          if (!std::isfinite(a)) {
+            // PyTorch multiplies a into every channel's term before summing; with an infinite
+            // a that order decides between +-Inf and NaN, so follow it here (rare, scalar).
+            gx = gy = 0;
+            for (int64_t cc = 0; cc < C; ++cc) {
+              const T ga = g[cc] * a;
+              gx += ((v[1][cc] - v[0][cc]) * s + (v[3][cc] - v[2][cc]) * fy) * ga;
+              gy += ((v[2][cc] - v[0][cc]) * e + (v[3][cc] - v[1][cc]) * fx) * ga;
             }
-            T* gl = grad_loc + (nqm * L * P + i) * 2;
-            gl[0] = gx * static_cast<T>(W);
-            gl[1] = gy * static_cast<T>(H);
           }
+          T* gl = grad_loc + (nqm * LP + i) * 2;
+          gl[0] = gx * (2 * sc.half_W[i]);
+          gl[1] = gy * (2 * sc.half_H[i]);
         }
       }
     }
@@ -209,7 +317,7 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, T* grad_v_slic
 
 template <class T>
 using BackwardFn = void (*)(const Problem<T>&, const T*, T*, int64_t, T*, T*, int64_t, int64_t,
-                            int64_t, int64_t, const T*, T*);
+                            int64_t, int64_t, Scratch<T>&);
 
 }  // namespace
 
@@ -221,18 +329,17 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
                             int64_t points) {
   const Problem<T> pb{value,    spatial_shapes, level_start_index, sampling_locations,
                       attention_weights, bs, num_keys, heads, channels, levels, queries, points};
-  const int64_t slices = bs * heads, total = slices * queries;
+  const int64_t total = bs * heads * queries;
   const int64_t work = total * levels * points * (channels + 8);
-  // Every output row belongs to one (slice, query), so any split is race-free; walking slice by
-  // slice keeps one head's value rows hot in cache.
+  // Every output row belongs to one (slice, query): any split of the work is race-free.
 #pragma omp parallel if (work > kParallelWork)
   {
-    const std::vector<T> zeros(static_cast<size_t>(channels), T(0));
+    Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, channels);
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t begin = total * t / nt, end = total * (t + 1) / nt;
     for (int64_t i = begin; i < end;) {
       const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
-      forward_queries(pb, output, s / heads, s % heads, q0, q1, zeros.data());
+      forward_queries(pb, output, s / heads, s % heads, q0, q1, scratch);
       i += q1 - q0;
     }
   }
@@ -259,7 +366,7 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
     return;
 
   const int64_t K = num_keys, C = channels, row_stride = heads * C;
-  const int64_t slices = bs * heads, total = slices * queries;
+  const int64_t total = bs * heads * queries;
   if (total == 0) {
     // No query reads value, so its gradient is zero (the other gradients are empty).
     if (grad_value) std::fill(grad_value, grad_value + bs * K * row_stride, T(0));
@@ -274,8 +381,7 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    // Row 0: zeros read by outside corners; rows 1-4: where outside corners' gradients go.
-    std::vector<T> scratch(static_cast<size_t>(5 * C), T(0));
+    Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, C);
     const int64_t begin = total * t / nt, end = total * (t + 1) / nt;
     for (int64_t i = begin; i < end;) {
       const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
@@ -297,7 +403,7 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
         }
       }
       run(pb, grad_output, gv_slice, gv_stride, grad_sampling_locations, grad_attention_weights,
-          n, m, q0, q1, scratch.data(), scratch.data() + C);
+          n, m, q0, q1, scratch);
       i += q1 - q0;
     }
 
