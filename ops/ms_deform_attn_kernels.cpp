@@ -60,19 +60,45 @@ struct Simd {
   static void store(T* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
 };
 
-// Sum of the lanes of a vector extension, halving it in a fixed order.
-template <class V, std::size_t... I>
-inline auto add_halves(const V& v, std::index_sequence<I...>) {
-  return __builtin_shufflevector(v, v, I...) +
-         __builtin_shufflevector(v, v, (I + sizeof...(I))...);
+// Lane sums of four vectors at once: d[k] = sum of the lanes of a_k. Summing each vector on its
+// own costs log2(lanes) shuffle+add pairs apiece; here the four are interleaved while halving,
+// so every shuffle works for all four. A fixed order, so the result does not vary between runs.
+//   pair step:  two vectors of n lanes, each holding groups of g lanes, become one vector of
+//               groups of g/2 (each group's halves added): [a0 | a1], [a2 | a3] -> [a0|a1|a2|a3]
+//   halve step: one vector of groups of g becomes half as many lanes, groups of g/2
+constexpr int pair_lane(int j, int n, int g, bool upper) {
+  const int half = n / 2, src = j < half ? 0 : n, k = (j % half) / (g / 2), o = j % (g / 2);
+  return src + k * g + o + (upper ? g / 2 : 0);
 }
-template <class T, class V>
-inline T reduce_add(const V& v) {
-  constexpr std::size_t n = sizeof(V) / sizeof(T);
-  if constexpr (n == 1)
-    return v[0];
+constexpr int halve_lane(int j, int g, bool upper) {
+  return (j / (g / 2)) * g + j % (g / 2) + (upper ? g / 2 : 0);
+}
+template <int n, int g, class V, int... J>
+inline V pair_step(const V& a, const V& b, std::integer_sequence<int, J...>) {
+  return __builtin_shufflevector(a, b, pair_lane(J, n, g, false)...) +
+         __builtin_shufflevector(a, b, pair_lane(J, n, g, true)...);
+}
+template <int g, class V, int... J>
+inline auto halve_step(const V& a, std::integer_sequence<int, J...>) {
+  return __builtin_shufflevector(a, a, halve_lane(J, g, false)...) +
+         __builtin_shufflevector(a, a, halve_lane(J, g, true)...);
+}
+template <int g, class V>
+inline auto halve_to_one(const V& v) {
+  constexpr int n = sizeof(V) / sizeof(v[0]);
+  if constexpr (g == 1)
+    return v;
   else
-    return reduce_add<T>(add_halves(v, std::make_index_sequence<n / 2>{}));
+    return halve_to_one<g / 2>(halve_step<g>(v, std::make_integer_sequence<int, n / 2>{}));
+}
+template <class T>
+inline void lane_sums4(const typename Simd<T>::Vec& a0, const typename Simd<T>::Vec& a1,
+                       const typename Simd<T>::Vec& a2, const typename Simd<T>::Vec& a3, T* d) {
+  constexpr int n = static_cast<int>(Simd<T>::kLanes);
+  const auto lanes = std::make_integer_sequence<int, n>{};
+  const auto a01 = pair_step<n, n>(a0, a1, lanes), a23 = pair_step<n, n>(a2, a3, lanes);
+  const auto sums = halve_to_one<n / 4>(pair_step<n, n / 2>(a01, a23, lanes));
+  std::memcpy(d, &sums, 4 * sizeof(T));
 }
 
 inline void prefetch_range(const void* p, int64_t bytes) {
@@ -104,13 +130,15 @@ struct Scratch {
   std::vector<T> w;            // bilinear weights, 4 per sample
   std::vector<const T*> rows;  // value rows of the corners (or zeros), 4 per sample
   std::vector<T*> grad_rows;   // grad_value rows of the corners (or sinks), 4 per sample
+  std::vector<T> aw;           // attention weight times bilinear weight, 4 per sample
+  std::vector<T> dots;         // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
 
   Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
           int64_t C)
       : LP(L * P), zeros(static_cast<size_t>(C), T(0)), sinks(static_cast<size_t>(4 * C)) {
     for (auto* v : {&level_W, &level_H, &level_start}) v->resize(static_cast<size_t>(LP));
     for (auto* v : {&half_W, &half_H, &fx, &fy}) v->resize(static_cast<size_t>(LP));
-    w.resize(static_cast<size_t>(4 * LP));
+    for (auto* v : {&w, &aw, &dots}) v->resize(static_cast<size_t>(4 * LP));
     rows.resize(static_cast<size_t>(4 * LP));
     grad_rows.resize(static_cast<size_t>(4 * LP));
     for (int64_t i = 0; i < LP; ++i) {
@@ -126,15 +154,16 @@ struct Scratch {
 
 // Where the L*P sampling points of one query land: bilinear weights and the four corner rows of
 // each, as pointers into value (rows row_stride apart from v_slice) and, if kGrad, into
-// grad_value (grad_stride apart). One branch-free loop, vectorised across samples.
+// grad_value (grad_stride apart) together with the scatter weights a * w_k. One branch-free loop, vectorised across samples.
 template <class T, bool kGrad>
-void query_footprints(const T* __restrict loc, const T* v_slice, int64_t row_stride,
-                      T* grad_slice, int64_t grad_stride, Scratch<T>& sc) {
+void query_footprints(const T* __restrict loc, const T* __restrict attn, const T* v_slice,
+                      int64_t row_stride, T* grad_slice, int64_t grad_stride, Scratch<T>& sc) {
   const int64_t LP = sc.LP;
   const int64_t *__restrict Wi = sc.level_W.data(), *__restrict Hi = sc.level_H.data();
   const int64_t* __restrict start = sc.level_start.data();
   const T *__restrict half_W = sc.half_W.data(), *__restrict half_H = sc.half_H.data();
   T *__restrict fx = sc.fx.data(), *__restrict fy = sc.fy.data(), *__restrict w = sc.w.data();
+  T* __restrict aw = sc.aw.data();
   const T** __restrict rows = sc.rows.data();
   T** __restrict grad_rows = sc.grad_rows.data();
   const T* zeros = sc.zeros.data();
@@ -173,6 +202,7 @@ void query_footprints(const T* __restrict loc, const T* v_slice, int64_t row_str
     rows[2 * LP + i] = (south_in & west_in) ? v_slice + sw * row_stride : zeros;
     rows[3 * LP + i] = (south_in & east_in) ? v_slice + se * row_stride : zeros;
     if (kGrad) {
+      for (int k = 0; k < 4; ++k) aw[k * LP + i] = attn[i] * w[k * LP + i];
       grad_rows[0 * LP + i] = (north_in & west_in) ? grad_slice + nw * grad_stride : sinks;
       grad_rows[1 * LP + i] = (north_in & east_in) ? grad_slice + ne * grad_stride : sinks + C;
       grad_rows[2 * LP + i] = (south_in & west_in) ? grad_slice + sw * grad_stride : sinks + 2 * C;
@@ -204,7 +234,7 @@ void forward_queries(const Problem<T>& pb, T* output, int64_t n, int64_t m, int6
       prefetch_range(loc + kPrefetchQueries * pb.M * LP * 2, LP * 2 * sizeof(T));
       prefetch_range(a + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
     }
-    query_footprints<T, false>(loc, v_slice, row_stride, nullptr, 0, sc);
+    query_footprints<T, false>(loc, a, v_slice, row_stride, nullptr, 0, sc);
     // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf
     // rather than Inf - Inf between corners.
     int64_t c = 0;
@@ -236,9 +266,6 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, T* grad_v_slic
   using Vec = typename S::Vec;
   const int64_t C = pb.C, LP = pb.L * pb.P, row_stride = pb.M * C;
   const T* v_slice = pb.value + (n * pb.K * pb.M + m) * C;
-  const T* const* rows = sc.rows.data();
-  T* const* grad_rows = sc.grad_rows.data();
-  const T* w = sc.w.data();
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t nqm = (n * pb.Q + q) * pb.M + m;
     const T* loc = pb.sampling_locations + nqm * LP * 2;
@@ -249,67 +276,88 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, T* grad_v_slic
       prefetch_range(attn + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
       prefetch_range(g + kPrefetchQueries * pb.M * C, C * sizeof(T));
     }
-    query_footprints<T, kGradValue>(loc, v_slice, row_stride, grad_v_slice, gv_stride, sc);
+    query_footprints<T, kGradValue>(loc, attn, v_slice, row_stride, grad_v_slice, gv_stride, sc);
+    const T* const* rows = sc.rows.data();
+    T* const* grad_rows = sc.grad_rows.data();
+    const T* aw = sc.aw.data();
+    T* dots = sc.dots.data();
     for (int64_t i = 0; i < LP; ++i) {
-      const T a = attn[i];
-      const T* v[4] = {rows[i], rows[LP + i], rows[2 * LP + i], rows[3 * LP + i]};
-      T* gv[4] = {grad_rows[i], grad_rows[LP + i], grad_rows[2 * LP + i], grad_rows[3 * LP + i]};
-      const T wk[4] = {w[i], w[LP + i], w[2 * LP + i], w[3 * LP + i]};
-      T aw[4];
-      for (int k = 0; k < 4; ++k) aw[k] = a * wk[k];
-      // Lane j of acc_k sums the products of channels j, j + kLanes, ...; the lanes are added
-      // once at the end (a fixed order, so results do not vary between runs).
+      const T *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
+      T *gv0 = grad_rows[i], *gv1 = grad_rows[LP + i], *gv2 = grad_rows[2 * LP + i],
+        *gv3 = grad_rows[3 * LP + i];
+      const T aw0 = aw[i], aw1 = aw[LP + i], aw2 = aw[2 * LP + i], aw3 = aw[3 * LP + i];
+      // Lane j of acc_k sums the products of channels j, j + kLanes, ...
       Vec acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
-      T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
       int64_t c = 0;
       for (; c + S::kLanes <= C; c += S::kLanes) {
         const Vec gc = S::load(g + c);
         if (kDots) {
-          acc0 += gc * S::load(v[0] + c);
-          acc1 += gc * S::load(v[1] + c);
-          acc2 += gc * S::load(v[2] + c);
-          acc3 += gc * S::load(v[3] + c);
+          acc0 += gc * S::load(v0 + c);
+          acc1 += gc * S::load(v1 + c);
+          acc2 += gc * S::load(v2 + c);
+          acc3 += gc * S::load(v3 + c);
         }
-        if (kGradValue)
-          for (int k = 0; k < 4; ++k) S::store(gv[k] + c, S::load(gv[k] + c) + aw[k] * gc);
+        if (kGradValue) {
+          S::store(gv0 + c, S::load(gv0 + c) + aw0 * gc);
+          S::store(gv1 + c, S::load(gv1 + c) + aw1 * gc);
+          S::store(gv2 + c, S::load(gv2 + c) + aw2 * gc);
+          S::store(gv3 + c, S::load(gv3 + c) + aw3 * gc);
+        }
       }
+      T* d = dots + 4 * i;
+      if (kDots) lane_sums4<T>(acc0, acc1, acc2, acc3, d);
       for (; c < C; ++c) {
         const T gc = g[c];
         if (kDots) {
-          d0 += gc * v[0][c];
-          d1 += gc * v[1][c];
-          d2 += gc * v[2][c];
-          d3 += gc * v[3][c];
+          d[0] += gc * v0[c];
+          d[1] += gc * v1[c];
+          d[2] += gc * v2[c];
+          d[3] += gc * v3[c];
         }
-        if (kGradValue)
-          for (int k = 0; k < 4; ++k) gv[k][c] += aw[k] * gc;
+        if (kGradValue) {
+          gv0[c] += aw0 * gc;
+          gv1[c] += aw1 * gc;
+          gv2[c] += aw2 * gc;
+          gv3[c] += aw3 * gc;
+        }
       }
-      if (kDots) {
-        if (C >= S::kLanes) {
-          d0 += reduce_add<T>(acc0);
-          d1 += reduce_add<T>(acc1);
-          d2 += reduce_add<T>(acc2);
-          d3 += reduce_add<T>(acc3);
+    }
+    if (!kDots) continue;
+    // The gradients of the attention weights and the locations, from the dots of all samples.
+    const T *w0 = sc.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
+    const T *fx = sc.fx.data(), *fy = sc.fy.data();
+    if (grad_attn) {
+      T* ga = grad_attn + nqm * LP;
+#pragma omp simd
+      for (int64_t i = 0; i < LP; ++i) {
+        const T* d = dots + 4 * i;
+        ga[i] = w0[i] * d[0] + w1[i] * d[1] + w2[i] * d[2] + w3[i] * d[3];
+      }
+    }
+    if (grad_loc) {
+      T* gl = grad_loc + nqm * LP * 2;
+      const T *half_W = sc.half_W.data(), *half_H = sc.half_H.data();
+#pragma omp simd
+      for (int64_t i = 0; i < LP; ++i) {
+        const T* d = dots + 4 * i;
+        const T a = attn[i], e = 1 - fx[i], s = 1 - fy[i];
+        gl[2 * i] = a * ((d[1] - d[0]) * s + (d[3] - d[2]) * fy[i]) * (2 * half_W[i]);
+        gl[2 * i + 1] = a * ((d[2] - d[0]) * e + (d[3] - d[1]) * fx[i]) * (2 * half_H[i]);
+      }
+      for (int64_t i = 0; i < LP; ++i) {
+        if (std::isfinite(attn[i])) continue;
+        // PyTorch multiplies a into every channel's term before summing; with an infinite a
+        // that order decides between +-Inf and NaN, so follow it here (rare, scalar).
+        const T *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
+        const T a = attn[i], e = 1 - fx[i], s = 1 - fy[i];
+        T gx = 0, gy = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          const T ga = g[c] * a;
+          gx += ((v1[c] - v0[c]) * s + (v3[c] - v2[c]) * fy[i]) * ga;
+          gy += ((v2[c] - v0[c]) * e + (v3[c] - v1[c]) * fx[i]) * ga;
         }
-        if (grad_attn) grad_attn[nqm * LP + i] = wk[0] * d0 + wk[1] * d1 + wk[2] * d2 + wk[3] * d3;
-        if (grad_loc) {
-          const T fx = sc.fx[i], fy = sc.fy[i], e = 1 - fx, s = 1 - fy;
-          T gx = a * ((d1 - d0) * s + (d3 - d2) * fy);
-          T gy = a * ((d2 - d0) * e + (d3 - d1) * fx);
-          if (!std::isfinite(a)) {
-            // PyTorch multiplies a into every channel's term before summing; with an infinite
-            // a that order decides between +-Inf and NaN, so follow it here (rare, scalar).
-            gx = gy = 0;
-            for (int64_t cc = 0; cc < C; ++cc) {
-              const T ga = g[cc] * a;
-              gx += ((v[1][cc] - v[0][cc]) * s + (v[3][cc] - v[2][cc]) * fy) * ga;
-              gy += ((v[2][cc] - v[0][cc]) * e + (v[3][cc] - v[1][cc]) * fx) * ga;
-            }
-          }
-          T* gl = grad_loc + (nqm * LP + i) * 2;
-          gl[0] = gx * (2 * sc.half_W[i]);
-          gl[1] = gy * (2 * sc.half_H[i]);
-        }
+        gl[2 * i] = gx * (2 * sc.half_W[i]);
+        gl[2 * i + 1] = gy * (2 * sc.half_H[i]);
       }
     }
   }
@@ -382,7 +430,12 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, C);
-    const int64_t begin = total * t / nt, end = total * (t + 1) / nt;
+    // With at least as many slices as threads, each thread takes whole slices: every grad_value
+    // row has one writer and the result does not depend on the thread count. Otherwise the
+    // (slice, query) range is cut evenly and a slice may be shared (see the reduction below).
+    const int64_t slices = bs * heads;
+    const int64_t begin = slices >= nt ? slices * t / nt * queries : total * t / nt;
+    const int64_t end = slices >= nt ? slices * (t + 1) / nt * queries : total * (t + 1) / nt;
     for (int64_t i = begin; i < end;) {
       const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
       const int64_t n = s / heads, m = s % heads;

@@ -48,11 +48,13 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
 // grad_attention_weights (N, Q, M, L, P)); a null pointer means "not asked for" and that
 // gradient is not computed. Every non-null buffer is overwritten.
 //
-// Determinism: grad_value is a scatter-add. The work (N*M slices of Q queries) is cut into one
-// contiguous range per thread; a thread writes grad_value directly for the slices it starts,
-// and into a private buffer for a slice begun by an earlier thread; private buffers are added
-// afterwards in thread order. So results are identical run to run at a fixed thread count,
-// and identical for every thread count that divides N*M (then no slice is shared).
+// Determinism: grad_value is a scatter-add, done without atomics. With at least as many slices
+// (N*M) as threads, each thread owns whole slices, and the result is bit-identical for every
+// thread count. With fewer slices than threads, the (slice, query) range is cut evenly; a thread
+// writes grad_value directly for the slices it starts and into a private buffer for a slice
+// begun by an earlier thread, and the private buffers are added in thread order afterwards:
+// bit-identical run to run at a fixed thread count. The forward and the other two gradients
+// are always bit-identical for every thread count.
 template <class T>
 void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
                              const int64_t* level_start_index, const T* sampling_locations,
