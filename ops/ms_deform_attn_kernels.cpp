@@ -1,0 +1,494 @@
+// Multi-scale deformable attention kernels. Shapes and semantics: see ms_deform_attn_kernels.h.
+//
+// Legend: N = batch, K = keys, M = heads, C = channels per head, L = levels, Q = queries,
+// P = points. A "slice" is one (n, m) pair: the C-channel rows value[n, :, m, :] that one head of
+// one image reads, consecutive keys M*C elements apart. A sample is one (n, q, m, l, p).
+//
+// The maths, for one sample with attention weight a at pixel coordinates (x, y) of level l:
+//   x0 = floor(x), y0 = floor(y), fx = x - x0, fy = y - y0
+//   corners  nw = (x0, y0)  ne = (x0+1, y0)  sw = (x0, y0+1)  se = (x0+1, y0+1)
+//   weights  w_nw = (1-fy)(1-fx)  w_ne = (1-fy)fx  w_sw = fy(1-fx)  w_se = fy fx
+//   forward      out[c]       += a * sum_k w_k v_k[c]                (v_k = 0 outside the map)
+//   backward     grad_v_k[c]  += a * w_k * g[c]                      (corners inside the map)
+//                d_k           = sum_c g[c] v_k[c]
+//                grad_a        = sum_k w_k d_k
+//                grad_x        = a * ((d_ne - d_nw)(1-fy) + (d_se - d_sw) fy) * W
+//                grad_y        = a * ((d_sw - d_nw)(1-fx) + (d_se - d_ne) fx) * H
+// (the factors W and H: x = loc_x * W - 0.5). The time goes into the loops over C, which are
+// contiguous; corners outside the map read a row of zeros and write into a scratch row, so
+// those loops have no branches, and PyTorch's zero padding (the outside value 0 is still
+// multiplied by its weight, so NaN weights give NaN) falls out for free.
+//
+// Loop order: each thread walks slice by slice, so the value (and grad_value) rows it touches
+// belong to one head and stay in L2 (for the Deformable-DETR encoder a slice's value rows are
+// 5440 x 32 floats = 700 KB; all heads together would not fit). The per-query inputs are then
+// read with a stride of M queries, so they are prefetched a few queries ahead.
+#include "ms_deform_attn_kernels.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+// The SIMD helpers below pass vectors by value between inline functions of this file only; GCC's
+// note that such an ABI depends on -mavx is irrelevant here.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace tg::kernels {
+namespace {
+
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr int64_t kParallelWork = 1 << 15;
+// How many queries ahead (of the same slice) the per-query inputs are prefetched.
+constexpr int64_t kPrefetchQueries = 2;
+
+// 64 bytes of T (16 floats or 8 doubles) as a GCC/Clang vector extension: one AVX-512 register,
+// two AVX2 or four SSE/NEON ones, whatever the target has. Plain loops are not enough here: the
+// channel dots are reductions, which the compiler may not reorder into vector lanes by itself.
+template <class T>
+struct Simd {
+  typedef T Vec __attribute__((vector_size(64)));
+  static constexpr int64_t kLanes = 64 / sizeof(T);
+  static Vec load(const T* p) {
+    Vec v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void store(T* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
+};
+
+// Lane sums of four vectors at once: d[k] = sum of the lanes of a_k. Summing each vector on its
+// own costs log2(lanes) shuffle+add pairs apiece; here the four are interleaved while halving,
+// so every shuffle works for all four. A fixed order, so the result does not vary between runs.
+//   pair step:  two vectors of n lanes, each holding groups of g lanes, become one vector of
+//               groups of g/2 (each group's halves added): [a0 | a1], [a2 | a3] -> [a0|a1|a2|a3]
+//   halve step: one vector of groups of g becomes half as many lanes, groups of g/2
+constexpr int pair_lane(int j, int n, int g, bool upper) {
+  const int half = n / 2, src = j < half ? 0 : n, k = (j % half) / (g / 2), o = j % (g / 2);
+  return src + k * g + o + (upper ? g / 2 : 0);
+}
+constexpr int halve_lane(int j, int g, bool upper) {
+  return (j / (g / 2)) * g + j % (g / 2) + (upper ? g / 2 : 0);
+}
+template <int n, int g, class V, int... J>
+inline V pair_step(const V& a, const V& b, std::integer_sequence<int, J...>) {
+  return __builtin_shufflevector(a, b, pair_lane(J, n, g, false)...) +
+         __builtin_shufflevector(a, b, pair_lane(J, n, g, true)...);
+}
+template <int g, class V, int... J>
+inline auto halve_step(const V& a, std::integer_sequence<int, J...>) {
+  return __builtin_shufflevector(a, a, halve_lane(J, g, false)...) +
+         __builtin_shufflevector(a, a, halve_lane(J, g, true)...);
+}
+template <int g, class V>
+inline auto halve_to_one(const V& v) {
+  constexpr int n = sizeof(V) / sizeof(v[0]);
+  if constexpr (g == 1)
+    return v;
+  else
+    return halve_to_one<g / 2>(halve_step<g>(v, std::make_integer_sequence<int, n / 2>{}));
+}
+template <class T>
+inline void lane_sums4(const typename Simd<T>::Vec& a0, const typename Simd<T>::Vec& a1,
+                       const typename Simd<T>::Vec& a2, const typename Simd<T>::Vec& a3, T* d) {
+  constexpr int n = static_cast<int>(Simd<T>::kLanes);
+  const auto lanes = std::make_integer_sequence<int, n>{};
+  const auto a01 = pair_step<n, n>(a0, a1, lanes), a23 = pair_step<n, n>(a2, a3, lanes);
+  const auto sums = halve_to_one<n / 4>(pair_step<n, n / 2>(a01, a23, lanes));
+  std::memcpy(d, &sums, 4 * sizeof(T));
+}
+
+inline void prefetch_range(const void* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
+}
+
+template <class T>
+struct Problem {
+  const T* value;
+  const int64_t* spatial_shapes;
+  const int64_t* level_start_index;
+  const T* sampling_locations;
+  const T* attention_weights;
+  int64_t N, K, M, C, L, Q, P;
+};
+
+// Per-thread scratch. "Per sample" arrays have one entry per (level, point) of a query, corner
+// arrays are corner-major ([k * LP + i], corners k = nw, ne, sw, se).
+template <class T>
+struct Scratch {
+  int64_t LP;
+  std::vector<T> zeros;        // C zeros: what a corner outside the map reads
+  std::vector<T> sinks;        // 4 x C: where a corner outside the map's gradient goes
+  // Constant over the call, per sample: its level's size and first key.
+  std::vector<int64_t> level_W, level_H, level_start;
+  std::vector<T> half_W, half_H;
+  // Per sample of the current query.
+  std::vector<T> fx, fy;       // distances to the west / north corners (PyTorch's "w", "n")
+  std::vector<T> w;            // bilinear weights, 4 per sample
+  std::vector<const T*> rows;  // value rows of the corners (or zeros), 4 per sample
+  std::vector<T*> grad_rows;   // grad_value rows of the corners (or sinks), 4 per sample
+  std::vector<T> aw;           // attention weight times bilinear weight, 4 per sample
+  std::vector<T> dots;         // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
+
+  Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
+          int64_t C)
+      : LP(L * P), zeros(static_cast<size_t>(C), T(0)), sinks(static_cast<size_t>(4 * C)) {
+    for (auto* v : {&level_W, &level_H, &level_start}) v->resize(static_cast<size_t>(LP));
+    for (auto* v : {&half_W, &half_H, &fx, &fy}) v->resize(static_cast<size_t>(LP));
+    for (auto* v : {&w, &aw, &dots}) v->resize(static_cast<size_t>(4 * LP));
+    rows.resize(static_cast<size_t>(4 * LP));
+    grad_rows.resize(static_cast<size_t>(4 * LP));
+    for (int64_t i = 0; i < LP; ++i) {
+      const int64_t l = i / P;
+      level_H[i] = spatial_shapes[2 * l];
+      level_W[i] = spatial_shapes[2 * l + 1];
+      level_start[i] = level_start_index[l];
+      half_H[i] = static_cast<T>(level_H[i]) / 2;
+      half_W[i] = static_cast<T>(level_W[i]) / 2;
+    }
+  }
+};
+
+// Where the L*P sampling points of one query land: bilinear weights and the four corner rows of
+// each, as pointers into value (rows row_stride apart from v_slice) and, if kGrad, into
+// grad_value (grad_stride apart) together with the scatter weights a * w_k. One branch-free loop, vectorised across samples.
+template <class T, bool kGrad>
+void query_footprints(const T* __restrict loc, const T* __restrict attn, const T* v_slice,
+                      int64_t row_stride, T* grad_slice, int64_t grad_stride, Scratch<T>& sc) {
+  const int64_t LP = sc.LP;
+  const int64_t *__restrict Wi = sc.level_W.data(), *__restrict Hi = sc.level_H.data();
+  const int64_t* __restrict start = sc.level_start.data();
+  const T *__restrict half_W = sc.half_W.data(), *__restrict half_H = sc.half_H.data();
+  T *__restrict fx = sc.fx.data(), *__restrict fy = sc.fy.data(), *__restrict w = sc.w.data();
+  T* __restrict aw = sc.aw.data();
+  const T** __restrict rows = sc.rows.data();
+  T** __restrict grad_rows = sc.grad_rows.data();
+  const T* zeros = sc.zeros.data();
+  T* sinks = sc.sinks.data();
+  const int64_t C = static_cast<int64_t>(sc.zeros.size());
+#pragma omp simd
+  for (int64_t i = 0; i < LP; ++i) {
+    // The arithmetic of F.grid_sample(align_corners=False) on grid = 2*loc - 1, rather than the
+    // shorter loc*W - 0.5, so that a point on a pixel border picks the same corners as PyTorch.
+    const T x = (2 * loc[2 * i] - 1 + 1) * half_W[i] - T(0.5);
+    const T y = (2 * loc[2 * i + 1] - 1 + 1) * half_H[i] - T(0.5);
+    // Outside [-2, W] no corner is inside the map, so the coordinate is clamped there (NaN to -2)
+    // before the integer conversion, which is then always defined; floor comes from truncation.
+    // (std::floor would not vectorise.)
+    const T Wf = 2 * half_W[i], Hf = 2 * half_H[i];
+    const T x_lo = x >= -2 ? x : T(-2), y_lo = y >= -2 ? y : T(-2);
+    const T xc = x_lo <= Wf ? x_lo : Wf, yc = y_lo <= Hf ? y_lo : Hf;
+    const int64_t xt = static_cast<int64_t>(xc), yt = static_cast<int64_t>(yc);
+    const int64_t xi = xt - (xc < static_cast<T>(xt)), yi = yt - (yc < static_cast<T>(yt));
+    const T x0 = static_cast<T>(xi), y0 = static_cast<T>(yi);
+    // Distances to the west and north corners. For a NaN or infinite coordinate PyTorch computes
+    // x - floor(x) = NaN; adding x - x (0, or NaN) reproduces that. Its weights are then NaN too.
+    const T e = (xc - x0) + (x - x), n = (yc - y0) + (y - y);
+    fx[i] = e;
+    fy[i] = n;
+    w[0 * LP + i] = (1 - n) * (1 - e);
+    w[1 * LP + i] = (1 - n) * e;
+    w[2 * LP + i] = n * (1 - e);
+    w[3 * LP + i] = n * e;
+    // (& rather than && keeps the loop free of branches.)
+    const bool west_in = (xi >= 0) & (xi < Wi[i]), east_in = (xi >= -1) & (xi < Wi[i] - 1);
+    const bool north_in = (yi >= 0) & (yi < Hi[i]), south_in = (yi >= -1) & (yi < Hi[i] - 1);
+    const int64_t nw = start[i] + yi * Wi[i] + xi, ne = nw + 1, sw = nw + Wi[i], se = sw + 1;
+    rows[0 * LP + i] = (north_in & west_in) ? v_slice + nw * row_stride : zeros;
+    rows[1 * LP + i] = (north_in & east_in) ? v_slice + ne * row_stride : zeros;
+    rows[2 * LP + i] = (south_in & west_in) ? v_slice + sw * row_stride : zeros;
+    rows[3 * LP + i] = (south_in & east_in) ? v_slice + se * row_stride : zeros;
+    if (kGrad) {
+      for (int k = 0; k < 4; ++k) aw[k * LP + i] = attn[i] * w[k * LP + i];
+      grad_rows[0 * LP + i] = (north_in & west_in) ? grad_slice + nw * grad_stride : sinks;
+      grad_rows[1 * LP + i] = (north_in & east_in) ? grad_slice + ne * grad_stride : sinks + C;
+      grad_rows[2 * LP + i] = (south_in & west_in) ? grad_slice + sw * grad_stride : sinks + 2 * C;
+      grad_rows[3 * LP + i] = (south_in & east_in) ? grad_slice + se * grad_stride : sinks + 3 * C;
+    }
+  }
+}
+
+// Forward for queries [q0, q1) of slice (n, m): the footprints of a query's L*P samples, then
+// its output one vector of channels at a time, accumulated in a register over all samples.
+template <class T>
+void forward_queries(const Problem<T>& pb, T* output, int64_t n, int64_t m, int64_t q0,
+                     int64_t q1, Scratch<T>& sc) {
+  using S = Simd<T>;
+  using Vec = typename S::Vec;
+  const int64_t C = pb.C, LP = pb.L * pb.P, row_stride = pb.M * C;
+  const T* v_slice = pb.value + (n * pb.K * pb.M + m) * C;
+  const T* const* r0 = sc.rows.data();
+  const T* const* r1 = r0 + LP;
+  const T* const* r2 = r1 + LP;
+  const T* const* r3 = r2 + LP;
+  const T *w0 = sc.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t nqm = (n * pb.Q + q) * pb.M + m;
+    const T* loc = pb.sampling_locations + nqm * LP * 2;
+    const T* a = pb.attention_weights + nqm * LP;
+    T* out = output + nqm * C;
+    if (q + kPrefetchQueries < q1) {
+      prefetch_range(loc + kPrefetchQueries * pb.M * LP * 2, LP * 2 * sizeof(T));
+      prefetch_range(a + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
+    }
+    query_footprints<T, false>(loc, a, v_slice, row_stride, nullptr, 0, sc);
+    // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf
+    // rather than Inf - Inf between corners.
+    int64_t c = 0;
+    for (; c + S::kLanes <= C; c += S::kLanes) {
+      Vec acc = {};
+      for (int64_t i = 0; i < LP; ++i)
+        acc += a[i] * (w0[i] * S::load(r0[i] + c) + w1[i] * S::load(r1[i] + c) +
+                       w2[i] * S::load(r2[i] + c) + w3[i] * S::load(r3[i] + c));
+      S::store(out + c, acc);
+    }
+    for (; c < C; ++c) {
+      T acc = 0;
+      for (int64_t i = 0; i < LP; ++i)
+        acc += a[i] * (w0[i] * r0[i][c] + w1[i] * r1[i][c] + w2[i] * r2[i][c] + w3[i] * r3[i][c]);
+      out[c] = acc;
+    }
+  }
+}
+
+// Backward for queries [q0, q1) of slice (n, m). grad_v_slice points at key 0 of this slice's
+// grad_value rows (in grad_value itself or in a thread's private buffer), gv_stride apart.
+// kGradValue: scatter into grad_value. kDots: the channel dots d_k, needed by the gradients
+// of the locations and of the attention weights.
+template <class T, bool kGradValue, bool kDots>
+void backward_queries(const Problem<T>& pb, const T* grad_output, T* grad_v_slice,
+                      int64_t gv_stride, T* grad_loc, T* grad_attn, int64_t n, int64_t m,
+                      int64_t q0, int64_t q1, Scratch<T>& sc) {
+  using S = Simd<T>;
+  using Vec = typename S::Vec;
+  const int64_t C = pb.C, LP = pb.L * pb.P, row_stride = pb.M * C;
+  const T* v_slice = pb.value + (n * pb.K * pb.M + m) * C;
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t nqm = (n * pb.Q + q) * pb.M + m;
+    const T* loc = pb.sampling_locations + nqm * LP * 2;
+    const T* attn = pb.attention_weights + nqm * LP;
+    const T* g = grad_output + nqm * C;
+    if (q + kPrefetchQueries < q1) {
+      prefetch_range(loc + kPrefetchQueries * pb.M * LP * 2, LP * 2 * sizeof(T));
+      prefetch_range(attn + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
+      prefetch_range(g + kPrefetchQueries * pb.M * C, C * sizeof(T));
+    }
+    query_footprints<T, kGradValue>(loc, attn, v_slice, row_stride, grad_v_slice, gv_stride, sc);
+    const T* const* rows = sc.rows.data();
+    T* const* grad_rows = sc.grad_rows.data();
+    const T* aw = sc.aw.data();
+    T* dots = sc.dots.data();
+    for (int64_t i = 0; i < LP; ++i) {
+      const T *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
+      T *gv0 = grad_rows[i], *gv1 = grad_rows[LP + i], *gv2 = grad_rows[2 * LP + i],
+        *gv3 = grad_rows[3 * LP + i];
+      const T aw0 = aw[i], aw1 = aw[LP + i], aw2 = aw[2 * LP + i], aw3 = aw[3 * LP + i];
+      // Lane j of acc_k sums the products of channels j, j + kLanes, ...
+      Vec acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
+      int64_t c = 0;
+      for (; c + S::kLanes <= C; c += S::kLanes) {
+        const Vec gc = S::load(g + c);
+        if (kDots) {
+          acc0 += gc * S::load(v0 + c);
+          acc1 += gc * S::load(v1 + c);
+          acc2 += gc * S::load(v2 + c);
+          acc3 += gc * S::load(v3 + c);
+        }
+        if (kGradValue) {
+          S::store(gv0 + c, S::load(gv0 + c) + aw0 * gc);
+          S::store(gv1 + c, S::load(gv1 + c) + aw1 * gc);
+          S::store(gv2 + c, S::load(gv2 + c) + aw2 * gc);
+          S::store(gv3 + c, S::load(gv3 + c) + aw3 * gc);
+        }
+      }
+      T* d = dots + 4 * i;
+      if (kDots) lane_sums4<T>(acc0, acc1, acc2, acc3, d);
+      for (; c < C; ++c) {
+        const T gc = g[c];
+        if (kDots) {
+          d[0] += gc * v0[c];
+          d[1] += gc * v1[c];
+          d[2] += gc * v2[c];
+          d[3] += gc * v3[c];
+        }
+        if (kGradValue) {
+          gv0[c] += aw0 * gc;
+          gv1[c] += aw1 * gc;
+          gv2[c] += aw2 * gc;
+          gv3[c] += aw3 * gc;
+        }
+      }
+    }
+    if (!kDots) continue;
+    // The gradients of the attention weights and the locations, from the dots of all samples.
+    const T *w0 = sc.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
+    const T *fx = sc.fx.data(), *fy = sc.fy.data();
+    if (grad_attn) {
+      T* ga = grad_attn + nqm * LP;
+#pragma omp simd
+      for (int64_t i = 0; i < LP; ++i) {
+        const T* d = dots + 4 * i;
+        ga[i] = w0[i] * d[0] + w1[i] * d[1] + w2[i] * d[2] + w3[i] * d[3];
+      }
+    }
+    if (grad_loc) {
+      T* gl = grad_loc + nqm * LP * 2;
+      const T *half_W = sc.half_W.data(), *half_H = sc.half_H.data();
+#pragma omp simd
+      for (int64_t i = 0; i < LP; ++i) {
+        const T* d = dots + 4 * i;
+        const T a = attn[i], e = 1 - fx[i], s = 1 - fy[i];
+        gl[2 * i] = a * ((d[1] - d[0]) * s + (d[3] - d[2]) * fy[i]) * (2 * half_W[i]);
+        gl[2 * i + 1] = a * ((d[2] - d[0]) * e + (d[3] - d[1]) * fx[i]) * (2 * half_H[i]);
+      }
+      for (int64_t i = 0; i < LP; ++i) {
+        if (std::isfinite(attn[i])) continue;
+        // PyTorch multiplies a into every channel's term before summing; with an infinite a
+        // that order decides between +-Inf and NaN, so follow it here (rare, scalar).
+        const T *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
+        const T a = attn[i], e = 1 - fx[i], s = 1 - fy[i];
+        T gx = 0, gy = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          const T ga = g[c] * a;
+          gx += ((v1[c] - v0[c]) * s + (v3[c] - v2[c]) * fy[i]) * ga;
+          gy += ((v2[c] - v0[c]) * e + (v3[c] - v1[c]) * fx[i]) * ga;
+        }
+        gl[2 * i] = gx * (2 * sc.half_W[i]);
+        gl[2 * i + 1] = gy * (2 * sc.half_H[i]);
+      }
+    }
+  }
+}
+
+template <class T>
+using BackwardFn = void (*)(const Problem<T>&, const T*, T*, int64_t, T*, T*, int64_t, int64_t,
+                            int64_t, int64_t, Scratch<T>&);
+
+}  // namespace
+
+template <class T>
+void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
+                            const int64_t* level_start_index, const T* sampling_locations,
+                            const T* attention_weights, T* output, int64_t bs, int64_t num_keys,
+                            int64_t heads, int64_t channels, int64_t levels, int64_t queries,
+                            int64_t points) {
+  const Problem<T> pb{value,    spatial_shapes, level_start_index, sampling_locations,
+                      attention_weights, bs, num_keys, heads, channels, levels, queries, points};
+  const int64_t total = bs * heads * queries;
+  const int64_t work = total * levels * points * (channels + 8);
+  // Every output row belongs to one (slice, query): any split of the work is race-free.
+#pragma omp parallel if (work > kParallelWork)
+  {
+    Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, channels);
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = total * t / nt, end = total * (t + 1) / nt;
+    for (int64_t i = begin; i < end;) {
+      const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
+      forward_queries(pb, output, s / heads, s % heads, q0, q1, scratch);
+      i += q1 - q0;
+    }
+  }
+}
+
+template <class T>
+void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
+                             const int64_t* level_start_index, const T* sampling_locations,
+                             const T* attention_weights, const T* grad_output, T* grad_value,
+                             T* grad_sampling_locations, T* grad_attention_weights, int64_t bs,
+                             int64_t num_keys, int64_t heads, int64_t channels, int64_t levels,
+                             int64_t queries, int64_t points) {
+  const Problem<T> pb{value,    spatial_shapes, level_start_index, sampling_locations,
+                      attention_weights, bs, num_keys, heads, channels, levels, queries, points};
+  const bool need_dots = grad_sampling_locations || grad_attention_weights;
+  BackwardFn<T> run;
+  if (grad_value && need_dots)
+    run = backward_queries<T, true, true>;
+  else if (grad_value)
+    run = backward_queries<T, true, false>;
+  else if (need_dots)
+    run = backward_queries<T, false, true>;
+  else
+    return;
+
+  const int64_t K = num_keys, C = channels, row_stride = heads * C;
+  const int64_t total = bs * heads * queries;
+  if (total == 0) {
+    // No query reads value, so its gradient is zero (the other gradients are empty).
+    if (grad_value) std::fill(grad_value, grad_value + bs * K * row_stride, T(0));
+    return;
+  }
+  const int64_t work = total * levels * points * (channels + 8);
+  const int max_threads = work > kParallelWork ? omp_get_max_threads() : 1;
+  // Thread t's private grad_value rows (K x C) for the slice its range begins inside of.
+  std::vector<std::vector<T>> partial(static_cast<size_t>(max_threads));
+  std::vector<int64_t> partial_slice(static_cast<size_t>(max_threads), -1);
+
+#pragma omp parallel num_threads(max_threads) if (max_threads > 1)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, C);
+    // With at least as many slices as threads, each thread takes whole slices: every grad_value
+    // row has one writer and the result does not depend on the thread count. Otherwise the
+    // (slice, query) range is cut evenly and a slice may be shared (see the reduction below).
+    const int64_t slices = bs * heads;
+    const int64_t begin = slices >= nt ? slices * t / nt * queries : total * t / nt;
+    const int64_t end = slices >= nt ? slices * (t + 1) / nt * queries : total * (t + 1) / nt;
+    for (int64_t i = begin; i < end;) {
+      const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
+      const int64_t n = s / heads, m = s % heads;
+      T* gv_slice = nullptr;
+      int64_t gv_stride = 0;
+      if (grad_value) {
+        if (q0 == 0) {
+          // This thread starts the slice, so it owns its rows in grad_value: no one else writes
+          // them until the reduction below.
+          gv_slice = grad_value + (n * K * heads + m) * C;
+          gv_stride = row_stride;
+          for (int64_t k = 0; k < K; ++k) std::fill_n(gv_slice + k * gv_stride, C, T(0));
+        } else {
+          partial[t].assign(static_cast<size_t>(K * C), T(0));
+          partial_slice[t] = s;
+          gv_slice = partial[t].data();
+          gv_stride = C;
+        }
+      }
+      run(pb, grad_output, gv_slice, gv_stride, grad_sampling_locations, grad_attention_weights,
+          n, m, q0, q1, scratch);
+      i += q1 - q0;
+    }
+
+    if (grad_value) {
+#pragma omp barrier
+      // Add the private parts in thread order (fixed, hence deterministic); each thread adds
+      // them for its own share of the keys.
+      const int64_t k0 = K * t / nt, k1 = K * (t + 1) / nt;
+      for (int u = 0; u < nt; ++u) {
+        if (partial_slice[u] < 0) continue;
+        const int64_t s = partial_slice[u], n = s / heads, m = s % heads;
+        const T* src = partial[u].data();
+        for (int64_t k = k0; k < k1; ++k) {
+          T* dst = grad_value + ((n * K + k) * heads + m) * C;
+          const T* row = src + k * C;
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) dst[c] += row[c];
+        }
+      }
+    }
+  }
+}
+
+#define TG_INSTANTIATE(T)                                                                      \
+  template void ms_deform_attn_forward<T>(const T*, const int64_t*, const int64_t*, const T*,  \
+                                          const T*, T*, int64_t, int64_t, int64_t, int64_t,    \
+                                          int64_t, int64_t, int64_t);                          \
+  template void ms_deform_attn_backward<T>(const T*, const int64_t*, const int64_t*, const T*, \
+                                           const T*, const T*, T*, T*, T*, int64_t, int64_t,   \
+                                           int64_t, int64_t, int64_t, int64_t, int64_t);
+TG_INSTANTIATE(float)
+TG_INSTANTIATE(double)
+#undef TG_INSTANTIATE
+
+}  // namespace tg::kernels

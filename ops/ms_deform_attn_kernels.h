@@ -1,0 +1,66 @@
+// Multi-scale deformable attention (Deformable DETR), forward and backward kernels.
+//
+// Shape legend
+//   N = batch (bs)            K = num_keys (all levels' pixels, concatenated)
+//   M = heads                 C = channels per head
+//   L = levels                Q = queries            P = points per (query, head, level)
+//
+//   value               (N, K, M, C)
+//   spatial_shapes      (L, 2) int64, each row (H_l, W_l)
+//   level_start_index   (L) int64, first key of level l; level l occupies keys
+//                       [start_l, start_l + H_l * W_l), pixel (y, x) is key start_l + y*W_l + x
+//   sampling_locations  (N, Q, M, L, P, 2), last dim (x, y) normalised to [0, 1]
+//   attention_weights   (N, Q, M, L, P)
+//   output              (N, Q, M*C)
+//
+// Semantics are exactly Deformable-DETR's pure-PyTorch reference `ms_deform_attn_core_pytorch`:
+// per level, bilinear F.grid_sample of the (N*M, C, H_l, W_l) map with grid = 2*loc - 1,
+// padding_mode zeros, align_corners False, i.e. sampling at pixel coordinates
+//   x_pix = x * W_l - 0.5,   y_pix = y * H_l - 0.5,
+// where a corner outside the map contributes value 0; then
+//   output[n, q, m*C + c] = sum_{l, p} attention_weights[n, q, m, l, p] * sample_l(n, m, c, loc).
+// Note on the coordinate order: the specification page (MultiScaleDeformableAttentionGrad) says
+// the last dim of the locations is (y, x). We follow Deformable-DETR, whose layers users port,
+// and read it as (x, y) (x indexes W, y indexes H).
+//
+// Non-finite locations or weights give what PyTorch gives: a NaN/Inf location makes that
+// sample NaN (its bilinear weights are NaN), and it never touches grad_value. Locations far
+// outside the map read nothing. No input validation happens here (the Tensor layer validates);
+// for any shapes that satisfy the above, no out-of-bounds access happens.
+//
+// All buffers contiguous, C order. Outputs are overwritten, never accumulated into.
+// Parallel with OpenMP; no atomics; bit-identical results run to run at a fixed thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace tg::kernels {
+
+template <class T>
+void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
+                            const int64_t* level_start_index, const T* sampling_locations,
+                            const T* attention_weights, T* output, int64_t bs, int64_t num_keys,
+                            int64_t heads, int64_t channels, int64_t levels, int64_t queries,
+                            int64_t points);
+
+// grad_output (N, Q, M*C). Gradients asked for are given as non-null buffers of the shape of
+// their input (grad_value (N, K, M, C), grad_sampling_locations (N, Q, M, L, P, 2),
+// grad_attention_weights (N, Q, M, L, P)); a null pointer means "not asked for" and that
+// gradient is not computed. Every non-null buffer is overwritten.
+//
+// Determinism: grad_value is a scatter-add, done without atomics. With at least as many slices
+// (N*M) as threads, each thread owns whole slices, and the result is bit-identical for every
+// thread count. With fewer slices than threads, the (slice, query) range is cut evenly; a thread
+// writes grad_value directly for the slices it starts and into a private buffer for a slice
+// begun by an earlier thread, and the private buffers are added in thread order afterwards:
+// bit-identical run to run at a fixed thread count. The forward and the other two gradients
+// are always bit-identical for every thread count.
+template <class T>
+void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
+                             const int64_t* level_start_index, const T* sampling_locations,
+                             const T* attention_weights, const T* grad_output, T* grad_value,
+                             T* grad_sampling_locations, T* grad_attention_weights, int64_t bs,
+                             int64_t num_keys, int64_t heads, int64_t channels, int64_t levels,
+                             int64_t queries, int64_t points);
+
+}  // namespace tg::kernels
