@@ -23,6 +23,7 @@ void register_index_ops(Registry& r);
 void register_minmax_ops(Registry& r);
 void register_var_ops(Registry& r);
 void register_where_ops(Registry& r);
+void register_ms_deform_attn_ops(Registry& r);
 
 namespace {
 Registry& build_builtin_registry() {
@@ -44,6 +45,7 @@ Registry& build_builtin_registry() {
   register_minmax_ops(r);
   register_var_ops(r);
   register_where_ops(r);
+  register_ms_deform_attn_ops(r);
   return r;
 }
 }  // namespace
