@@ -1,0 +1,351 @@
+// Group normalisation kernels; the shape legend and the maths are in group_norm_kernels.h.
+//
+// Work split. The natural unit is one group i = (n, g): its M elements are contiguous, so one
+// thread computes its statistics and then normalises it while the group is still in cache.
+// When there are fewer groups than threads (N = 1, group = 1 on a large image), each group is
+// cut into fixed chunks of kChunk elements instead, partial sums are taken per chunk in parallel
+// and combined in chunk order. Both paths add the very same partial sums in the same order, so
+// which path runs (and how many threads there are) never changes a bit of the result.
+#include "ops/group_norm_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace tg::kernels {
+namespace {
+
+// Independent accumulators: they break the chain of dependent adds so the loop vectorises,
+// and fix the order of summation independently of alignment or threads.
+constexpr int64_t kLanes = 16;
+// Unit of the chunked reductions. Fixed (not derived from the thread count) for determinism.
+constexpr int64_t kChunk = 16384;
+// Below this many elements an OpenMP region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+
+int max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+double reduce_lanes(const double* acc) {
+  double s = 0.0;
+  for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
+}
+
+// sum of x[0..n)
+template <class T>
+double sum_of(const T* x, int64_t n) {
+  double acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(x[j + l]);
+  for (int64_t l = 0; j + l < n; ++l) acc[l] += static_cast<double>(x[j + l]);
+  return reduce_lanes(acc);
+}
+
+// sum (x - m) and sum (x - m)^2 over x[0..n). The first is ~0 up to rounding of m; it feeds
+// the compensation term of the two-pass variance.
+template <class T>
+void centred_moments(const T* x, int64_t n, double m, double* s1, double* s2) {
+  double a1[kLanes] = {}, a2[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const double d = static_cast<double>(x[j + l]) - m;
+      a1[l] += d;
+      a2[l] += d * d;
+    }
+  for (int64_t l = 0; j + l < n; ++l) {
+    const double d = static_cast<double>(x[j + l]) - m;
+    a1[l] += d;
+    a2[l] += d * d;
+  }
+  *s1 = reduce_lanes(a1);
+  *s2 = reduce_lanes(a2);
+}
+
+// sum dy and sum dy * (x - m) over [0..n). Centring x before the product is what keeps
+// grad_gamma and grad_x accurate when |mean| >> std.
+template <class T>
+void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double* sdyx) {
+  double a1[kLanes] = {}, a2[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const double g = static_cast<double>(dy[j + l]);
+      a1[l] += g;
+      a2[l] += g * (static_cast<double>(x[j + l]) - m);
+    }
+  for (int64_t l = 0; j + l < n; ++l) {
+    const double g = static_cast<double>(dy[j + l]);
+    a1[l] += g;
+    a2[l] += g * (static_cast<double>(x[j + l]) - m);
+  }
+  *sdy = reduce_lanes(a1);
+  *sdyx = reduce_lanes(a2);
+}
+
+// y = (x - mean) * rstd * gamma[c] + beta[c] over the elements [a, b) of group i.
+// Evaluated in double: the float form scale * x + shift of PyTorch loses ~|mean|/std ulps.
+template <class T>
+void normalize_range(const T* x, const T* gamma, const T* beta, int64_t G, int64_t HxW,
+                     int64_t D, int64_t i, int64_t a, int64_t b, double mean, double rstd,
+                     T* y) {
+  const int64_t base = i * D * HxW;  // groups are contiguous blocks of D * HxW elements
+  const int64_t c0 = (i % G) * D;    // first channel of the group
+  int64_t j = a;
+  while (j < b) {
+    const int64_t cl = j / HxW;  // channel within the group
+    const int64_t end = std::min(b, (cl + 1) * HxW);
+    const double scale = rstd * (gamma ? static_cast<double>(gamma[c0 + cl]) : 1.0);
+    const double shift = beta ? static_cast<double>(beta[c0 + cl]) : 0.0;
+    const T* xp = x + base;
+    T* yp = y + base;
+    for (int64_t k = j; k < end; ++k)
+      yp[k] = static_cast<T>((static_cast<double>(xp[k]) - mean) * scale + shift);
+    j = end;
+  }
+}
+
+// The two-pass variance with its compensation term, clamped at 0 against rounding. An empty
+// group has variance 0/0 = NaN, as in PyTorch.
+double rstd_of(double s1, double s2, int64_t M, double eps) {
+  if (M == 0) return std::numeric_limits<double>::quiet_NaN();
+  const double var = std::max((s2 - s1 * s1 / M) / M, 0.0);
+  return 1.0 / std::sqrt(var + eps);
+}
+
+}  // namespace
+
+template <class T>
+void group_norm_forward(const T* x, const T* gamma, const T* beta, int64_t N, int64_t C,
+                        int64_t HxW, int64_t group, double eps, T* y, T* mean, T* rstd) {
+  const int64_t G = group, D = C / G, M = D * HxW, NG = N * G;
+  if (NG == 0) return;
+  const int64_t chunks = ceil_div(M, kChunk);
+  const bool parallel = NG * M >= kParallelMin;
+
+  if (NG >= max_threads() || chunks <= 1) {
+    // One group per iteration: both passes and the normalisation reuse the cached group.
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < NG; ++i) {
+      const T* xg = x + i * M;
+      double s = 0.0;
+      for (int64_t k = 0; k < chunks; ++k)
+        s += sum_of(xg + k * kChunk, std::min(kChunk, M - k * kChunk));
+      const double m = M > 0 ? s / M : 0.0;
+      double s1 = 0.0, s2 = 0.0;
+      for (int64_t k = 0; k < chunks; ++k) {
+        double p1, p2;
+        centred_moments(xg + k * kChunk, std::min(kChunk, M - k * kChunk), m, &p1, &p2);
+        s1 += p1;
+        s2 += p2;
+      }
+      const double r = rstd_of(s1, s2, M, eps);
+      normalize_range(x, gamma, beta, G, HxW, D, i, 0, M, m, r, y);
+      mean[i] = static_cast<T>(m);
+      rstd[i] = static_cast<T>(r);
+    }
+    return;
+  }
+
+  // Few large groups: every pass is split into (group, chunk) work items.
+  const int64_t W = NG * chunks;
+  std::vector<double> p1(W), p2(W), m(NG), r(NG);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t w = 0; w < W; ++w) {
+    const int64_t i = w / chunks, k = w % chunks;
+    p1[w] = sum_of(x + i * M + k * kChunk, std::min(kChunk, M - k * kChunk));
+  }
+  for (int64_t i = 0; i < NG; ++i) {
+    double s = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) s += p1[i * chunks + k];
+    m[i] = s / M;
+  }
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t w = 0; w < W; ++w) {
+    const int64_t i = w / chunks, k = w % chunks;
+    centred_moments(x + i * M + k * kChunk, std::min(kChunk, M - k * kChunk), m[i], &p1[w],
+                    &p2[w]);
+  }
+  for (int64_t i = 0; i < NG; ++i) {
+    double s1 = 0.0, s2 = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      s1 += p1[i * chunks + k];
+      s2 += p2[i * chunks + k];
+    }
+    r[i] = rstd_of(s1, s2, M, eps);
+    mean[i] = static_cast<T>(m[i]);
+    rstd[i] = static_cast<T>(r[i]);
+  }
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t w = 0; w < W; ++w) {
+    const int64_t i = w / chunks, k = w % chunks;
+    normalize_range(x, gamma, beta, G, HxW, D, i, k * kChunk, std::min(M, (k + 1) * kChunk),
+                    m[i], r[i], y);
+  }
+}
+
+namespace {
+
+// Per-(n, c) sums of the backward: db = sum_hw dy, ds = sum_hw dy * (x - mean), over the
+// chunks [k0, k1) of the channel's HxW elements. Chunked like the forward so the split path
+// adds the same partials in the same order.
+template <class T>
+void channel_grad_sums(const T* dy, const T* x, int64_t HxW, double m, bool need_ds,
+                       double* db, double* ds) {
+  double sdb = 0.0, sds = 0.0;
+  for (int64_t k = 0; k * kChunk < HxW; ++k) {
+    const int64_t len = std::min(kChunk, HxW - k * kChunk);
+    if (need_ds) {
+      double a, b;
+      grad_sums(dy + k * kChunk, x + k * kChunk, len, m, &a, &b);
+      sdb += a;
+      sds += b;
+    } else {
+      sdb += sum_of(dy + k * kChunk, len);
+    }
+  }
+  *db = sdb;
+  *ds = sds;
+}
+
+// grad_x = c1 * dy + c2 * (x - mean) + c3 over one channel's elements [a, b).
+// x - mean is exact or nearly so in T (x and mean are close), so T arithmetic suffices here.
+template <class T>
+void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, T mean, T c1, T c2, T c3,
+                      T* dx) {
+  for (int64_t k = a; k < b; ++k) dx[k] = c1 * dy[k] + c2 * (x[k] - mean) + c3;
+}
+
+}  // namespace
+
+template <class T>
+void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rstd,
+                         const T* gamma, int64_t N, int64_t C, int64_t HxW, int64_t group,
+                         T* grad_x, T* grad_gamma, T* grad_beta) {
+  const int64_t G = group, D = C / G, M = D * HxW, NG = N * G;
+  if (!grad_x && !grad_gamma && !grad_beta) return;
+  const bool need_ds = grad_x || grad_gamma;  // grad_beta alone needs no x
+  const bool parallel = NG * M >= kParallelMin;
+
+  // db[n*C + c], ds[n*C + c]: the per-(n, c) sums shared by all three gradients.
+  std::vector<double> db(N * C), ds(N * C);
+  // dx coefficients of group i (see the header's formula, with A = sum gamma*db and
+  // B = sum gamma*ds over the group's channels): c2 = -rstd^3 * B / M, c3 = -rstd * A / M.
+  auto group_coeffs = [&](int64_t i, double* c2, double* c3) {
+    const int64_t n = i / G, g = i % G;
+    double A = 0.0, B = 0.0;
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t c = g * D + d;
+      const double gm = gamma ? static_cast<double>(gamma[c]) : 1.0;
+      A += gm * db[n * C + c];
+      B += gm * ds[n * C + c];
+    }
+    const double r = static_cast<double>(rstd[i]);
+    *c2 = -r * r * r * B / M;
+    *c3 = -r * A / M;
+  };
+  auto c1_of = [&](int64_t i, int64_t c) {
+    return static_cast<T>(static_cast<double>(rstd[i]) *
+                          (gamma ? static_cast<double>(gamma[c]) : 1.0));
+  };
+
+  const int64_t chunks = ceil_div(HxW, kChunk);
+  if (NG >= max_threads() || chunks <= 1) {
+    // One group per iteration: sums, then grad_x while the group is still in cache.
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < NG; ++i) {
+      const int64_t n = i / G, g = i % G;
+      const double m = static_cast<double>(mean[i]);
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t nc = n * C + g * D + d;
+        channel_grad_sums(grad_y + nc * HxW, x + nc * HxW, HxW, m, need_ds, &db[nc], &ds[nc]);
+      }
+      if (grad_x) {
+        double c2, c3;
+        group_coeffs(i, &c2, &c3);
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t nc = n * C + g * D + d;
+          input_grad_range(grad_y + nc * HxW, x + nc * HxW, 0, HxW, mean[i], c1_of(i, g * D + d),
+                           static_cast<T>(c2), static_cast<T>(c3), grad_x + nc * HxW);
+        }
+      }
+    }
+  } else {
+    // Few groups: split into (n, c, chunk) work items; partials combined in chunk order.
+    const int64_t W = N * C * chunks;
+    std::vector<double> pdb(W), pds(W);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t w = 0; w < W; ++w) {
+      const int64_t nc = w / chunks, k = w % chunks;
+      const int64_t i = nc / C * G + nc % C / D;
+      const int64_t off = nc * HxW + k * kChunk, len = std::min(kChunk, HxW - k * kChunk);
+      channel_grad_sums(grad_y + off, x + off, len, static_cast<double>(mean[i]), need_ds,
+                        &pdb[w], &pds[w]);
+    }
+    for (int64_t nc = 0; nc < N * C; ++nc) {
+      double sdb = 0.0, sds = 0.0;
+      for (int64_t k = 0; k < chunks; ++k) {
+        sdb += pdb[nc * chunks + k];
+        sds += pds[nc * chunks + k];
+      }
+      db[nc] = sdb;
+      ds[nc] = sds;
+    }
+    if (grad_x) {
+      std::vector<T> c2(NG), c3(NG);
+      for (int64_t i = 0; i < NG; ++i) {
+        double a, b;
+        group_coeffs(i, &a, &b);
+        c2[i] = static_cast<T>(a);
+        c3[i] = static_cast<T>(b);
+      }
+#pragma omp parallel for schedule(static) if (parallel)
+      for (int64_t w = 0; w < W; ++w) {
+        const int64_t nc = w / chunks, k = w % chunks;
+        const int64_t i = nc / C * G + nc % C / D;
+        const T* base_dy = grad_y + nc * HxW;
+        input_grad_range(base_dy, x + nc * HxW, k * kChunk, std::min(HxW, (k + 1) * kChunk),
+                         mean[i], c1_of(i, nc % C), c2[i], c3[i], grad_x + nc * HxW);
+      }
+    }
+  }
+
+  if (grad_gamma || grad_beta) {
+    // Channels own their outputs; the sum over n runs in a fixed order.
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+    for (int64_t c = 0; c < C; ++c) {
+      double sg = 0.0, sb = 0.0;
+      for (int64_t n = 0; n < N; ++n) {
+        sg += ds[n * C + c] * static_cast<double>(rstd[n * G + c / D]);
+        sb += db[n * C + c];
+      }
+      if (grad_gamma) grad_gamma[c] = static_cast<T>(sg);
+      if (grad_beta) grad_beta[c] = static_cast<T>(sb);
+    }
+  }
+}
+
+#define TG_INSTANTIATE(T)                                                                      \
+  template void group_norm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, \
+                                      int64_t, double, T*, T*, T*);                            \
+  template void group_norm_backward<T>(const T*, const T*, const T*, const T*, const T*,       \
+                                       int64_t, int64_t, int64_t, int64_t, T*, T*, T*);
+TG_INSTANTIATE(float)
+TG_INSTANTIATE(double)
+#undef TG_INSTANTIATE
+
+}  // namespace tg::kernels
