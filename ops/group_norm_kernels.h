@@ -18,9 +18,9 @@
 //
 // Numerics: statistics and every reduction are accumulated in double, in a fixed order that
 // does not depend on the number of threads, so results are bit-identical from run to run and
-// for any thread count. The forward uses two passes (mean, then the centred sum of squares with
-// the usual compensation term), so an offset such as x = 1000 + N(0, 1) costs no digits; the
-// variance is clamped at 0 all the same. The backward reduces grad_y * (x - mean) rather than
+// for any thread count. The forward uses two passes (the mean, then the centred sum of
+// squares), so an offset such as x = 1000 + N(0, 1) costs no digits; the variance is clamped
+// at 0 all the same. The backward reduces grad_y * (x - mean) rather than
 // grad_y * x, which avoids the cancellation PyTorch's float kernel suffers from at such offsets
 // (its float32 results are therefore slightly less accurate than ours, not the other way round).
 //
