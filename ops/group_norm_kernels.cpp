@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -20,11 +21,33 @@
 namespace tg::kernels {
 namespace {
 
-// Independent accumulators: they break the chain of dependent adds so the loop vectorises,
-// and fix the order of summation independently of alignment or threads. 32 doubles are four
-// AVX-512 registers per sum, enough to hide the add latency. The lane loops carry
-// `omp simd` so that they vectorise at -O2 too (they are elementwise: no reassociation).
-constexpr int64_t kLanes = 32;
+// Reductions use 32 independent double accumulators ("lanes"): they break the chain of
+// dependent adds (so the loop runs at full vector throughput) and fix the order of summation,
+// whatever the alignment or the number of threads. The lanes are four 8-wide vectors written
+// with GCC/Clang vector extensions: unlike plain arrays, which the compiler spills to the stack
+// for the final reduction (costly when it runs once per channel of an 8x8 image), they stay in
+// registers. Element j of a range goes to vector (j / 8) % 4, lane j % 8; the last j % 8 < 8
+// elements go to a scalar.
+typedef double d8 __attribute__((vector_size(64)));
+typedef float f8 __attribute__((vector_size(32)));
+
+inline d8 load8(const double* p) {
+  d8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline d8 load8(const float* p) {
+  f8 v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, d8);
+}
+
+// A fixed pairwise tree over the 32 lanes.
+inline double reduce(const d8 (&a)[4]) {
+  const d8 s = (a[0] + a[1]) + (a[2] + a[3]);
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
 // Unit of the chunked reductions. Fixed (not derived from the thread count) for determinism.
 constexpr int64_t kChunk = 16384;
 // Below this many elements an OpenMP region costs more than it saves.
@@ -40,68 +63,121 @@ int max_threads() {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Pairwise (tree) reduction of the lanes: a short dependency chain, and the compiler turns
-// it into a few vector shuffles. Per-channel sums over small images call this often.
-double reduce_lanes(double* acc) {
-  for (int64_t w = kLanes / 2; w >= 1; w /= 2)
-    for (int64_t l = 0; l < w; ++l) acc[l] += acc[l + w];
-  return acc[0];
+// Applies step(q, j) to the 8-element blocks of [0, n) -- j the block's first element, q the
+// accumulator it feeds -- and returns where the scalar tail starts.
+template <class Step>
+inline int64_t for_blocks(int64_t n, Step step) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    step(0, j);
+    step(1, j + 8);
+    step(2, j + 16);
+    step(3, j + 24);
+  }
+  for (int q = 0; j + 8 <= n; j += 8, ++q) step(q, j);
+  return j;
 }
 
 // sum of x[0..n)
 template <class T>
 double sum_of(const T* x, int64_t n) {
-  double acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-#pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(x[j + l]);
-  }
-  for (int64_t l = 0; j + l < n; ++l) acc[l] += static_cast<double>(x[j + l]);
-  return reduce_lanes(acc);
+  d8 acc[4] = {};
+  int64_t j = for_blocks(n, [&](int q, int64_t k) { acc[q] += load8(x + k); });
+  double tail = 0.0;
+  for (; j < n; ++j) tail += static_cast<double>(x[j]);
+  return reduce(acc) + tail;
 }
 
 // sum (x - m)^2 over x[0..n): the second pass of the two-pass variance. With m accurate to
 // double precision the usual compensation term (sum (x - m))^2 / n is below rounding level.
 template <class T>
 double centred_sq_sum(const T* x, int64_t n, double m) {
-  double acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-#pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const double d = static_cast<double>(x[j + l]) - m;
-      acc[l] += d * d;
-    }
+  d8 acc[4] = {};
+  int64_t j = for_blocks(n, [&](int q, int64_t k) {
+    const d8 d = load8(x + k) - m;
+    acc[q] += d * d;
+  });
+  double tail = 0.0;
+  for (; j < n; ++j) {
+    const double d = static_cast<double>(x[j]) - m;
+    tail += d * d;
   }
-  for (int64_t l = 0; j + l < n; ++l) {
-    const double d = static_cast<double>(x[j + l]) - m;
-    acc[l] += d * d;
-  }
-  return reduce_lanes(acc);
+  return reduce(acc) + tail;
 }
 
 // sum dy and sum dy * (x - m) over [0..n). Centring x before the product is what keeps
 // grad_gamma and grad_x accurate when |mean| >> std.
 template <class T>
 void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double* sdyx) {
-  double a1[kLanes] = {}, a2[kLanes] = {};
+  d8 a1[4] = {}, a2[4] = {};
+  int64_t j = for_blocks(n, [&](int q, int64_t k) {
+    const d8 g = load8(dy + k);
+    a1[q] += g;
+    a2[q] += g * (load8(x + k) - m);
+  });
+  double t1 = 0.0, t2 = 0.0;
+  for (; j < n; ++j) {
+    const double g = static_cast<double>(dy[j]);
+    t1 += g;
+    t2 += g * (static_cast<double>(x[j]) - m);
+  }
+  *sdy = reduce(a1) + t1;
+  *sdyx = reduce(a2) + t2;
+}
+
+// The same sums for float inputs, with far fewer instructions: x - m is exact in float (m is
+// the saved float mean and x is close to it), 32 float lanes sum dy and dy * (x - m) over up to
+// 4 steps (fused multiply-add: one rounding per step), and these short partial sums (at most 9
+// terms per lane) are then added into double lanes. This keeps the sums within a few 1e-7 of
+// exact (sum dy, which cancels most, is the worst), while converting every element to double
+// cost more than the rest of the backward. Small images (8x8: two steps per channel) also
+// need the cheap final reduction below.
+typedef float f16 __attribute__((vector_size(64)));
+
+inline f16 load16(const float* p) {
+  f16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+// Adds the 16 float lanes of v into the 16 double lanes a[0], a[1].
+inline void add_to_double(d8 (&a)[2], f16 v) {
+  a[0] += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), d8);
+  a[1] += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), d8);
+}
+inline double reduce(const d8 (&a)[2]) {
+  const d8 s = a[0] + a[1];
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+void grad_sums(const float* dy, const float* x, int64_t n, double m, double* sdy, double* sdyx) {
+  const float mf = static_cast<float>(m);  // exact: m is a float mean
+  d8 a1[2] = {}, a2[2] = {};
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-#pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const double g = static_cast<double>(dy[j + l]);
-      a1[l] += g;
-      a2[l] += g * (static_cast<double>(x[j + l]) - m);
+  while (j + 16 <= n) {
+    f16 g1[2] = {}, g2[2] = {};  // float partials, two per sum for throughput
+    for (int step = 0; step < 4 && j + 32 <= n; ++step, j += 32)
+      for (int q = 0; q < 2; ++q) {
+        const f16 g = load16(dy + j + 16 * q);
+        g1[q] += g;
+        g2[q] += g * (load16(x + j + 16 * q) - mf);
+      }
+    if (j + 32 > n && j + 16 <= n) {  // one last half step
+      const f16 g = load16(dy + j);
+      g1[0] += g;
+      g2[0] += g * (load16(x + j) - mf);
+      j += 16;
     }
+    add_to_double(a1, g1[0] + g1[1]);
+    add_to_double(a2, g2[0] + g2[1]);
   }
-  for (int64_t l = 0; j + l < n; ++l) {
-    const double g = static_cast<double>(dy[j + l]);
-    a1[l] += g;
-    a2[l] += g * (static_cast<double>(x[j + l]) - m);
+  double t1 = 0.0, t2 = 0.0;
+  for (; j < n; ++j) {
+    const double g = static_cast<double>(dy[j]);
+    t1 += g;
+    t2 += g * (static_cast<double>(x[j]) - m);
   }
-  *sdy = reduce_lanes(a1);
-  *sdyx = reduce_lanes(a2);
+  *sdy = reduce(a1) + t1;
+  *sdyx = reduce(a2) + t2;
 }
 
 // y = (x - mean) * rstd * gamma[c] + beta[c] over the elements [a, b) of group i.
@@ -330,16 +406,31 @@ void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rs
   }
 
   if (grad_gamma || grad_beta) {
-    // Channels own their outputs; the sum over n runs in a fixed order.
+    // grad_gamma[c] = sum_n ds[n, c] * rstd[n, g], grad_beta[c] = sum_n db[n, c]. Blocks of
+    // channels own their outputs; within a block the sum over n runs in a fixed order, and the
+    // innermost loop runs over the contiguous channels of one group.
+    constexpr int64_t kCBlock = 256;
+    const int64_t cblocks = ceil_div(C, kCBlock);
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
-    for (int64_t c = 0; c < C; ++c) {
-      double sg = 0.0, sb = 0.0;
+    for (int64_t cb = 0; cb < cblocks; ++cb) {
+      const int64_t c0 = cb * kCBlock, c1 = std::min(C, c0 + kCBlock);
+      double sg[kCBlock] = {}, sb[kCBlock] = {};
       for (int64_t n = 0; n < N; ++n) {
-        sg += ds[n * C + c] * static_cast<double>(rstd[n * G + c / D]);
-        sb += db[n * C + c];
+        for (int64_t g = c0 / D; g * D < c1; ++g) {
+          const double r = static_cast<double>(rstd[n * G + g]);
+          const int64_t cs = std::max(c0, g * D), ce = std::min(c1, (g + 1) * D);
+          const double* dsn = ds.data() + n * C;
+          const double* dbn = db.data() + n * C;
+          for (int64_t c = cs; c < ce; ++c) {
+            sg[c - c0] += dsn[c] * r;
+            sb[c - c0] += dbn[c];
+          }
+        }
       }
-      if (grad_gamma) grad_gamma[c] = static_cast<T>(sg);
-      if (grad_beta) grad_beta[c] = static_cast<T>(sb);
+      for (int64_t c = c0; c < c1; ++c) {
+        if (grad_gamma) grad_gamma[c] = static_cast<T>(sg[c - c0]);
+        if (grad_beta) grad_beta[c] = static_cast<T>(sb[c - c0]);
+      }
     }
   }
 }
