@@ -18,6 +18,12 @@
 #include <omp.h>
 #endif
 
+// The 64-byte vector types below only pass between inlined helpers of this file, so GCC's note
+// that their calling convention differs without AVX-512 concerns no real call.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 namespace tg::kernels {
 namespace {
 
@@ -51,7 +57,7 @@ inline double reduce(const d8 (&a)[4]) {
 // Unit of the chunked reductions. Fixed (not derived from the thread count) for determinism.
 constexpr int64_t kChunk = 16384;
 // Below this many elements an OpenMP region costs more than it saves.
-constexpr int64_t kParallelMin = 1 << 15;
+[[maybe_unused]] constexpr int64_t kParallelMin = 1 << 15;
 
 int max_threads() {
 #ifdef _OPENMP
@@ -140,7 +146,7 @@ inline f16 load16(const float* p) {
   return v;
 }
 // Adds the 16 float lanes of v into the 16 double lanes a[0], a[1].
-inline void add_to_double(d8 (&a)[2], f16 v) {
+inline void add_to_double(d8 (&a)[2], const f16& v) {
   a[0] += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), d8);
   a[1] += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), d8);
 }

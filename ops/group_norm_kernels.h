@@ -16,13 +16,16 @@
 //   grad_x = rstd * (gamma[c] * grad_y - sum_g(gamma * grad_y) / M
 //                    - x_hat * sum_g(gamma * grad_y * x_hat) / M)
 //
-// Numerics: statistics and every reduction are accumulated in double, in a fixed order that
-// does not depend on the number of threads, so results are bit-identical from run to run and
-// for any thread count. The forward uses two passes (the mean, then the centred sum of
+// Numerics: statistics are accumulated in double, and every reduction runs in a fixed order
+// that does not depend on the number of threads, so results are bit-identical from run to run
+// and for any thread count. The forward uses two passes (the mean, then the centred sum of
 // squares), so an offset such as x = 1000 + N(0, 1) costs no digits; the variance is clamped
-// at 0 all the same. The backward reduces grad_y * (x - mean) rather than
-// grad_y * x, which avoids the cancellation PyTorch's float kernel suffers from at such offsets
-// (its float32 results are therefore slightly less accurate than ours, not the other way round).
+// at 0 all the same. The backward reduces grad_y * (x - mean) rather than grad_y * x, which
+// avoids the cancellation PyTorch's float kernel suffers from at such offsets (for float, in
+// short float partial sums flushed into double: ~2e-7 relative). Measured against a
+// long-double reference at x = 1000 + N(0, 1): float32 within ~1e-7 (grad_beta 2.4e-7),
+// float64 within ~1e-15 (y 2e-12: the conditioning of x - mean); PyTorch's own float32 kernel
+// is off by up to 1e-4 there, 2e-2 for one-element groups.
 //
 // No validation here: the Tensor-level op checks group > 0, C % group == 0 and the sizes.
 // Zero-size N, C or HxW are fine: an empty group gets mean 0 and rstd NaN (0/0), as in PyTorch.

@@ -24,7 +24,7 @@ namespace tg::kernels {
 namespace {
 
 // Below this many output elements an OpenMP region costs more than it saves.
-constexpr int64_t kParallelMin = 1 << 14;
+[[maybe_unused]] constexpr int64_t kParallelMin = 1 << 14;
 
 int max_threads() {
 #ifdef _OPENMP
