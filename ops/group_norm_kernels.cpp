@@ -229,7 +229,7 @@ void group_norm_forward(const T* x, const T* gamma, const T* beta, int64_t N, in
   const int64_t G = group, D = C / G, M = D * HxW, NG = N * G;
   if (NG == 0) return;
   const int64_t chunks = ceil_div(M, kChunk);
-  const bool parallel = NG * M >= kParallelMin;
+  [[maybe_unused]] const bool parallel = NG * M >= kParallelMin;
 
   if (NG >= max_threads() || chunks <= 1) {
     // One group per iteration: both passes and the normalisation reuse the cached group.
@@ -326,7 +326,7 @@ void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rs
   const int64_t G = group, D = C / G, M = D * HxW, NG = N * G;
   if (!grad_x && !grad_gamma && !grad_beta) return;
   const bool need_ds = grad_x || grad_gamma;  // grad_beta alone needs no x
-  const bool parallel = NG * M >= kParallelMin;
+  [[maybe_unused]] const bool parallel = NG * M >= kParallelMin;
 
   // db[n*C + c], ds[n*C + c]: the per-(n, c) sums shared by all three gradients.
   std::vector<double> db(N * C), ds(N * C);
