@@ -14,6 +14,7 @@
 #include "ops/upsample_kernels.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #ifdef _OPENMP
@@ -69,6 +70,9 @@ template <class T>
 struct Taps {
   std::vector<int64_t> i0, i1;
   std::vector<T> l0, l1;
+  // The same indices as int32 when the input dim fits (always, in practice): the forward's
+  // gathers then fetch 16 floats per instruction instead of 8.
+  std::vector<int32_t> i0_32, i1_32;
 };
 
 template <class T>
@@ -95,21 +99,30 @@ Taps<T> make_taps(int64_t in, int64_t out, bool align_corners, double scale_opt)
     t.l1[d] = l1;
     t.l0[d] = T(1) - l1;
   }
+  if (in <= INT32_MAX) {
+    t.i0_32.assign(t.i0.begin(), t.i0.end());
+    t.i1_32.assign(t.i1.begin(), t.i1.end());
+  }
   return t;
 }
 
 // out[ow] = l0w * xr[i0w] + l1w * xr[i1w]: one input row interpolated along W.
-template <class T>
-void interp_row(const T* xr, const Taps<T>& tw, int64_t Wo, T* out) {
-  const int64_t* i0 = tw.i0.data();
-  const int64_t* i1 = tw.i1.data();
-  const T* l0 = tw.l0.data();
-  const T* l1 = tw.l1.data();
+template <class T, class I>
+void interp_row(const T* xr, const I* i0, const I* i1, const T* l0, const T* l1, int64_t Wo,
+                T* out) {
   for (int64_t ow = 0; ow < Wo; ++ow) {
     T v = xr[i0[ow]] * l0[ow];
     v += xr[i1[ow]] * l1[ow];  // aten's order: with FMA contraction, fma(x1, l1, x0 * l0)
     out[ow] = v;
   }
+}
+
+template <class T>
+void interp_row(const T* xr, const Taps<T>& tw, int64_t Wo, T* out) {
+  if (!tw.i0_32.empty())
+    interp_row(xr, tw.i0_32.data(), tw.i1_32.data(), tw.l0.data(), tw.l1.data(), Wo, out);
+  else
+    interp_row(xr, tw.i0.data(), tw.i1.data(), tw.l0.data(), tw.l1.data(), Wo, out);
 }
 
 // The taps seen from the input side: for input index i, entries [start[i], start[i+1]) list
