@@ -150,9 +150,15 @@ inline void add_to_double(d8 (&a)[2], const f16& v) {
   a[0] += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), d8);
   a[1] += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), d8);
 }
-inline double reduce(const d8 (&a)[2]) {
-  const d8 s = a[0] + a[1];
-  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+// Reduces the 16 lanes of a and of b together (one shuffle tree for both sums).
+inline void reduce2(const d8 (&a)[2], const d8 (&b)[2], double* sa, double* sb) {
+  const d8 s = a[0] + a[1], t = b[0] + b[1];
+  // u = (s0+s4, s1+s5, s2+s6, s3+s7, t0+t4, t1+t5, t2+t6, t3+t7)
+  const d8 u = __builtin_shufflevector(s, t, 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(s, t, 4, 5, 6, 7, 12, 13, 14, 15);
+  const d8 v = u + __builtin_shufflevector(u, u, 2, 3, 0, 1, 6, 7, 4, 5);
+  *sa = v[0] + v[1];
+  *sb = v[4] + v[5];
 }
 
 void grad_sums(const float* dy, const float* x, int64_t n, double m, double* sdy, double* sdyx) {
@@ -182,8 +188,10 @@ void grad_sums(const float* dy, const float* x, int64_t n, double m, double* sdy
     t1 += g;
     t2 += g * (static_cast<double>(x[j]) - m);
   }
-  *sdy = reduce(a1) + t1;
-  *sdyx = reduce(a2) + t2;
+  double r1, r2;
+  reduce2(a1, a2, &r1, &r2);
+  *sdy = r1 + t1;
+  *sdyx = r2 + t2;
 }
 
 // y = (x - mean) * rstd * gamma[c] + beta[c] over the elements [a, b) of group i.
@@ -314,7 +322,7 @@ template <class T>
 void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, T mean, T c1, T c2, T c3,
                       T* dx) {
 #pragma omp simd
-  for (int64_t k = a; k < b; ++k) dx[k] = c1 * dy[k] + c2 * (x[k] - mean) + c3;
+  for (int64_t k = a; k < b; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);  // two FMAs and a subtraction
 }
 
 }  // namespace
