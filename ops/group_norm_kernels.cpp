@@ -32,7 +32,7 @@ namespace {
 // whatever the alignment or the number of threads. The lanes are four 8-wide vectors written
 // with GCC/Clang vector extensions: unlike plain arrays, which the compiler spills to the stack
 // for the final reduction (costly when it runs once per channel of an 8x8 image), they stay in
-// registers. Element j of a range goes to vector (j / 8) % 4, lane j % 8; the last j % 8 < 8
+// registers. Element j of a range goes to vector (j / 8) % 4, lane j % 8; the last n % 8
 // elements go to a scalar.
 typedef double d8 __attribute__((vector_size(64)));
 typedef float f8 __attribute__((vector_size(32)));
@@ -131,8 +131,8 @@ void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double
   *sdyx = reduce(a2) + t2;
 }
 
-// The same sums for float inputs, with far fewer instructions: x - m is exact in float (m is
-// the saved float mean and x is close to it), 32 float lanes sum dy and dy * (x - m) over up to
+// The same sums for float inputs, with far fewer instructions: x - m is exact in float when x is
+// within a factor 2 of the saved float mean m (and correctly rounded otherwise), 32 float lanes sum dy and dy * (x - m) over up to
 // 4 steps (fused multiply-add: one rounding per step), and these short partial sums (at most 9
 // terms per lane) are then added into double lanes. This keeps the sums within a few 1e-7 of
 // exact (sum dy, which cancels most, is the worst), while converting every element to double
@@ -294,8 +294,8 @@ void group_norm_forward(const T* x, const T* gamma, const T* beta, int64_t N, in
 
 namespace {
 
-// Per-(n, c) sums of the backward: db = sum_hw dy, ds = sum_hw dy * (x - mean), over the
-// chunks [k0, k1) of the channel's HxW elements. Chunked like the forward so the split path
+// Per-(n, c) sums of the backward: db = sum_hw dy, ds = sum_hw dy * (x - mean), taken over
+// the channel's HxW elements in chunks of kChunk, like the forward, so that the split path
 // adds the same partials in the same order.
 template <class T>
 void channel_grad_sums(const T* dy, const T* x, int64_t HxW, double m, bool need_ds,
@@ -317,12 +317,13 @@ void channel_grad_sums(const T* dy, const T* x, int64_t HxW, double m, bool need
 }
 
 // grad_x = c1 * dy + c2 * (x - mean) + c3 over one channel's elements [a, b).
-// x - mean is exact or nearly so in T (x and mean are close), so T arithmetic suffices here.
+// x - mean is exact or nearly so in T (x and mean are close), so T arithmetic suffices here;
+// the bracketing makes it a subtraction and two fused multiply-adds.
 template <class T>
 void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, T mean, T c1, T c2, T c3,
                       T* dx) {
 #pragma omp simd
-  for (int64_t k = a; k < b; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);  // two FMAs and a subtraction
+  for (int64_t k = a; k < b; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
 }
 
 }  // namespace
@@ -359,7 +360,9 @@ void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rs
   };
 
   const int64_t chunks = ceil_div(HxW, kChunk);
-  if (NG >= max_threads() || chunks <= 1) {
+  // (n, c, chunk) items give more parallelism than groups whenever a group has several
+  // channels or chunks; both paths give the same bits, so pick by the thread count.
+  if (NG >= max_threads() || N * C * chunks <= NG) {
     // One group per iteration: sums, then grad_x while the group is still in cache.
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t i = 0; i < NG; ++i) {
@@ -380,7 +383,7 @@ void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rs
       }
     }
   } else {
-    // Few groups: split into (n, c, chunk) work items; partials combined in chunk order.
+    // Fewer groups than threads: (n, c, chunk) work items; partials combined in chunk order.
     const int64_t W = N * C * chunks;
     std::vector<double> pdb(W), pds(W);
 #pragma omp parallel for schedule(static) if (parallel)
