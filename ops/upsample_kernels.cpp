@@ -237,13 +237,27 @@ void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
       T* gxp = grad_x + p * H * W;
       const int64_t ih_end = std::min(H, (b + 1) * rows_per_block);
       for (int64_t ih = b * rows_per_block; ih < ih_end; ++ih) {
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t k = ah.start[ih]; k < ah.start[ih + 1]; ++k) {
-          const T* g = gyp + ah.out[k] * Wo;
-          const double w = static_cast<double>(ah.w[k]);
-          double* a = acc.data();
+        // acc = sum over the adjoint list of w * grad_y[oh, :], two rows per pass over acc
+        // (half its loads and stores); the first pass assigns, which also clears acc.
+        double* a = acc.data();
+        int64_t k = ah.start[ih];
+        const int64_t k_end = ah.start[ih + 1];
+        if (k == k_end) std::fill(acc.begin(), acc.end(), 0.0);
+        for (bool first = true; k < k_end; k += 2, first = false) {
+          const T* g0 = gyp + ah.out[k] * Wo;
+          const double w0 = static_cast<double>(ah.w[k]);
+          // an odd list ends with a zero-weight repeat of its last row
+          const T* g1 = k + 1 < k_end ? gyp + ah.out[k + 1] * Wo : g0;
+          const double w1 = k + 1 < k_end ? static_cast<double>(ah.w[k + 1]) : 0.0;
+          if (first) {
 #pragma omp simd
-          for (int64_t ow = 0; ow < Wo; ++ow) a[ow] += w * static_cast<double>(g[ow]);
+            for (int64_t ow = 0; ow < Wo; ++ow)
+              a[ow] = w0 * static_cast<double>(g0[ow]) + w1 * static_cast<double>(g1[ow]);
+          } else {
+#pragma omp simd
+            for (int64_t ow = 0; ow < Wo; ++ow)
+              a[ow] += w0 * static_cast<double>(g0[ow]) + w1 * static_cast<double>(g1[ow]);
+          }
         }
         T* gx = gxp + ih * W;
         for (int64_t iw = 0; iw < W; ++iw) {
