@@ -74,6 +74,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // elementwise loops below run these few elements on their own so that the vector stores that
 // follow are aligned: a vector store straddling two cache lines costs ~1.4x here, and malloc'd
 // buffers are only 16-byte aligned. Every element is still computed by the same expression.
+// Short rows (an 8x8 channel) are better off without the scalar head.
+constexpr int64_t kPeelMin = 256;
 template <class T>
 int64_t head_to_align(const T* p, int64_t n) {
   const auto a = reinterpret_cast<std::uintptr_t>(p) % 64;
@@ -226,7 +228,7 @@ void normalize_range(const T* x, const T* gamma, const T* beta, int64_t G, int64
     const int64_t end = std::min(b, (cl + 1) * HxW);
     const T scale = static_cast<T>(rstd * (gamma ? static_cast<double>(gamma[c0 + cl]) : 1.0));
     const T shift = beta ? beta[c0 + cl] : T(0);
-    const int64_t h = j + head_to_align(yp + j, end - j);
+    const int64_t h = end - j >= kPeelMin ? j + head_to_align(yp + j, end - j) : j;
     for (int64_t k = j; k < h; ++k) yp[k] = ((xp[k] - mean_hi) - mean_lo) * scale + shift;
 #pragma omp simd
     for (int64_t k = h; k < end; ++k) yp[k] = ((xp[k] - mean_hi) - mean_lo) * scale + shift;
@@ -335,7 +337,7 @@ void channel_grad_sums(const T* dy, const T* x, int64_t HxW, double m, bool need
 template <class T>
 void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, T mean, T c1, T c2, T c3,
                       T* dx) {
-  const int64_t h = a + head_to_align(dx + a, b - a);
+  const int64_t h = b - a >= kPeelMin ? a + head_to_align(dx + a, b - a) : a;
   for (int64_t k = a; k < h; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
 #pragma omp simd
   for (int64_t k = h; k < b; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
