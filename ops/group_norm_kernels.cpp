@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -68,6 +69,18 @@ int max_threads() {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Elements of p[0..n) before the first 64-byte boundary (0 if p is not even T-aligned). The
+// elementwise loops below run these few elements on their own so that the vector stores that
+// follow are aligned: a vector store straddling two cache lines costs ~1.4x here, and malloc'd
+// buffers are only 16-byte aligned. Every element is still computed by the same expression.
+// Short rows (an 8x8 channel) are better off without the scalar head.
+constexpr int64_t kPeelMin = 256;
+template <class T>
+int64_t head_to_align(const T* p, int64_t n) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p) % 64;
+  return a % sizeof(T) ? 0 : std::min<int64_t>(n, static_cast<int64_t>((64 - a) % 64 / sizeof(T)));
+}
 
 // Applies step(q, j) to the 8-element blocks of [0, n) -- j the block's first element, q the
 // accumulator it feeds -- and returns where the scalar tail starts.
@@ -215,8 +228,10 @@ void normalize_range(const T* x, const T* gamma, const T* beta, int64_t G, int64
     const int64_t end = std::min(b, (cl + 1) * HxW);
     const T scale = static_cast<T>(rstd * (gamma ? static_cast<double>(gamma[c0 + cl]) : 1.0));
     const T shift = beta ? beta[c0 + cl] : T(0);
+    const int64_t h = end - j >= kPeelMin ? j + head_to_align(yp + j, end - j) : j;
+    for (int64_t k = j; k < h; ++k) yp[k] = ((xp[k] - mean_hi) - mean_lo) * scale + shift;
 #pragma omp simd
-    for (int64_t k = j; k < end; ++k) yp[k] = ((xp[k] - mean_hi) - mean_lo) * scale + shift;
+    for (int64_t k = h; k < end; ++k) yp[k] = ((xp[k] - mean_hi) - mean_lo) * scale + shift;
     j = end;
   }
 }
@@ -322,8 +337,10 @@ void channel_grad_sums(const T* dy, const T* x, int64_t HxW, double m, bool need
 template <class T>
 void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, T mean, T c1, T c2, T c3,
                       T* dx) {
+  const int64_t h = b - a >= kPeelMin ? a + head_to_align(dx + a, b - a) : a;
+  for (int64_t k = a; k < h; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
 #pragma omp simd
-  for (int64_t k = a; k < b; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
+  for (int64_t k = h; k < b; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
 }
 
 }  // namespace
