@@ -1,0 +1,804 @@
+// grid_sample (2-D) and affine_grid (2-D) kernels. Semantics and shape legend: see the header.
+//
+// How the work is organised
+// -------------------------
+// The output positions (Ho * Wo of them per sample) are cut into blocks of kBlock. For a
+// block, a "sampler" first computes each position's taps once: the plane offsets of the
+// pixels it reads (-1 for a pixel outside the image, which then reads as 0) and their
+// weights. Then, channel by channel, it runs a loop over the block's positions that reads
+// the taps from that table: the loop is contiguous in the output, grad_output and the
+// table, so it vectorises (with gathers for the input pixels), and the table is reused C
+// times. One channel's plane is swept per pass, which keeps it in cache even when the
+// grid is random.
+//
+// Forward: the blocks of all samples form one parallel loop; each block owns its output.
+//
+// Backward: grad_grid is a sum over channels at each position, grad_input a scatter-add
+// over positions into each channel plane. Without atomics, a thread must own what it
+// writes, so:
+//   * grad_grid is computed per block of positions (the block owns grad_grid there),
+//     summing the channels in order 0..C-1;
+//   * grad_input is computed per (sample, range of channels): the item owns those
+//     planes, and scatters into them walking the positions in order 0..P-1.
+// Neither order depends on how the work is cut, so the result is bit-identical for any
+// number of threads and with or without OpenMP. When there are enough samples for every
+// thread (N a multiple of the thread count, or N large), both gradients are computed in
+// one pass per sample ("fused"), which computes the taps and reads grad_output once;
+// it performs exactly the same additions in the same order as the split passes.
+#include "grid_sample_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// No implicit fused multiply-add contraction in this file. The sampling position goes
+// through floor, round and clip, whose results jump at integers and borders: a
+// coordinate computed one ulp differently from PyTorch can land on the other pixel, and
+// the bilinear grid gradient then differs by O(1) instead of O(ulp). So the one place
+// where PyTorch's build does fuse (the unnormalisation, see Axis::unnormalize) uses
+// std::fma explicitly, and nothing else is fused, whatever the compiler flags.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace tg::kernels {
+namespace {
+
+// Long sums (the grid gradient over channels, grad_theta over positions) of float data
+// are accumulated in double.
+template <class T>
+struct AccType { using type = T; };
+template <>
+struct AccType<float> { using type = double; };
+template <class T>
+using acc_t = typename AccType<T>::type;
+
+// Output positions per block. The tap table of a block (14 numbers per position for
+// bilinear, 24 for bicubic backward) is reread once per channel and must stay in L1/L2.
+constexpr int64_t kBlock = 1024;
+
+// Below this many tap reads an OpenMP region costs more than it saves.
+constexpr int64_t kParallelWork = int64_t(1) << 16;
+
+int max_threads() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// One spatial axis: from a grid value to a source-pixel coordinate (PyTorch's
+// ComputeLocation). The arithmetic is written in the order PyTorch's vectorised kernel
+// uses, so that exactly representable cases (pixel centres, borders, half-pixels) land
+// on exactly the same side of every floor, round and clip.
+// ---------------------------------------------------------------------------------------
+template <class T>
+struct Axis {
+  int64_t size;
+  GridSamplePadding padding;
+  bool align_corners;
+  T scale;       // d(source coordinate) / d(grid value)
+  T max_val;     // clip limit: size - 1
+  T low;         // lower reflection edge: 0 (align_corners) or -1/2
+  T twice_span;  // reflection period
+  bool empty;    // align_corners with one pixel: every coordinate reflects to 0
+
+  Axis(int64_t size_, GridSamplePadding padding_, bool align_corners_)
+      : size(size_),
+        padding(padding_),
+        align_corners(align_corners_),
+        scale(align_corners_ ? T(size_ - 1) / 2 : T(size_) / 2),
+        max_val(T(size_ - 1)),
+        low(align_corners_ ? T(0) : T(-0.5)),
+        twice_span(align_corners_ ? T(size_ - 1) * 2 : T(size_) * 2),
+        empty(align_corners_ ? size_ <= 1 : size_ <= 0) {}
+
+  // [-1, 1] -> [0, size - 1] (align_corners) or [-1/2, size - 1/2]. PyTorch computes
+  // (g + 1) * scale - 1/2 and its compiler fuses it into one FMA: measured against
+  // torch 1.13, the fused form picks the same pixel on every tested pixel centre, the
+  // unfused one misses about 1.5% of them (e.g. g = 3/11 - 1, W = 11 rounds to 1.0
+  // unfused but 0.99999999999999989 fused).
+  T unnormalize(T g) const {
+    return align_corners ? (g + 1) * scale : std::fma(g + 1, scale, T(-0.5));
+  }
+
+  // Clip to [0, size - 1]. Written so that NaN clips to 0, as PyTorch's forward does
+  // (std::max would let it through and the index would be garbage).
+  T clip(T x) const {
+    x = x > T(0) ? x : T(0);
+    return x < max_val ? x : max_val;
+  }
+
+  // clip() and its derivative. The derivative is 0 on the boundary itself: a point
+  // exactly on the border gets no gradient, as in PyTorch.
+  T clip_grad(T x, T* d) const {
+    *d = (x > T(0) && x < max_val) ? T(1) : T(0);
+    return clip(x);
+  }
+
+  // Fold x into [low, low + span] by reflecting at both edges (then clipped by caller:
+  // rounding can leave the fold a hair outside). NaN and Inf come out as NaN.
+  T reflect(T x) const {
+    if (empty) return T(0);
+    const T a = std::abs(x - low);
+    const T extra = a - std::trunc(a / twice_span) * twice_span;
+    return std::min(extra, twice_span - extra) + low;
+  }
+
+  // reflect() and its derivative, +1 or -1 depending on the number of folds.
+  T reflect_grad(T x, T* d) const {
+    if (empty) {
+      *d = T(0);
+      return T(0);
+    }
+    const T in = x - low;
+    const bool negative = in < T(0);
+    const T a = std::abs(in);
+    const T extra = a - std::trunc(a / twice_span) * twice_span;
+    const T reflected = twice_span - extra;
+    const bool one_more_flip = extra > reflected;
+    *d = (one_more_flip != negative) ? T(-1) : T(1);
+    return (one_more_flip ? reflected : extra) + low;
+  }
+
+  // Padding applied to a coordinate: to the sample point (bilinear, nearest) or to each
+  // tap (bicubic). With border and reflection the result is always in [0, size - 1].
+  T pad(T x) const {
+    switch (padding) {
+      case GridSamplePadding::Border: return clip(x);
+      case GridSamplePadding::Reflection: return clip(reflect(x));
+      default: return x;
+    }
+  }
+
+  // Source coordinate of a grid value, padding included (bilinear, nearest).
+  T source(T g) const { return pad(unnormalize(g)); }
+
+  // source() and d source / d g. A NaN that clipping turned into 0 has derivative 0.
+  T source_grad(T g, T* d) const {
+    T x = unnormalize(g);
+    if (padding == GridSamplePadding::Zeros) {
+      *d = scale;
+      return x;
+    }
+    T d_refl = T(1), d_clip;
+    if (padding == GridSamplePadding::Reflection) x = reflect_grad(x, &d_refl);
+    x = clip_grad(x, &d_clip);
+    *d = d_clip != T(0) ? d_refl * scale : T(0);
+    return x;
+  }
+
+  // Index of an integral-valued coordinate, or -1 when it is outside the image (NaN and
+  // infinities included). Never converts an out-of-range float to an integer.
+  int64_t index(T v) const { return (v >= T(0) && v < T(size)) ? int64_t(v) : -1; }
+
+  // Index of floor(x) for bilinear, where both floor(x) and floor(x) + 1 are used:
+  // anything outside [-1, size - 1] gives -2 so that both taps read as outside.
+  int64_t floor_index(T xf) const {
+    return (xf >= T(-1) && xf <= max_val) ? int64_t(xf) : -2;
+  }
+};
+
+// Masked read: a tap outside the image reads 0 (and is never dereferenced).
+template <class T, class Idx>
+inline T tap_value(const T* plane, Idx off) {
+  return off >= 0 ? plane[off] : T(0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Samplers: one per interpolation mode. Each holds the tap table of one block of output
+// positions and offers
+//   prepare(grid, len, backward)   taps of `len` positions whose grid points start at grid
+//   sample(in_c, out_c, len)       forward for one channel
+//   scatter(gout_c, gin_c, len)    grad_input += for one channel (positions in order)
+//   accumulate(in_c, gout_c, len)  grid-gradient sums += for one channel
+//   finish(grad_grid, len)         writes the block's grid gradient
+// Idx is int32_t when a plane has fewer than 2^31 pixels (gathers then take 16 lanes).
+// ---------------------------------------------------------------------------------------
+
+template <class T, class Idx>
+struct BilinearSampler {
+  static constexpr bool kHasGridGrad = true;
+  static constexpr int kTaps = 4;
+  using Acc = acc_t<T>;
+
+  Axis<T> ax, ay;
+  int64_t W;
+  // Taps in the order nw, ne, sw, se (north = smaller y, west = smaller x).
+  std::vector<Idx> off;                  // [4][kBlock] plane offset, -1 = outside
+  std::vector<T> wt;                     // [4][kBlock] interpolation weights
+  std::vector<T> dn, ds, dw, de;         // [kBlock] distances to the 4 sides (backward)
+  std::vector<T> mult_x, mult_y;         // [kBlock] d source / d grid (backward)
+  std::vector<Acc> gx, gy;               // [kBlock] grid-gradient sums (backward)
+
+  BilinearSampler(int64_t H, int64_t W_, GridSamplePadding padding, bool align_corners)
+      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_),
+        off(4 * kBlock), wt(4 * kBlock) {}
+
+  void prepare(const T* grid, int64_t len, bool backward) {
+    if (backward && dn.empty()) {
+      for (auto* v : {&dn, &ds, &dw, &de, &mult_x, &mult_y}) v->resize(kBlock);
+      gx.resize(kBlock);
+      gy.resize(kBlock);
+    }
+    const bool zeros = ax.padding == GridSamplePadding::Zeros;
+    for (int64_t p = 0; p < len; ++p) {
+      T x, y;
+      if (backward) {
+        x = ax.source_grad(grid[2 * p], &mult_x[p]);
+        y = ay.source_grad(grid[2 * p + 1], &mult_y[p]);
+      } else {
+        x = ax.source(grid[2 * p]);
+        y = ay.source(grid[2 * p + 1]);
+      }
+      const T x_w = std::floor(x), y_n = std::floor(y);
+      const T w = x - x_w, e = T(1) - w;  // distance to the west / east neighbour
+      const T n = y - y_n, s = T(1) - n;  // distance to the north / south neighbour
+      wt[0 * kBlock + p] = s * e;
+      wt[1 * kBlock + p] = s * w;
+      wt[2 * kBlock + p] = n * e;
+      wt[3 * kBlock + p] = n * w;
+      if (backward) {
+        dn[p] = n;
+        ds[p] = s;
+        dw[p] = w;
+        de[p] = e;
+      }
+      // With border / reflection x, y are in [0, size - 1], so only the east and south
+      // taps can fall outside (when x or y sits on the last pixel, with weight 0).
+      const int64_t ix = zeros ? ax.floor_index(x_w) : int64_t(x_w);
+      const int64_t iy = zeros ? ay.floor_index(y_n) : int64_t(y_n);
+      const bool in_w = ix >= 0 && ix < ax.size, in_e = ix + 1 >= 0 && ix + 1 < ax.size;
+      const bool in_n = iy >= 0 && iy < ay.size, in_s = iy + 1 >= 0 && iy + 1 < ay.size;
+      const int64_t base = iy * W + ix;
+      off[0 * kBlock + p] = Idx(in_n && in_w ? base : -1);
+      off[1 * kBlock + p] = Idx(in_n && in_e ? base + 1 : -1);
+      off[2 * kBlock + p] = Idx(in_s && in_w ? base + W : -1);
+      off[3 * kBlock + p] = Idx(in_s && in_e ? base + W + 1 : -1);
+    }
+  }
+
+  void sample(const T* __restrict in, T* __restrict out, int64_t len) const {
+    const Idx* __restrict o0 = off.data();
+    const Idx* __restrict o1 = o0 + kBlock;
+    const Idx* __restrict o2 = o0 + 2 * kBlock;
+    const Idx* __restrict o3 = o0 + 3 * kBlock;
+    const T* __restrict w0 = wt.data();
+    const T* __restrict w1 = w0 + kBlock;
+    const T* __restrict w2 = w0 + 2 * kBlock;
+    const T* __restrict w3 = w0 + 3 * kBlock;
+    for (int64_t p = 0; p < len; ++p) {
+      out[p] = tap_value(in, o0[p]) * w0[p] + tap_value(in, o1[p]) * w1[p] +
+               tap_value(in, o2[p]) * w2[p] + tap_value(in, o3[p]) * w3[p];
+    }
+  }
+
+  // Serial on purpose: two positions of the block may hit the same pixel.
+  void scatter(const T* __restrict gout, T* __restrict gin, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) {
+      const T g = gout[p];
+      for (int k = 0; k < 4; ++k) {
+        const Idx o = off[k * kBlock + p];
+        if (o >= 0) gin[o] += wt[k * kBlock + p] * g;
+      }
+    }
+  }
+
+  void clear_sums(int64_t len) {
+    std::fill(gx.begin(), gx.begin() + len, Acc(0));
+    std::fill(gy.begin(), gy.begin() + len, Acc(0));
+  }
+
+  // d out / d x = (ne - nw) * s + (se - sw) * n, and likewise for y.
+  void accumulate(const T* __restrict in, const T* __restrict gout, int64_t len) {
+    const Idx* __restrict o0 = off.data();
+    const Idx* __restrict o1 = o0 + kBlock;
+    const Idx* __restrict o2 = o0 + 2 * kBlock;
+    const Idx* __restrict o3 = o0 + 3 * kBlock;
+    const T* __restrict n_ = dn.data();
+    const T* __restrict s_ = ds.data();
+    const T* __restrict w_ = dw.data();
+    const T* __restrict e_ = de.data();
+    Acc* __restrict sx = gx.data();
+    Acc* __restrict sy = gy.data();
+    for (int64_t p = 0; p < len; ++p) {
+      const T nw = tap_value(in, o0[p]), ne = tap_value(in, o1[p]);
+      const T sw = tap_value(in, o2[p]), se = tap_value(in, o3[p]);
+      const T g = gout[p];
+      sx[p] += Acc(((ne - nw) * s_[p] + (se - sw) * n_[p]) * g);
+      sy[p] += Acc(((sw - nw) * e_[p] + (se - ne) * w_[p]) * g);
+    }
+  }
+
+  void finish(T* grad_grid, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) {
+      grad_grid[2 * p] = T(gx[p] * Acc(mult_x[p]));
+      grad_grid[2 * p + 1] = T(gy[p] * Acc(mult_y[p]));
+    }
+  }
+};
+
+template <class T, class Idx>
+struct NearestSampler {
+  static constexpr bool kHasGridGrad = false;  // piecewise constant in the grid
+  static constexpr int kTaps = 1;
+
+  Axis<T> ax, ay;
+  int64_t W;
+  std::vector<Idx> off;  // [kBlock] plane offset of the nearest pixel, -1 = outside
+
+  NearestSampler(int64_t H, int64_t W_, GridSamplePadding padding, bool align_corners)
+      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), off(kBlock) {}
+
+  void prepare(const T* grid, int64_t len, bool /*backward*/) {
+    for (int64_t p = 0; p < len; ++p) {
+      // nearbyint rounds half to even in the default rounding mode, like PyTorch.
+      const int64_t ix = ax.index(std::nearbyint(ax.source(grid[2 * p])));
+      const int64_t iy = ay.index(std::nearbyint(ay.source(grid[2 * p + 1])));
+      off[p] = Idx(ix >= 0 && iy >= 0 ? iy * W + ix : -1);
+    }
+  }
+
+  void sample(const T* __restrict in, T* __restrict out, int64_t len) const {
+    const Idx* __restrict o = off.data();
+    for (int64_t p = 0; p < len; ++p) out[p] = tap_value(in, o[p]);
+  }
+
+  void scatter(const T* __restrict gout, T* __restrict gin, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p)
+      if (off[p] >= 0) gin[off[p]] += gout[p];
+  }
+
+  void clear_sums(int64_t) {}
+  void accumulate(const T*, const T*, int64_t) {}
+  void finish(T* grad_grid, int64_t len) const {
+    std::fill(grad_grid, grad_grid + 2 * len, T(0));
+  }
+};
+
+// Cubic convolution (Keys) with A = -0.75, as PyTorch's grid_sample and upsample_bicubic2d.
+// coeffs[k] weighs the tap at floor(x) - 1 + k, for t = x - floor(x) in [0, 1).
+template <class T>
+inline void cubic_coefficients(T t, T c[4]) {
+  const T A = T(-0.75);
+  T x = t + T(1);  // distance to tap 0, in [1, 2)
+  c[0] = ((A * x - T(5) * A) * x + T(8) * A) * x - T(4) * A;
+  x = t;  // distance to tap 1, in [0, 1)
+  c[1] = ((A + T(2)) * x - (A + T(3))) * x * x + T(1);
+  x = T(1) - t;  // distance to tap 2
+  c[2] = ((A + T(2)) * x - (A + T(3))) * x * x + T(1);
+  x = T(2) - t;  // distance to tap 3
+  c[3] = ((A * x - T(5) * A) * x + T(8) * A) * x - T(4) * A;
+}
+
+// Derivatives of the coefficients with respect to the tap offsets (k - 1 - t), i.e.
+// -d c[k] / d t; the backward subtracts them, as PyTorch does.
+template <class T>
+inline void cubic_coefficients_grad(T t, T c[4]) {
+  const T A = T(-0.75);
+  T x = T(-1) - t;
+  c[0] = (T(-3) * A * x - T(10) * A) * x - T(8) * A;
+  x = T(0) - t;
+  c[1] = (T(-3) * (A + T(2)) * x - T(2) * (A + T(3))) * x;
+  x = T(1) - t;
+  c[2] = (T(3) * (A + T(2)) * x - T(2) * (A + T(3))) * x;
+  x = T(2) - t;
+  c[3] = (T(3) * A * x - T(10) * A) * x + T(8) * A;
+}
+
+template <class T, class Idx>
+struct BicubicSampler {
+  static constexpr bool kHasGridGrad = true;
+  static constexpr int kTaps = 16;
+  using Acc = acc_t<T>;
+
+  Axis<T> ax, ay;
+  int64_t W;
+  // The 4x4 neighbourhood is separable: column offsets of the 4 x taps and row offsets
+  // (iy * W) of the 4 y taps, each -1 when outside; and their cubic coefficients.
+  std::vector<Idx> xo, yo;      // [4][kBlock]
+  std::vector<T> cx, cy;        // [4][kBlock]
+  std::vector<T> gcx, gcy;      // [4][kBlock] coefficient derivatives (backward)
+  std::vector<T> mult_x, mult_y;
+  std::vector<Acc> gx, gy;
+
+  BicubicSampler(int64_t H, int64_t W_, GridSamplePadding padding, bool align_corners)
+      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_),
+        xo(4 * kBlock), yo(4 * kBlock), cx(4 * kBlock), cy(4 * kBlock) {}
+
+  void prepare(const T* grid, int64_t len, bool backward) {
+    if (backward && gcx.empty()) {
+      gcx.resize(4 * kBlock);
+      gcy.resize(4 * kBlock);
+      mult_x.resize(kBlock);
+      mult_y.resize(kBlock);
+      gx.resize(kBlock);
+      gy.resize(kBlock);
+    }
+    for (int64_t p = 0; p < len; ++p) {
+      // The sample point itself is not padded; each tap is.
+      const T x = ax.unnormalize(grid[2 * p]);
+      const T y = ay.unnormalize(grid[2 * p + 1]);
+      const T fx = std::floor(x), fy = std::floor(y);
+      T c[4];
+      cubic_coefficients(x - fx, c);
+      for (int k = 0; k < 4; ++k) cx[k * kBlock + p] = c[k];
+      cubic_coefficients(y - fy, c);
+      for (int k = 0; k < 4; ++k) cy[k * kBlock + p] = c[k];
+      for (int k = 0; k < 4; ++k) {
+        xo[k * kBlock + p] = Idx(ax.index(ax.pad(fx + T(k - 1))));
+        const int64_t r = ay.index(ay.pad(fy + T(k - 1)));
+        yo[k * kBlock + p] = Idx(r >= 0 ? r * W : -1);
+      }
+      if (backward) {
+        cubic_coefficients_grad(x - fx, c);
+        for (int k = 0; k < 4; ++k) gcx[k * kBlock + p] = c[k];
+        cubic_coefficients_grad(y - fy, c);
+        for (int k = 0; k < 4; ++k) gcy[k * kBlock + p] = c[k];
+        mult_x[p] = ax.scale;
+        mult_y[p] = ay.scale;
+      }
+    }
+  }
+
+  static T at(const T* in, Idx row, Idx col) {
+    return (row >= 0 && col >= 0) ? in[row + col] : T(0);
+  }
+
+  void sample(const T* __restrict in, T* __restrict out, int64_t len) const {
+    const Idx* __restrict X = xo.data();
+    const Idx* __restrict Y = yo.data();
+    const T* __restrict CX = cx.data();
+    const T* __restrict CY = cy.data();
+    constexpr int64_t B = kBlock;
+    for (int64_t p = 0; p < len; ++p) {
+      T rows[4];
+      for (int j = 0; j < 4; ++j) {  // interpolate along x in each of the 4 rows
+        const Idx r = Y[j * B + p];
+        rows[j] = CX[p] * at(in, r, X[p]) + CX[B + p] * at(in, r, X[B + p]) +
+                  CX[2 * B + p] * at(in, r, X[2 * B + p]) +
+                  CX[3 * B + p] * at(in, r, X[3 * B + p]);
+      }
+      out[p] = CY[p] * rows[0] + CY[B + p] * rows[1] + CY[2 * B + p] * rows[2] +
+               CY[3 * B + p] * rows[3];
+    }
+  }
+
+  void scatter(const T* __restrict gout, T* __restrict gin, int64_t len) const {
+    constexpr int64_t B = kBlock;
+    for (int64_t p = 0; p < len; ++p) {
+      const T g = gout[p];
+      for (int i = 0; i < 4; ++i) {
+        const Idx col = xo[i * B + p];
+        if (col < 0) continue;
+        for (int j = 0; j < 4; ++j) {
+          const Idx row = yo[j * B + p];
+          if (row >= 0) gin[row + col] += g * cx[i * B + p] * cy[j * B + p];
+        }
+      }
+    }
+  }
+
+  void clear_sums(int64_t len) {
+    std::fill(gx.begin(), gx.begin() + len, Acc(0));
+    std::fill(gy.begin(), gy.begin() + len, Acc(0));
+  }
+
+  void accumulate(const T* __restrict in, const T* __restrict gout, int64_t len) {
+    const Idx* __restrict X = xo.data();
+    const Idx* __restrict Y = yo.data();
+    const T* __restrict CX = cx.data();
+    const T* __restrict CY = cy.data();
+    const T* __restrict GX = gcx.data();
+    const T* __restrict GY = gcy.data();
+    Acc* __restrict sx = gx.data();
+    Acc* __restrict sy = gy.data();
+    constexpr int64_t B = kBlock;
+    for (int64_t p = 0; p < len; ++p) {
+      const T g = gout[p];
+      T tx = T(0), ty = T(0);
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 4; ++j) {
+          const T v = at(in, Y[j * B + p], X[i * B + p]) * g;
+          tx -= v * GX[i * B + p] * CY[j * B + p];
+          ty -= v * GY[j * B + p] * CX[i * B + p];
+        }
+      }
+      sx[p] += Acc(tx);
+      sy[p] += Acc(ty);
+    }
+  }
+
+  void finish(T* grad_grid, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) {
+      grad_grid[2 * p] = T(gx[p] * Acc(mult_x[p]));
+      grad_grid[2 * p + 1] = T(gy[p] * Acc(mult_y[p]));
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Drivers, generic over the sampler.
+// ---------------------------------------------------------------------------------------
+
+template <class Sampler, class T>
+void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t H,
+                  int64_t W, int64_t P, GridSamplePadding padding, bool align_corners) {
+  const int64_t nb = (P + kBlock - 1) / kBlock;
+  const int64_t items = N * nb;
+  const int64_t HW = H * W;
+  const bool parallel = items > 1 && N * C * P * Sampler::kTaps >= kParallelWork;
+#pragma omp parallel if (parallel)
+  {
+    Sampler s(H, W, padding, align_corners);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t n = it / nb, p0 = (it % nb) * kBlock;
+      const int64_t len = std::min(kBlock, P - p0);
+      s.prepare(grid + (n * P + p0) * 2, len, false);
+      for (int64_t c = 0; c < C; ++c)
+        s.sample(input + (n * C + c) * HW, output + (n * C + c) * P + p0, len);
+    }
+  }
+}
+
+template <class Sampler, class T>
+void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_input,
+                   T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
+                   GridSamplePadding padding, bool align_corners) {
+  const int64_t nb = (P + kBlock - 1) / kBlock;
+  const int64_t HW = H * W;
+  const bool need_input = grad_input != nullptr;
+  const bool need_grid = grad_grid != nullptr;
+  const bool parallel = N * C * P * Sampler::kTaps >= kParallelWork;
+  const int64_t threads = parallel ? max_threads() : 1;
+
+  // The grid gradient of one block of sample n: channels summed in order 0..C-1.
+  auto grid_block = [&](Sampler& s, int64_t n, int64_t b) {
+    const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
+    s.prepare(grid + (n * P + p0) * 2, len, true);
+    s.clear_sums(len);
+    if (Sampler::kHasGridGrad)
+      for (int64_t c = 0; c < C; ++c)
+        s.accumulate(input + (n * C + c) * HW, grad_output + (n * C + c) * P + p0, len);
+    s.finish(grad_grid + (n * P + p0) * 2, len);
+  };
+  // grad_input of sample n, channels [c0, c1): positions in order 0..P-1.
+  auto input_planes = [&](Sampler& s, int64_t n, int64_t c0, int64_t c1) {
+    std::fill(grad_input + (n * C + c0) * HW, grad_input + (n * C + c1) * HW, T(0));
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
+      s.prepare(grid + (n * P + p0) * 2, len, true);
+      for (int64_t c = c0; c < c1; ++c)
+        s.scatter(grad_output + (n * C + c) * P + p0, grad_input + (n * C + c) * HW, len);
+    }
+  };
+
+  const bool fused = need_input && need_grid && Sampler::kHasGridGrad &&
+                     (N % threads == 0 || N >= 4 * threads);
+  if (fused) {
+    // Same additions in the same order as input_planes + grid_block, in one pass.
+#pragma omp parallel if (parallel && N > 1)
+    {
+      Sampler s(H, W, padding, align_corners);
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < N; ++n) {
+        std::fill(grad_input + n * C * HW, grad_input + (n + 1) * C * HW, T(0));
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
+          s.prepare(grid + (n * P + p0) * 2, len, true);
+          s.clear_sums(len);
+          for (int64_t c = 0; c < C; ++c) {
+            const T* gout = grad_output + (n * C + c) * P + p0;
+            s.scatter(gout, grad_input + (n * C + c) * HW, len);
+            s.accumulate(input + (n * C + c) * HW, gout, len);
+          }
+          s.finish(grad_grid + (n * P + p0) * 2, len);
+        }
+      }
+    }
+    return;
+  }
+
+  // Split passes. Channel ranges per sample for grad_input: enough for every thread.
+  const int64_t kc = need_input ? std::max<int64_t>(1, std::min(C, (threads + N - 1) / N)) : 0;
+  const int64_t input_items = need_input ? N * kc : 0;
+  const int64_t grid_items = need_grid ? N * nb : 0;
+  const int64_t items = input_items + grid_items;
+  // The grad_input items are the long ones: they come first and are handed out
+  // dynamically, the grid blocks fill in around them.
+#pragma omp parallel if (parallel && items > 1)
+  {
+    Sampler s(H, W, padding, align_corners);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      if (it < input_items) {
+        const int64_t n = it / kc, k = it % kc;
+        input_planes(s, n, C * k / kc, C * (k + 1) / kc);
+      } else {
+        const int64_t j = it - input_items;
+        grid_block(s, j / nb, j % nb);
+      }
+    }
+  }
+}
+
+template <template <class, class> class Sampler, class T>
+void dispatch_forward(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t H,
+                      int64_t W, int64_t P, GridSamplePadding padding, bool align_corners) {
+  if (H * W <= std::numeric_limits<int32_t>::max())
+    forward_impl<Sampler<T, int32_t>>(input, grid, output, N, C, H, W, P, padding,
+                                      align_corners);
+  else
+    forward_impl<Sampler<T, int64_t>>(input, grid, output, N, C, H, W, P, padding,
+                                      align_corners);
+}
+
+template <template <class, class> class Sampler, class T>
+void dispatch_backward(const T* grad_output, const T* input, const T* grid, T* grad_input,
+                       T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
+                       GridSamplePadding padding, bool align_corners) {
+  if (H * W <= std::numeric_limits<int32_t>::max())
+    backward_impl<Sampler<T, int32_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
+                                       H, W, P, padding, align_corners);
+  else
+    backward_impl<Sampler<T, int64_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
+                                       H, W, P, padding, align_corners);
+}
+
+// PyTorch's linspace_from_neg_one: torch.linspace(-1, 1, steps) (both halves anchored at
+// their own end), times (steps - 1) / steps when !align_corners; 0 for a single step.
+template <class T>
+std::vector<T> linspace_from_neg_one(int64_t steps, bool align_corners) {
+  std::vector<T> v(std::max<int64_t>(steps, 0));
+  if (steps == 1) v[0] = T(0);
+  if (steps <= 1) return v;
+  const T step = T(2) / T(steps - 1);
+  const int64_t halfway = steps / 2;
+  for (int64_t i = 0; i < steps; ++i) {
+    v[i] = i < halfway ? T(-1) + step * T(i) : T(1) - step * T(steps - i - 1);
+    if (!align_corners) v[i] = v[i] * T(steps - 1) / T(steps);
+  }
+  return v;
+}
+
+}  // namespace
+
+template <class T>
+void grid_sample_2d_forward(const T* input, const T* grid, T* output, int64_t N, int64_t C,
+                            int64_t H, int64_t W, int64_t Ho, int64_t Wo, GridSampleMode mode,
+                            GridSamplePadding padding, bool align_corners) {
+  const int64_t P = Ho * Wo;
+  if (N * C * P == 0) return;
+  if (H <= 0 || W <= 0) {  // nothing to read: every tap is outside
+    std::fill(output, output + N * C * P, T(0));
+    return;
+  }
+  switch (mode) {
+    case GridSampleMode::Bilinear:
+      dispatch_forward<BilinearSampler>(input, grid, output, N, C, H, W, P, padding,
+                                        align_corners);
+      break;
+    case GridSampleMode::Nearest:
+      dispatch_forward<NearestSampler>(input, grid, output, N, C, H, W, P, padding,
+                                       align_corners);
+      break;
+    case GridSampleMode::Bicubic:
+      dispatch_forward<BicubicSampler>(input, grid, output, N, C, H, W, P, padding,
+                                       align_corners);
+      break;
+  }
+}
+
+template <class T>
+void grid_sample_2d_backward(const T* grad_output, const T* input, const T* grid, T* grad_input,
+                             T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t Ho,
+                             int64_t Wo, GridSampleMode mode, GridSamplePadding padding,
+                             bool align_corners) {
+  const int64_t P = Ho * Wo;
+  if (grad_input == nullptr && grad_grid == nullptr) return;
+  if (N * P == 0 || H <= 0 || W <= 0) {
+    // No positions, or nothing to sample from: the gradients are zero (or empty).
+    if (grad_input) std::fill(grad_input, grad_input + N * C * std::max<int64_t>(H * W, 0), T(0));
+    if (grad_grid) std::fill(grad_grid, grad_grid + N * P * 2, T(0));
+    return;
+  }
+  switch (mode) {
+    case GridSampleMode::Bilinear:
+      dispatch_backward<BilinearSampler>(grad_output, input, grid, grad_input, grad_grid, N, C, H,
+                                         W, P, padding, align_corners);
+      break;
+    case GridSampleMode::Nearest:
+      dispatch_backward<NearestSampler>(grad_output, input, grid, grad_input, grad_grid, N, C, H,
+                                        W, P, padding, align_corners);
+      break;
+    case GridSampleMode::Bicubic:
+      dispatch_backward<BicubicSampler>(grad_output, input, grid, grad_input, grad_grid, N, C, H,
+                                        W, P, padding, align_corners);
+      break;
+  }
+}
+
+template <class T>
+void affine_grid_2d_forward(const T* theta, T* grid, int64_t N, int64_t H, int64_t W,
+                            bool align_corners) {
+  const std::vector<T> xs = linspace_from_neg_one<T>(W, align_corners);
+  const std::vector<T> ys = linspace_from_neg_one<T>(H, align_corners);
+#pragma omp parallel for schedule(static) if (N * H * W >= kParallelWork)
+  for (int64_t r = 0; r < N * H; ++r) {  // one output row (n, h) per iteration
+    const T* th = theta + (r / H) * 6;
+    const T y = ys[r % H];
+    T* g = grid + r * W * 2;
+    // Base point (x, y, 1) times theta^T, in the order of PyTorch's bmm.
+    for (int64_t w = 0; w < W; ++w) {
+      g[2 * w] = xs[w] * th[0] + y * th[1] + th[2];
+      g[2 * w + 1] = xs[w] * th[3] + y * th[4] + th[5];
+    }
+  }
+}
+
+template <class T>
+void affine_grid_2d_backward(const T* grad_grid, T* grad_theta, int64_t N, int64_t H, int64_t W,
+                             bool align_corners) {
+  using Acc = acc_t<T>;
+  const std::vector<T> xs = linspace_from_neg_one<T>(W, align_corners);
+  const std::vector<T> ys = linspace_from_neg_one<T>(H, align_corners);
+  // Per row (n, h): sums over w of g_x * x_w, g_x, g_y * x_w, g_y. Rows are then summed in
+  // order, so the result does not depend on how rows are shared among threads.
+  std::vector<Acc> rows(N * H * 4);
+#pragma omp parallel for schedule(static) if (N * H * W >= kParallelWork)
+  for (int64_t r = 0; r < N * H; ++r) {
+    const T* g = grad_grid + r * W * 2;
+    Acc gxx = 0, gx = 0, gyx = 0, gy = 0;
+    for (int64_t w = 0; w < W; ++w) {
+      gxx += Acc(g[2 * w]) * Acc(xs[w]);
+      gx += Acc(g[2 * w]);
+      gyx += Acc(g[2 * w + 1]) * Acc(xs[w]);
+      gy += Acc(g[2 * w + 1]);
+    }
+    Acc* o = &rows[r * 4];
+    o[0] = gxx;
+    o[1] = gx;
+    o[2] = gyx;
+    o[3] = gy;
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    Acc t[6] = {0, 0, 0, 0, 0, 0};
+    for (int64_t h = 0; h < H; ++h) {
+      const Acc* o = &rows[(n * H + h) * 4];
+      const Acc y = Acc(ys[h]);
+      t[0] += o[0];
+      t[1] += o[1] * y;
+      t[2] += o[1];
+      t[3] += o[2];
+      t[4] += o[3] * y;
+      t[5] += o[3];
+    }
+    for (int k = 0; k < 6; ++k) grad_theta[n * 6 + k] = T(t[k]);
+  }
+}
+
+#define TG_INSTANTIATE(T)                                                                      \
+  template void grid_sample_2d_forward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,   \
+                                          int64_t, int64_t, int64_t, GridSampleMode,           \
+                                          GridSamplePadding, bool);                            \
+  template void grid_sample_2d_backward<T>(const T*, const T*, const T*, T*, T*, int64_t,      \
+                                           int64_t, int64_t, int64_t, int64_t, int64_t,        \
+                                           GridSampleMode, GridSamplePadding, bool);           \
+  template void affine_grid_2d_forward<T>(const T*, T*, int64_t, int64_t, int64_t, bool);      \
+  template void affine_grid_2d_backward<T>(const T*, T*, int64_t, int64_t, int64_t, bool);
+TG_INSTANTIATE(float)
+TG_INSTANTIATE(double)
+#undef TG_INSTANTIATE
+
+}  // namespace tg::kernels
