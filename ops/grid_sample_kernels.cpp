@@ -37,16 +37,19 @@
 #include <omp.h>
 #endif
 
-// No implicit fused multiply-add contraction in this file. The sampling position goes
-// through floor, round and clip, whose results jump at integers and borders: a
-// coordinate computed one ulp differently from PyTorch can land on the other pixel, and
-// the bilinear grid gradient then differs by O(1) instead of O(ulp). So the one place
-// where PyTorch's build does fuse (the unnormalisation, see Axis::unnormalize) uses
-// std::fma explicitly, and nothing else is fused, whatever the compiler flags.
+// Compiler settings for this file, whatever the build flags:
+// * No implicit fused multiply-add contraction. The sampling position goes through
+//   floor, round and clip, whose results jump at integers and borders: a coordinate
+//   computed one ulp differently from PyTorch can land on the other pixel, and the
+//   bilinear grid gradient then differs by O(1) instead of O(ulp). The one place where
+//   PyTorch's build does fuse (Axis::unnormalize) uses std::fma explicitly.
+// * No auto-vectorisation (GCC): the loops over positions read the input at
+//   data-dependent offsets, and GCC turns them into AVX-512 gathers that were measured
+//   1.3x (bilinear grid gradient) to 2.5x slower than the scalar loads here.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
+#pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
 #endif
 
 namespace tg::kernels {
@@ -63,7 +66,10 @@ using acc_t = typename AccType<T>::type;
 
 // Output positions per block. The tap table of a block (14 numbers per position for
 // bilinear, 24 for bicubic backward) is reread once per channel and must stay in L1/L2.
-constexpr int64_t kBlock = 1024;
+#ifndef TG_GS_BLOCK
+#define TG_GS_BLOCK 2048
+#endif
+constexpr int64_t kBlock = TG_GS_BLOCK;
 
 // Below this many tap reads an OpenMP region costs more than it saves.
 constexpr int64_t kParallelWork = int64_t(1) << 16;
@@ -198,12 +204,19 @@ inline T tap_value(const T* plane, Idx off) {
 // ---------------------------------------------------------------------------------------
 // Samplers: one per interpolation mode. Each holds the tap table of one block of output
 // positions and offers
-//   prepare(grid, len, backward)   taps of `len` positions whose grid points start at grid
-//   sample(in_c, out_c, len)       forward for one channel
-//   scatter(gout_c, gin_c, len)    grad_input += for one channel (positions in order)
-//   accumulate(in_c, gout_c, len)  grid-gradient sums += for one channel
-//   finish(grad_grid, len)         writes the block's grid gradient
-// Idx is int32_t when a plane has fewer than 2^31 pixels (gathers then take 16 lanes).
+//   prepare(grid, len, backward)  taps of `len` positions whose grid points start at grid
+//   sample(in_c, out_c, len)      forward, one channel
+//   backward<kInput, kGrid>(in_c, gout_c, gin_c, len)
+//                                 one channel: grad_input += (a scatter, positions in
+//                                 order) and / or the grid-gradient sums +=
+//   clear_sums(len), finish(grad_grid, len)  start / write the block's grid gradient
+//
+// A position whose taps are all inside the image (the usual case) takes a fast path that
+// reads its neighbourhood from one base offset; the others read each tap through its own
+// offset, where -1 means "outside, reads as 0, never dereferenced". The loops over
+// positions are load-bound and scalar on purpose: on the development machine (AMD,
+// AVX-512) the compiler's gather-vectorised version of them was 2.5x slower.
+// Idx is int32_t when a plane has fewer than 2^31 pixels, to halve the offset tables.
 // ---------------------------------------------------------------------------------------
 
 template <class T, class Idx>
@@ -215,19 +228,20 @@ struct BilinearSampler {
   Axis<T> ax, ay;
   int64_t W;
   // Taps in the order nw, ne, sw, se (north = smaller y, west = smaller x).
-  std::vector<Idx> off;                  // [4][kBlock] plane offset, -1 = outside
-  std::vector<T> wt;                     // [4][kBlock] interpolation weights
-  std::vector<T> dn, ds, dw, de;         // [kBlock] distances to the 4 sides (backward)
-  std::vector<T> mult_x, mult_y;         // [kBlock] d source / d grid (backward)
-  std::vector<Acc> gx, gy;               // [kBlock] grid-gradient sums (backward)
+  std::vector<Idx> base;          // [B] offset of nw if all 4 taps are inside, else -1
+  std::vector<Idx> off;           // [4][B] offset of each tap (used when base < 0)
+  std::vector<T> wt;              // [4][B] interpolation weights
+  std::vector<T> fx, fy;          // [B] x - floor(x), y - floor(y) (backward)
+  std::vector<T> mult_x, mult_y;  // [B] d source / d grid (backward)
+  std::vector<Acc> gx, gy;        // [B] grid-gradient sums (backward)
 
   BilinearSampler(int64_t H, int64_t W_, GridSamplePadding padding, bool align_corners)
       : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_),
-        off(4 * kBlock), wt(4 * kBlock) {}
+        base(kBlock), off(4 * kBlock), wt(4 * kBlock) {}
 
   void prepare(const T* grid, int64_t len, bool backward) {
-    if (backward && dn.empty()) {
-      for (auto* v : {&dn, &ds, &dw, &de, &mult_x, &mult_y}) v->resize(kBlock);
+    if (backward && fx.empty()) {
+      for (auto* v : {&fx, &fy, &mult_x, &mult_y}) v->resize(kBlock);
       gx.resize(kBlock);
       gy.resize(kBlock);
     }
@@ -249,10 +263,8 @@ struct BilinearSampler {
       wt[2 * kBlock + p] = n * e;
       wt[3 * kBlock + p] = n * w;
       if (backward) {
-        dn[p] = n;
-        ds[p] = s;
-        dw[p] = w;
-        de[p] = e;
+        fx[p] = w;
+        fy[p] = n;
       }
       // With border / reflection x, y are in [0, size - 1], so only the east and south
       // taps can fall outside (when x or y sits on the last pixel, with weight 0).
@@ -260,36 +272,64 @@ struct BilinearSampler {
       const int64_t iy = zeros ? ay.floor_index(y_n) : int64_t(y_n);
       const bool in_w = ix >= 0 && ix < ax.size, in_e = ix + 1 >= 0 && ix + 1 < ax.size;
       const bool in_n = iy >= 0 && iy < ay.size, in_s = iy + 1 >= 0 && iy + 1 < ay.size;
-      const int64_t base = iy * W + ix;
-      off[0 * kBlock + p] = Idx(in_n && in_w ? base : -1);
-      off[1 * kBlock + p] = Idx(in_n && in_e ? base + 1 : -1);
-      off[2 * kBlock + p] = Idx(in_s && in_w ? base + W : -1);
-      off[3 * kBlock + p] = Idx(in_s && in_e ? base + W + 1 : -1);
+      const int64_t b = iy * W + ix;
+      base[p] = Idx(in_n && in_s && in_w && in_e ? b : -1);
+      off[0 * kBlock + p] = Idx(in_n && in_w ? b : -1);
+      off[1 * kBlock + p] = Idx(in_n && in_e ? b + 1 : -1);
+      off[2 * kBlock + p] = Idx(in_s && in_w ? b + W : -1);
+      off[3 * kBlock + p] = Idx(in_s && in_e ? b + W + 1 : -1);
     }
   }
 
-  void sample(const T* __restrict in, T* __restrict out, int64_t len) const {
-    const Idx* __restrict o0 = off.data();
-    const Idx* __restrict o1 = o0 + kBlock;
-    const Idx* __restrict o2 = o0 + 2 * kBlock;
-    const Idx* __restrict o3 = o0 + 3 * kBlock;
-    const T* __restrict w0 = wt.data();
-    const T* __restrict w1 = w0 + kBlock;
-    const T* __restrict w2 = w0 + 2 * kBlock;
-    const T* __restrict w3 = w0 + 3 * kBlock;
+  // The 2x2 neighbourhood of position p in one plane: nw, ne, sw, se.
+  void load(const T* plane, int64_t p, T v[4]) const {
+    const Idx b = base[p];
+    if (b >= 0) {
+      const T* r = plane + b;
+      v[0] = r[0];
+      v[1] = r[1];
+      v[2] = r[W];
+      v[3] = r[W + 1];
+    } else {
+      for (int k = 0; k < 4; ++k) v[k] = tap_value(plane, off[k * kBlock + p]);
+    }
+  }
+
+  void sample(const T* in, T* __restrict out, int64_t len) const {
+    const T *w0 = wt.data(), *w1 = w0 + kBlock, *w2 = w1 + kBlock, *w3 = w2 + kBlock;
     for (int64_t p = 0; p < len; ++p) {
-      out[p] = tap_value(in, o0[p]) * w0[p] + tap_value(in, o1[p]) * w1[p] +
-               tap_value(in, o2[p]) * w2[p] + tap_value(in, o3[p]) * w3[p];
+      T v[4];
+      load(in, p, v);
+      out[p] = v[0] * w0[p] + v[1] * w1[p] + v[2] * w2[p] + v[3] * w3[p];
     }
   }
 
-  // Serial on purpose: two positions of the block may hit the same pixel.
-  void scatter(const T* __restrict gout, T* __restrict gin, int64_t len) const {
+  template <bool kInput, bool kGrid>
+  void backward(const T* in, const T* gout, T* gin, int64_t len) {
+    const T *w0 = wt.data(), *w1 = w0 + kBlock, *w2 = w1 + kBlock, *w3 = w2 + kBlock;
     for (int64_t p = 0; p < len; ++p) {
       const T g = gout[p];
-      for (int k = 0; k < 4; ++k) {
-        const Idx o = off[k * kBlock + p];
-        if (o >= 0) gin[o] += wt[k * kBlock + p] * g;
+      if constexpr (kInput) {  // the transpose of sample(): scatter g times the weights
+        const Idx b = base[p];
+        if (b >= 0) {
+          T* r = gin + b;
+          r[0] += w0[p] * g;
+          r[1] += w1[p] * g;
+          r[W] += w2[p] * g;
+          r[W + 1] += w3[p] * g;
+        } else {
+          for (int k = 0; k < 4; ++k) {
+            const Idx o = off[k * kBlock + p];
+            if (o >= 0) gin[o] += wt[k * kBlock + p] * g;
+          }
+        }
+      }
+      if constexpr (kGrid) {  // d out / d x = (ne - nw) * s + (se - sw) * n, same for y
+        T v[4];
+        load(in, p, v);
+        const T w = fx[p], e = T(1) - w, n = fy[p], s = T(1) - n;
+        gx[p] += Acc(((v[1] - v[0]) * s + (v[3] - v[2]) * n) * g);
+        gy[p] += Acc(((v[2] - v[0]) * e + (v[3] - v[1]) * w) * g);
       }
     }
   }
@@ -297,27 +337,6 @@ struct BilinearSampler {
   void clear_sums(int64_t len) {
     std::fill(gx.begin(), gx.begin() + len, Acc(0));
     std::fill(gy.begin(), gy.begin() + len, Acc(0));
-  }
-
-  // d out / d x = (ne - nw) * s + (se - sw) * n, and likewise for y.
-  void accumulate(const T* __restrict in, const T* __restrict gout, int64_t len) {
-    const Idx* __restrict o0 = off.data();
-    const Idx* __restrict o1 = o0 + kBlock;
-    const Idx* __restrict o2 = o0 + 2 * kBlock;
-    const Idx* __restrict o3 = o0 + 3 * kBlock;
-    const T* __restrict n_ = dn.data();
-    const T* __restrict s_ = ds.data();
-    const T* __restrict w_ = dw.data();
-    const T* __restrict e_ = de.data();
-    Acc* __restrict sx = gx.data();
-    Acc* __restrict sy = gy.data();
-    for (int64_t p = 0; p < len; ++p) {
-      const T nw = tap_value(in, o0[p]), ne = tap_value(in, o1[p]);
-      const T sw = tap_value(in, o2[p]), se = tap_value(in, o3[p]);
-      const T g = gout[p];
-      sx[p] += Acc(((ne - nw) * s_[p] + (se - sw) * n_[p]) * g);
-      sy[p] += Acc(((sw - nw) * e_[p] + (se - ne) * w_[p]) * g);
-    }
   }
 
   void finish(T* grad_grid, int64_t len) const {
@@ -335,7 +354,7 @@ struct NearestSampler {
 
   Axis<T> ax, ay;
   int64_t W;
-  std::vector<Idx> off;  // [kBlock] plane offset of the nearest pixel, -1 = outside
+  std::vector<Idx> off;  // [B] offset of the nearest pixel, -1 = outside
 
   NearestSampler(int64_t H, int64_t W_, GridSamplePadding padding, bool align_corners)
       : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), off(kBlock) {}
@@ -349,25 +368,26 @@ struct NearestSampler {
     }
   }
 
-  void sample(const T* __restrict in, T* __restrict out, int64_t len) const {
-    const Idx* __restrict o = off.data();
-    for (int64_t p = 0; p < len; ++p) out[p] = tap_value(in, o[p]);
+  void sample(const T* in, T* __restrict out, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) out[p] = tap_value(in, off[p]);
   }
 
-  void scatter(const T* __restrict gout, T* __restrict gin, int64_t len) const {
-    for (int64_t p = 0; p < len; ++p)
-      if (off[p] >= 0) gin[off[p]] += gout[p];
+  template <bool kInput, bool kGrid>
+  void backward(const T* /*in*/, const T* gout, T* gin, int64_t len) {
+    if constexpr (kInput) {
+      for (int64_t p = 0; p < len; ++p)
+        if (off[p] >= 0) gin[off[p]] += gout[p];
+    }
   }
 
   void clear_sums(int64_t) {}
-  void accumulate(const T*, const T*, int64_t) {}
   void finish(T* grad_grid, int64_t len) const {
     std::fill(grad_grid, grad_grid + 2 * len, T(0));
   }
 };
 
 // Cubic convolution (Keys) with A = -0.75, as PyTorch's grid_sample and upsample_bicubic2d.
-// coeffs[k] weighs the tap at floor(x) - 1 + k, for t = x - floor(x) in [0, 1).
+// c[k] weighs the tap at floor(x) - 1 + k, for t = x - floor(x) in [0, 1).
 template <class T>
 inline void cubic_coefficients(T t, T c[4]) {
   const T A = T(-0.75);
@@ -381,8 +401,7 @@ inline void cubic_coefficients(T t, T c[4]) {
   c[3] = ((A * x - T(5) * A) * x + T(8) * A) * x - T(4) * A;
 }
 
-// Derivatives of the coefficients with respect to the tap offsets (k - 1 - t), i.e.
-// -d c[k] / d t; the backward subtracts them, as PyTorch does.
+// -d c[k] / d t, in PyTorch's form (the backward subtracts it).
 template <class T>
 inline void cubic_coefficients_grad(T t, T c[4]) {
   const T A = T(-0.75);
@@ -405,23 +424,22 @@ struct BicubicSampler {
   Axis<T> ax, ay;
   int64_t W;
   // The 4x4 neighbourhood is separable: column offsets of the 4 x taps and row offsets
-  // (iy * W) of the 4 y taps, each -1 when outside; and their cubic coefficients.
-  std::vector<Idx> xo, yo;      // [4][kBlock]
-  std::vector<T> cx, cy;        // [4][kBlock]
-  std::vector<T> gcx, gcy;      // [4][kBlock] coefficient derivatives (backward)
-  std::vector<T> mult_x, mult_y;
-  std::vector<Acc> gx, gy;
+  // (iy * W) of the 4 y taps, each padded on its own and -1 when outside.
+  std::vector<Idx> base;     // [B] offset of the top-left tap if the 16 taps are inside
+                             //     and untouched by padding, else -1
+  std::vector<Idx> xo, yo;   // [4][B] (used when base < 0)
+  std::vector<T> cx, cy;     // [4][B] cubic coefficients
+  std::vector<T> gcx, gcy;   // [4][B] their derivatives (backward)
+  std::vector<Acc> gx, gy;   // [B] grid-gradient sums (backward)
 
   BicubicSampler(int64_t H, int64_t W_, GridSamplePadding padding, bool align_corners)
-      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_),
+      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), base(kBlock),
         xo(4 * kBlock), yo(4 * kBlock), cx(4 * kBlock), cy(4 * kBlock) {}
 
   void prepare(const T* grid, int64_t len, bool backward) {
     if (backward && gcx.empty()) {
       gcx.resize(4 * kBlock);
       gcy.resize(4 * kBlock);
-      mult_x.resize(kBlock);
-      mult_y.resize(kBlock);
       gx.resize(kBlock);
       gy.resize(kBlock);
     }
@@ -435,56 +453,91 @@ struct BicubicSampler {
       for (int k = 0; k < 4; ++k) cx[k * kBlock + p] = c[k];
       cubic_coefficients(y - fy, c);
       for (int k = 0; k < 4; ++k) cy[k * kBlock + p] = c[k];
+      bool contiguous = true;
       for (int k = 0; k < 4; ++k) {
-        xo[k * kBlock + p] = Idx(ax.index(ax.pad(fx + T(k - 1))));
-        const int64_t r = ay.index(ay.pad(fy + T(k - 1)));
-        yo[k * kBlock + p] = Idx(r >= 0 ? r * W : -1);
+        const int64_t col = ax.index(ax.pad(fx + T(k - 1)));
+        const int64_t row = ay.index(ay.pad(fy + T(k - 1)));
+        xo[k * kBlock + p] = Idx(col);
+        yo[k * kBlock + p] = Idx(row >= 0 ? row * W : -1);
+        contiguous = contiguous && col >= 0 && row >= 0 && col == xo[p] + k &&
+                     row * W == yo[p] + k * W;
       }
+      base[p] = Idx(contiguous ? yo[p] + xo[p] : -1);
       if (backward) {
         cubic_coefficients_grad(x - fx, c);
         for (int k = 0; k < 4; ++k) gcx[k * kBlock + p] = c[k];
         cubic_coefficients_grad(y - fy, c);
         for (int k = 0; k < 4; ++k) gcy[k * kBlock + p] = c[k];
-        mult_x[p] = ax.scale;
-        mult_y[p] = ay.scale;
       }
     }
   }
 
-  static T at(const T* in, Idx row, Idx col) {
-    return (row >= 0 && col >= 0) ? in[row + col] : T(0);
+  // The 4x4 neighbourhood of position p in one plane, v[row][column].
+  void load(const T* plane, int64_t p, T v[4][4]) const {
+    const Idx b = base[p];
+    if (b >= 0) {
+      const T* r = plane + b;
+      for (int j = 0; j < 4; ++j, r += W)
+        for (int i = 0; i < 4; ++i) v[j][i] = r[i];
+    } else {
+      for (int j = 0; j < 4; ++j) {
+        const Idx row = yo[j * kBlock + p];
+        for (int i = 0; i < 4; ++i) {
+          const Idx col = xo[i * kBlock + p];
+          v[j][i] = (row >= 0 && col >= 0) ? plane[row + col] : T(0);
+        }
+      }
+    }
   }
 
-  void sample(const T* __restrict in, T* __restrict out, int64_t len) const {
-    const Idx* __restrict X = xo.data();
-    const Idx* __restrict Y = yo.data();
-    const T* __restrict CX = cx.data();
-    const T* __restrict CY = cy.data();
+  void sample(const T* in, T* __restrict out, int64_t len) const {
     constexpr int64_t B = kBlock;
+    const T* CX = cx.data();
+    const T* CY = cy.data();
     for (int64_t p = 0; p < len; ++p) {
-      T rows[4];
-      for (int j = 0; j < 4; ++j) {  // interpolate along x in each of the 4 rows
-        const Idx r = Y[j * B + p];
-        rows[j] = CX[p] * at(in, r, X[p]) + CX[B + p] * at(in, r, X[B + p]) +
-                  CX[2 * B + p] * at(in, r, X[2 * B + p]) +
-                  CX[3 * B + p] * at(in, r, X[3 * B + p]);
-      }
+      T v[4][4], rows[4];
+      load(in, p, v);
+      for (int j = 0; j < 4; ++j)  // along x in each row, then along y
+        rows[j] = CX[p] * v[j][0] + CX[B + p] * v[j][1] + CX[2 * B + p] * v[j][2] +
+                  CX[3 * B + p] * v[j][3];
       out[p] = CY[p] * rows[0] + CY[B + p] * rows[1] + CY[2 * B + p] * rows[2] +
                CY[3 * B + p] * rows[3];
     }
   }
 
-  void scatter(const T* __restrict gout, T* __restrict gin, int64_t len) const {
+  template <bool kInput, bool kGrid>
+  void backward(const T* in, const T* gout, T* gin, int64_t len) {
     constexpr int64_t B = kBlock;
     for (int64_t p = 0; p < len; ++p) {
       const T g = gout[p];
-      for (int i = 0; i < 4; ++i) {
-        const Idx col = xo[i * B + p];
-        if (col < 0) continue;
-        for (int j = 0; j < 4; ++j) {
-          const Idx row = yo[j * B + p];
-          if (row >= 0) gin[row + col] += g * cx[i * B + p] * cy[j * B + p];
+      if constexpr (kInput) {
+        const Idx b = base[p];
+        for (int i = 0; i < 4; ++i) {
+          const Idx col = xo[i * B + p];
+          for (int j = 0; j < 4; ++j) {
+            const T d = g * cx[i * B + p] * cy[j * B + p];
+            if (b >= 0) {
+              gin[b + j * W + i] += d;
+            } else {
+              const Idx row = yo[j * B + p];
+              if (row >= 0 && col >= 0) gin[row + col] += d;
+            }
+          }
         }
+      }
+      if constexpr (kGrid) {
+        T v[4][4];
+        load(in, p, v);
+        T tx = T(0), ty = T(0);
+        for (int i = 0; i < 4; ++i) {
+          for (int j = 0; j < 4; ++j) {
+            const T vg = v[j][i] * g;
+            tx -= vg * gcx[i * B + p] * cy[j * B + p];
+            ty -= vg * gcy[j * B + p] * cx[i * B + p];
+          }
+        }
+        gx[p] += Acc(tx);
+        gy[p] += Acc(ty);
       }
     }
   }
@@ -494,35 +547,11 @@ struct BicubicSampler {
     std::fill(gy.begin(), gy.begin() + len, Acc(0));
   }
 
-  void accumulate(const T* __restrict in, const T* __restrict gout, int64_t len) {
-    const Idx* __restrict X = xo.data();
-    const Idx* __restrict Y = yo.data();
-    const T* __restrict CX = cx.data();
-    const T* __restrict CY = cy.data();
-    const T* __restrict GX = gcx.data();
-    const T* __restrict GY = gcy.data();
-    Acc* __restrict sx = gx.data();
-    Acc* __restrict sy = gy.data();
-    constexpr int64_t B = kBlock;
-    for (int64_t p = 0; p < len; ++p) {
-      const T g = gout[p];
-      T tx = T(0), ty = T(0);
-      for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 4; ++j) {
-          const T v = at(in, Y[j * B + p], X[i * B + p]) * g;
-          tx -= v * GX[i * B + p] * CY[j * B + p];
-          ty -= v * GY[j * B + p] * CX[i * B + p];
-        }
-      }
-      sx[p] += Acc(tx);
-      sy[p] += Acc(ty);
-    }
-  }
-
+  // Padding acts on the taps, so the sample point's derivative is never clipped.
   void finish(T* grad_grid, int64_t len) const {
     for (int64_t p = 0; p < len; ++p) {
-      grad_grid[2 * p] = T(gx[p] * Acc(mult_x[p]));
-      grad_grid[2 * p + 1] = T(gy[p] * Acc(mult_y[p]));
+      grad_grid[2 * p] = T(gx[p] * Acc(ax.scale));
+      grad_grid[2 * p + 1] = T(gy[p] * Acc(ay.scale));
     }
   }
 };
@@ -570,7 +599,8 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
     s.clear_sums(len);
     if (Sampler::kHasGridGrad)
       for (int64_t c = 0; c < C; ++c)
-        s.accumulate(input + (n * C + c) * HW, grad_output + (n * C + c) * P + p0, len);
+        s.template backward<false, true>(input + (n * C + c) * HW,
+                                         grad_output + (n * C + c) * P + p0, nullptr, len);
     s.finish(grad_grid + (n * P + p0) * 2, len);
   };
   // grad_input of sample n, channels [c0, c1): positions in order 0..P-1.
@@ -580,7 +610,8 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
       const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
       s.prepare(grid + (n * P + p0) * 2, len, true);
       for (int64_t c = c0; c < c1; ++c)
-        s.scatter(grad_output + (n * C + c) * P + p0, grad_input + (n * C + c) * HW, len);
+        s.template backward<true, false>(nullptr, grad_output + (n * C + c) * P + p0,
+                                         grad_input + (n * C + c) * HW, len);
     }
   };
 
@@ -598,11 +629,10 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
           const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
           s.prepare(grid + (n * P + p0) * 2, len, true);
           s.clear_sums(len);
-          for (int64_t c = 0; c < C; ++c) {
-            const T* gout = grad_output + (n * C + c) * P + p0;
-            s.scatter(gout, grad_input + (n * C + c) * HW, len);
-            s.accumulate(input + (n * C + c) * HW, gout, len);
-          }
+          for (int64_t c = 0; c < C; ++c)
+            s.template backward<true, true>(input + (n * C + c) * HW,
+                                            grad_output + (n * C + c) * P + p0,
+                                            grad_input + (n * C + c) * HW, len);
           s.finish(grad_grid + (n * P + p0) * 2, len);
         }
       }
