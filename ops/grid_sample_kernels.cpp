@@ -6,10 +6,10 @@
 // block, a "sampler" first computes each position's taps once: the plane offsets of the
 // pixels it reads (-1 for a pixel outside the image, which then reads as 0) and their
 // weights. Then, channel by channel, it runs a loop over the block's positions that reads
-// the taps from that table: the loop is contiguous in the output, grad_output and the
-// table, so it vectorises (with gathers for the input pixels), and the table is reused C
-// times. One channel's plane is swept per pass, which keeps it in cache even when the
-// grid is random.
+// the taps from that table, so the coordinate arithmetic is done once and not C times.
+// The loop is contiguous in the output, grad_output and the table; only the input (or
+// grad_input) is accessed at data-dependent offsets, within one channel plane per pass,
+// which keeps that plane in cache even when the grid is random.
 //
 // Forward: the blocks of all samples form one parallel loop; each block owns its output.
 //
@@ -64,8 +64,9 @@ struct AccType<float> { using type = double; };
 template <class T>
 using acc_t = typename AccType<T>::type;
 
-// Output positions per block. The tap table of a block (14 numbers per position for
-// bilinear, 24 for bicubic backward) is reread once per channel and must stay in L1/L2.
+// Output positions per block. The tap table of a block (7 numbers per position for the
+// bilinear fast path, 1 for nearest, 25 for bicubic) is reread once per channel and
+// should stay in L2; larger blocks mean fewer sweeps over the input planes.
 #ifndef TG_GS_BLOCK
 #define TG_GS_BLOCK 2048
 #endif
@@ -595,12 +596,13 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
   // The grid gradient of one block of sample n: channels summed in order 0..C-1.
   auto grid_block = [&](Sampler& s, int64_t n, int64_t b) {
     const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
-    s.prepare(grid + (n * P + p0) * 2, len, true);
-    s.clear_sums(len);
-    if (Sampler::kHasGridGrad)
+    if (Sampler::kHasGridGrad) {
+      s.prepare(grid + (n * P + p0) * 2, len, true);
+      s.clear_sums(len);
       for (int64_t c = 0; c < C; ++c)
         s.template backward<false, true>(input + (n * C + c) * HW,
                                          grad_output + (n * C + c) * P + p0, nullptr, len);
+    }
     s.finish(grad_grid + (n * P + p0) * 2, len);
   };
   // grad_input of sample n, channels [c0, c1): positions in order 0..P-1.
