@@ -33,6 +33,7 @@
 #include "ops/where.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
+#include "ops/grid_sample.h"
 #include "ops/ms_deform_attn.h"
 #include "ops/reduce.h"
 #include "ops/registry.h"
