@@ -43,3 +43,4 @@
 #include "models/linear.h"
 #include "models/module.h"
 #include "models/sequential.h"
+#include "models/spatial_transformer.h"
