@@ -35,6 +35,7 @@
 #include "ops/elementwise.h"
 #include "ops/group_norm.h"
 #include "ops/matmul.h"
+#include "ops/grid_sample.h"
 #include "ops/ms_deform_attn.h"
 #include "ops/reduce.h"
 #include "ops/registry.h"
@@ -48,3 +49,4 @@
 #include "models/ms_deform_attn_layer.h"
 #include "models/position_encoding.h"
 #include "models/sequential.h"
+#include "models/spatial_transformer.h"

@@ -26,6 +26,7 @@ void register_where_ops(Registry& r);
 void register_ms_deform_attn_ops(Registry& r);
 void register_group_norm_ops(Registry& r);
 void register_upsample_ops(Registry& r);
+void register_grid_sample_ops(Registry& r);
 
 namespace {
 Registry& build_builtin_registry() {
@@ -50,6 +51,7 @@ Registry& build_builtin_registry() {
   register_ms_deform_attn_ops(r);
   register_group_norm_ops(r);
   register_upsample_ops(r);
+  register_grid_sample_ops(r);
   return r;
 }
 }  // namespace

@@ -203,6 +203,30 @@ def norm_upsample_cases():
     return cases
 
 
+def grid_sample_case(n, c, h, w, ho, wo, mode, padding, backward):
+    """bench_grid_sample.cpp: forward, or the kernel API's backward (both gradients)."""
+    x = torch.randn(n, c, h, w)
+    grid = torch.rand(n, ho, wo, 2) * 2.2 - 1.1
+    if not backward:
+        return lambda: F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=False)
+    g = torch.randn(n, c, ho, wo)
+    m = {"bilinear": 0, "nearest": 1, "bicubic": 2}[mode]
+    p = {"zeros": 0, "border": 1, "reflection": 2}[padding]
+    return lambda: torch.ops.aten.grid_sampler_2d_backward(g, x, grid, m, p, False, [True, True])
+
+
+def grid_sample_cases():
+    cases = {}
+    for n, c, s, mode, padding in [(8, 32, 64, "bilinear", "zeros"), (8, 32, 64, "bilinear", "reflection"),
+                                   (8, 32, 64, "nearest", "zeros"), (1, 64, 128, "bilinear", "zeros")]:
+        shape = f"N{n}_C{c}_H{s}_W{s}_Ho{s}_Wo{s}_{mode}_{padding}"
+        for kind, bwd in (("fwd", False), ("bwd", True)):
+            cases[f"grid_sample_{kind}/{shape}"] = (
+                "bench_grid_sample", lambda n=n, c=c, s=s, mode=mode, padding=padding, bwd=bwd:
+                grid_sample_case(n, c, s, s, s, s, mode, padding, bwd))
+    return cases
+
+
 # case name (as in bench/*.cpp, without "/threads:N") -> (benchmark program, PyTorch callable factory)
 CASES = {
     "matmul_fwd/N256": ("bench_core", lambda: matmul_fwd(256)),
@@ -216,6 +240,7 @@ CASES = {
     "embedding_fwd_bwd/V10000_D256_T32768": ("bench_core_ops", embedding_case),
     "detr_train_step/enc1_dec1_D256_H8_L4_P4_Q300": ("bench_detr", detr_train_step),
     **norm_upsample_cases(),
+    **grid_sample_cases(),
 }
 
 

@@ -1,0 +1,268 @@
+// grid_sample and affine_grid: validation, dtype dispatch and the tape. The kernels (and the
+// maths) are in grid_sample_kernels.cpp.
+#include "grid_sample.h"
+
+#include <cmath>
+
+#include "../framework/random.h"
+#include "../framework/tape.h"
+#include "samples.h"
+
+namespace tg {
+
+namespace {
+
+// What grid_sample's backward needs besides its saved tensors.
+struct GridSampleAttrs {
+  GridSampleMode mode;
+  GridSamplePadding padding;
+  bool align_corners;
+};
+
+GridSampleMode checked_mode(const char* op, int64_t mode) {
+  TG_CHECK(mode >= 0 && mode <= 2, op, ": expected interpolation_mode 0 (bilinear), 1 (nearest) or 2 (bicubic), got ",
+           mode);
+  return static_cast<GridSampleMode>(mode);
+}
+
+GridSamplePadding checked_padding(const char* op, int64_t padding) {
+  TG_CHECK(padding >= 0 && padding <= 2, op,
+           ": expected padding_mode 0 (zeros), 1 (border) or 2 (reflection), got ", padding);
+  return static_cast<GridSamplePadding>(padding);
+}
+
+// Checks input and grid; the spec's list, in the order a user would want to hear it.
+void check_input_and_grid(const char* op, const Tensor& input, const Tensor& grid) {
+  TG_CHECK(input.defined() && grid.defined(), op, ": expected input and grid, got an undefined tensor");
+  TG_CHECK(input.dim() == 4, op, ": expected input to have shape [N, C, H, W], got ", format_shape(input.shape()));
+  TG_CHECK(grid.dim() == 4 && grid.size(3) == 2, op, ": expected grid to have shape [N, Ho, Wo, 2], got ",
+           format_shape(grid.shape()));
+  TG_CHECK(input.size(0) == grid.size(0), op, ": expected grid and input to have the same batch size N, got input ",
+           format_shape(input.shape()), " and grid ", format_shape(grid.shape()));
+  TG_CHECK(input.size(2) > 0 && input.size(3) > 0, op,
+           ": expected input to have non-empty spatial dimensions H and W, got ", format_shape(input.shape()));
+  TG_CHECK(is_floating(input.dtype()), op, ": expected input of a floating dtype (float32 or float64), got ",
+           dtype_name(input.dtype()));
+  TG_CHECK(grid.dtype() == input.dtype(), op, ": expected input and grid of one dtype, got ",
+           dtype_name(input.dtype()), " and ", dtype_name(grid.dtype()));
+}
+
+// The backward on validated, contiguous tensors. input is read only for a bilinear or bicubic
+// grad_grid, so it may be undefined otherwise; its shape comes from input_shape.
+GridSampleGrads run_backward(const char* op, const Tensor& grad_output, const Tensor& input, const Shape& input_shape,
+                             const Tensor& grid, const GridSampleAttrs& a, bool want_input, bool want_grid) {
+  GridSampleGrads grads;
+  const DType dt = grid.dtype();
+  if (want_input) grads.grad_input = Tensor::empty(input_shape, dt);
+  if (want_grid) grads.grad_grid = Tensor::empty(grid.shape(), dt);
+  if (!want_input && !want_grid) return grads;
+  const int64_t N = input_shape[0], C = input_shape[1], H = input_shape[2], W = input_shape[3];
+  const int64_t Ho = grid.size(1), Wo = grid.size(2);
+  dispatch_floating(dt, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    kernels::grid_sample_2d_backward<T>(grad_output.data<T>(), input.defined() ? input.data<T>() : nullptr, grid.data<T>(),
+                                        ptr(grads.grad_input), ptr(grads.grad_grid), N, C, H, W, Ho, Wo, a.mode,
+                                        a.padding, a.align_corners);
+  });
+  return grads;
+}
+
+std::vector<Tensor> grid_sample_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const bool want_input = ctx.needs_grad(0), want_grid = ctx.needs_grad(1);
+  const GridSampleAttrs& a = ctx.attrs<GridSampleAttrs>();
+  // Saved: 0 grid (always), 1 input (only when grad_grid reads it, see grid_sample_impl).
+  const bool reads_input = want_grid && a.mode != GridSampleMode::Nearest;
+  GridSampleGrads grads = run_backward(ctx.op_name(), g[0].contiguous(), reads_input ? ctx.saved(1) : Tensor(),
+                                       ctx.input_shape(0), ctx.saved(0), a, want_input, want_grid);
+  return {grads.grad_input, grads.grad_grid};
+}
+
+// A grid whose points sit 0.15 to 0.35 pixels from an integer pixel coordinate (so away from
+// bilinear's and bicubic's kinks at integers and nearest's ties at half-integers) and inside
+// the clip limits of border / reflection. `outside`: also points beyond the image, for zeros
+// padding (smooth there) and reflection with align_corners (reflected about the corner-pixel
+// centres, which maps a distance from an integer to the same distance).
+Tensor kink_free_grid(int64_t N, int64_t Ho, int64_t Wo, int64_t H, int64_t W, bool align_corners, bool outside,
+                      DType dt) {
+  Tensor grid = Tensor::empty({N, Ho, Wo, 2}, DType::Float64);
+  double* d = grid.data<double>();
+  Generator& gen = default_generator();
+  for (int64_t i = 0; i < grid.numel(); ++i) {
+    const int64_t size = i % 2 == 0 ? W : H;  // x indexes W, y indexes H
+    const int64_t lo = outside ? -1 : 0, hi = outside ? size : size - 1;  // cells [lo, hi)
+    const double cell = static_cast<double>(lo + static_cast<int64_t>(gen.next_double() * static_cast<double>(hi - lo)));
+    const double frac = 0.15 + 0.2 * gen.next_double();
+    const double pixel = cell + (gen.next_double() < 0.5 ? frac : 1.0 - frac);
+    const double s = static_cast<double>(size);
+    d[i] = align_corners ? 2.0 * pixel / (s - 1.0) - 1.0 : (2.0 * pixel + 1.0) / s - 1.0;
+  }
+  Tensor out = grid.to(dt);
+  out.requires_grad_();
+  return out;
+}
+
+std::vector<SampleCase> grid_sample_samples() {
+  auto make = [](int64_t N, int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo, bool ac, bool outside) {
+    return [=](DType dt) {
+      return std::vector<Tensor>{sample_tensor({N, C, H, W}, dt), kink_free_grid(N, Ho, Wo, H, W, ac, outside, dt)};
+    };
+  };
+  auto run = [](GridSampleMode m, GridSamplePadding p, bool ac) {
+    return [=](const std::vector<Tensor>& x) { return std::vector<Tensor>{grid_sample(x[0], x[1], m, p, ac)}; };
+  };
+  using M = GridSampleMode;
+  using P = GridSamplePadding;
+  return {
+      {"bilinear, zeros, points outside, N 2, C 2, 3x4 -> 2x3", make(2, 2, 3, 4, 2, 3, false, true),
+       run(M::Bilinear, P::Zeros, false)},
+      {"bilinear, border, align_corners, N 1, C 3, 4x3 -> 3x2", make(1, 3, 4, 3, 3, 2, true, false),
+       run(M::Bilinear, P::Border, true)},
+      {"bilinear, reflection, align_corners, points outside, N 2, C 1, 3x4 -> 2x2", make(2, 1, 3, 4, 2, 2, true, true),
+       run(M::Bilinear, P::Reflection, true)},
+      {"bilinear, reflection, N 1, C 2, 4x4 -> 2x3", make(1, 2, 4, 4, 2, 3, false, false),
+       run(M::Bilinear, P::Reflection, false)},
+      {"nearest, zeros, points outside, N 2, C 2, 3x4 -> 2x2", make(2, 2, 3, 4, 2, 2, false, true),
+       run(M::Nearest, P::Zeros, false)},
+      {"bicubic, zeros, align_corners, points outside, N 1, C 2, 4x5 -> 2x3", make(1, 2, 4, 5, 2, 3, true, true),
+       run(M::Bicubic, P::Zeros, true)},
+      {"bicubic, border, N 2, C 1, 4x4 -> 2x2", make(2, 1, 4, 4, 2, 2, false, false),
+       run(M::Bicubic, P::Border, false)},
+  };
+}
+
+// affine_grid's backward needs only the sizes, not theta (the grid is linear in it).
+struct AffineGridAttrs {
+  std::vector<int64_t> size;
+  bool align_corners;
+};
+
+void check_affine_size(const char* op, const std::vector<int64_t>& size) {
+  TG_CHECK(size.size() == 4, op, ": expected size [N, C, H, W] (2-D affine grid), got ", format_shape(size));
+  TG_CHECK(size[0] >= 0 && size[1] >= 0 && size[2] > 0 && size[3] > 0, op,
+           ": expected a non-negative N and C and a positive H and W in size, got ", format_shape(size));
+}
+
+std::vector<Tensor> affine_grid_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const AffineGridAttrs& a = ctx.attrs<AffineGridAttrs>();
+  return {affine_grid_generator_backward(g[0], a.size, a.align_corners)};
+}
+
+std::vector<SampleCase> affine_grid_samples() {
+  auto make = [](int64_t N) { return [=](DType dt) { return std::vector<Tensor>{sample_tensor({N, 2, 3}, dt)}; }; };
+  auto run = [](std::vector<int64_t> size, bool ac) {
+    return [=](const std::vector<Tensor>& x) { return std::vector<Tensor>{affine_grid(x[0], size, ac)}; };
+  };
+  return {{"N 2, 3x4, align_corners", make(2), run({2, 1, 3, 4}, true)},
+          {"N 1, 5x2", make(1), run({1, 3, 5, 2}, false)},
+          {"N 1, 1x3 (a size of 1 gives 0)", make(1), run({1, 1, 1, 3}, false)}};
+}
+
+}  // namespace
+
+const OpDef kGridSampleOp{"grid_sample", "grid_sampler_2d_backward", "input, grid", grid_sample_backward_fn,
+                          grid_sample_samples};
+const OpDef kAffineGridOp{"affine_grid", "affine_grid_generator_backward", "theta", affine_grid_backward_fn,
+                          affine_grid_samples};
+
+namespace {
+
+Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
+                        GridSamplePadding padding, bool align_corners) {
+  check_input_and_grid(op, input, grid);
+  Tensor in = input.detach().contiguous(), gr = grid.detach().contiguous();
+  const int64_t N = in.size(0), C = in.size(1), H = in.size(2), W = in.size(3), Ho = gr.size(1), Wo = gr.size(2);
+  Tensor out = Tensor::empty({N, C, Ho, Wo}, in.dtype());
+  dispatch_floating(in.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::grid_sample_2d_forward<T>(in.data<T>(), gr.data<T>(), out.data<T>(), N, C, H, W, Ho, Wo, mode, padding,
+                                       align_corners);
+  });
+  if (Recorder rec{kGridSampleOp, {input, grid}}) {
+    // grad_input needs only grid (and grad_output); grad_grid needs input as well, except
+    // nearest's, which is zero.
+    rec.save({gr, rec.needs_grad(1) && mode != GridSampleMode::Nearest ? in : Tensor()});
+    rec.set_attrs(GridSampleAttrs{mode, padding, align_corners});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor grid_sample(const Tensor& input, const Tensor& grid, GridSampleMode mode, GridSamplePadding padding_mode,
+                   bool align_corners) {
+  // An enum built from an arbitrary integer is checked like the integer form.
+  return grid_sample_impl("grid_sample", input, grid, checked_mode("grid_sample", static_cast<int64_t>(mode)),
+                          checked_padding("grid_sample", static_cast<int64_t>(padding_mode)), align_corners);
+}
+
+Tensor grid_sampler_2d(const Tensor& input, const Tensor& grid, int64_t interpolation_mode, int64_t padding_mode,
+                       bool align_corners) {
+  const char* op = "grid_sampler_2d";
+  return grid_sample_impl(op, input, grid, checked_mode(op, interpolation_mode), checked_padding(op, padding_mode),
+                          align_corners);
+}
+
+GridSampleGrads grid_sampler_2d_backward(const Tensor& grad_output, const Tensor& input, const Tensor& grid,
+                                         int64_t interpolation_mode, int64_t padding_mode, bool align_corners,
+                                         std::array<bool, 2> output_mask) {
+  const char* op = "grid_sampler_2d_backward";
+  const GridSampleAttrs a{checked_mode(op, interpolation_mode), checked_padding(op, padding_mode), align_corners};
+  check_input_and_grid(op, input, grid);
+  const Shape out_shape{input.size(0), input.size(1), grid.size(1), grid.size(2)};
+  TG_CHECK(grad_output.defined(), op, ": expected grad_output of shape ", format_shape(out_shape), ", got undefined");
+  TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output of shape [N, C, Ho, Wo] = ",
+           format_shape(out_shape), ", got ", format_shape(grad_output.shape()));
+  TG_CHECK(grad_output.dtype() == input.dtype(), op, ": expected grad_output of dtype ", dtype_name(input.dtype()),
+           ", got ", dtype_name(grad_output.dtype()));
+  return run_backward(op, grad_output.contiguous(), input.contiguous(), input.shape(),
+                      grid.contiguous(), a, output_mask[0], output_mask[1]);
+}
+
+Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool align_corners) {
+  const char* op = "affine_grid";
+  TG_CHECK(theta.defined(), op, ": expected theta, got an undefined tensor");
+  TG_CHECK(is_floating(theta.dtype()), op, ": expected theta of a floating dtype (float32 or float64), got ",
+           dtype_name(theta.dtype()));
+  check_affine_size(op, size);
+  TG_CHECK(theta.dim() == 3 && theta.size(1) == 2 && theta.size(2) == 3, op,
+           ": expected theta to have shape [N, 2, 3] (2-D affine matrices), got ", format_shape(theta.shape()));
+  TG_CHECK(theta.size(0) == size[0], op, ": expected theta's batch size to match size[0] = ", size[0], ", got theta ",
+           format_shape(theta.shape()));
+  const int64_t N = size[0], H = size[2], W = size[3];
+  Tensor th = theta.detach().contiguous();
+  Tensor grid = Tensor::empty({N, H, W, 2}, theta.dtype());
+  dispatch_floating(theta.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::affine_grid_2d_forward<T>(th.data<T>(), grid.data<T>(), N, H, W, align_corners);
+  });
+  if (Recorder rec{kAffineGridOp, {theta}}) {
+    rec.set_attrs(AffineGridAttrs{size, align_corners});
+    rec.set_outputs({grid});
+  }
+  return grid;
+}
+
+Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector<int64_t>& size, bool align_corners) {
+  const char* op = "affine_grid_generator_backward";
+  check_affine_size(op, size);
+  const int64_t N = size[0], H = size[2], W = size[3];
+  const Shape grid_shape{N, H, W, 2};
+  TG_CHECK(grad_grid.defined() && grad_grid.shape() == grid_shape, op, ": expected grad_grid of shape [N, H, W, 2] = ",
+           format_shape(grid_shape), ", got ", grad_grid.defined() ? format_shape(grad_grid.shape()) : "undefined");
+  Tensor g = grad_grid.contiguous();
+  Tensor grad_theta = Tensor::empty({N, 2, 3}, g.dtype());
+  dispatch_floating(g.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::affine_grid_2d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, H, W, align_corners);
+  });
+  return grad_theta;
+}
+
+void register_grid_sample_ops(Registry& r) {
+  r.add(kGridSampleOp);
+  r.add(kAffineGridOp);
+}
+
+}  // namespace tg
