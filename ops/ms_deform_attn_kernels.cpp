@@ -44,6 +44,8 @@ namespace {
 constexpr int64_t kParallelWork = 1 << 15;
 // How many queries ahead (of the same slice) the per-query inputs are prefetched.
 constexpr int64_t kPrefetchQueries = 2;
+// Queries per forward task (one slice's consecutive queries).
+constexpr int64_t kQueryBlock = 64;
 
 // 64 bytes of T (16 floats or 8 doubles) as a GCC/Clang vector extension: one AVX-512 register,
 // two AVX2 or four SSE/NEON ones, whatever the target has. Plain loops are not enough here: the
@@ -377,18 +379,20 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
                             int64_t points) {
   const Problem<T> pb{value,    spatial_shapes, level_start_index, sampling_locations,
                       attention_weights, bs, num_keys, heads, channels, levels, queries, points};
-  const int64_t total = bs * heads * queries;
-  const int64_t work = total * levels * points * (channels + 8);
-  // Every output row belongs to one (slice, query): any split of the work is race-free.
+  const int64_t slices = bs * heads;
+  const int64_t work = slices * queries * levels * points * (channels + 8);
+  // Tasks of kQueryBlock consecutive queries of one slice, handed out dynamically. Every output
+  // row belongs to one task, so the result is the same for any assignment, and a thread that is
+  // held up (another process on its core) does not hold up the others.
+  const int64_t blocks = (queries + kQueryBlock - 1) / kQueryBlock, tasks = slices * blocks;
 #pragma omp parallel if (work > kParallelWork)
   {
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, channels);
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t begin = total * t / nt, end = total * (t + 1) / nt;
-    for (int64_t i = begin; i < end;) {
-      const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
-      forward_queries(pb, output, s / heads, s % heads, q0, q1, scratch);
-      i += q1 - q0;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t s = task / blocks, q0 = task % blocks * kQueryBlock;
+      forward_queries(pb, output, s / heads, s % heads, q0, std::min(queries, q0 + kQueryBlock),
+                      scratch);
     }
   }
 }
@@ -430,50 +434,59 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, C);
-    // With at least as many slices as threads, each thread takes whole slices: every grad_value
-    // row has one writer and the result does not depend on the thread count. Otherwise the
-    // (slice, query) range is cut evenly and a slice may be shared (see the reduction below).
+    // grad_value rows of slice s, K rows row_stride apart, zeroed.
+    auto own_slice = [&](int64_t s) {
+      T* rows = grad_value + (s / heads * K * heads + s % heads) * C;
+      for (int64_t k = 0; k < K; ++k) std::fill_n(rows + k * row_stride, C, T(0));
+      return rows;
+    };
     const int64_t slices = bs * heads;
-    const int64_t begin = slices >= nt ? slices * t / nt * queries : total * t / nt;
-    const int64_t end = slices >= nt ? slices * (t + 1) / nt * queries : total * (t + 1) / nt;
-    for (int64_t i = begin; i < end;) {
-      const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
-      const int64_t n = s / heads, m = s % heads;
-      T* gv_slice = nullptr;
-      int64_t gv_stride = 0;
-      if (grad_value) {
-        if (q0 == 0) {
-          // This thread starts the slice, so it owns its rows in grad_value: no one else writes
-          // them until the reduction below.
-          gv_slice = grad_value + (n * K * heads + m) * C;
-          gv_stride = row_stride;
-          for (int64_t k = 0; k < K; ++k) std::fill_n(gv_slice + k * gv_stride, C, T(0));
-        } else {
+    if (slices >= nt) {
+      // Whole slices, handed out dynamically: each grad_value row has one writer and receives
+      // its slice's queries in order, whichever thread runs it, so the result does not depend
+      // on the thread count. (When nt does not divide the slices, the last round is uneven.)
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t s = 0; s < slices; ++s)
+        run(pb, grad_output, grad_value ? own_slice(s) : nullptr, row_stride,
+            grad_sampling_locations, grad_attention_weights, s / heads, s % heads, 0, queries,
+            scratch);
+      // (The implicit barrier of omp for ends the work; there is nothing to reduce.)
+    } else {
+      // Fewer slices than threads: the (slice, query) range is cut evenly. A thread writes
+      // grad_value directly for the slice it starts, and into a private buffer for a slice begun
+      // by an earlier thread (only its first one can be); those are added below.
+      const int64_t begin = total * t / nt, end = total * (t + 1) / nt;
+      for (int64_t i = begin; i < end;) {
+        const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
+        T* gv_slice = nullptr;
+        int64_t gv_stride = row_stride;
+        if (grad_value && q0 == 0) {
+          gv_slice = own_slice(s);
+        } else if (grad_value) {
           partial[t].assign(static_cast<size_t>(K * C), T(0));
           partial_slice[t] = s;
           gv_slice = partial[t].data();
           gv_stride = C;
         }
+        run(pb, grad_output, gv_slice, gv_stride, grad_sampling_locations,
+            grad_attention_weights, s / heads, s % heads, q0, q1, scratch);
+        i += q1 - q0;
       }
-      run(pb, grad_output, gv_slice, gv_stride, grad_sampling_locations, grad_attention_weights,
-          n, m, q0, q1, scratch);
-      i += q1 - q0;
-    }
-
-    if (grad_value) {
+      if (grad_value) {
 #pragma omp barrier
-      // Add the private parts in thread order (fixed, hence deterministic); each thread adds
-      // them for its own share of the keys.
-      const int64_t k0 = K * t / nt, k1 = K * (t + 1) / nt;
-      for (int u = 0; u < nt; ++u) {
-        if (partial_slice[u] < 0) continue;
-        const int64_t s = partial_slice[u], n = s / heads, m = s % heads;
-        const T* src = partial[u].data();
-        for (int64_t k = k0; k < k1; ++k) {
-          T* dst = grad_value + ((n * K + k) * heads + m) * C;
-          const T* row = src + k * C;
+        // Add the private parts in thread order (fixed, hence deterministic); each thread adds
+        // them for its own share of the keys.
+        const int64_t k0 = K * t / nt, k1 = K * (t + 1) / nt;
+        for (int u = 0; u < nt; ++u) {
+          if (partial_slice[u] < 0) continue;
+          const int64_t s = partial_slice[u], n = s / heads, m = s % heads;
+          const T* src = partial[u].data();
+          for (int64_t k = k0; k < k1; ++k) {
+            T* dst = grad_value + ((n * K + k) * heads + m) * C;
+            const T* row = src + k * C;
 #pragma omp simd
-          for (int64_t c = 0; c < C; ++c) dst[c] += row[c];
+            for (int64_t c = 0; c < C; ++c) dst[c] += row[c];
+          }
         }
       }
     }
