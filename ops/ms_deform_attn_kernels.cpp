@@ -149,34 +149,44 @@ void scatter_rows(const T* src, int64_t K, int64_t C, T* dst, int64_t stride) {
   for (int64_t k = 0; k < K; ++k) std::memcpy(dst + k * stride, src + k * C, C * sizeof(T));
 }
 
-// Per-thread scratch. "Per sample" arrays have one entry per (level, point) of a query, corner
+// Where the L*P sampling points of one query land, one entry per (level, point) i; corner
 // arrays are corner-major ([k * LP + i], corners k = nw, ne, sw, se).
+template <class T>
+struct Footprints {
+  std::vector<T> fx, fy;       // distances to the west / north corners (PyTorch's "w", "n")
+  std::vector<T> w;            // bilinear weights
+  std::vector<const T*> rows;  // value rows of the corners (or the zero row)
+  std::vector<T*> grad_rows;   // gradient rows of the corners (or the sink rows)
+  std::vector<T> aw;           // attention weight times bilinear weight
+  explicit Footprints(int64_t LP)
+      : fx(static_cast<size_t>(LP)), fy(static_cast<size_t>(LP)), w(static_cast<size_t>(4 * LP)),
+        rows(static_cast<size_t>(4 * LP)), grad_rows(static_cast<size_t>(4 * LP)),
+        aw(static_cast<size_t>(4 * LP)) {}
+};
+
+// Per-thread scratch.
 template <class T>
 struct Scratch {
   int64_t LP;
-  std::vector<T> zeros;        // C zeros: what a corner outside the map reads
-  std::vector<T> sinks;        // 4 x C: where a corner outside the map's gradient goes
-  // Constant over the call, per sample: its level's size and first key.
+  std::vector<T> zeros;  // C zeros: what a corner outside the map reads
+  std::vector<T> sinks;  // 4 x C: where a corner outside the map's gradient goes
+  // Constant over the call, per sample i = (level, point): its level's size and first key.
   std::vector<int64_t> level_W, level_H, level_start;
   std::vector<T> half_W, half_H;
-  // Per sample of the current query.
-  std::vector<T> fx, fy;       // distances to the west / north corners (PyTorch's "w", "n")
-  std::vector<T> w;            // bilinear weights, 4 per sample
-  std::vector<const T*> rows;  // value rows of the corners (or zeros), 4 per sample
-  std::vector<T*> grad_rows;   // grad_value rows of the corners (or sinks), 4 per sample
-  std::vector<T> aw;           // attention weight times bilinear weight, 4 per sample
-  std::vector<T> dots;         // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
+  // Two queries' footprints: the next query's are computed before the current one is summed,
+  // so that its row pointers, written as vectors, have left the store buffer when read one by
+  // one, and its rows are being fetched meanwhile.
+  Footprints<T> fp[2];
+  std::vector<T> dots;  // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
   // Contiguous copies of one slice's value rows and grad_value rows (see Slice), K x C each.
   std::vector<T> value_copy, grad_copy;
 
   Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
           int64_t C)
-      : LP(L * P), zeros(static_cast<size_t>(C), T(0)), sinks(static_cast<size_t>(4 * C)) {
+      : LP(L * P), zeros(static_cast<size_t>(C), T(0)), sinks(static_cast<size_t>(4 * C)),
+        fp{Footprints<T>(L * P), Footprints<T>(L * P)}, dots(static_cast<size_t>(4 * L * P)) {
     for (auto* v : {&level_W, &level_H, &level_start}) v->resize(static_cast<size_t>(LP));
-    for (auto* v : {&half_W, &half_H, &fx, &fy}) v->resize(static_cast<size_t>(LP));
-    for (auto* v : {&w, &aw, &dots}) v->resize(static_cast<size_t>(4 * LP));
-    rows.resize(static_cast<size_t>(4 * LP));
-    grad_rows.resize(static_cast<size_t>(4 * LP));
+    for (auto* v : {&half_W, &half_H}) v->resize(static_cast<size_t>(LP));
     for (int64_t i = 0; i < LP; ++i) {
       const int64_t l = i / P;
       level_H[i] = spatial_shapes[2 * l];
@@ -194,15 +204,16 @@ struct Scratch {
 // loop, vectorised across the samples (written so that GCC 12 does; check with -fopt-info-vec).
 template <class T, bool kGrad>
 void query_footprints(const T* __restrict loc, const T* __restrict attn, const T* v_slice,
-                      int64_t row_stride, T* grad_slice, int64_t grad_stride, Scratch<T>& sc) {
+                      int64_t row_stride, T* grad_slice, int64_t grad_stride, Scratch<T>& sc,
+                      Footprints<T>& f) {
   const int64_t LP = sc.LP;
   const int64_t *__restrict Wi = sc.level_W.data(), *__restrict Hi = sc.level_H.data();
   const int64_t* __restrict start = sc.level_start.data();
   const T *__restrict half_W = sc.half_W.data(), *__restrict half_H = sc.half_H.data();
-  T *__restrict fx = sc.fx.data(), *__restrict fy = sc.fy.data(), *__restrict w = sc.w.data();
-  T* __restrict aw = sc.aw.data();
-  const T** __restrict rows = sc.rows.data();
-  T** __restrict grad_rows = sc.grad_rows.data();
+  T *__restrict fx = f.fx.data(), *__restrict fy = f.fy.data(), *__restrict w = f.w.data();
+  T* __restrict aw = f.aw.data();
+  const T** __restrict rows = f.rows.data();
+  T** __restrict grad_rows = f.grad_rows.data();
   const T* zeros = sc.zeros.data();
   T* sinks = sc.sinks.data();
   const int64_t C = static_cast<int64_t>(sc.zeros.size());
@@ -248,29 +259,44 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
   }
 }
 
-// Forward for queries [q0, q1) of a slice: the footprints of a query's L*P samples, then its
-// output one vector of channels at a time, accumulated in a register over all samples.
+// The footprints of query q of a slice into sc.fp[q % 2], and prefetches of the inputs of a
+// query further on (a slice's queries are M apart in the inputs, too far for the hardware).
+template <class T, bool kGrad>
+void prepare_query(const Problem<T>& pb, const T* grad_output, const Slice<T>& sl, int64_t q,
+                   int64_t q1, Scratch<T>& sc) {
+  const int64_t LP = pb.L * pb.P, nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
+  const T* loc = pb.sampling_locations + nqm * LP * 2;
+  const T* attn = pb.attention_weights + nqm * LP;
+  if (q + kPrefetchQueries < q1) {
+    const int64_t ahead = kPrefetchQueries * pb.M;
+    prefetch_range(loc + ahead * LP * 2, LP * 2 * sizeof(T));
+    prefetch_range(attn + ahead * LP, LP * sizeof(T));
+    if (grad_output) prefetch_range(grad_output + (nqm + ahead) * pb.C, pb.C * sizeof(T));
+  }
+  query_footprints<T, kGrad>(loc, attn, sl.value, sl.value_stride, sl.grad, sl.grad_stride, sc,
+                             sc.fp[q % 2]);
+}
+
+// Forward for queries [q0, q1) of a slice: per query, the footprints of its L*P samples, then
+// its output one vector of channels at a time, accumulated in a register over all samples.
 template <class T>
 void forward_queries(const Problem<T>& pb, T* output, const Slice<T>& sl, int64_t q0,
                      int64_t q1, Scratch<T>& sc) {
   using S = Simd<T>;
   using Vec = typename S::Vec;
-  const int64_t C = pb.C, LP = pb.L * pb.P, n = sl.n, m = sl.m;
-  const T* const* r0 = sc.rows.data();
-  const T* const* r1 = r0 + LP;
-  const T* const* r2 = r1 + LP;
-  const T* const* r3 = r2 + LP;
-  const T *w0 = sc.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
+  const int64_t C = pb.C, LP = pb.L * pb.P;
+  if (q0 < q1) prepare_query<T, false>(pb, nullptr, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
-    const int64_t nqm = (n * pb.Q + q) * pb.M + m;
-    const T* loc = pb.sampling_locations + nqm * LP * 2;
+    if (q + 1 < q1) prepare_query<T, false>(pb, nullptr, sl, q + 1, q1, sc);
+    const Footprints<T>& f = sc.fp[q % 2];
+    const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* a = pb.attention_weights + nqm * LP;
     T* out = output + nqm * C;
-    if (q + kPrefetchQueries < q1) {
-      prefetch_range(loc + kPrefetchQueries * pb.M * LP * 2, LP * 2 * sizeof(T));
-      prefetch_range(a + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
-    }
-    query_footprints<T, false>(loc, a, sl.value, sl.value_stride, nullptr, 0, sc);
+    const T* const* r0 = f.rows.data();
+    const T* const* r1 = r0 + LP;
+    const T* const* r2 = r1 + LP;
+    const T* const* r3 = r2 + LP;
+    const T *w0 = f.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
     // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf
     // rather than Inf - Inf between corners.
     int64_t c = 0;
@@ -297,22 +323,17 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, const Slice<T>
                       T* grad_loc, T* grad_attn, int64_t q0, int64_t q1, Scratch<T>& sc) {
   using S = Simd<T>;
   using Vec = typename S::Vec;
-  const int64_t C = pb.C, LP = pb.L * pb.P, n = sl.n, m = sl.m;
+  const int64_t C = pb.C, LP = pb.L * pb.P;
+  if (q0 < q1) prepare_query<T, kGradValue>(pb, grad_output, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
-    const int64_t nqm = (n * pb.Q + q) * pb.M + m;
-    const T* loc = pb.sampling_locations + nqm * LP * 2;
+    if (q + 1 < q1) prepare_query<T, kGradValue>(pb, grad_output, sl, q + 1, q1, sc);
+    const Footprints<T>& f = sc.fp[q % 2];
+    const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* attn = pb.attention_weights + nqm * LP;
     const T* g = grad_output + nqm * C;
-    if (q + kPrefetchQueries < q1) {
-      prefetch_range(loc + kPrefetchQueries * pb.M * LP * 2, LP * 2 * sizeof(T));
-      prefetch_range(attn + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
-      prefetch_range(g + kPrefetchQueries * pb.M * C, C * sizeof(T));
-    }
-    query_footprints<T, kGradValue>(loc, attn, sl.value, sl.value_stride, sl.grad,
-                                    sl.grad_stride, sc);
-    const T* const* rows = sc.rows.data();
-    T* const* grad_rows = sc.grad_rows.data();
-    const T* aw = sc.aw.data();
+    const T* const* rows = f.rows.data();
+    T* const* grad_rows = f.grad_rows.data();
+    const T* aw = f.aw.data();
     T* dots = sc.dots.data();
     for (int64_t i = 0; i < LP; ++i) {
       const T *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
@@ -357,8 +378,8 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, const Slice<T>
     }
     if (!kDots) continue;
     // The gradients of the attention weights and the locations, from the dots of all samples.
-    const T *w0 = sc.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
-    const T *fx = sc.fx.data(), *fy = sc.fy.data();
+    const T *w0 = f.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
+    const T *fx = f.fx.data(), *fy = f.fy.data();
     if (grad_attn) {
       T* ga = grad_attn + nqm * LP;
 #pragma omp simd
@@ -389,8 +410,8 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, const Slice<T>
           gx += ((v1[c] - v0[c]) * s + (v3[c] - v2[c]) * fy[i]) * ga;
           gy += ((v2[c] - v0[c]) * e + (v3[c] - v1[c]) * fx[i]) * ga;
         }
-        gl[2 * i] = gx * (2 * sc.half_W[i]);
-        gl[2 * i + 1] = gy * (2 * sc.half_H[i]);
+        gl[2 * i] = gx * (2 * half_W[i]);
+        gl[2 * i + 1] = gy * (2 * half_H[i]);
       }
     }
   }
