@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -164,12 +165,26 @@ struct Footprints {
         aw(static_cast<size_t>(4 * LP)) {}
 };
 
+// A zeroed buffer whose data starts on a 64-byte boundary, so that rows of a multiple of 64
+// bytes (C = 32 floats, say) never straddle cache lines: a 64-byte access that does costs two.
+template <class T>
+struct AlignedBuffer {
+  std::vector<T> storage;
+  T* data = nullptr;
+  void resize(int64_t n) {
+    storage.assign(static_cast<size_t>(n) + 64 / sizeof(T), T(0));
+    const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+    data = storage.data() + ((64 - address % 64) % 64) / sizeof(T);
+  }
+};
+
 // Per-thread scratch.
 template <class T>
 struct Scratch {
   int64_t LP;
-  std::vector<T> zeros;  // C zeros: what a corner outside the map reads
-  std::vector<T> sinks;  // 4 x C: where a corner outside the map's gradient goes
+  int64_t C;
+  AlignedBuffer<T> zeros;  // C zeros: what a corner outside the map reads
+  AlignedBuffer<T> sinks;  // 4 x C: where a corner outside the map's gradient goes
   // Constant over the call, per sample i = (level, point): its level's size and first key.
   std::vector<int64_t> level_W, level_H, level_start;
   std::vector<T> half_W, half_H;
@@ -179,12 +194,14 @@ struct Scratch {
   Footprints<T> fp[2];
   std::vector<T> dots;  // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
   // Contiguous copies of one slice's value rows and grad_value rows (see Slice), K x C each.
-  std::vector<T> value_copy, grad_copy;
+  AlignedBuffer<T> value_copy, grad_copy;
 
   Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
           int64_t C)
-      : LP(L * P), zeros(static_cast<size_t>(C), T(0)), sinks(static_cast<size_t>(4 * C)),
-        fp{Footprints<T>(L * P), Footprints<T>(L * P)}, dots(static_cast<size_t>(4 * L * P)) {
+      : LP(L * P), C(C), fp{Footprints<T>(L * P), Footprints<T>(L * P)},
+        dots(static_cast<size_t>(4 * L * P)) {
+    zeros.resize(C);
+    sinks.resize(4 * C);
     for (auto* v : {&level_W, &level_H, &level_start}) v->resize(static_cast<size_t>(LP));
     for (auto* v : {&half_W, &half_H}) v->resize(static_cast<size_t>(LP));
     for (int64_t i = 0; i < LP; ++i) {
@@ -214,9 +231,9 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
   T* __restrict aw = f.aw.data();
   const T** __restrict rows = f.rows.data();
   T** __restrict grad_rows = f.grad_rows.data();
-  const T* zeros = sc.zeros.data();
-  T* sinks = sc.sinks.data();
-  const int64_t C = static_cast<int64_t>(sc.zeros.size());
+  const T* zeros = sc.zeros.data;
+  T* sinks = sc.sinks.data;
+  const int64_t C = sc.C;
 #pragma omp simd
   for (int64_t i = 0; i < LP; ++i) {
     // The arithmetic of F.grid_sample(align_corners=False) on grid = 2*loc - 1, rather than the
@@ -445,15 +462,15 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, channels);
-    if (copy) scratch.value_copy.resize(static_cast<size_t>(K * C));
+    if (copy) scratch.value_copy.resize(K * C);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t s = task / blocks, q0 = task % blocks * block;
       Slice<T> sl{s / heads, s % heads, value + (s / heads * K * heads + s % heads) * C,
                   row_stride, nullptr, 0};
       if (copy) {
-        gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data());
-        sl.value = scratch.value_copy.data();
+        gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data);
+        sl.value = scratch.value_copy.data;
         sl.value_stride = C;
       }
       forward_queries(pb, output, sl, q0, std::min(queries, q0 + block), scratch);
@@ -514,19 +531,19 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
       // on the thread count. (When nt does not divide the slices, the last round is uneven.)
       const bool copy = worth_copying(heads, K, queries, levels * points);
       if (copy) {
-        scratch.value_copy.resize(static_cast<size_t>(K * C));
-        if (grad_value) scratch.grad_copy.resize(static_cast<size_t>(K * C));
+        scratch.value_copy.resize(K * C);
+        if (grad_value) scratch.grad_copy.resize(K * C);
       }
 #pragma omp for schedule(dynamic, 1)
       for (int64_t s = 0; s < slices; ++s) {
         Slice<T> sl = slice(s);
         T* const grad_rows = sl.grad;
         if (copy) {
-          gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data());
-          sl.value = scratch.value_copy.data();
+          gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data);
+          sl.value = scratch.value_copy.data;
           sl.value_stride = C;
           if (grad_value) {
-            sl.grad = scratch.grad_copy.data();
+            sl.grad = scratch.grad_copy.data;
             sl.grad_stride = C;
           }
         }
