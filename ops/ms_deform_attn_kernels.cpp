@@ -296,7 +296,7 @@ void prepare_query(const Problem<T>& pb, const T* grad_output, const Slice<T>& s
 
 // Forward for queries [q0, q1) of a slice: per query, the footprints of its L*P samples, then
 // its output one vector of channels at a time, accumulated in a register over all samples.
-template <class T>
+template <class T, int kVectors>
 void forward_queries(const Problem<T>& pb, T* output, const Slice<T>& sl, int64_t q0,
                      int64_t q1, Scratch<T>& sc) {
   using S = Simd<T>;
@@ -317,6 +317,21 @@ void forward_queries(const Problem<T>& pb, T* output, const Slice<T>& sl, int64_
     // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf
     // rather than Inf - Inf between corners.
     int64_t c = 0;
+    if (kVectors > 0) {
+      // C is exactly kVectors vectors: all of them accumulate in registers in one pass over
+      // the samples, which reads each sample's pointers and weights once.
+      Vec acc[kVectors > 0 ? kVectors : 1] = {};
+      for (int64_t i = 0; i < LP; ++i) {
+        const T *p0 = r0[i], *p1 = r1[i], *p2 = r2[i], *p3 = r3[i];
+        for (int v = 0; v < kVectors; ++v) {
+          const int64_t o = v * S::kLanes;
+          acc[v] += a[i] * (w0[i] * S::load(p0 + o) + w1[i] * S::load(p1 + o) +
+                            w2[i] * S::load(p2 + o) + w3[i] * S::load(p3 + o));
+        }
+      }
+      for (int v = 0; v < kVectors; ++v) S::store(out + v * S::kLanes, acc[v]);
+      c = C;
+    }
     for (; c + S::kLanes <= C; c += S::kLanes) {
       Vec acc = {};
       for (int64_t i = 0; i < LP; ++i)
@@ -459,6 +474,12 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
   const int64_t block = slices >= max_threads ? queries : kQueryBlock;
   const int64_t blocks = block > 0 ? (queries + block - 1) / block : 0, tasks = slices * blocks;
   const bool copy = block == queries && worth_copying(heads, K, queries, levels * points);
+  // Channel counts of one, two or four whole vectors get a loop specialised for them.
+  constexpr int64_t kLanes = Simd<T>::kLanes;
+  auto run = forward_queries<T, 0>;
+  if (C == kLanes) run = forward_queries<T, 1>;
+  if (C == 2 * kLanes) run = forward_queries<T, 2>;
+  if (C == 4 * kLanes) run = forward_queries<T, 4>;
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, channels);
@@ -473,7 +494,7 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
         sl.value = scratch.value_copy.data;
         sl.value_stride = C;
       }
-      forward_queries(pb, output, sl, q0, std::min(queries, q0 + block), scratch);
+      run(pb, output, sl, q0, std::min(queries, q0 + block), scratch);
     }
   }
 }
