@@ -350,12 +350,15 @@ void forward_queries(const Problem<T>& pb, T* output, const Slice<T>& sl, int64_
 
 // Backward for queries [q0, q1) of a slice. kGradValue: scatter into the slice's gradient rows.
 // kDots: the channel dots d_k, needed by the gradients of the locations and attention weights.
-template <class T, bool kGradValue, bool kDots>
+template <class T, bool kGradValue, bool kDots, int kVectors>
 void backward_queries(const Problem<T>& pb, const T* grad_output, const Slice<T>& sl,
                       T* grad_loc, T* grad_attn, int64_t q0, int64_t q1, Scratch<T>& sc) {
   using S = Simd<T>;
   using Vec = typename S::Vec;
   const int64_t C = pb.C, LP = pb.L * pb.P;
+  // Channels covered by whole vectors; a compile-time constant when C is kVectors vectors, so
+  // that the channel loop unrolls.
+  const int64_t whole = kVectors > 0 ? kVectors * S::kLanes : C / S::kLanes * S::kLanes;
   if (q0 < q1) prepare_query<T, kGradValue>(pb, grad_output, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
     if (q + 1 < q1) prepare_query<T, kGradValue>(pb, grad_output, sl, q + 1, q1, sc);
@@ -375,7 +378,7 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, const Slice<T>
       // Lane j of acc_k sums the products of channels j, j + kLanes, ...
       Vec acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
       int64_t c = 0;
-      for (; c + S::kLanes <= C; c += S::kLanes) {
+      for (; c < whole; c += S::kLanes) {
         const Vec gc = S::load(g + c);
         if (kDots) {
           acc0 += gc * S::load(v0 + c);
@@ -509,15 +512,22 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
   const Problem<T> pb{value,    spatial_shapes, level_start_index, sampling_locations,
                       attention_weights, bs, num_keys, heads, channels, levels, queries, points};
   const bool need_dots = grad_sampling_locations || grad_attention_weights;
-  BackwardFn<T> run;
-  if (grad_value && need_dots)
-    run = backward_queries<T, true, true>;
-  else if (grad_value)
-    run = backward_queries<T, true, false>;
-  else if (need_dots)
-    run = backward_queries<T, false, true>;
-  else
-    return;
+  if (!grad_value && !need_dots) return;
+  // The three gradient masks, and channel counts of one, two or four whole vectors, get a loop
+  // specialised for them.
+  constexpr int64_t kLanes = Simd<T>::kLanes;
+  const int vectors = channels == kLanes       ? 1
+                      : channels == 2 * kLanes ? 2
+                      : channels == 4 * kLanes ? 4
+                                               : 0;
+  const BackwardFn<T> variants[3][5] = {
+      {backward_queries<T, true, true, 0>, backward_queries<T, true, true, 1>,
+       backward_queries<T, true, true, 2>, nullptr, backward_queries<T, true, true, 4>},
+      {backward_queries<T, true, false, 0>, backward_queries<T, true, false, 1>,
+       backward_queries<T, true, false, 2>, nullptr, backward_queries<T, true, false, 4>},
+      {backward_queries<T, false, true, 0>, backward_queries<T, false, true, 1>,
+       backward_queries<T, false, true, 2>, nullptr, backward_queries<T, false, true, 4>}};
+  const BackwardFn<T> run = variants[grad_value ? (need_dots ? 0 : 1) : 2][vectors];
 
   const int64_t K = num_keys, C = channels, row_stride = heads * C;
   const int64_t total = bs * heads * queries;
