@@ -19,10 +19,15 @@
 // those loops have no branches, and PyTorch's zero padding (the outside value 0 is still
 // multiplied by its weight, so NaN weights give NaN) falls out for free.
 //
-// Loop order: each thread walks slice by slice, so the value (and grad_value) rows it touches
-// belong to one head and stay in L2 (for the Deformable-DETR encoder a slice's value rows are
-// 5440 x 32 floats = 700 KB; all heads together would not fit). The per-query inputs are then
-// read with a stride of M queries, so they are prefetched a few queries ahead.
+// Work split: the slice is the unit of ownership. The backward hands whole slices to threads,
+// so each grad_value row has one writer (no atomics) and receives its contributions in query
+// order whatever the thread count; only with fewer slices than threads is a slice shared, via
+// private buffers added in a fixed order. The forward hands out slices, or blocks of a slice's
+// queries. Per query: the footprints of its L*P samples (one vectorised loop), then the loops
+// over channels. Walking slice by slice, a thread touches one head's rows; when a slice is
+// sampled often, they are first copied into a contiguous aligned buffer (see worth_copying) so
+// that they use the whole cache. A slice's per-query inputs are M queries apart in memory, too
+// far for the hardware prefetcher, so they are prefetched a few queries ahead.
 #include "ms_deform_attn_kernels.h"
 
 #include <omp.h>
@@ -197,8 +202,8 @@ struct Scratch {
   AlignedBuffer<T> value_copy, grad_copy;
 
   Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
-          int64_t C)
-      : LP(L * P), C(C), fp{Footprints<T>(L * P), Footprints<T>(L * P)},
+          int64_t channels)
+      : LP(L * P), C(channels), fp{Footprints<T>(L * P), Footprints<T>(L * P)},
         dots(static_cast<size_t>(4 * L * P)) {
     zeros.resize(C);
     sinks.resize(4 * C);
@@ -469,14 +474,15 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
   const int64_t slices = bs * heads, K = num_keys, C = channels, row_stride = heads * C;
   const int64_t work = slices * queries * levels * points * (channels + 8);
   const int max_threads = work > kParallelWork ? omp_get_max_threads() : 1;
-  // Tasks of consecutive queries of one slice, handed out dynamically: whole slices when there
-  // are enough of them (so a slice is copied once, see worth_copying), else kQueryBlock
-  // queries. Every output row belongs to one task, so the result is the same for any
-  // assignment, and a thread that is held up (another process on its core) does not hold up
-  // the others.
-  const int64_t block = slices >= max_threads ? queries : kQueryBlock;
+  // Tasks of consecutive queries of one slice, handed out dynamically: whole slices when they
+  // spread evenly enough over the threads (so that a slice is copied once, see worth_copying),
+  // else kQueryBlock queries. Every output row belongs to one task, so the result is the same
+  // for any assignment, and a thread that is held up (another process on its core) does not
+  // hold up the others.
+  const bool whole = slices % max_threads == 0 || slices >= 4 * max_threads;
+  const int64_t block = whole ? queries : kQueryBlock;
   const int64_t blocks = block > 0 ? (queries + block - 1) / block : 0, tasks = slices * blocks;
-  const bool copy = block == queries && worth_copying(heads, K, queries, levels * points);
+  const bool copy = whole && worth_copying(heads, K, queries, levels * points);
   // Channel counts of one, two or four whole vectors get a loop specialised for them.
   constexpr int64_t kLanes = Simd<T>::kLanes;
   auto run = forward_queries<T, 0>;
@@ -539,7 +545,7 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
   const int64_t work = total * levels * points * (channels + 8);
   const int max_threads = work > kParallelWork ? omp_get_max_threads() : 1;
   // Thread t's private grad_value rows (K x C) for the slice its range begins inside of.
-  std::vector<std::vector<T>> partial(static_cast<size_t>(max_threads));
+  std::vector<AlignedBuffer<T>> partial(static_cast<size_t>(max_threads));
   std::vector<int64_t> partial_slice(static_cast<size_t>(max_threads), -1);
 
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
@@ -593,9 +599,9 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
         const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
         Slice<T> sl = slice(s);
         if (grad_value && q0 != 0) {
-          partial[t].assign(static_cast<size_t>(K * C), T(0));
+          partial[t].resize(K * C);
           partial_slice[t] = s;
-          sl.grad = partial[t].data();
+          sl.grad = partial[t].data;
           sl.grad_stride = C;
         } else if (grad_value) {
           zero_rows(sl.grad, sl.grad_stride);
@@ -612,7 +618,7 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
         for (int u = 0; u < nt; ++u) {
           if (partial_slice[u] < 0) continue;
           const int64_t s = partial_slice[u], n = s / heads, m = s % heads;
-          const T* src = partial[u].data();
+          const T* src = partial[u].data;
           for (int64_t k = k0; k < k1; ++k) {
             T* dst = grad_value + ((n * K + k) * heads + m) * C;
             const T* row = src + k * C;
