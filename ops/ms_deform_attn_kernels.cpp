@@ -53,13 +53,21 @@ constexpr int64_t kPrefetchQueries = 2;
 // Queries per forward task (one slice's consecutive queries).
 constexpr int64_t kQueryBlock = 64;
 
-// 64 bytes of T (16 floats or 8 doubles) as a GCC/Clang vector extension: one AVX-512 register,
-// two AVX2 or four SSE/NEON ones, whatever the target has. Plain loops are not enough here: the
-// channel dots are reductions, which the compiler may not reorder into vector lanes by itself.
+// One SIMD register of T as a GCC/Clang vector extension, as wide as the target's registers
+// (wider types are split by the compiler, badly: scalars go through the stack). Plain loops are
+// not enough here: the channel dots are reductions, which the compiler may not reorder into
+// vector lanes by itself.
+#if defined(__AVX512F__)
+constexpr int kSimdBytes = 64;
+#elif defined(__AVX__)
+constexpr int kSimdBytes = 32;
+#else
+constexpr int kSimdBytes = 16;  // SSE2, NEON
+#endif
 template <class T>
 struct Simd {
-  typedef T Vec __attribute__((vector_size(64)));
-  static constexpr int64_t kLanes = 64 / sizeof(T);
+  typedef T Vec __attribute__((vector_size(kSimdBytes)));
+  static constexpr int64_t kLanes = kSimdBytes / sizeof(T);
   static Vec load(const T* p) {
     Vec v;
     std::memcpy(&v, p, sizeof v);
@@ -105,8 +113,13 @@ inline void lane_sums4(const typename Simd<T>::Vec& a0, const typename Simd<T>::
   constexpr int n = static_cast<int>(Simd<T>::kLanes);
   const auto lanes = std::make_integer_sequence<int, n>{};
   const auto a01 = pair_step<n, n>(a0, a1, lanes), a23 = pair_step<n, n>(a2, a3, lanes);
-  const auto sums = halve_to_one<n / 4>(pair_step<n, n / 2>(a01, a23, lanes));
-  std::memcpy(d, &sums, 4 * sizeof(T));
+  if constexpr (n == 2) {  // two doubles: a01 = [d0, d1], a23 = [d2, d3] already
+    std::memcpy(d, &a01, 2 * sizeof(T));
+    std::memcpy(d + 2, &a23, 2 * sizeof(T));
+  } else {
+    const auto sums = halve_to_one<n / 4>(pair_step<n, n / 2>(a01, a23, lanes));
+    std::memcpy(d, &sums, 4 * sizeof(T));
+  }
 }
 
 inline void prefetch_range(const void* p, int64_t bytes) {
@@ -192,7 +205,8 @@ struct Scratch {
   AlignedBuffer<T> sinks;  // 4 x C: where a corner outside the map's gradient goes
   // Constant over the call, per sample i = (level, point): its level's size and first key.
   std::vector<int64_t> level_W, level_H, level_start;
-  std::vector<T> half_W, half_H;
+  std::vector<T> half_W, half_H;    // W / 2, H / 2
+  std::vector<T> clamp_W, clamp_H;  // min(W, 2^30), min(H, 2^30)
   // Two queries' footprints: the next query's are computed before the current one is summed,
   // so that its row pointers, written as vectors, have left the store buffer when read one by
   // one, and its rows are being fetched meanwhile.
@@ -208,7 +222,7 @@ struct Scratch {
     zeros.resize(C);
     sinks.resize(4 * C);
     for (auto* v : {&level_W, &level_H, &level_start}) v->resize(static_cast<size_t>(LP));
-    for (auto* v : {&half_W, &half_H}) v->resize(static_cast<size_t>(LP));
+    for (auto* v : {&half_W, &half_H, &clamp_W, &clamp_H}) v->resize(static_cast<size_t>(LP));
     for (int64_t i = 0; i < LP; ++i) {
       const int64_t l = i / P;
       level_H[i] = spatial_shapes[2 * l];
@@ -216,6 +230,8 @@ struct Scratch {
       level_start[i] = level_start_index[l];
       half_H[i] = static_cast<T>(level_H[i]) / 2;
       half_W[i] = static_cast<T>(level_W[i]) / 2;
+      clamp_H[i] = static_cast<T>(std::min<int64_t>(level_H[i], int64_t(1) << 30));
+      clamp_W[i] = static_cast<T>(std::min<int64_t>(level_W[i], int64_t(1) << 30));
     }
   }
 };
@@ -232,6 +248,7 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
   const int64_t *__restrict Wi = sc.level_W.data(), *__restrict Hi = sc.level_H.data();
   const int64_t* __restrict start = sc.level_start.data();
   const T *__restrict half_W = sc.half_W.data(), *__restrict half_H = sc.half_H.data();
+  const T *__restrict clamp_W = sc.clamp_W.data(), *__restrict clamp_H = sc.clamp_H.data();
   T *__restrict fx = f.fx.data(), *__restrict fy = f.fy.data(), *__restrict w = f.w.data();
   T* __restrict aw = f.aw.data();
   const T** __restrict rows = f.rows.data();
@@ -247,13 +264,15 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
     const T y = (2 * loc[2 * i + 1] - 1 + 1) * half_H[i] - T(0.5);
     // Outside [-2, W] no corner is inside the map, so the coordinate is clamped there (NaN to -2)
     // before the integer conversion, which is then always defined; floor comes from truncation.
-    // (std::floor would not vectorise.)
-    const T Wf = 2 * half_W[i], Hf = 2 * half_H[i];
+    // (std::floor would not vectorise; 32-bit conversions vectorise on every x86 level. Levels
+    // wider or higher than 2^30 pixels are clamped at 2^30.)
+    const T Wf = clamp_W[i], Hf = clamp_H[i];
     const T x_lo = x >= -2 ? x : T(-2), y_lo = y >= -2 ? y : T(-2);
     const T xc = x_lo <= Wf ? x_lo : Wf, yc = y_lo <= Hf ? y_lo : Hf;
-    const int64_t xt = static_cast<int64_t>(xc), yt = static_cast<int64_t>(yc);
-    const int64_t xi = xt - (xc < static_cast<T>(xt)), yi = yt - (yc < static_cast<T>(yt));
-    const T x0 = static_cast<T>(xi), y0 = static_cast<T>(yi);
+    const int32_t xt = static_cast<int32_t>(xc), yt = static_cast<int32_t>(yc);
+    const int32_t x0i = xt - (xc < static_cast<T>(xt)), y0i = yt - (yc < static_cast<T>(yt));
+    const T x0 = static_cast<T>(x0i), y0 = static_cast<T>(y0i);
+    const int64_t xi = x0i, yi = y0i;
     // Distances to the west and north corners. For a NaN or infinite coordinate PyTorch computes
     // x - floor(x) = NaN; adding x - x (0, or NaN) reproduces that. Its weights are then NaN too.
     const T e = (xc - x0) + (x - x), n = (yc - y0) + (y - y);
