@@ -329,13 +329,34 @@ void prepare_query(const Problem<T>& pb, const T* grad_output, const Slice<T>& s
                              sc.fp[q % 2]);
 }
 
-// Forward for queries [q0, q1) of a slice: per query, the footprints of its L*P samples, then
-// its output one vector of channels at a time, accumulated in a register over all samples.
+// Output channels [c, c + kVectors * kLanes) of one query, accumulated in kVectors registers in
+// one pass over its samples (so each sample's pointers and weights are read once per pass).
+// a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf rather
+// than Inf - Inf between corners.
 template <class T, int kVectors>
+inline void sum_samples(const Footprints<T>& f, const T* a, int64_t LP, int64_t c, T* out) {
+  using S = Simd<T>;
+  typename S::Vec acc[kVectors] = {};
+  const T* const* r = f.rows.data();
+  const T* w = f.w.data();
+  for (int64_t i = 0; i < LP; ++i) {
+    const T *p0 = r[i] + c, *p1 = r[LP + i] + c, *p2 = r[2 * LP + i] + c, *p3 = r[3 * LP + i] + c;
+    const T w0 = w[i], w1 = w[LP + i], w2 = w[2 * LP + i], w3 = w[3 * LP + i];
+    for (int v = 0; v < kVectors; ++v) {
+      const int64_t o = v * S::kLanes;
+      acc[v] += a[i] * (w0 * S::load(p0 + o) + w1 * S::load(p1 + o) + w2 * S::load(p2 + o) +
+                        w3 * S::load(p3 + o));
+    }
+  }
+  for (int v = 0; v < kVectors; ++v) S::store(out + c + v * S::kLanes, acc[v]);
+}
+
+// Forward for queries [q0, q1) of a slice: per query, the footprints of its L*P samples, then
+// its output, up to four vectors of channels per pass over the samples.
+template <class T>
 void forward_queries(const Problem<T>& pb, T* output, const Slice<T>& sl, int64_t q0,
                      int64_t q1, Scratch<T>& sc) {
-  using S = Simd<T>;
-  using Vec = typename S::Vec;
+  constexpr int64_t V = Simd<T>::kLanes;
   const int64_t C = pb.C, LP = pb.L * pb.P;
   if (q0 < q1) prepare_query<T, false>(pb, nullptr, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
@@ -344,40 +365,23 @@ void forward_queries(const Problem<T>& pb, T* output, const Slice<T>& sl, int64_
     const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* a = pb.attention_weights + nqm * LP;
     T* out = output + nqm * C;
-    const T* const* r0 = f.rows.data();
-    const T* const* r1 = r0 + LP;
-    const T* const* r2 = r1 + LP;
-    const T* const* r3 = r2 + LP;
-    const T *w0 = f.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
-    // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf
-    // rather than Inf - Inf between corners.
     int64_t c = 0;
-    if (kVectors > 0) {
-      // C is exactly kVectors vectors: all of them accumulate in registers in one pass over
-      // the samples, which reads each sample's pointers and weights once.
-      Vec acc[kVectors > 0 ? kVectors : 1] = {};
-      for (int64_t i = 0; i < LP; ++i) {
-        const T *p0 = r0[i], *p1 = r1[i], *p2 = r2[i], *p3 = r3[i];
-        for (int v = 0; v < kVectors; ++v) {
-          const int64_t o = v * S::kLanes;
-          acc[v] += a[i] * (w0[i] * S::load(p0 + o) + w1[i] * S::load(p1 + o) +
-                            w2[i] * S::load(p2 + o) + w3[i] * S::load(p3 + o));
-        }
-      }
-      for (int v = 0; v < kVectors; ++v) S::store(out + v * S::kLanes, acc[v]);
-      c = C;
+    for (; c + 4 * V <= C; c += 4 * V) sum_samples<T, 4>(f, a, LP, c, out);
+    if (c + 2 * V <= C) {
+      sum_samples<T, 2>(f, a, LP, c, out);
+      c += 2 * V;
     }
-    for (; c + S::kLanes <= C; c += S::kLanes) {
-      Vec acc = {};
-      for (int64_t i = 0; i < LP; ++i)
-        acc += a[i] * (w0[i] * S::load(r0[i] + c) + w1[i] * S::load(r1[i] + c) +
-                       w2[i] * S::load(r2[i] + c) + w3[i] * S::load(r3[i] + c));
-      S::store(out + c, acc);
+    if (c + V <= C) {
+      sum_samples<T, 1>(f, a, LP, c, out);
+      c += V;
     }
+    const T* const* r = f.rows.data();
+    const T* w = f.w.data();
     for (; c < C; ++c) {
       T acc = 0;
       for (int64_t i = 0; i < LP; ++i)
-        acc += a[i] * (w0[i] * r0[i][c] + w1[i] * r1[i][c] + w2[i] * r2[i][c] + w3[i] * r3[i][c]);
+        acc += a[i] * (w[i] * r[i][c] + w[LP + i] * r[LP + i][c] +
+                       w[2 * LP + i] * r[2 * LP + i][c] + w[3 * LP + i] * r[3 * LP + i][c]);
       out[c] = acc;
     }
   }
@@ -513,12 +517,6 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
   const int64_t block = whole ? queries : kQueryBlock;
   const int64_t blocks = block > 0 ? (queries + block - 1) / block : 0, tasks = slices * blocks;
   const bool copy = whole && worth_copying(heads, K, queries, levels * points);
-  // Channel counts of one, two or four whole vectors get a loop specialised for them.
-  constexpr int64_t kLanes = Simd<T>::kLanes;
-  auto run = forward_queries<T, 0>;
-  if (C == kLanes) run = forward_queries<T, 1>;
-  if (C == 2 * kLanes) run = forward_queries<T, 2>;
-  if (C == 4 * kLanes) run = forward_queries<T, 4>;
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, channels);
@@ -533,7 +531,7 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
         sl.value = scratch.value_copy.data;
         sl.value_stride = C;
       }
-      run(pb, output, sl, q0, std::min(queries, q0 + block), scratch);
+      forward_queries(pb, output, sl, q0, std::min(queries, q0 + block), scratch);
     }
   }
 }
