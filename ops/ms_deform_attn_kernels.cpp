@@ -19,16 +19,22 @@
 // those loops have no branches, and PyTorch's zero padding (the outside value 0 is still
 // multiplied by its weight, so NaN weights give NaN) falls out for free.
 //
-// Loop order: each thread walks slice by slice, so the value (and grad_value) rows it touches
-// belong to one head and stay in L2 (for the Deformable-DETR encoder a slice's value rows are
-// 5440 x 32 floats = 700 KB; all heads together would not fit). The per-query inputs are then
-// read with a stride of M queries, so they are prefetched a few queries ahead.
+// Work split: the slice is the unit of ownership. The backward hands whole slices to threads,
+// so each grad_value row has one writer (no atomics) and receives its contributions in query
+// order whatever the thread count; only with fewer slices than threads is a slice shared, via
+// private buffers added in a fixed order. The forward hands out slices, or blocks of a slice's
+// queries. Per query: the footprints of its L*P samples (one vectorised loop), then the loops
+// over channels. Walking slice by slice, a thread touches one head's rows; when a slice is
+// sampled often, they are first copied into a contiguous aligned buffer (see worth_copying) so
+// that they use the whole cache. A slice's per-query inputs are M queries apart in memory, too
+// far for the hardware prefetcher, so they are prefetched a few queries ahead.
 #include "ms_deform_attn_kernels.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -44,14 +50,24 @@ namespace {
 constexpr int64_t kParallelWork = 1 << 15;
 // How many queries ahead (of the same slice) the per-query inputs are prefetched.
 constexpr int64_t kPrefetchQueries = 2;
+// Queries per forward task (one slice's consecutive queries).
+constexpr int64_t kQueryBlock = 64;
 
-// 64 bytes of T (16 floats or 8 doubles) as a GCC/Clang vector extension: one AVX-512 register,
-// two AVX2 or four SSE/NEON ones, whatever the target has. Plain loops are not enough here: the
-// channel dots are reductions, which the compiler may not reorder into vector lanes by itself.
+// One SIMD register of T as a GCC/Clang vector extension, as wide as the target's registers
+// (wider types are split by the compiler, badly: scalars go through the stack). Plain loops are
+// not enough here: the channel dots are reductions, which the compiler may not reorder into
+// vector lanes by itself.
+#if defined(__AVX512F__)
+constexpr int kSimdBytes = 64;
+#elif defined(__AVX__)
+constexpr int kSimdBytes = 32;
+#else
+constexpr int kSimdBytes = 16;  // SSE2, NEON
+#endif
 template <class T>
 struct Simd {
-  typedef T Vec __attribute__((vector_size(64)));
-  static constexpr int64_t kLanes = 64 / sizeof(T);
+  typedef T Vec __attribute__((vector_size(kSimdBytes)));
+  static constexpr int64_t kLanes = kSimdBytes / sizeof(T);
   static Vec load(const T* p) {
     Vec v;
     std::memcpy(&v, p, sizeof v);
@@ -97,8 +113,13 @@ inline void lane_sums4(const typename Simd<T>::Vec& a0, const typename Simd<T>::
   constexpr int n = static_cast<int>(Simd<T>::kLanes);
   const auto lanes = std::make_integer_sequence<int, n>{};
   const auto a01 = pair_step<n, n>(a0, a1, lanes), a23 = pair_step<n, n>(a2, a3, lanes);
-  const auto sums = halve_to_one<n / 4>(pair_step<n, n / 2>(a01, a23, lanes));
-  std::memcpy(d, &sums, 4 * sizeof(T));
+  if constexpr (n == 2) {  // two doubles: a01 = [d0, d1], a23 = [d2, d3] already
+    std::memcpy(d, &a01, 2 * sizeof(T));
+    std::memcpy(d + 2, &a23, 2 * sizeof(T));
+  } else {
+    const auto sums = halve_to_one<n / 4>(pair_step<n, n / 2>(a01, a23, lanes));
+    std::memcpy(d, &sums, 4 * sizeof(T));
+  }
 }
 
 inline void prefetch_range(const void* p, int64_t bytes) {
@@ -115,32 +136,95 @@ struct Problem {
   int64_t N, K, M, C, L, Q, P;
 };
 
-// Per-thread scratch. "Per sample" arrays have one entry per (level, point) of a query, corner
+// Where one slice's rows are: key k of the slice at value + k * value_stride, its gradient at
+// grad + k * grad_stride (grad null when grad_value is not asked for).
+template <class T>
+struct Slice {
+  int64_t n, m;
+  const T* value;
+  int64_t value_stride;
+  T* grad;
+  int64_t grad_stride;
+};
+
+// In value, a slice's rows are M*C elements apart: the other heads' channels sit in between, so
+// one head's rows use only 1/M of the cache sets (for M = 8, C = 32 floats: 8 of the 64 L1
+// sets, 1/8 of L2). When a slice is sampled often enough, its rows are first copied into a
+// contiguous per-thread buffer (and its gradient accumulated in one, then copied out), which
+// gives it the whole cache: for the Deformable-DETR encoder a slice (5440 x 32 floats, 700 KB)
+// then fits in L2. "Often enough": at least kCopyReads corner reads per key.
+constexpr int64_t kCopyReads = 2;
+inline bool worth_copying(int64_t M, int64_t K, int64_t queries, int64_t samples) {
+  return M > 1 && queries * samples * 4 >= kCopyReads * K;
+}
+
+// Copies a slice's K rows (C each, stride apart) to or from a contiguous buffer.
+template <class T>
+void gather_rows(const T* src, int64_t stride, int64_t K, int64_t C, T* dst) {
+  for (int64_t k = 0; k < K; ++k) std::memcpy(dst + k * C, src + k * stride, C * sizeof(T));
+}
+template <class T>
+void scatter_rows(const T* src, int64_t K, int64_t C, T* dst, int64_t stride) {
+  for (int64_t k = 0; k < K; ++k) std::memcpy(dst + k * stride, src + k * C, C * sizeof(T));
+}
+
+// Where the L*P sampling points of one query land, one entry per (level, point) i; corner
 // arrays are corner-major ([k * LP + i], corners k = nw, ne, sw, se).
+template <class T>
+struct Footprints {
+  std::vector<T> fx, fy;       // distances to the west / north corners (PyTorch's "w", "n")
+  std::vector<T> w;            // bilinear weights
+  std::vector<const T*> rows;  // value rows of the corners (or the zero row)
+  std::vector<T*> grad_rows;   // gradient rows of the corners (or the sink rows)
+  std::vector<T> aw;           // attention weight times bilinear weight
+  std::vector<int32_t> x0, y0;  // the north-west corner
+  explicit Footprints(int64_t LP)
+      : fx(static_cast<size_t>(LP)), fy(static_cast<size_t>(LP)), w(static_cast<size_t>(4 * LP)),
+        rows(static_cast<size_t>(4 * LP)), grad_rows(static_cast<size_t>(4 * LP)),
+        aw(static_cast<size_t>(4 * LP)), x0(static_cast<size_t>(LP)),
+        y0(static_cast<size_t>(LP)) {}
+};
+
+// A zeroed buffer whose data starts on a 64-byte boundary, so that rows of a multiple of 64
+// bytes (C = 32 floats, say) never straddle cache lines: a 64-byte access that does costs two.
+template <class T>
+struct AlignedBuffer {
+  std::vector<T> storage;
+  T* data = nullptr;
+  void resize(int64_t n) {
+    storage.assign(static_cast<size_t>(n) + 64 / sizeof(T), T(0));
+    const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+    data = storage.data() + ((64 - address % 64) % 64) / sizeof(T);
+  }
+};
+
+// Per-thread scratch.
 template <class T>
 struct Scratch {
   int64_t LP;
-  std::vector<T> zeros;        // C zeros: what a corner outside the map reads
-  std::vector<T> sinks;        // 4 x C: where a corner outside the map's gradient goes
-  // Constant over the call, per sample: its level's size and first key.
+  int64_t C;
+  AlignedBuffer<T> zeros;  // C zeros: what a corner outside the map reads
+  AlignedBuffer<T> sinks;  // 4 x C: where a corner outside the map's gradient goes
+  // Constant over the call, per sample i = (level, point): its level's size and first key.
   std::vector<int64_t> level_W, level_H, level_start;
-  std::vector<T> half_W, half_H;
-  // Per sample of the current query.
-  std::vector<T> fx, fy;       // distances to the west / north corners (PyTorch's "w", "n")
-  std::vector<T> w;            // bilinear weights, 4 per sample
-  std::vector<const T*> rows;  // value rows of the corners (or zeros), 4 per sample
-  std::vector<T*> grad_rows;   // grad_value rows of the corners (or sinks), 4 per sample
-  std::vector<T> aw;           // attention weight times bilinear weight, 4 per sample
-  std::vector<T> dots;         // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
+  std::vector<T> half_W, half_H;    // W / 2, H / 2
+  std::vector<T> clamp_W, clamp_H;  // min(W, 2^30), min(H, 2^30)
+  // Two queries' footprints: the next query's are computed before the current one is summed,
+  // so that its row pointers, written as vectors, have left the store buffer when read one by
+  // one, and its rows are being fetched meanwhile.
+  Footprints<T> fp[2];
+  std::vector<T> dots;  // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
+  // Contiguous copies of one slice's value rows and grad_value rows (see Slice), K x C each.
+  AlignedBuffer<T> value_copy, grad_copy;
 
   Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
-          int64_t C)
-      : LP(L * P), zeros(static_cast<size_t>(C), T(0)), sinks(static_cast<size_t>(4 * C)) {
+          int64_t channels)
+      : LP(L * P), C(channels), fp{Footprints<T>(L * P), Footprints<T>(L * P)},
+        dots(static_cast<size_t>(4 * L * P)) {
+    zeros.resize(C);
+    sinks.resize(4 * C);
     for (auto* v : {&level_W, &level_H, &level_start}) v->resize(static_cast<size_t>(LP));
-    for (auto* v : {&half_W, &half_H, &fx, &fy}) v->resize(static_cast<size_t>(LP));
-    for (auto* v : {&w, &aw, &dots}) v->resize(static_cast<size_t>(4 * LP));
-    rows.resize(static_cast<size_t>(4 * LP));
-    grad_rows.resize(static_cast<size_t>(4 * LP));
+    for (auto* v : {&half_W, &half_H, &clamp_W, &clamp_H}) v->resize(static_cast<size_t>(LP));
     for (int64_t i = 0; i < LP; ++i) {
       const int64_t l = i / P;
       level_H[i] = spatial_shapes[2 * l];
@@ -148,27 +232,33 @@ struct Scratch {
       level_start[i] = level_start_index[l];
       half_H[i] = static_cast<T>(level_H[i]) / 2;
       half_W[i] = static_cast<T>(level_W[i]) / 2;
+      clamp_H[i] = static_cast<T>(std::min<int64_t>(level_H[i], int64_t(1) << 30));
+      clamp_W[i] = static_cast<T>(std::min<int64_t>(level_W[i], int64_t(1) << 30));
     }
   }
 };
 
 // Where the L*P sampling points of one query land: bilinear weights and the four corner rows of
 // each, as pointers into value (rows row_stride apart from v_slice) and, if kGrad, into
-// grad_value (grad_stride apart) together with the scatter weights a * w_k. One branch-free loop, vectorised across samples.
+// grad_value (grad_stride apart) together with the scatter weights a * w_k. One branch-free
+// loop, vectorised across the samples (written so that GCC 12 does; check with -fopt-info-vec).
 template <class T, bool kGrad>
 void query_footprints(const T* __restrict loc, const T* __restrict attn, const T* v_slice,
-                      int64_t row_stride, T* grad_slice, int64_t grad_stride, Scratch<T>& sc) {
+                      int64_t row_stride, T* grad_slice, int64_t grad_stride, Scratch<T>& sc,
+                      Footprints<T>& f) {
   const int64_t LP = sc.LP;
   const int64_t *__restrict Wi = sc.level_W.data(), *__restrict Hi = sc.level_H.data();
   const int64_t* __restrict start = sc.level_start.data();
   const T *__restrict half_W = sc.half_W.data(), *__restrict half_H = sc.half_H.data();
-  T *__restrict fx = sc.fx.data(), *__restrict fy = sc.fy.data(), *__restrict w = sc.w.data();
-  T* __restrict aw = sc.aw.data();
-  const T** __restrict rows = sc.rows.data();
-  T** __restrict grad_rows = sc.grad_rows.data();
-  const T* zeros = sc.zeros.data();
-  T* sinks = sc.sinks.data();
-  const int64_t C = static_cast<int64_t>(sc.zeros.size());
+  const T *__restrict clamp_W = sc.clamp_W.data(), *__restrict clamp_H = sc.clamp_H.data();
+  T *__restrict fx = f.fx.data(), *__restrict fy = f.fy.data(), *__restrict w = f.w.data();
+  T* __restrict aw = f.aw.data();
+  int32_t *__restrict x0s = f.x0.data(), *__restrict y0s = f.y0.data();
+  const T** __restrict rows = f.rows.data();
+  T** __restrict grad_rows = f.grad_rows.data();
+  const T* zeros = sc.zeros.data;
+  T* sinks = sc.sinks.data;
+  const int64_t C = sc.C;
 #pragma omp simd
   for (int64_t i = 0; i < LP; ++i) {
     // The arithmetic of F.grid_sample(align_corners=False) on grid = 2*loc - 1, rather than the
@@ -177,13 +267,14 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
     const T y = (2 * loc[2 * i + 1] - 1 + 1) * half_H[i] - T(0.5);
     // Outside [-2, W] no corner is inside the map, so the coordinate is clamped there (NaN to -2)
     // before the integer conversion, which is then always defined; floor comes from truncation.
-    // (std::floor would not vectorise.)
-    const T Wf = 2 * half_W[i], Hf = 2 * half_H[i];
+    // (std::floor would not vectorise; 32-bit conversions vectorise on every x86 level. Levels
+    // wider or higher than 2^30 pixels are clamped at 2^30.)
+    const T Wf = clamp_W[i], Hf = clamp_H[i];
     const T x_lo = x >= -2 ? x : T(-2), y_lo = y >= -2 ? y : T(-2);
     const T xc = x_lo <= Wf ? x_lo : Wf, yc = y_lo <= Hf ? y_lo : Hf;
-    const int64_t xt = static_cast<int64_t>(xc), yt = static_cast<int64_t>(yc);
-    const int64_t xi = xt - (xc < static_cast<T>(xt)), yi = yt - (yc < static_cast<T>(yt));
-    const T x0 = static_cast<T>(xi), y0 = static_cast<T>(yi);
+    const int32_t xt = static_cast<int32_t>(xc), yt = static_cast<int32_t>(yc);
+    const int32_t x0i = xt - (xc < static_cast<T>(xt)), y0i = yt - (yc < static_cast<T>(yt));
+    const T x0 = static_cast<T>(x0i), y0 = static_cast<T>(y0i);
     // Distances to the west and north corners. For a NaN or infinite coordinate PyTorch computes
     // x - floor(x) = NaN; adding x - x (0, or NaN) reproduces that. Its weights are then NaN too.
     const T e = (xc - x0) + (x - x), n = (yc - y0) + (y - y);
@@ -193,6 +284,16 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
     w[1 * LP + i] = (1 - n) * e;
     w[2 * LP + i] = n * (1 - e);
     w[3 * LP + i] = n * e;
+    x0s[i] = x0i;
+    y0s[i] = y0i;
+    if (kGrad)
+      for (int k = 0; k < 4; ++k) aw[k * LP + i] = attn[i] * w[k * LP + i];
+  }
+  // The corner rows, from the integer corner coordinates. A second loop: with 64-bit pointer
+  // arithmetic it vectorises only on AVX2 and better, the loop above everywhere.
+#pragma omp simd
+  for (int64_t i = 0; i < LP; ++i) {
+    const int64_t xi = x0s[i], yi = y0s[i];
     // (& rather than && keeps the loop free of branches.)
     const bool west_in = (xi >= 0) & (xi < Wi[i]), east_in = (xi >= -1) & (xi < Wi[i] - 1);
     const bool north_in = (yi >= 0) & (yi < Hi[i]), south_in = (yi >= -1) & (yi < Hi[i] - 1);
@@ -202,7 +303,6 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
     rows[2 * LP + i] = (south_in & west_in) ? v_slice + sw * row_stride : zeros;
     rows[3 * LP + i] = (south_in & east_in) ? v_slice + se * row_stride : zeros;
     if (kGrad) {
-      for (int k = 0; k < 4; ++k) aw[k * LP + i] = attn[i] * w[k * LP + i];
       grad_rows[0 * LP + i] = (north_in & west_in) ? grad_slice + nw * grad_stride : sinks;
       grad_rows[1 * LP + i] = (north_in & east_in) ? grad_slice + ne * grad_stride : sinks + C;
       grad_rows[2 * LP + i] = (south_in & west_in) ? grad_slice + sw * grad_stride : sinks + 2 * C;
@@ -211,75 +311,103 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
   }
 }
 
-// Forward for queries [q0, q1) of slice (n, m): the footprints of a query's L*P samples, then
-// its output one vector of channels at a time, accumulated in a register over all samples.
-template <class T>
-void forward_queries(const Problem<T>& pb, T* output, int64_t n, int64_t m, int64_t q0,
-                     int64_t q1, Scratch<T>& sc) {
+// The footprints of query q of a slice into sc.fp[q % 2], and prefetches of the inputs of a
+// query further on (a slice's queries are M apart in the inputs, too far for the hardware).
+template <class T, bool kGrad>
+void prepare_query(const Problem<T>& pb, const T* grad_output, const Slice<T>& sl, int64_t q,
+                   int64_t q1, Scratch<T>& sc) {
+  const int64_t LP = pb.L * pb.P, nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
+  const T* loc = pb.sampling_locations + nqm * LP * 2;
+  const T* attn = pb.attention_weights + nqm * LP;
+  if (q + kPrefetchQueries < q1) {
+    const int64_t ahead = kPrefetchQueries * pb.M;
+    prefetch_range(loc + ahead * LP * 2, LP * 2 * sizeof(T));
+    prefetch_range(attn + ahead * LP, LP * sizeof(T));
+    if (grad_output) prefetch_range(grad_output + (nqm + ahead) * pb.C, pb.C * sizeof(T));
+  }
+  query_footprints<T, kGrad>(loc, attn, sl.value, sl.value_stride, sl.grad, sl.grad_stride, sc,
+                             sc.fp[q % 2]);
+}
+
+// Output channels [c, c + kVectors * kLanes) of one query, accumulated in kVectors registers in
+// one pass over its samples (so each sample's pointers and weights are read once per pass).
+// a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf rather
+// than Inf - Inf between corners.
+template <class T, int kVectors>
+inline void sum_samples(const Footprints<T>& f, const T* a, int64_t LP, int64_t c, T* out) {
   using S = Simd<T>;
-  using Vec = typename S::Vec;
-  const int64_t C = pb.C, LP = pb.L * pb.P, row_stride = pb.M * C;
-  const T* v_slice = pb.value + (n * pb.K * pb.M + m) * C;
-  const T* const* r0 = sc.rows.data();
-  const T* const* r1 = r0 + LP;
-  const T* const* r2 = r1 + LP;
-  const T* const* r3 = r2 + LP;
-  const T *w0 = sc.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
+  typename S::Vec acc[kVectors] = {};
+  const T* const* r = f.rows.data();
+  const T* w = f.w.data();
+  for (int64_t i = 0; i < LP; ++i) {
+    const T *p0 = r[i] + c, *p1 = r[LP + i] + c, *p2 = r[2 * LP + i] + c, *p3 = r[3 * LP + i] + c;
+    const T w0 = w[i], w1 = w[LP + i], w2 = w[2 * LP + i], w3 = w[3 * LP + i];
+    for (int v = 0; v < kVectors; ++v) {
+      const int64_t o = v * S::kLanes;
+      acc[v] += a[i] * (w0 * S::load(p0 + o) + w1 * S::load(p1 + o) + w2 * S::load(p2 + o) +
+                        w3 * S::load(p3 + o));
+    }
+  }
+  for (int v = 0; v < kVectors; ++v) S::store(out + c + v * S::kLanes, acc[v]);
+}
+
+// Forward for queries [q0, q1) of a slice: per query, the footprints of its L*P samples, then
+// its output, up to four vectors of channels per pass over the samples.
+template <class T>
+void forward_queries(const Problem<T>& pb, T* output, const Slice<T>& sl, int64_t q0,
+                     int64_t q1, Scratch<T>& sc) {
+  constexpr int64_t V = Simd<T>::kLanes;
+  const int64_t C = pb.C, LP = pb.L * pb.P;
+  if (q0 < q1) prepare_query<T, false>(pb, nullptr, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
-    const int64_t nqm = (n * pb.Q + q) * pb.M + m;
-    const T* loc = pb.sampling_locations + nqm * LP * 2;
+    if (q + 1 < q1) prepare_query<T, false>(pb, nullptr, sl, q + 1, q1, sc);
+    const Footprints<T>& f = sc.fp[q % 2];
+    const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* a = pb.attention_weights + nqm * LP;
     T* out = output + nqm * C;
-    if (q + kPrefetchQueries < q1) {
-      prefetch_range(loc + kPrefetchQueries * pb.M * LP * 2, LP * 2 * sizeof(T));
-      prefetch_range(a + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
-    }
-    query_footprints<T, false>(loc, a, v_slice, row_stride, nullptr, 0, sc);
-    // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf
-    // rather than Inf - Inf between corners.
     int64_t c = 0;
-    for (; c + S::kLanes <= C; c += S::kLanes) {
-      Vec acc = {};
-      for (int64_t i = 0; i < LP; ++i)
-        acc += a[i] * (w0[i] * S::load(r0[i] + c) + w1[i] * S::load(r1[i] + c) +
-                       w2[i] * S::load(r2[i] + c) + w3[i] * S::load(r3[i] + c));
-      S::store(out + c, acc);
+    for (; c + 4 * V <= C; c += 4 * V) sum_samples<T, 4>(f, a, LP, c, out);
+    if (c + 2 * V <= C) {
+      sum_samples<T, 2>(f, a, LP, c, out);
+      c += 2 * V;
     }
+    if (c + V <= C) {
+      sum_samples<T, 1>(f, a, LP, c, out);
+      c += V;
+    }
+    const T* const* r = f.rows.data();
+    const T* w = f.w.data();
     for (; c < C; ++c) {
       T acc = 0;
       for (int64_t i = 0; i < LP; ++i)
-        acc += a[i] * (w0[i] * r0[i][c] + w1[i] * r1[i][c] + w2[i] * r2[i][c] + w3[i] * r3[i][c]);
+        acc += a[i] * (w[i] * r[i][c] + w[LP + i] * r[LP + i][c] +
+                       w[2 * LP + i] * r[2 * LP + i][c] + w[3 * LP + i] * r[3 * LP + i][c]);
       out[c] = acc;
     }
   }
 }
 
-// Backward for queries [q0, q1) of slice (n, m). grad_v_slice points at key 0 of this slice's
-// grad_value rows (in grad_value itself or in a thread's private buffer), gv_stride apart.
-// kGradValue: scatter into grad_value. kDots: the channel dots d_k, needed by the gradients
-// of the locations and of the attention weights.
-template <class T, bool kGradValue, bool kDots>
-void backward_queries(const Problem<T>& pb, const T* grad_output, T* grad_v_slice,
-                      int64_t gv_stride, T* grad_loc, T* grad_attn, int64_t n, int64_t m,
-                      int64_t q0, int64_t q1, Scratch<T>& sc) {
+// Backward for queries [q0, q1) of a slice. kGradValue: scatter into the slice's gradient rows.
+// kDots: the channel dots d_k, needed by the gradients of the locations and attention weights.
+template <class T, bool kGradValue, bool kDots, int kVectors>
+void backward_queries(const Problem<T>& pb, const T* grad_output, const Slice<T>& sl,
+                      T* grad_loc, T* grad_attn, int64_t q0, int64_t q1, Scratch<T>& sc) {
   using S = Simd<T>;
   using Vec = typename S::Vec;
-  const int64_t C = pb.C, LP = pb.L * pb.P, row_stride = pb.M * C;
-  const T* v_slice = pb.value + (n * pb.K * pb.M + m) * C;
+  const int64_t C = pb.C, LP = pb.L * pb.P;
+  // Channels covered by whole vectors; a compile-time constant when C is kVectors vectors, so
+  // that the channel loop unrolls.
+  const int64_t whole = kVectors > 0 ? kVectors * S::kLanes : C / S::kLanes * S::kLanes;
+  if (q0 < q1) prepare_query<T, kGradValue>(pb, grad_output, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
-    const int64_t nqm = (n * pb.Q + q) * pb.M + m;
-    const T* loc = pb.sampling_locations + nqm * LP * 2;
+    if (q + 1 < q1) prepare_query<T, kGradValue>(pb, grad_output, sl, q + 1, q1, sc);
+    const Footprints<T>& f = sc.fp[q % 2];
+    const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* attn = pb.attention_weights + nqm * LP;
     const T* g = grad_output + nqm * C;
-    if (q + kPrefetchQueries < q1) {
-      prefetch_range(loc + kPrefetchQueries * pb.M * LP * 2, LP * 2 * sizeof(T));
-      prefetch_range(attn + kPrefetchQueries * pb.M * LP, LP * sizeof(T));
-      prefetch_range(g + kPrefetchQueries * pb.M * C, C * sizeof(T));
-    }
-    query_footprints<T, kGradValue>(loc, attn, v_slice, row_stride, grad_v_slice, gv_stride, sc);
-    const T* const* rows = sc.rows.data();
-    T* const* grad_rows = sc.grad_rows.data();
-    const T* aw = sc.aw.data();
+    const T* const* rows = f.rows.data();
+    T* const* grad_rows = f.grad_rows.data();
+    const T* aw = f.aw.data();
     T* dots = sc.dots.data();
     for (int64_t i = 0; i < LP; ++i) {
       const T *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
@@ -289,7 +417,7 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, T* grad_v_slic
       // Lane j of acc_k sums the products of channels j, j + kLanes, ...
       Vec acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
       int64_t c = 0;
-      for (; c + S::kLanes <= C; c += S::kLanes) {
+      for (; c < whole; c += S::kLanes) {
         const Vec gc = S::load(g + c);
         if (kDots) {
           acc0 += gc * S::load(v0 + c);
@@ -324,8 +452,8 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, T* grad_v_slic
     }
     if (!kDots) continue;
     // The gradients of the attention weights and the locations, from the dots of all samples.
-    const T *w0 = sc.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
-    const T *fx = sc.fx.data(), *fy = sc.fy.data();
+    const T *w0 = f.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
+    const T *fx = f.fx.data(), *fy = f.fy.data();
     if (grad_attn) {
       T* ga = grad_attn + nqm * LP;
 #pragma omp simd
@@ -356,16 +484,16 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, T* grad_v_slic
           gx += ((v1[c] - v0[c]) * s + (v3[c] - v2[c]) * fy[i]) * ga;
           gy += ((v2[c] - v0[c]) * e + (v3[c] - v1[c]) * fx[i]) * ga;
         }
-        gl[2 * i] = gx * (2 * sc.half_W[i]);
-        gl[2 * i + 1] = gy * (2 * sc.half_H[i]);
+        gl[2 * i] = gx * (2 * half_W[i]);
+        gl[2 * i + 1] = gy * (2 * half_H[i]);
       }
     }
   }
 }
 
 template <class T>
-using BackwardFn = void (*)(const Problem<T>&, const T*, T*, int64_t, T*, T*, int64_t, int64_t,
-                            int64_t, int64_t, Scratch<T>&);
+using BackwardFn = void (*)(const Problem<T>&, const T*, const Slice<T>&, T*, T*, int64_t,
+                            int64_t, Scratch<T>&);
 
 }  // namespace
 
@@ -377,18 +505,33 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
                             int64_t points) {
   const Problem<T> pb{value,    spatial_shapes, level_start_index, sampling_locations,
                       attention_weights, bs, num_keys, heads, channels, levels, queries, points};
-  const int64_t total = bs * heads * queries;
-  const int64_t work = total * levels * points * (channels + 8);
-  // Every output row belongs to one (slice, query): any split of the work is race-free.
-#pragma omp parallel if (work > kParallelWork)
+  const int64_t slices = bs * heads, K = num_keys, C = channels, row_stride = heads * C;
+  const int64_t work = slices * queries * levels * points * (channels + 8);
+  const int max_threads = work > kParallelWork ? omp_get_max_threads() : 1;
+  // Tasks of consecutive queries of one slice, handed out dynamically: whole slices when they
+  // spread evenly enough over the threads (so that a slice is copied once, see worth_copying),
+  // else kQueryBlock queries. Every output row belongs to one task, so the result is the same
+  // for any assignment, and a thread that is held up (another process on its core) does not
+  // hold up the others.
+  const bool whole = slices % max_threads == 0 || slices >= 4 * max_threads;
+  const int64_t block = whole ? queries : kQueryBlock;
+  const int64_t blocks = block > 0 ? (queries + block - 1) / block : 0, tasks = slices * blocks;
+  const bool copy = whole && worth_copying(heads, K, queries, levels * points);
+#pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, channels);
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t begin = total * t / nt, end = total * (t + 1) / nt;
-    for (int64_t i = begin; i < end;) {
-      const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
-      forward_queries(pb, output, s / heads, s % heads, q0, q1, scratch);
-      i += q1 - q0;
+    if (copy) scratch.value_copy.resize(K * C);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t s = task / blocks, q0 = task % blocks * block;
+      Slice<T> sl{s / heads, s % heads, value + (s / heads * K * heads + s % heads) * C,
+                  row_stride, nullptr, 0};
+      if (copy) {
+        gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data);
+        sl.value = scratch.value_copy.data;
+        sl.value_stride = C;
+      }
+      forward_queries(pb, output, sl, q0, std::min(queries, q0 + block), scratch);
     }
   }
 }
@@ -403,15 +546,22 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
   const Problem<T> pb{value,    spatial_shapes, level_start_index, sampling_locations,
                       attention_weights, bs, num_keys, heads, channels, levels, queries, points};
   const bool need_dots = grad_sampling_locations || grad_attention_weights;
-  BackwardFn<T> run;
-  if (grad_value && need_dots)
-    run = backward_queries<T, true, true>;
-  else if (grad_value)
-    run = backward_queries<T, true, false>;
-  else if (need_dots)
-    run = backward_queries<T, false, true>;
-  else
-    return;
+  if (!grad_value && !need_dots) return;
+  // The three gradient masks, and channel counts of one, two or four whole vectors, get a loop
+  // specialised for them.
+  constexpr int64_t kLanes = Simd<T>::kLanes;
+  const int vectors = channels == kLanes       ? 1
+                      : channels == 2 * kLanes ? 2
+                      : channels == 4 * kLanes ? 4
+                                               : 0;
+  const BackwardFn<T> variants[3][5] = {
+      {backward_queries<T, true, true, 0>, backward_queries<T, true, true, 1>,
+       backward_queries<T, true, true, 2>, nullptr, backward_queries<T, true, true, 4>},
+      {backward_queries<T, true, false, 0>, backward_queries<T, true, false, 1>,
+       backward_queries<T, true, false, 2>, nullptr, backward_queries<T, true, false, 4>},
+      {backward_queries<T, false, true, 0>, backward_queries<T, false, true, 1>,
+       backward_queries<T, false, true, 2>, nullptr, backward_queries<T, false, true, 4>}};
+  const BackwardFn<T> run = variants[grad_value ? (need_dots ? 0 : 1) : 2][vectors];
 
   const int64_t K = num_keys, C = channels, row_stride = heads * C;
   const int64_t total = bs * heads * queries;
@@ -423,57 +573,86 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
   const int64_t work = total * levels * points * (channels + 8);
   const int max_threads = work > kParallelWork ? omp_get_max_threads() : 1;
   // Thread t's private grad_value rows (K x C) for the slice its range begins inside of.
-  std::vector<std::vector<T>> partial(static_cast<size_t>(max_threads));
+  std::vector<AlignedBuffer<T>> partial(static_cast<size_t>(max_threads));
   std::vector<int64_t> partial_slice(static_cast<size_t>(max_threads), -1);
 
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, C);
-    // With at least as many slices as threads, each thread takes whole slices: every grad_value
-    // row has one writer and the result does not depend on the thread count. Otherwise the
-    // (slice, query) range is cut evenly and a slice may be shared (see the reduction below).
     const int64_t slices = bs * heads;
-    const int64_t begin = slices >= nt ? slices * t / nt * queries : total * t / nt;
-    const int64_t end = slices >= nt ? slices * (t + 1) / nt * queries : total * (t + 1) / nt;
-    for (int64_t i = begin; i < end;) {
-      const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
-      const int64_t n = s / heads, m = s % heads;
-      T* gv_slice = nullptr;
-      int64_t gv_stride = 0;
-      if (grad_value) {
-        if (q0 == 0) {
-          // This thread starts the slice, so it owns its rows in grad_value: no one else writes
-          // them until the reduction below.
-          gv_slice = grad_value + (n * K * heads + m) * C;
-          gv_stride = row_stride;
-          for (int64_t k = 0; k < K; ++k) std::fill_n(gv_slice + k * gv_stride, C, T(0));
-        } else {
-          partial[t].assign(static_cast<size_t>(K * C), T(0));
-          partial_slice[t] = s;
-          gv_slice = partial[t].data();
-          gv_stride = C;
-        }
+    // The rows of slice s in value and grad_value.
+    auto slice = [&](int64_t s) {
+      const int64_t offset = (s / heads * K * heads + s % heads) * C;
+      return Slice<T>{s / heads, s % heads, value + offset, row_stride,
+                      grad_value ? grad_value + offset : nullptr, row_stride};
+    };
+    auto zero_rows = [&](T* rows, int64_t stride) {
+      for (int64_t k = 0; k < K; ++k) std::fill_n(rows + k * stride, C, T(0));
+    };
+    if (slices >= nt) {
+      // Whole slices, handed out dynamically: each grad_value row has one writer and receives
+      // its slice's queries in order, whichever thread runs it, so the result does not depend
+      // on the thread count. (When nt does not divide the slices, the last round is uneven.)
+      const bool copy = worth_copying(heads, K, queries, levels * points);
+      if (copy) {
+        scratch.value_copy.resize(K * C);
+        if (grad_value) scratch.grad_copy.resize(K * C);
       }
-      run(pb, grad_output, gv_slice, gv_stride, grad_sampling_locations, grad_attention_weights,
-          n, m, q0, q1, scratch);
-      i += q1 - q0;
-    }
-
-    if (grad_value) {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t s = 0; s < slices; ++s) {
+        Slice<T> sl = slice(s);
+        T* const grad_rows = sl.grad;
+        if (copy) {
+          gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data);
+          sl.value = scratch.value_copy.data;
+          sl.value_stride = C;
+          if (grad_value) {
+            sl.grad = scratch.grad_copy.data;
+            sl.grad_stride = C;
+          }
+        }
+        if (grad_value) zero_rows(sl.grad, sl.grad_stride);
+        run(pb, grad_output, sl, grad_sampling_locations, grad_attention_weights, 0, queries,
+            scratch);
+        if (copy && grad_value) scatter_rows(sl.grad, K, C, grad_rows, row_stride);
+      }
+      // (The implicit barrier of omp for ends the work; there is nothing to reduce.)
+    } else {
+      // Fewer slices than threads: the (slice, query) range is cut evenly. A thread writes
+      // grad_value directly for the slice it starts, and into a private buffer for a slice begun
+      // by an earlier thread (only its first one can be); those are added below.
+      const int64_t begin = total * t / nt, end = total * (t + 1) / nt;
+      for (int64_t i = begin; i < end;) {
+        const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
+        Slice<T> sl = slice(s);
+        if (grad_value && q0 != 0) {
+          partial[t].resize(K * C);
+          partial_slice[t] = s;
+          sl.grad = partial[t].data;
+          sl.grad_stride = C;
+        } else if (grad_value) {
+          zero_rows(sl.grad, sl.grad_stride);
+        }
+        run(pb, grad_output, sl, grad_sampling_locations, grad_attention_weights, q0, q1,
+            scratch);
+        i += q1 - q0;
+      }
+      if (grad_value) {
 #pragma omp barrier
-      // Add the private parts in thread order (fixed, hence deterministic); each thread adds
-      // them for its own share of the keys.
-      const int64_t k0 = K * t / nt, k1 = K * (t + 1) / nt;
-      for (int u = 0; u < nt; ++u) {
-        if (partial_slice[u] < 0) continue;
-        const int64_t s = partial_slice[u], n = s / heads, m = s % heads;
-        const T* src = partial[u].data();
-        for (int64_t k = k0; k < k1; ++k) {
-          T* dst = grad_value + ((n * K + k) * heads + m) * C;
-          const T* row = src + k * C;
+        // Add the private parts in thread order (fixed, hence deterministic); each thread adds
+        // them for its own share of the keys.
+        const int64_t k0 = K * t / nt, k1 = K * (t + 1) / nt;
+        for (int u = 0; u < nt; ++u) {
+          if (partial_slice[u] < 0) continue;
+          const int64_t s = partial_slice[u], n = s / heads, m = s % heads;
+          const T* src = partial[u].data;
+          for (int64_t k = k0; k < k1; ++k) {
+            T* dst = grad_value + ((n * K + k) * heads + m) * C;
+            const T* row = src + k * C;
 #pragma omp simd
-          for (int64_t c = 0; c < C; ++c) dst[c] += row[c];
+            for (int64_t c = 0; c < C; ++c) dst[c] += row[c];
+          }
         }
       }
     }

@@ -29,7 +29,11 @@
 // for any shapes that satisfy the above, no out-of-bounds access happens.
 //
 // All buffers contiguous, C order. Outputs are overwritten, never accumulated into.
-// Parallel with OpenMP; no atomics; bit-identical results run to run at a fixed thread count.
+// Parallel with OpenMP over the N*M (image, head) pairs, "slices"; no atomics; bit-identical
+// results run to run (see the backward for thread counts). Memory: per thread, a few L*P-sized
+// arrays and, when a slice is sampled at least twice per key, a K x C copy of its value rows
+// (forward) or of its value and gradient rows (backward), which keeps one head's rows
+// contiguous in cache. SIMD through GCC/Clang vector extensions: any target, AVX-512 at best.
 #pragma once
 
 #include <cstdint>
