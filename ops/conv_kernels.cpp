@@ -15,8 +15,8 @@
 //
 // Three pieces carry all the maths, each written once (per group g, per sample):
 //
-//   correlate          y = w . im2col(x)          normal forward   | transposed grad_input
-//   correlate_adjoint  x = col2im(w^T . y)        normal grad_input | transposed forward
+//   correlate          y = w . im2col(x)           normal forward    | transposed grad_input
+//   correlate_adjoint  x = col2im(w^T . y)         normal grad_input | transposed forward
 //   weight_grad        dw = sum_n y . im2col(x)^T  normal: y = grad_output, x = input
 //                                                  transposed: y = input, x = grad_output
 //
@@ -25,16 +25,27 @@
 // The GEMMs are Eigen's, on column-major maps of our row-major buffers: a row-major (R x C)
 // buffer is a column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T.
 //
+// How im2col stays cheap:
+//   - the image block is first copied into a zero-padded box P (Dp, Hp, Wp) that holds exactly
+//     what the windows cover, so no inner loop checks bounds;
+//   - when the windows move by 1 in H and W ("flat" geometry), window positions are laid on a
+//     grid as wide as P (Wq = Wp instead of Wo): then tap t of every position of a whole (oh, ow)
+//     slice is P[q + offset(t)], and a row of the column matrix is one long memcpy. The extra
+//     Wp - Wo positions per row are garbage: their outputs are dropped, and they are zeroed
+//     wherever they would enter a sum, so non-finite values never leak;
+//   - otherwise (strided), rows are copied one output row at a time.
+// Column matrices are built in chunks of window positions (about kChunkBytes) so that they
+// stay in the L2 cache between im2col and the GEMM.
+//
 // Parallel plan (OpenMP, no atomics): every piece is cut into items that each own the slice of
 // the result they write, and the cut never changes the order of any sum, so results are
 // bit-identical for any thread count:
-//   correlate:          items (n, g, range of window positions)  -> owns y[n, g, range]
+//   correlate:          items (n, g, range of chunks)             -> owns y[n, g, range]
 //   correlate_adjoint:  items (n, g, block of image channels)     -> owns x[n, g, block]
-//   weight_grad:        items (g, block of ci, block of co)       -> owns dw[g, co-block, ci-block],
-//                       summing samples and position ranges in a fixed order
-// Column matrices are built in chunks of window positions (about kChunkBytes) so that they
-// stay in the L2 cache between im2col and the GEMM. Inside our parallel regions Eigen's GEMM
-// runs single-threaded (Eigen checks omp_get_num_threads()).
+//   weight_grad:        items (slot of samples, g, block of ci, block of co) -> owns its slot's
+//                       partial dw[g, co-block, ci-block]; slots are added in a fixed order
+// Chunk lengths depend on the shape only. Inside our parallel regions Eigen's GEMM runs
+// single-threaded (Eigen checks omp_get_num_threads()).
 //
 // Special paths:
 //   - "unit" convolutions (1x1x1 kernel, stride 1, no padding, same sizes) need no im2col:
@@ -47,6 +58,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -107,10 +119,17 @@ int64_t conv_weight_numel(const ConvParams& p) {
 namespace {
 
 // Target size of one chunk of the column matrix: it is written by im2col and read back by the
-// GEMM's packing right away, so it should live in L2 (2 MB per core here).
+// GEMM's packing right away, so it should stay in L2 (1 MB per core here).
 constexpr int64_t kChunkBytes = 512 * 1024;
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr double kParallelWork = 1 << 17;
+// Window positions the direct depthwise loops keep in registers at once.
+constexpr int64_t kBlock = 64;
+// Items that correlate_adjoint and weight_grad aim for when the batch alone gives too few. It is
+// a constant, not the thread count: Eigen's GEMM sums an entry in an order that depends on
+// where the entry falls in its blocking, so the cut into GEMMs must depend on the shape only for
+// results to be identical for any thread count. 4 keeps 1, 2 or 4 threads evenly busy.
+constexpr int kSplitTarget = 4;
 
 struct Geom {
   int64_t N, G;
@@ -119,9 +138,13 @@ struct Geom {
   int64_t Do, Ho, Wo, Lo;    // window positions
   int64_t kd, kh, kw, K;
   int64_t sd, sh, sw, dd, dh, dw, pd, ph, pw;
-  int64_t CKg;  // rows of one group's column matrix
-  bool unit;    // the column matrix is the image itself
-  bool depthwise;
+  int64_t CKg;               // rows of one group's column matrix
+  int64_t Dp, Hp, Wp, Lp;    // padded box: the part of the padded image the windows cover
+  int64_t slack;             // zeros after the last box: flat reads and depthwise blocks overrun
+  bool flat;                 // windows move by 1 in H and W: grid rows are as wide as the box
+  int64_t Wq, Lq;            // grid of window positions (Do, Ho, Wq); Wq = Wp if flat, else Wo
+  bool unit;                 // 1x1x1, stride 1, no padding: the column matrix is the image
+  bool depthwise;            // one image channel per group: direct loops
 };
 
 Geom make_geom(const ConvParams& p) {
@@ -144,9 +167,21 @@ Geom make_geom(const ConvParams& p) {
   g.dd = p.dilation[0], g.dh = p.dilation[1], g.dw = p.dilation[2];
   g.pd = p.pad_before[0], g.ph = p.pad_before[1], g.pw = p.pad_before[2];
   g.CKg = g.Cig * g.K;
+  auto extent = [](int64_t o, int64_t s, int64_t k, int64_t d) {
+    return o > 0 ? (o - 1) * s + (k - 1) * d + 1 : 0;
+  };
+  g.Dp = extent(g.Do, g.sd, g.kd, g.dd);
+  g.Hp = extent(g.Ho, g.sh, g.kh, g.dh);
+  g.Wp = extent(g.Wo, g.sw, g.kw, g.dw);
+  g.Lp = g.Dp * g.Hp * g.Wp;
+  g.slack = (g.kw - 1) * g.dw + kBlock;
   g.unit = g.K == 1 && g.sd == 1 && g.sh == 1 && g.sw == 1 && g.pd == 0 && g.ph == 0 &&
            g.pw == 0 && g.Di == g.Do && g.Hi == g.Ho && g.Wi == g.Wo;
   g.depthwise = g.Cig == 1 && g.Cog <= 4 && !g.unit;
+  // the garbage columns cost GEMM work: go flat only while they are at most a quarter of a row
+  g.flat = !g.unit && g.sh == 1 && g.sw == 1 && (g.Wp - g.Wo) * 4 <= g.Wo;
+  g.Wq = g.flat ? g.Wp : g.Wo;
+  g.Lq = g.Do * g.Ho * g.Wq;
   return g;
 }
 
@@ -162,110 +197,176 @@ int64_t pieces_for(int64_t outer, int64_t inner, int threads) {
   return inner;
 }
 
-// Length of a chunk of window positions for a column matrix of `rows` rows, balanced so that
-// all chunks of [0, Lo) have about the same length.
-int64_t chunk_len(int64_t rows, int64_t Lo, int64_t elem_bytes) {
-  if (Lo <= 0) return 1;
-  const int64_t want = std::max<int64_t>(kChunkBytes / (elem_bytes * std::max<int64_t>(rows, 1)), 64);
-  const int64_t n_chunks = (Lo + want - 1) / want;
-  return (Lo + n_chunks - 1) / n_chunks;
+// Length of a chunk of grid positions for a column matrix of `rows` rows, balanced so that all
+// chunks of [0, L) have about the same length. Depends on the shape only.
+int64_t chunk_len(int64_t rows, int64_t L, int64_t elem_bytes) {
+  if (L <= 0) return 1;
+  const int64_t want = std::max<int64_t>(kChunkBytes / (elem_bytes * std::max<int64_t>(rows, 1)), 192);
+  const int64_t n_chunks = (L + want - 1) / want;
+  return (L + n_chunks - 1) / n_chunks;
 }
 
-// Window positions o in [0, n_o) whose tap lands inside [0, n_i): 0 <= o * s + off < n_i.
-inline void valid_range(int64_t off, int64_t s, int64_t n_i, int64_t n_o, int64_t* lo,
-                        int64_t* hi) {
-  int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
-  int64_t b = (n_i - 1 - off) < 0 ? 0 : (n_i - 1 - off) / s + 1;
-  a = std::min(a, n_o);
-  b = std::min(b, n_o);
-  *lo = a;
-  *hi = std::max(a, b);
-}
-
-// Calls f(dst_offset, x_row_offset_or_-1, ow0, ow1) for each row segment of window positions
-// [l0, l1) for the tap (a, b) in d and h: dst_offset is where position (row, ow0) goes in a
-// chunk that starts at l0; x_row_offset is the start of the image row the tap reads (-1 when
-// the tap falls in the padding for this row).
+// Calls f(offset, od, oh, u0, u1) for each grid row (od, oh) that meets the grid range [q0, q1):
+// [u0, u1) are the row's columns inside the range, offset is where column u0 sits from q0.
 template <class F>
-inline void for_row_segments(const Geom& g, int64_t a, int64_t b, int64_t l0, int64_t l1, F&& f) {
-  if (l1 <= l0) return;  // also keeps Wo == 0 or Ho == 0 away from the divisions
-  int64_t r = l0 / g.Wo;  // r = od * Ho + oh, counted up without dividing again
+inline void for_grid_rows(const Geom& g, int64_t q0, int64_t q1, F&& f) {
+  if (q1 <= q0) return;  // also keeps Wq == 0 or Ho == 0 away from the divisions
+  int64_t r = q0 / g.Wq;
   int64_t od = r / g.Ho, oh = r % g.Ho;
-  for (int64_t pos = l0; pos < l1; ++r) {
-    const int64_t ow0 = pos - r * g.Wo;
-    const int64_t ow1 = std::min<int64_t>(l1 - r * g.Wo, g.Wo);
-    const int64_t id = od * g.sd - g.pd + a * g.dd;
-    const int64_t ih = oh * g.sh - g.ph + b * g.dh;
-    const bool inside = id >= 0 && id < g.Di && ih >= 0 && ih < g.Hi;
-    f(pos - l0, inside ? (id * g.Hi + ih) * g.Wi : int64_t(-1), ow0, ow1);
-    pos += ow1 - ow0;
+  for (int64_t q = q0; q < q1; ++r) {
+    const int64_t u0 = q - r * g.Wq, u1 = std::min<int64_t>(g.Wq, q1 - r * g.Wq);
+    f(q - q0, od, oh, u0, u1);
+    q += u1 - u0;
     if (++oh == g.Ho) oh = 0, ++od;
   }
 }
 
-// col (nc*K x (l1-l0), row-major) = im2col of image channels [c0, c0+nc) for window positions
-// [l0, l1). im points at channel 0 of one (sample, group).
+// P = nc image channels, each placed at (pd, ph, pw) in a zero box (Dp, Hp, Wp); image parts no
+// window reaches are left out. P holds nc * Lp + slack elements.
 template <class T>
-void im2col(const T* im, int64_t c0, int64_t nc, int64_t l0, int64_t l1, const Geom& g, T* col) {
-  const int64_t lc = l1 - l0;
+void pad_image(const T* im, int64_t nc, const Geom& g, T* P) {
+  const int64_t a = std::min(g.pw, g.Wp), b = std::max(a, std::min(g.pw + g.Wi, g.Wp));
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t z = 0; z < g.Dp; ++z)
+      for (int64_t yy = 0; yy < g.Hp; ++yy) {
+        T* row = P + ((c * g.Dp + z) * g.Hp + yy) * g.Wp;
+        const int64_t iz = z - g.pd, iy = yy - g.ph;
+        if (iz < 0 || iz >= g.Di || iy < 0 || iy >= g.Hi) {
+          std::fill(row, row + g.Wp, T(0));
+          continue;
+        }
+        std::fill(row, row + a, T(0));
+        if (b > a) std::memcpy(row + a, im + ((c * g.Di + iz) * g.Hi + iy) * g.Wi, sizeof(T) * (b - a));
+        std::fill(row + b, row + g.Wp, T(0));
+      }
+  std::fill(P + nc * g.Lp, P + nc * g.Lp + g.slack, T(0));
+}
+
+// The adjoint of pad_image: x channels = the image part of the boxes gP (0 where no window
+// reaches).
+template <class T>
+void crop_image(const T* gP, int64_t nc, const Geom& g, T* x) {
+  const int64_t n = std::clamp<int64_t>(g.Wp - g.pw, 0, g.Wi);
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t iz = 0; iz < g.Di; ++iz)
+      for (int64_t iy = 0; iy < g.Hi; ++iy) {
+        T* xr = x + ((c * g.Di + iz) * g.Hi + iy) * g.Wi;
+        const int64_t z = iz + g.pd, yy = iy + g.ph;
+        const bool covered = z < g.Dp && yy < g.Hp;
+        if (covered && n > 0) std::memcpy(xr, gP + ((c * g.Dp + z) * g.Hp + yy) * g.Wp + g.pw, sizeof(T) * n);
+        std::fill(xr + (covered ? n : 0), xr + g.Wi, T(0));
+      }
+}
+
+// col (nc*K x (q1-q0), row-major) = im2col of boxes P for grid positions [q0, q1).
+template <class T>
+void im2col(const T* P, int64_t nc, int64_t q0, int64_t q1, const Geom& g, T* col) {
+  const int64_t lc = q1 - q0, HWp = g.Hp * g.Wp;
   if (lc <= 0) return;
-  for (int64_t c = 0; c < nc; ++c) {
-    const T* xc = im + (c0 + c) * g.Li;
+  for (int64_t c = 0; c < nc; ++c)
     for (int64_t a = 0; a < g.kd; ++a)
       for (int64_t b = 0; b < g.kh; ++b)
         for (int64_t e = 0; e < g.kw; ++e) {
           T* dst = col + (((c * g.kd + a) * g.kh + b) * g.kw + e) * lc;
-          const int64_t off = e * g.dw - g.pw;
-          int64_t wlo, whi;
-          valid_range(off, g.sw, g.Wi, g.Wo, &wlo, &whi);
-          for_row_segments(g, a, b, l0, l1, [&](int64_t d0, int64_t xrow, int64_t ow0, int64_t ow1) {
-            T* ds = dst + d0;  // ds[j] is window position (row, ow0 + j)
-            if (xrow < 0) {
-              for (int64_t j = 0; j < ow1 - ow0; ++j) ds[j] = T(0);
-              return;
+          const T* Pt = P + c * g.Lp + a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw;  // tap (a,b,e)
+          if (g.flat) {  // a whole (oh, ow) slice of the grid is one contiguous run of P
+            const int64_t S = g.Ho * g.Wp;
+            for (int64_t od = q0 / S; od * S < q1; ++od) {
+              const int64_t s0 = std::max(q0, od * S), s1 = std::min(q1, od * S + S);
+              std::memcpy(dst + (s0 - q0), Pt + od * g.sd * HWp + (s0 - od * S), sizeof(T) * (s1 - s0));
             }
-            const int64_t lo = std::clamp(wlo, ow0, ow1), hi = std::clamp(whi, lo, ow1);
-            for (int64_t j = 0; j < lo - ow0; ++j) ds[j] = T(0);
-            T* dv = ds + (lo - ow0);
-            const T* xr = xc + xrow + lo * g.sw + off;  // tap of position lo
-            if (g.sw == 1) {
-              for (int64_t j = 0; j < hi - lo; ++j) dv[j] = xr[j];
-            } else {
-              for (int64_t j = 0; j < hi - lo; ++j) dv[j] = xr[j * g.sw];
-            }
-            for (int64_t j = hi - ow0; j < ow1 - ow0; ++j) ds[j] = T(0);
-          });
+          } else {
+            for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
+              const T* src = Pt + (od * g.sd * g.Hp + oh * g.sh) * g.Wp + u0 * g.sw;
+              T* d = dst + off;
+              if (g.sw == 1) {
+                for (int64_t j = 0; j < u1 - u0; ++j) d[j] = src[j];
+              } else {
+                for (int64_t j = 0; j < u1 - u0; ++j) d[j] = src[j * g.sw];
+              }
+            });
+          }
         }
-  }
 }
 
-// The adjoint of im2col: image channels [c0, c0+nc) += scatter of col. Taps that fall in the
-// padding are dropped.
+// The adjoint of im2col: boxes gP += scatter of col. With a flat grid the garbage columns of
+// col must be zero (zero_garbage).
 template <class T>
-void col2im_add(const T* col, int64_t c0, int64_t nc, int64_t l0, int64_t l1, const Geom& g, T* im) {
-  const int64_t lc = l1 - l0;
+void col2im_add(const T* col, int64_t nc, int64_t q0, int64_t q1, const Geom& g, T* gP) {
+  const int64_t lc = q1 - q0, HWp = g.Hp * g.Wp;
   if (lc <= 0) return;
-  for (int64_t c = 0; c < nc; ++c) {
-    T* xc = im + (c0 + c) * g.Li;
+  for (int64_t c = 0; c < nc; ++c)
     for (int64_t a = 0; a < g.kd; ++a)
       for (int64_t b = 0; b < g.kh; ++b)
         for (int64_t e = 0; e < g.kw; ++e) {
           const T* src = col + (((c * g.kd + a) * g.kh + b) * g.kw + e) * lc;
-          const int64_t off = e * g.dw - g.pw;
-          int64_t wlo, whi;
-          valid_range(off, g.sw, g.Wi, g.Wo, &wlo, &whi);
-          for_row_segments(g, a, b, l0, l1, [&](int64_t d0, int64_t xrow, int64_t ow0, int64_t ow1) {
-            if (xrow < 0) return;
-            const int64_t lo = std::clamp(wlo, ow0, ow1), hi = std::clamp(whi, lo, ow1);
-            const T* sp = src + d0 + (lo - ow0);        // column of position lo
-            T* xr = xc + xrow + lo * g.sw + off;        // its tap in the image
-            if (g.sw == 1) {
-              for (int64_t j = 0; j < hi - lo; ++j) xr[j] += sp[j];
-            } else {
-              for (int64_t j = 0; j < hi - lo; ++j) xr[j * g.sw] += sp[j];
+          T* Pt = gP + c * g.Lp + a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw;
+          if (g.flat) {
+            const int64_t S = g.Ho * g.Wp;
+            for (int64_t od = q0 / S; od * S < q1; ++od) {
+              const int64_t s0 = std::max(q0, od * S), s1 = std::min(q1, od * S + S);
+              T* d = Pt + od * g.sd * HWp + (s0 - od * S);
+              const T* s = src + (s0 - q0);
+              for (int64_t j = 0; j < s1 - s0; ++j) d[j] += s[j];
             }
-          });
+          } else {
+            for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
+              T* d = Pt + (od * g.sd * g.Hp + oh * g.sh) * g.Wp + u0 * g.sw;
+              const T* s = src + off;
+              if (g.sw == 1) {
+                for (int64_t j = 0; j < u1 - u0; ++j) d[j] += s[j];
+              } else {
+                for (int64_t j = 0; j < u1 - u0; ++j) d[j * g.sw] += s[j];
+              }
+            });
+          }
         }
+}
+
+// Zeroes the garbage columns (ow >= Wo) of the `rows` rows of a chunk [q0, q1) of a flat grid,
+// so that they add exact zeros to sums even where the image or weight holds Inf or NaN.
+template <class T>
+void zero_garbage(T* col, int64_t rows, int64_t q0, int64_t q1, const Geom& g) {
+  if (!g.flat || g.Wq == g.Wo) return;
+  const int64_t lc = q1 - q0;
+  for_grid_rows(g, q0, q1, [&](int64_t off, int64_t, int64_t, int64_t u0, int64_t u1) {
+    const int64_t v0 = std::max(u0, g.Wo);
+    for (int64_t r = 0; r < rows && v0 < u1; ++r) {
+      std::fill(col + r * lc + off + (v0 - u0), col + r * lc + off + (u1 - u0), T(0));
+    }
+  });
+}
+
+// ext (column j = ext + j*lc) = channels j < n of y (Lo apart) laid on the grid range [q0, q1),
+// zero at garbage positions.
+template <class T>
+void grid_from_rows(const T* y, int64_t n, int64_t q0, int64_t q1, const Geom& g, T* ext) {
+  const int64_t lc = q1 - q0;
+  for (int64_t j = 0; j < n; ++j) {
+    const T* yc = y + j * g.Lo;
+    T* d = ext + j * lc;
+    for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
+      const T* s = yc + (od * g.Ho + oh) * g.Wo;
+      const int64_t v1 = std::max(u0, std::min(u1, g.Wo));
+      for (int64_t u = u0; u < v1; ++u) d[off + u - u0] = s[u];
+      for (int64_t u = v1; u < u1; ++u) d[off + u - u0] = T(0);
+    });
+  }
+}
+
+// The other way: channels j < n of y (+ bias[j]) = the valid positions of ext.
+template <class T>
+void rows_from_grid(const T* ext, int64_t n, int64_t q0, int64_t q1, const Geom& g, const T* bias, T* y) {
+  const int64_t lc = q1 - q0;
+  for (int64_t j = 0; j < n; ++j) {
+    T* yc = y + j * g.Lo;
+    const T* s = ext + j * lc;
+    const T b = bias ? bias[j] : T(0);
+    for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
+      T* d = yc + (od * g.Ho + oh) * g.Wo;
+      const int64_t v1 = std::min(u1, g.Wo);
+      for (int64_t u = u0; u < v1; ++u) d[u] = s[off + u - u0] + b;
+    });
   }
 }
 
@@ -277,180 +378,280 @@ template <class T>
 using CMapM = Eigen::Map<const MatCM<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 
 // ---------------------------------------------------------------------------------------------
-// Depthwise: one image channel per group (Cig == 1), direct loops.
+// Depthwise: one image channel per group (Cig == 1), direct loops on the padded box.
 // Column channel co reads image channel co / Cog.
 
 // y[n, co] = bias[co] + sum_t w[co, t] * x[n, co / Cog, window(o) + t]
 template <class T>
 void correlate_depthwise(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
-  const int64_t items = g.N * g.Co;
+  const int64_t items = g.N * g.Co, HWp = g.Hp * g.Wp, S = g.Ho * g.Wp;
   const bool par = double(items) * g.K * g.Lo >= kParallelWork && items > 1;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t it = 0; it < items; ++it) {
-    const int64_t n = it / g.Co, co = it % g.Co;
-    T* yp = y + it * g.Lo;
-    const T* xp = x + (n * g.Ci + co / g.Cog) * g.Li;
-    const T* wp = w + co * g.K;
-    std::fill(yp, yp + g.Lo, bias ? bias[co] : T(0));
-    for (int64_t a = 0; a < g.kd; ++a)
-      for (int64_t b = 0; b < g.kh; ++b)
-        for (int64_t e = 0; e < g.kw; ++e) {
-          const T wv = wp[(a * g.kh + b) * g.kw + e];
-          const int64_t off = e * g.dw - g.pw;
-          int64_t lo, hi;
-          valid_range(off, g.sw, g.Wi, g.Wo, &lo, &hi);
-          if (hi <= lo) continue;
-          for_row_segments(g, a, b, 0, g.Lo, [&](int64_t d0, int64_t xrow, int64_t, int64_t) {
-            if (xrow < 0) return;
-            T* yr = yp + d0;
-            const T* xr = xp + xrow;
-            if (g.sw == 1) {
-              const T* xs = xr + lo + off;
-              T* ys = yr + lo;
-              for (int64_t j = 0; j < hi - lo; ++j) ys[j] += wv * xs[j];
-            } else {
-              for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow * g.sw + off];
-            }
-          });
+#pragma omp parallel if (par)
+  {
+    std::vector<T> P(g.Lp + g.slack), ext(g.flat ? S + kBlock : 0);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t n = it / g.Co, co = it % g.Co;
+      const T* wp = w + co * g.K;
+      const T b0 = bias ? bias[co] : T(0);
+      T* yp = y + it * g.Lo;
+      pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g, P.data());
+      for (int64_t od = 0; od < g.Do; ++od) {
+        const T* Pz = P.data() + od * g.sd * HWp;
+        if (g.flat) {
+          // every tap of a block of kBlock grid positions is a contiguous run of P: the block
+          // stays in registers across the K taps
+          for (int64_t q = 0; q < S; q += kBlock) {
+            T acc[kBlock];
+            for (int64_t j = 0; j < kBlock; ++j) acc[j] = b0;
+            const T* wt = wp;
+            for (int64_t a = 0; a < g.kd; ++a)
+              for (int64_t b = 0; b < g.kh; ++b)
+                for (int64_t e = 0; e < g.kw; ++e) {
+                  const T wv = *wt++;
+                  const T* src = Pz + a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw + q;
+                  for (int64_t j = 0; j < kBlock; ++j) acc[j] += wv * src[j];
+                }
+            for (int64_t j = 0; j < kBlock; ++j) ext[q + j] = acc[j];
+          }
+          for (int64_t oh = 0; oh < g.Ho; ++oh) {
+            std::memcpy(yp + (od * g.Ho + oh) * g.Wo, ext.data() + oh * g.Wp, sizeof(T) * g.Wo);
+          }
+        } else {
+          for (int64_t oh = 0; oh < g.Ho; ++oh) {
+            T* yr = yp + (od * g.Ho + oh) * g.Wo;
+            std::fill(yr, yr + g.Wo, b0);
+            const T* wt = wp;
+            for (int64_t a = 0; a < g.kd; ++a)
+              for (int64_t b = 0; b < g.kh; ++b)
+                for (int64_t e = 0; e < g.kw; ++e) {
+                  const T wv = *wt++;
+                  const T* src = Pz + a * g.dd * HWp + (oh * g.sh + b * g.dh) * g.Wp + e * g.dw;
+                  for (int64_t ow = 0; ow < g.Wo; ++ow) yr[ow] += wv * src[ow * g.sw];
+                }
+          }
         }
+      }
+    }
   }
 }
 
-// x[n, c] = bias[c] + sum_{co of group c} sum_t w[co, t] * scatter(y[n, co])
+// x[n, c] = bias[c] + sum over the Cog column channels co of c: scatter of w[co, t] * y[n, co]
 template <class T>
 void correlate_adjoint_depthwise(const T* y, const T* w, const T* bias, T* x, const Geom& g) {
-  const int64_t items = g.N * g.Ci;  // one image plane each; Ci == G
+  const int64_t items = g.N * g.Ci, HWp = g.Hp * g.Wp;  // Ci == G
+  // margin in front of a grid slice, so that the gather below reads zeros before it
+  const int64_t M = (g.kh - 1) * g.dh * g.Wp + (g.kw - 1) * g.dw;
   const bool par = double(items) * g.Cog * g.K * g.Lo >= kParallelWork && items > 1;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t it = 0; it < items; ++it) {
-    const int64_t n = it / g.Ci, c = it % g.Ci;
-    T* xp = x + it * g.Li;
-    std::fill(xp, xp + g.Li, bias ? bias[c] : T(0));
-    for (int64_t j = 0; j < g.Cog; ++j) {
-      const int64_t co = c * g.Cog + j;
-      const T* yp = y + (n * g.Co + co) * g.Lo;
-      const T* wp = w + co * g.K;
-      for (int64_t a = 0; a < g.kd; ++a)
-        for (int64_t b = 0; b < g.kh; ++b)
-          for (int64_t e = 0; e < g.kw; ++e) {
-            const T wv = wp[(a * g.kh + b) * g.kw + e];
-            const int64_t off = e * g.dw - g.pw;
-            int64_t lo, hi;
-            valid_range(off, g.sw, g.Wi, g.Wo, &lo, &hi);
-            if (hi <= lo) continue;
-            for_row_segments(g, a, b, 0, g.Lo, [&](int64_t d0, int64_t xrow, int64_t, int64_t) {
-              if (xrow < 0) return;
-              const T* yr = yp + d0;
-              T* xr = xp + xrow;
-              if (g.sw == 1) {
-                T* xs = xr + lo + off;
-                const T* ys = yr + lo;
-                for (int64_t q = 0; q < hi - lo; ++q) xs[q] += wv * ys[q];
-              } else {
-                for (int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sw + off] += wv * yr[ow];
+#pragma omp parallel if (par)
+  {
+    std::vector<T> gP(g.Lp + g.slack), Y(g.flat ? M + HWp + kBlock : 0);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t n = it / g.Ci, c = it % g.Ci;
+      std::fill(gP.begin(), gP.end(), T(0));
+      for (int64_t j = 0; j < g.Cog; ++j) {
+        const int64_t co = c * g.Cog + j;
+        const T* yp = y + (n * g.Co + co) * g.Lo;
+        const T* wp = w + co * g.K;
+        // gather form needs y laid on the flat grid with zero margins; a non-finite weight
+        // would turn those zeros into NaN, so such channels take the scatter form
+        bool finite = true;
+        for (int64_t t = 0; t < g.K; ++t) finite = finite && std::isfinite(wp[t]);
+        for (int64_t od = 0; od < g.Do; ++od) {
+          if (g.flat && finite) {
+            // gP slice z = od*sd + a*dd gathers sum_{b,e} w[a,b,e] * y[p - (b*dh*Wp + e*dw)]
+            std::fill(Y.begin(), Y.end(), T(0));
+            for (int64_t oh = 0; oh < g.Ho; ++oh) {
+              std::memcpy(Y.data() + M + oh * g.Wp, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
+            }
+            for (int64_t a = 0; a < g.kd; ++a) {
+              T* Pz = gP.data() + (od * g.sd + a * g.dd) * HWp;
+              for (int64_t p = 0; p < HWp; p += kBlock) {
+                T acc[kBlock] = {};
+                const T* wt = wp + a * g.kh * g.kw;
+                for (int64_t b = 0; b < g.kh; ++b)
+                  for (int64_t e = 0; e < g.kw; ++e) {
+                    const T wv = *wt++;
+                    const T* src = Y.data() + M + p - (b * g.dh * g.Wp + e * g.dw);
+                    for (int64_t q = 0; q < kBlock; ++q) acc[q] += wv * src[q];
+                  }
+                const int64_t len = std::min(kBlock, HWp - p);  // never spill into the next slice
+                for (int64_t q = 0; q < len; ++q) Pz[p + q] += acc[q];
               }
-            });
+            }
+          } else {
+            for (int64_t oh = 0; oh < g.Ho; ++oh) {
+              const T* yr = yp + (od * g.Ho + oh) * g.Wo;
+              const T* wt = wp;
+              for (int64_t a = 0; a < g.kd; ++a)
+                for (int64_t b = 0; b < g.kh; ++b)
+                  for (int64_t e = 0; e < g.kw; ++e) {
+                    const T wv = *wt++;
+                    T* dst = gP.data() + (od * g.sd + a * g.dd) * HWp + (oh * g.sh + b * g.dh) * g.Wp + e * g.dw;
+                    for (int64_t ow = 0; ow < g.Wo; ++ow) dst[ow * g.sw] += wv * yr[ow];
+                  }
+            }
           }
+        }
+      }
+      T* xp = x + it * g.Li;
+      crop_image(gP.data(), 1, g, xp);
+      if (bias) {
+        for (int64_t i = 0; i < g.Li; ++i) xp[i] += bias[c];
+      }
     }
   }
 }
 
-// dw[co, t] = sum_n sum_o y[n, co, o] * x[n, co / Cog, window(o) + t]; each row's dot product in
-// T, the long sum over rows and samples in double.
+// sum_o y[o] * P[tap(t) + window(o)] over the valid window positions, row by row (exact for any
+// values), each row in T and the rows in double.
+template <class T>
+double depthwise_tap_dot(const T* yp, const T* P, int64_t t, const Geom& g) {
+  const int64_t a = t / (g.kh * g.kw), b = (t / g.kw) % g.kh, e = t % g.kw;
+  const T* Pt = P + a * g.dd * g.Hp * g.Wp + b * g.dh * g.Wp + e * g.dw;
+  double acc = 0;
+  for (int64_t od = 0; od < g.Do; ++od)
+    for (int64_t oh = 0; oh < g.Ho; ++oh) {
+      const T* yr = yp + (od * g.Ho + oh) * g.Wo;
+      const T* src = Pt + (od * g.sd * g.Hp + oh * g.sh) * g.Wp;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t ow = 0; ow < g.Wo; ++ow) s += yr[ow] * src[ow * g.sw];
+      acc += double(s);
+    }
+  return acc;
+}
+
+// dw[co, t] = sum_n sum_o y[n, co, o] * x[n, co / Cog, window(o) + t]; items own a column channel
+// and sum the samples in order; partial sums in T, long sums in double.
 template <class T>
 void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
-  const int64_t items = g.Co * g.K;
-  const bool par = double(items) * g.N * g.Lo >= kParallelWork && items > 1;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t it = 0; it < items; ++it) {
-    const int64_t co = it / g.K, t = it % g.K;
-    const int64_t a = t / (g.kh * g.kw), b = (t / g.kw) % g.kh, e = t % g.kw;
-    const int64_t off = e * g.dw - g.pw;
-    int64_t lo, hi;
-    valid_range(off, g.sw, g.Wi, g.Wo, &lo, &hi);
-    double acc = 0;
-    for (int64_t n = 0; n < g.N && hi > lo; ++n) {
-      const T* yp = y + (n * g.Co + co) * g.Lo;
-      const T* xp = x + (n * g.Ci + co / g.Cog) * g.Li;
-      for_row_segments(g, a, b, 0, g.Lo, [&](int64_t d0, int64_t xrow, int64_t, int64_t) {
-        if (xrow < 0) return;
-        const T* yr = yp + d0;
-        const T* xr = xp + xrow;
-        T s = 0;
-        if (g.sw == 1) {
-          const T* xs = xr + off;
-#pragma omp simd reduction(+ : s)
-          for (int64_t ow = lo; ow < hi; ++ow) s += yr[ow] * xs[ow];
-        } else {
-#pragma omp simd reduction(+ : s)
-          for (int64_t ow = lo; ow < hi; ++ow) s += yr[ow] * xr[ow * g.sw + off];
+  const int64_t items = g.Co, HWp = g.Hp * g.Wp, S = g.Ho * g.Wp;
+  const bool par = double(items) * g.K * g.N * g.Lo >= kParallelWork && items > 1;
+#pragma omp parallel if (par)
+  {
+    std::vector<T> P(g.Lp + g.slack), Y(g.flat ? S + kBlock : 0);
+    std::vector<double> acc(g.K);
+#pragma omp for schedule(static)
+    for (int64_t co = 0; co < items; ++co) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t n = 0; n < g.N; ++n) {
+        const T* yp = y + (n * g.Co + co) * g.Lo;
+        pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g, P.data());
+        if (!g.flat) {
+          for (int64_t t = 0; t < g.K; ++t) acc[t] += depthwise_tap_dot(yp, P.data(), t, g);
+          continue;
         }
-        acc += double(s);
-      });
+        // flat: one long dot per tap over the grid, y zero at the garbage positions
+        for (int64_t od = 0; od < g.Do; ++od) {
+          std::fill(Y.begin(), Y.end(), T(0));
+          for (int64_t oh = 0; oh < g.Ho; ++oh) {
+            std::memcpy(Y.data() + oh * g.Wp, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
+          }
+          const T* Pz = P.data() + od * g.sd * HWp;
+          int64_t t = 0;
+          for (int64_t a = 0; a < g.kd; ++a)
+            for (int64_t b = 0; b < g.kh; ++b)
+              for (int64_t e = 0; e < g.kw; ++e, ++t) {
+                const T* src = Pz + a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw;
+                T s[kBlock] = {};
+                for (int64_t q = 0; q < S; q += kBlock)
+                  for (int64_t j = 0; j < kBlock; ++j) s[j] += Y[q + j] * src[q + j];
+                double d = 0;
+                for (int64_t j = 0; j < kBlock; ++j) d += double(s[j]);
+                acc[t] += d;
+              }
+        }
+      }
+      for (int64_t t = 0; t < g.K; ++t) {
+        if (g.flat && std::isnan(acc[t])) {
+          // a garbage position met an Inf or NaN of x (0 * Inf): redo this tap exactly
+          acc[t] = 0;
+          for (int64_t n = 0; n < g.N; ++n) {
+            pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g, P.data());
+            acc[t] += depthwise_tap_dot(y + (n * g.Co + co) * g.Lo, P.data(), t, g);
+          }
+        }
+        dw[co * g.K + t] = T(acc[t]);
+      }
     }
-    dw[it] = T(acc);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The three pieces, general path (im2col / col2im + GEMM).
 
-// y[n, g] = w[g] . im2col(x[n, g]) (+ bias), items (n, g, chunk of window positions).
+// y[n, g] = w[g] . im2col(x[n, g]) (+ bias); items (n, g, range of chunks).
 template <class T>
 void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   if (g.N == 0 || g.Co == 0 || g.Lo == 0) return;
   if (g.depthwise) return correlate_depthwise(x, w, bias, y, g);
-  const int64_t lc = chunk_len(g.CKg, g.Lo, sizeof(T));
-  const int64_t n_chunks = (g.Lo + lc - 1) / lc;
-  const int64_t items = g.N * g.G * n_chunks;
-  const bool par = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork && items > 1;
-#pragma omp parallel if (par)
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t L = g.unit ? g.Lo : g.Lq;
+  const int64_t lc = chunk_len(g.CKg, L, sizeof(T));
+  const int64_t n_chunks = (L + lc - 1) / lc;
+  const int64_t n_parts = pieces_for(g.N * g.G, n_chunks, big ? max_threads() : 1);
+  const int64_t per_part = (n_chunks + n_parts - 1) / n_parts;
+  const int64_t items = g.N * g.G * n_parts;
+#pragma omp parallel if (big && items > 1)
   {
-    std::vector<T> col(g.unit ? 0 : g.CKg * lc);
+    std::vector<T> P(g.unit ? 0 : g.Cig * g.Lp + g.slack);
+    std::vector<T> col(g.unit ? 0 : g.CKg * lc), ext(g.flat ? g.Cog * lc : 0);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
-      const int64_t ng = it / n_chunks, ch = it % n_chunks;  // ng = n * G + group
+      const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
       const int64_t grp = ng % g.G;
-      const int64_t l0 = ch * lc, l1 = std::min(g.Lo, l0 + lc), len = l1 - l0;
       const T* xg = x + ng * g.Cig * g.Li;
-      const T* cp = xg + l0;  // unit: the image is the column matrix
-      int64_t ldc = g.Li;
-      if (!g.unit) {
-        im2col(xg, 0, g.Cig, l0, l1, g, col.data());
-        cp = col.data();
-        ldc = len;
-      }
-      MapM<T> yT(y + ng * g.Cog * g.Lo + l0, len, g.Cog, Eigen::OuterStride<>(g.Lo));
-      if (g.CKg == 0) {
-        for (int64_t co = 0; co < g.Cog; ++co) yT.col(co).setConstant(bias ? bias[grp * g.Cog + co] : T(0));
-        continue;
-      }
-      CMapM<T> colT(cp, len, g.CKg, Eigen::OuterStride<>(ldc));
+      T* yg = y + ng * g.Cog * g.Lo;
+      const T* bg = bias ? bias + grp * g.Cog : nullptr;
       CMapM<T> wT(w + grp * g.Cog * g.CKg, g.CKg, g.Cog, Eigen::OuterStride<>(g.CKg));
-      if (bias) {
-        for (int64_t co = 0; co < g.Cog; ++co) yT.col(co).setConstant(bias[grp * g.Cog + co]);
-        yT.noalias() += colT * wT;
-      } else {
-        yT.noalias() = colT * wT;
+      if (!g.unit) pad_image(xg, g.Cig, g, P.data());
+      const int64_t ch1 = std::min(n_chunks, (part + 1) * per_part);
+      for (int64_t ch = part * per_part; ch < ch1; ++ch) {
+        const int64_t q0 = ch * lc, q1 = std::min(L, q0 + lc), len = q1 - q0;
+        const T* cp = xg + q0;  // unit: the image is the column matrix
+        int64_t ldc = g.Li;
+        if (!g.unit) {
+          im2col(P.data(), g.Cig, q0, q1, g, col.data());
+          cp = col.data();
+          ldc = len;
+        }
+        CMapM<T> colT(cp, len, g.CKg, Eigen::OuterStride<>(ldc));
+        if (g.flat) {  // results on the grid, then the valid positions (+ bias) into y
+          MapM<T> eT(ext.data(), len, g.Cog, Eigen::OuterStride<>(len));
+          eT.noalias() = colT * wT;
+          rows_from_grid(ext.data(), g.Cog, q0, q1, g, bg, yg);
+        } else {
+          MapM<T> yT(yg + q0, len, g.Cog, Eigen::OuterStride<>(g.Lo));
+          if (bg) {
+            for (int64_t co = 0; co < g.Cog; ++co) yT.col(co).setConstant(bg[co]);
+            yT.noalias() += colT * wT;
+          } else {
+            yT.noalias() = colT * wT;
+          }
+        }
       }
     }
   }
 }
 
-// x[n, g] = col2im(w[g]^T . y[n, g]) (+ bias), items (n, g, block of image channels).
+// x[n, g] = col2im(w[g]^T . y[n, g]) (+ bias); items (n, g, block of image channels).
 template <class T>
 void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& g) {
   if (g.N == 0 || g.Ci == 0 || g.Li == 0) return;
   if (g.depthwise) return correlate_adjoint_depthwise(y, w, bias, x, g);
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
-  const int64_t n_blocks = pieces_for(g.N * g.G, g.Cig, big ? max_threads() : 1);
+  const int64_t n_blocks = pieces_for(g.N * g.G, g.Cig, big ? kSplitTarget : 1);
   const int64_t cb = (g.Cig + n_blocks - 1) / n_blocks;
   const int64_t items = g.N * g.G * n_blocks;
-  const int64_t lc = chunk_len(cb * g.K, g.Lo, sizeof(T));
-  const bool par = big && items > 1;
-#pragma omp parallel if (par)
+  // chunks from the whole group's rows, not from cb: col2im's order of sums must not depend
+  // on the thread count
+  const int64_t lc = chunk_len(g.CKg, g.Lq, sizeof(T));
+#pragma omp parallel if (big && items > 1)
   {
-    std::vector<T> col(g.unit ? 0 : cb * g.K * lc);
+    std::vector<T> gP(g.unit ? 0 : cb * g.Lp + g.slack);
+    std::vector<T> col(g.unit ? 0 : cb * g.K * lc), ext(g.flat ? g.Cog * lc : 0);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t ng = it / n_blocks, blk = it % n_blocks;
@@ -463,23 +664,26 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
       CMapM<T> wsub(w + grp * g.Cog * g.CKg + c0 * g.K, nc * g.K, g.Cog, Eigen::OuterStride<>(g.CKg));
       if (g.unit) {
         MapM<T> xT(xg + c0 * g.Li, g.Li, nc, Eigen::OuterStride<>(g.Li));
-        if (g.Cog == 0) {
-          xT.setZero();
-        } else {
-          CMapM<T> yT(yg, g.Lo, g.Cog, Eigen::OuterStride<>(g.Lo));
-          xT.noalias() = yT * wsub.transpose();
-        }
+        CMapM<T> yT(yg, g.Lo, g.Cog, Eigen::OuterStride<>(g.Lo));
+        xT.noalias() = yT * wsub.transpose();
       } else {
-        std::fill(xg + c0 * g.Li, xg + (c0 + nc) * g.Li, T(0));
-        if (g.Cog > 0) {
-          for (int64_t l0 = 0; l0 < g.Lo; l0 += lc) {
-            const int64_t l1 = std::min(g.Lo, l0 + lc), len = l1 - l0;
-            MapM<T> colT(col.data(), len, nc * g.K, Eigen::OuterStride<>(len));
-            CMapM<T> yT(yg + l0, len, g.Cog, Eigen::OuterStride<>(g.Lo));
-            colT.noalias() = yT * wsub.transpose();
-            col2im_add(col.data(), c0, nc, l0, l1, g, xg);
+        std::fill(gP.begin(), gP.begin() + nc * g.Lp + g.slack, T(0));
+        for (int64_t q0 = 0; q0 < g.Lq; q0 += lc) {
+          const int64_t q1 = std::min(g.Lq, q0 + lc), len = q1 - q0;
+          const T* yp = yg + q0;
+          int64_t ldy = g.Lo;
+          if (g.flat) {
+            grid_from_rows(yg, g.Cog, q0, q1, g, ext.data());
+            yp = ext.data();
+            ldy = len;
           }
+          CMapM<T> yT(yp, len, g.Cog, Eigen::OuterStride<>(ldy));
+          MapM<T> colT(col.data(), len, nc * g.K, Eigen::OuterStride<>(len));
+          colT.noalias() = yT * wsub.transpose();
+          zero_garbage(col.data(), nc * g.K, q0, q1, g);
+          col2im_add(col.data(), nc, q0, q1, g, gP.data());
         }
+        crop_image(gP.data(), nc, g, xg + c0 * g.Li);
       }
       if (bias) {
         for (int64_t c = c0; c < c0 + nc; ++c) {
@@ -492,50 +696,75 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
   }
 }
 
-// dw[g] = sum_n y[n, g] . im2col(x[n, g])^T, items (g, ci block, co block); each item sums
-// samples, then chunks of window positions, in increasing order. The chunk length depends on
-// the shape only, never on the thread count.
+// dw[g] = sum_n y[n, g] . im2col(x[n, g])^T. Items (slot, g, ci block, co block): a slot is a
+// fixed range of samples whose partial sum goes to its own buffer (slot 0 straight into dw), so
+// every sample's x and y are read once; the slots are then added in order. Slots and blocks
+// depend on the shape only, and each item sums its samples, then chunks, in increasing order.
 template <class T>
 void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
   if (g.Co == 0 || g.CKg == 0) return;
   if (g.depthwise) return weight_grad_depthwise(y, x, dw, g);
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
-  const int threads = big ? max_threads() : 1;
-  const int64_t nb_ci = pieces_for(g.G, g.Cig, threads);
-  const int64_t nb_co = pieces_for(g.G * nb_ci, g.Cog, threads);
+  const int64_t wsize = g.Co * g.CKg;
+  int64_t n_slots = big ? std::clamp<int64_t>(g.N, 1, kSplitTarget) : 1;
+  if ((n_slots - 1) * wsize > (int64_t(1) << 23)) n_slots = 1;  // huge weights: no copies
+  const int target = big ? kSplitTarget : 1;
+  const int64_t nb_ci = pieces_for(n_slots * g.G, g.Cig, target);
+  const int64_t nb_co = pieces_for(n_slots * g.G * nb_ci, g.Cog, target);
   const int64_t cb = (g.Cig + nb_ci - 1) / nb_ci, ob = (g.Cog + nb_co - 1) / nb_co;
-  const int64_t items = g.G * nb_ci * nb_co;
-  const int64_t lc = g.unit ? std::max<int64_t>(g.Lo, 1) : chunk_len(g.CKg, g.Lo, sizeof(T));
-  const bool par = big && items > 1;
-#pragma omp parallel if (par)
+  const int64_t items = n_slots * g.G * nb_ci * nb_co;
+  const int64_t L = g.unit ? g.Lo : g.Lq;
+  const int64_t lc = g.unit ? std::max<int64_t>(g.Lo, 1) : chunk_len(g.CKg, L, sizeof(T));
+  std::vector<T> partial((n_slots - 1) * wsize);
+#pragma omp parallel if (big && items > 1)
   {
-    std::vector<T> col(g.unit ? 0 : cb * g.K * lc);
+    std::vector<T> P(g.unit ? 0 : cb * g.Lp + g.slack);
+    std::vector<T> col(g.unit ? 0 : cb * g.K * lc), ext(g.flat ? ob * lc : 0);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
-      const int64_t grp = it / (nb_ci * nb_co);
+      const int64_t slot = it / (g.G * nb_ci * nb_co);
+      const int64_t grp = (it / (nb_ci * nb_co)) % g.G;
       const int64_t bi = (it / nb_co) % nb_ci, bo = it % nb_co;
       const int64_t c0 = bi * cb, nc = std::min(g.Cig, c0 + cb) - c0;
       const int64_t o0 = bo * ob, no = std::min(g.Cog, o0 + ob) - o0;
       if (nc <= 0 || no <= 0) continue;
-      // dw[g, o0:o0+no, c0:c0+nc, :] as a (nc*K x no) column-major block
-      MapM<T> dwT(dw + (grp * g.Cog + o0) * g.CKg + c0 * g.K, nc * g.K, no, Eigen::OuterStride<>(g.CKg));
+      T* dst = slot == 0 ? dw : partial.data() + (slot - 1) * wsize;
+      // dst[g, o0:o0+no, c0:c0+nc, :] as a (nc*K x no) column-major block
+      MapM<T> dwT(dst + (grp * g.Cog + o0) * g.CKg + c0 * g.K, nc * g.K, no, Eigen::OuterStride<>(g.CKg));
       dwT.setZero();
-      for (int64_t n = 0; n < g.N; ++n) {
-        const T* xg = x + (n * g.G + grp) * g.Cig * g.Li;
+      for (int64_t n = slot * g.N / n_slots; n < (slot + 1) * g.N / n_slots; ++n) {
+        const T* xg = x + ((n * g.G + grp) * g.Cig + c0) * g.Li;
         const T* yg = y + ((n * g.G + grp) * g.Cog + o0) * g.Lo;
-        for (int64_t l0 = 0; l0 < g.Lo; l0 += lc) {
-          const int64_t l1 = std::min(g.Lo, l0 + lc), len = l1 - l0;
-          const T* cp = xg + c0 * g.Li + l0;
+        if (!g.unit) pad_image(xg, nc, g, P.data());
+        for (int64_t q0 = 0; q0 < L; q0 += lc) {
+          const int64_t q1 = std::min(L, q0 + lc), len = q1 - q0;
+          const T* cp = xg + q0;
           int64_t ldc = g.Li;
           if (!g.unit) {
-            im2col(xg, c0, nc, l0, l1, g, col.data());
+            im2col(P.data(), nc, q0, q1, g, col.data());
+            zero_garbage(col.data(), nc * g.K, q0, q1, g);
             cp = col.data();
             ldc = len;
           }
+          const T* yp = yg + q0;
+          int64_t ldy = g.Lo;
+          if (g.flat) {
+            grid_from_rows(yg, no, q0, q1, g, ext.data());
+            yp = ext.data();
+            ldy = len;
+          }
           CMapM<T> colT(cp, len, nc * g.K, Eigen::OuterStride<>(ldc));
-          CMapM<T> yT(yg + l0, len, no, Eigen::OuterStride<>(g.Lo));
+          CMapM<T> yT(yp, len, no, Eigen::OuterStride<>(ldy));
           dwT.noalias() += colT.transpose() * yT;
         }
+      }
+    }
+    if (n_slots > 1) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < wsize; ++i) {
+        T v = dw[i];
+        for (int64_t s = 1; s < n_slots; ++s) v += partial[(s - 1) * wsize + i];
+        dw[i] = v;
       }
     }
   }
