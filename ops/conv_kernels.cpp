@@ -147,25 +147,13 @@ struct Geom {
   bool depthwise;            // one image channel per group: direct loops
 };
 
-Geom make_geom(const ConvParams& p) {
-  Geom g{};
-  const auto& isz = p.transposed ? p.out : p.in;
-  const auto& osz = p.transposed ? p.in : p.out;
-  g.N = p.N;
-  g.G = p.groups > 0 ? p.groups : 1;
-  g.Ci = p.transposed ? p.C_out : p.C_in;
-  g.Co = p.transposed ? p.C_in : p.C_out;
+// Fills the derived fields of g from N, G, channels, sizes, kernel, stride, dilation, pad.
+void finish_geom(Geom& g) {
   g.Cig = g.Ci / g.G;
   g.Cog = g.Co / g.G;
-  g.Di = isz[0], g.Hi = isz[1], g.Wi = isz[2];
-  g.Do = osz[0], g.Ho = osz[1], g.Wo = osz[2];
   g.Li = g.Di * g.Hi * g.Wi;
   g.Lo = g.Do * g.Ho * g.Wo;
-  g.kd = p.kernel[0], g.kh = p.kernel[1], g.kw = p.kernel[2];
   g.K = g.kd * g.kh * g.kw;
-  g.sd = p.stride[0], g.sh = p.stride[1], g.sw = p.stride[2];
-  g.dd = p.dilation[0], g.dh = p.dilation[1], g.dw = p.dilation[2];
-  g.pd = p.pad_before[0], g.ph = p.pad_before[1], g.pw = p.pad_before[2];
   g.CKg = g.Cig * g.K;
   auto extent = [](int64_t o, int64_t s, int64_t k, int64_t d) {
     return o > 0 ? (o - 1) * s + (k - 1) * d + 1 : 0;
@@ -182,7 +170,57 @@ Geom make_geom(const ConvParams& p) {
   g.flat = !g.unit && g.sh == 1 && g.sw == 1 && (g.Wp - g.Wo) * 4 <= g.Wo;
   g.Wq = g.flat ? g.Wp : g.Wo;
   g.Lq = g.Do * g.Ho * g.Wq;
+}
+
+Geom make_geom(const ConvParams& p) {
+  Geom g{};
+  const auto& isz = p.transposed ? p.out : p.in;
+  const auto& osz = p.transposed ? p.in : p.out;
+  g.N = p.N;
+  g.G = p.groups > 0 ? p.groups : 1;
+  g.Ci = p.transposed ? p.C_out : p.C_in;
+  g.Co = p.transposed ? p.C_in : p.C_out;
+  g.Di = isz[0], g.Hi = isz[1], g.Wi = isz[2];
+  g.Do = osz[0], g.Ho = osz[1], g.Wo = osz[2];
+  g.kd = p.kernel[0], g.kh = p.kernel[1], g.kw = p.kernel[2];
+  g.sd = p.stride[0], g.sh = p.stride[1], g.sw = p.stride[2];
+  g.dd = p.dilation[0], g.dh = p.dilation[1], g.dw = p.dilation[2];
+  g.pd = p.pad_before[0], g.ph = p.pad_before[1], g.pw = p.pad_before[2];
+  finish_geom(g);
   return g;
+}
+
+// With stride 1, x = col2im(w^T . y) is itself a correlation of y with the flipped, transposed
+// kernel: x[ci, i] = sum_{co, t} w[co, ci, K-1-t] * y[co, i - (dil*(k-1) - pad) + t*dil].
+// Running it as one avoids col2im's read-modify-write passes. Usable while that padding is
+// >= 0, and worth it unless it would make a GEMM with very few columns (few image channels).
+bool adjoint_as_correlation(const Geom& g) {
+  return !g.unit && !g.depthwise && g.sd == 1 && g.sh == 1 && g.sw == 1 &&
+         g.pd <= g.dd * (g.kd - 1) && g.ph <= g.dh * (g.kh - 1) && g.pw <= g.dw * (g.kw - 1) &&
+         (g.Cig >= 16 || g.Cig >= g.Cog);
+}
+
+template <class T>
+bool all_finite(const T* v, int64_t n) {
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(v[i]);
+  return ok;
+}
+
+Geom adjoint_geom(const Geom& g) {
+  Geom a{};
+  a.N = g.N, a.G = g.G;
+  a.Ci = g.Co, a.Co = g.Ci;  // the image is now y, the columns x
+  a.Di = g.Do, a.Hi = g.Ho, a.Wi = g.Wo;
+  a.Do = g.Di, a.Ho = g.Hi, a.Wo = g.Wi;
+  a.kd = g.kd, a.kh = g.kh, a.kw = g.kw;
+  a.sd = a.sh = a.sw = 1;
+  a.dd = g.dd, a.dh = g.dh, a.dw = g.dw;
+  a.pd = g.dd * (g.kd - 1) - g.pd;
+  a.ph = g.dh * (g.kh - 1) - g.ph;
+  a.pw = g.dw * (g.kw - 1) - g.pw;
+  finish_geom(a);
+  return a;
 }
 
 int max_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
@@ -641,6 +679,20 @@ template <class T>
 void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& g) {
   if (g.N == 0 || g.Ci == 0 || g.Li == 0) return;
   if (g.depthwise) return correlate_adjoint_depthwise(y, w, bias, x, g);
+  // The correlation form reads y's zero padding, and 0 * Inf = NaN where col2im adds nothing:
+  // weights with an Inf or NaN keep to col2im, like PyTorch.
+  if (adjoint_as_correlation(g) && all_finite(w, g.Co * g.CKg)) {
+    // w2[g][ci][co][t] = w[g][co][ci][K-1-t]
+    std::vector<T> w2(g.G * g.Cig * g.Cog * g.K);
+    for (int64_t grp = 0; grp < g.G; ++grp)
+      for (int64_t ci = 0; ci < g.Cig; ++ci)
+        for (int64_t co = 0; co < g.Cog; ++co) {
+          const T* src = w + ((grp * g.Cog + co) * g.Cig + ci) * g.K;
+          T* dst = w2.data() + ((grp * g.Cig + ci) * g.Cog + co) * g.K;
+          for (int64_t t = 0; t < g.K; ++t) dst[t] = src[g.K - 1 - t];
+        }
+    return correlate(y, w2.data(), bias, x, adjoint_geom(g));
+  }
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t n_blocks = pieces_for(g.N * g.G, g.Cig, big ? kSplitTarget : 1);
   const int64_t cb = (g.Cig + n_blocks - 1) / n_blocks;
