@@ -768,10 +768,15 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
   const int64_t L = g.unit ? g.Lo : g.Lq;
   const int64_t lc = g.unit ? std::max<int64_t>(g.Lo, 1) : chunk_len(g.CKg, L, sizeof(T));
   std::vector<T> partial((n_slots - 1) * wsize);
+  // Both GEMM operands run along the positions; Eigen packs its left operand across that
+  // stride slowly, so the operand with fewer rows goes on the left: dw^T += col^T . y when
+  // there are fewer weight rows than output channels, else dw += y^T . col into a buffer.
+  const bool y_left = ob < cb * g.K;
 #pragma omp parallel if (big && items > 1)
   {
     std::vector<T> P(g.unit ? 0 : cb * g.Lp + g.slack);
     std::vector<T> col(g.unit ? 0 : cb * g.K * lc), ext(g.flat ? ob * lc : 0);
+    std::vector<T> acc(y_left ? ob * cb * g.K : 0);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t slot = it / (g.G * nb_ci * nb_co);
@@ -783,7 +788,12 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
       T* dst = slot == 0 ? dw : partial.data() + (slot - 1) * wsize;
       // dst[g, o0:o0+no, c0:c0+nc, :] as a (nc*K x no) column-major block
       MapM<T> dwT(dst + (grp * g.Cog + o0) * g.CKg + c0 * g.K, nc * g.K, no, Eigen::OuterStride<>(g.CKg));
-      dwT.setZero();
+      MapM<T> dwY(acc.data(), no, y_left ? nc * g.K : 0, Eigen::OuterStride<>(no));
+      if (y_left) {
+        dwY.setZero();
+      } else {
+        dwT.setZero();
+      }
       for (int64_t n = slot * g.N / n_slots; n < (slot + 1) * g.N / n_slots; ++n) {
         const T* xg = x + ((n * g.G + grp) * g.Cig + c0) * g.Li;
         const T* yg = y + ((n * g.G + grp) * g.Cog + o0) * g.Lo;
@@ -807,9 +817,14 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
           }
           CMapM<T> colT(cp, len, nc * g.K, Eigen::OuterStride<>(ldc));
           CMapM<T> yT(yp, len, no, Eigen::OuterStride<>(ldy));
-          dwT.noalias() += colT.transpose() * yT;
+          if (y_left) {
+            dwY.noalias() += yT.transpose() * colT;
+          } else {
+            dwT.noalias() += colT.transpose() * yT;
+          }
         }
       }
+      if (y_left) dwT = dwY.transpose();
     }
     if (n_slots > 1) {
 #pragma omp for schedule(static)
