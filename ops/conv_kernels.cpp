@@ -131,6 +131,37 @@ constexpr int64_t kBlock = 64;
 // results to be identical for any thread count. 4 keeps 1, 2 or 4 threads evenly busy.
 constexpr int kSplitTarget = 4;
 
+// Per-thread scratch memory, kept from call to call: fresh pages on every call (allocation,
+// zeroing, page faults) cost more than a small convolution. Buffers above kKeepBytes are not
+// kept. Slot tells apart the buffers one thread uses at the same time. Contents are
+// unspecified: every user writes before it reads.
+constexpr int64_t kKeepBytes = int64_t(16) << 20;
+
+template <class T, int Slot>
+class Scratch {
+ public:
+  explicit Scratch(int64_t n) {
+    if (n * int64_t(sizeof(T)) <= kKeepBytes) {
+      std::vector<T>& kept = cache();
+      if (int64_t(kept.size()) < n) kept.resize(n);
+      p_ = kept.data();
+    } else {
+      own_.resize(n);
+      p_ = own_.data();
+    }
+  }
+  T* data() { return p_; }
+  T& operator[](int64_t i) { return p_[i]; }
+
+ private:
+  static std::vector<T>& cache() {
+    thread_local std::vector<T> kept;
+    return kept;
+  }
+  std::vector<T> own_;
+  T* p_ = nullptr;
+};
+
 struct Geom {
   int64_t N, G;
   int64_t Ci, Co, Cig, Cog;  // image / column-side channels, and per group
@@ -426,7 +457,8 @@ void correlate_depthwise(const T* x, const T* w, const T* bias, T* y, const Geom
   const bool par = double(items) * g.K * g.Lo >= kParallelWork && items > 1;
 #pragma omp parallel if (par)
   {
-    std::vector<T> P(g.Lp + g.slack), ext(g.flat ? S + kBlock : 0);
+    Scratch<T, 0> P(g.Lp + g.slack);
+    Scratch<T, 1> ext(g.flat ? S + kBlock : 0);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t n = it / g.Co, co = it % g.Co;
@@ -483,11 +515,13 @@ void correlate_adjoint_depthwise(const T* y, const T* w, const T* bias, T* x, co
   const bool par = double(items) * g.Cog * g.K * g.Lo >= kParallelWork && items > 1;
 #pragma omp parallel if (par)
   {
-    std::vector<T> gP(g.Lp + g.slack), Y(g.flat ? M + HWp + kBlock : 0);
+    const int64_t Ysize = g.flat ? M + HWp + kBlock : 0;
+    Scratch<T, 0> gP(g.Lp + g.slack);
+    Scratch<T, 1> Y(Ysize);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t n = it / g.Ci, c = it % g.Ci;
-      std::fill(gP.begin(), gP.end(), T(0));
+      std::fill(gP.data(), gP.data() + g.Lp + g.slack, T(0));
       for (int64_t j = 0; j < g.Cog; ++j) {
         const int64_t co = c * g.Cog + j;
         const T* yp = y + (n * g.Co + co) * g.Lo;
@@ -499,7 +533,7 @@ void correlate_adjoint_depthwise(const T* y, const T* w, const T* bias, T* x, co
         for (int64_t od = 0; od < g.Do; ++od) {
           if (g.flat && finite) {
             // gP slice z = od*sd + a*dd gathers sum_{b,e} w[a,b,e] * y[p - (b*dh*Wp + e*dw)]
-            std::fill(Y.begin(), Y.end(), T(0));
+            std::fill(Y.data(), Y.data() + Ysize, T(0));
             for (int64_t oh = 0; oh < g.Ho; ++oh) {
               std::memcpy(Y.data() + M + oh * g.Wp, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
             }
@@ -569,11 +603,13 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
   const bool par = double(items) * g.K * g.N * g.Lo >= kParallelWork && items > 1;
 #pragma omp parallel if (par)
   {
-    std::vector<T> P(g.Lp + g.slack), Y(g.flat ? S + kBlock : 0);
-    std::vector<double> acc(g.K);
+    const int64_t Ysize = g.flat ? S + kBlock : 0;
+    Scratch<T, 0> P(g.Lp + g.slack);
+    Scratch<T, 1> Y(Ysize);
+    Scratch<double, 2> acc(g.K);  // slot 2: with T = double, slots 0 and 1 are taken above
 #pragma omp for schedule(static)
     for (int64_t co = 0; co < items; ++co) {
-      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(acc.data(), acc.data() + g.K, 0.0);
       for (int64_t n = 0; n < g.N; ++n) {
         const T* yp = y + (n * g.Co + co) * g.Lo;
         pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g, P.data());
@@ -583,7 +619,7 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
         }
         // flat: one long dot per tap over the grid, y zero at the garbage positions
         for (int64_t od = 0; od < g.Do; ++od) {
-          std::fill(Y.begin(), Y.end(), T(0));
+          std::fill(Y.data(), Y.data() + Ysize, T(0));
           for (int64_t oh = 0; oh < g.Ho; ++oh) {
             std::memcpy(Y.data() + oh * g.Wp, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
           }
@@ -634,8 +670,9 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   const int64_t items = g.N * g.G * n_parts;
 #pragma omp parallel if (big && items > 1)
   {
-    std::vector<T> P(g.unit ? 0 : g.Cig * g.Lp + g.slack);
-    std::vector<T> col(g.unit ? 0 : g.CKg * lc), ext(g.flat ? g.Cog * lc : 0);
+    Scratch<T, 0> P(g.unit ? 0 : g.Cig * g.Lp + g.slack);
+    Scratch<T, 1> col(g.unit ? 0 : g.CKg * lc);
+    Scratch<T, 2> ext(g.flat ? g.Cog * lc : 0);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
@@ -702,8 +739,9 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
   const int64_t lc = chunk_len(g.CKg, g.Lq, sizeof(T));
 #pragma omp parallel if (big && items > 1)
   {
-    std::vector<T> gP(g.unit ? 0 : cb * g.Lp + g.slack);
-    std::vector<T> col(g.unit ? 0 : cb * g.K * lc), ext(g.flat ? g.Cog * lc : 0);
+    Scratch<T, 0> gP(g.unit ? 0 : cb * g.Lp + g.slack);
+    Scratch<T, 1> col(g.unit ? 0 : cb * g.K * lc);
+    Scratch<T, 2> ext(g.flat ? g.Cog * lc : 0);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t ng = it / n_blocks, blk = it % n_blocks;
@@ -719,7 +757,7 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
         CMapM<T> yT(yg, g.Lo, g.Cog, Eigen::OuterStride<>(g.Lo));
         xT.noalias() = yT * wsub.transpose();
       } else {
-        std::fill(gP.begin(), gP.begin() + nc * g.Lp + g.slack, T(0));
+        std::fill(gP.data(), gP.data() + nc * g.Lp + g.slack, T(0));
         for (int64_t q0 = 0; q0 < g.Lq; q0 += lc) {
           const int64_t q1 = std::min(g.Lq, q0 + lc), len = q1 - q0;
           const T* yp = yg + q0;
@@ -774,9 +812,10 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
   const bool y_left = ob < cb * g.K;
 #pragma omp parallel if (big && items > 1)
   {
-    std::vector<T> P(g.unit ? 0 : cb * g.Lp + g.slack);
-    std::vector<T> col(g.unit ? 0 : cb * g.K * lc), ext(g.flat ? ob * lc : 0);
-    std::vector<T> acc(y_left ? ob * cb * g.K : 0);
+    Scratch<T, 0> P(g.unit ? 0 : cb * g.Lp + g.slack);
+    Scratch<T, 1> col(g.unit ? 0 : cb * g.K * lc);
+    Scratch<T, 2> ext(g.flat ? ob * lc : 0);
+    Scratch<T, 3> acc(y_left ? ob * cb * g.K : 0);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t slot = it / (g.G * nb_ci * nb_co);
