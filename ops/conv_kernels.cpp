@@ -423,22 +423,6 @@ void grid_from_rows(const T* y, int64_t n, int64_t q0, int64_t q1, const Geom& g
   }
 }
 
-// The other way: channels j < n of y (+ bias[j]) = the valid positions of ext.
-template <class T>
-void rows_from_grid(const T* ext, int64_t n, int64_t q0, int64_t q1, const Geom& g, const T* bias, T* y) {
-  const int64_t lc = q1 - q0;
-  for (int64_t j = 0; j < n; ++j) {
-    T* yc = y + j * g.Lo;
-    const T* s = ext + j * lc;
-    const T b = bias ? bias[j] : T(0);
-    for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
-      T* d = yc + (od * g.Ho + oh) * g.Wo;
-      const int64_t v1 = std::min(u1, g.Wo);
-      for (int64_t u = u0; u < v1; ++u) d[u] = s[off + u - u0] + b;
-    });
-  }
-}
-
 template <class T>
 using MatCM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 template <class T>
@@ -656,15 +640,94 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
 // ---------------------------------------------------------------------------------------------
 // The three pieces, general path (im2col / col2im + GEMM).
 
+// Direct correlation on a flat grid (windows move by 1 in H and W): tap t of grid position q is
+// P[q + offset(t)], so no column matrix is needed at all. A block of OB output channels x QB
+// grid positions (two vector registers wide) is summed in registers over (ci, t), each step
+// broadcasting OB weights repacked as [ci][t][OB]. This keeps the FMA units busier than
+// im2col + GEMM, which copies every input K times and packs it again.
+template <class T, int OB>
+void correlate_direct(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
+  constexpr int QB = 128 / sizeof(T);
+  const int64_t HWp = g.Hp * g.Wp, S = g.Ho * g.Wp;
+  const int64_t n_ob = (g.Cog + OB - 1) / OB;
+  // wr[grp][ob][ci][t][o] = w[grp*Cog + ob*OB + o][ci][t], zero past Cog
+  std::vector<T> wr(g.G * n_ob * g.CKg * OB, T(0));
+  for (int64_t grp = 0; grp < g.G; ++grp)
+    for (int64_t co = 0; co < g.Cog; ++co)
+      for (int64_t k = 0; k < g.CKg; ++k) {
+        wr[((grp * n_ob + co / OB) * g.CKg + k) * OB + co % OB] = w[(grp * g.Cog + co) * g.CKg + k];
+      }
+  std::vector<int64_t> off(g.K);
+  for (int64_t a = 0, t = 0; a < g.kd; ++a)
+    for (int64_t b = 0; b < g.kh; ++b)
+      for (int64_t e = 0; e < g.kw; ++e, ++t) off[t] = a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw;
+  const int64_t n_qb = (S + QB - 1) / QB;  // blocks per od slice
+  const int64_t blocks = g.Do * n_qb;
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t n_parts = pieces_for(g.N * g.G, blocks, big ? max_threads() : 1);
+  const int64_t per_part = (blocks + n_parts - 1) / n_parts;
+  const int64_t items = g.N * g.G * n_parts;
+#pragma omp parallel if (big && items > 1)
+  {
+    Scratch<T, 0> P(g.Cig * g.Lp + g.slack);  // slack covers the last block's overrun
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
+      const int64_t grp = ng % g.G;
+      pad_image(x + ng * g.Cig * g.Li, g.Cig, g, P.data());
+      const int64_t blk1 = std::min(blocks, (part + 1) * per_part);
+      for (int64_t blk = part * per_part; blk < blk1; ++blk) {
+        const int64_t od = blk / n_qb, q = (blk % n_qb) * QB;
+        const T* Pq = P.data() + od * g.sd * HWp + q;
+        for (int64_t ob = 0; ob < n_ob; ++ob) {
+          const int64_t co0 = grp * g.Cog + ob * OB, n_co = std::min<int64_t>(OB, g.Cog - ob * OB);
+          T acc[OB][QB];
+          for (int o = 0; o < OB; ++o) {
+            const T b0 = bias && o < n_co ? bias[co0 + o] : T(0);
+            for (int j = 0; j < QB; ++j) acc[o][j] = b0;
+          }
+          const T* wt = wr.data() + (grp * n_ob + ob) * g.CKg * OB;
+          for (int64_t ci = 0; ci < g.Cig; ++ci) {
+            const T* Pc = Pq + ci * g.Lp;
+            for (int64_t t = 0; t < g.K; ++t, wt += OB) {
+              const T* src = Pc + off[t];
+              for (int o = 0; o < OB; ++o)
+                for (int j = 0; j < QB; ++j) acc[o][j] += wt[o] * src[j];
+            }
+          }
+          // the block's valid positions, row by row, into y
+          T* yc = y + (ng / g.G * g.Co + co0) * g.Lo + od * g.Ho * g.Wo;
+          int64_t oh = q / g.Wp, ow = q % g.Wp;
+          for (int64_t j = 0; j < QB && oh < g.Ho; ++oh, ow = 0) {
+            const int64_t run = std::min<int64_t>(QB - j, g.Wp - ow);
+            const int64_t nv = std::clamp<int64_t>(g.Wo - ow, 0, run);
+            for (int64_t o = 0; o < n_co; ++o) {
+              T* yr = yc + o * g.Lo + oh * g.Wo + ow;
+              for (int64_t v = 0; v < nv; ++v) yr[v] = acc[o][j + v];
+            }
+            j += run;
+          }
+        }
+      }
+    }
+  }
+}
+
 // y[n, g] = w[g] . im2col(x[n, g]) (+ bias); items (n, g, range of chunks).
 template <class T>
 void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   if (g.N == 0 || g.Co == 0 || g.Lo == 0) return;
   if (g.depthwise) return correlate_depthwise(x, w, bias, y, g);
+  if (g.flat) {  // output channels per register block: the fewest padded channels, then the most
+    if (g.Cog % 12 == 0 || (g.Cog > 8 && (g.Cog + 11) / 12 * 12 < (g.Cog + 7) / 8 * 8)) {
+      return correlate_direct<T, 12>(x, w, bias, y, g);
+    }
+    if (g.Cog > 4) return correlate_direct<T, 8>(x, w, bias, y, g);
+    return correlate_direct<T, 4>(x, w, bias, y, g);
+  }
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
-  const int64_t L = g.unit ? g.Lo : g.Lq;
-  const int64_t lc = chunk_len(g.CKg, L, sizeof(T));
-  const int64_t n_chunks = (L + lc - 1) / lc;
+  const int64_t lc = chunk_len(g.CKg, g.Lo, sizeof(T));  // not flat: the grid is the output
+  const int64_t n_chunks = (g.Lo + lc - 1) / lc;
   const int64_t n_parts = pieces_for(g.N * g.G, n_chunks, big ? max_threads() : 1);
   const int64_t per_part = (n_chunks + n_parts - 1) / n_parts;
   const int64_t items = g.N * g.G * n_parts;
@@ -672,19 +735,17 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   {
     Scratch<T, 0> P(g.unit ? 0 : g.Cig * g.Lp + g.slack);
     Scratch<T, 1> col(g.unit ? 0 : g.CKg * lc);
-    Scratch<T, 2> ext(g.flat ? g.Cog * lc : 0);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
       const int64_t grp = ng % g.G;
       const T* xg = x + ng * g.Cig * g.Li;
       T* yg = y + ng * g.Cog * g.Lo;
-      const T* bg = bias ? bias + grp * g.Cog : nullptr;
       CMapM<T> wT(w + grp * g.Cog * g.CKg, g.CKg, g.Cog, Eigen::OuterStride<>(g.CKg));
       if (!g.unit) pad_image(xg, g.Cig, g, P.data());
       const int64_t ch1 = std::min(n_chunks, (part + 1) * per_part);
       for (int64_t ch = part * per_part; ch < ch1; ++ch) {
-        const int64_t q0 = ch * lc, q1 = std::min(L, q0 + lc), len = q1 - q0;
+        const int64_t q0 = ch * lc, q1 = std::min(g.Lo, q0 + lc), len = q1 - q0;
         const T* cp = xg + q0;  // unit: the image is the column matrix
         int64_t ldc = g.Li;
         if (!g.unit) {
@@ -693,18 +754,12 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
           ldc = len;
         }
         CMapM<T> colT(cp, len, g.CKg, Eigen::OuterStride<>(ldc));
-        if (g.flat) {  // results on the grid, then the valid positions (+ bias) into y
-          MapM<T> eT(ext.data(), len, g.Cog, Eigen::OuterStride<>(len));
-          eT.noalias() = colT * wT;
-          rows_from_grid(ext.data(), g.Cog, q0, q1, g, bg, yg);
+        MapM<T> yT(yg + q0, len, g.Cog, Eigen::OuterStride<>(g.Lo));
+        if (bias) {
+          for (int64_t co = 0; co < g.Cog; ++co) yT.col(co).setConstant(bias[grp * g.Cog + co]);
+          yT.noalias() += colT * wT;
         } else {
-          MapM<T> yT(yg + q0, len, g.Cog, Eigen::OuterStride<>(g.Lo));
-          if (bg) {
-            for (int64_t co = 0; co < g.Cog; ++co) yT.col(co).setConstant(bg[co]);
-            yT.noalias() += colT * wT;
-          } else {
-            yT.noalias() = colT * wT;
-          }
+          yT.noalias() = colT * wT;
         }
       }
     }
