@@ -38,6 +38,7 @@
 #include "ops/reduce.h"
 #include "ops/registry.h"
 #include "models/attention.h"
+#include "models/conv.h"
 #include "models/init.h"
 #include "models/layers_norm_dropout_embedding.h"
 #include "models/linear.h"
