@@ -180,7 +180,10 @@ struct ConvAttrs {
 
 std::vector<Tensor> convolution_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& a = ctx.attrs<ConvAttrs>();
-  ConvolutionGrads r = backward_with_params("convolution_backward", g[0].detach(), ctx.saved(0), ctx.saved(1), a.input_shape,
+  // Only what was saved: the input when the weight wants a gradient, the weight for the input.
+  const Tensor input = ctx.needs_grad(1) ? ctx.saved(0) : Tensor();
+  const Tensor weight = ctx.needs_grad(0) ? ctx.saved(1) : Tensor();
+  ConvolutionGrads r = backward_with_params("convolution_backward", g[0].detach(), input, weight, a.input_shape,
                                             a.weight_shape, a.params,
                                             {ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)});
   return {r.grad_input, r.grad_weight, r.grad_bias};
