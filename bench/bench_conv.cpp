@@ -34,7 +34,8 @@ Tensor run(const ConvCase& c, const Tensor& x, const Tensor& w, const Tensor& b)
 void forward(benchmark::State& state, const ConvCase& c) {
   use_threads(state);
   manual_seed(0);
-  Tensor x = randn(c.input), w = randn(c.weight) * 0.05, b = randn({c.transposed ? c.weight[1] * c.groups : c.weight[0]});
+  Tensor x = randn(c.input), w = randn(c.weight) * 0.05,
+         b = randn({c.transposed ? c.weight[1] * c.groups : c.weight[0]});
   Tensor y = run(c, x, w, b);
   for (auto _ : state) {
     y = run(c, x, w, b);
@@ -70,8 +71,7 @@ void gemm_case(benchmark::State& state, int64_t M, int64_t K, int64_t N) {
     gemm<float>(a.data<float>(), b.data<float>(), c.data<float>(), M, K, N, false, false);
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * M * K * N * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * K * N * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 const std::vector<ConvCase>& cases() {

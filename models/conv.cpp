@@ -54,11 +54,13 @@ void ConvNd::reset_parameters(Generator* gen) {
 
 Tensor ConvNd::forward(const Tensor& x) {
   switch (dims_) {
-    case 1: return conv1d(x, weight, bias, stride, padding, dilation, groups);
+    case 1:
+      return conv1d(x, weight, bias, stride, padding, dilation, groups);
     case 2:
       return transposed ? conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation)
                         : conv2d(x, weight, bias, stride, padding, dilation, groups);
-    default: return conv3d(x, weight, bias, stride, padding, dilation, groups);
+    default:
+      return conv3d(x, weight, bias, stride, padding, dilation, groups);
   }
 }
 

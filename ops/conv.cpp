@@ -35,13 +35,12 @@ const char* spatial_legend(int dims) {
 // from the shapes alone, so that backward can rebuild it without the tensors. `dims` is the
 // number of spatial dims the caller expects (conv2d: 2), or 0 to take it from the weight.
 kernels::ConvParams check_geometry(const char* op, int dims, const Shape& input, const Shape& weight,
-                                   const IntList& stride_arg, const IntList& padding_arg,
-                                   const IntList& dilation_arg, bool transposed, const IntList& output_padding_arg,
-                                   int64_t groups) {
+                                   const IntList& stride_arg, const IntList& padding_arg, const IntList& dilation_arg,
+                                   bool transposed, const IntList& output_padding_arg, int64_t groups) {
   const int64_t wdim = static_cast<int64_t>(weight.size());
   if (dims == 0) {
-    TG_CHECK(wdim >= 3 && wdim <= 5, op, ": expected weight to have 3, 4 or 5 dims (a 1-D, 2-D or 3-D convolution), got ",
-             format_shape(weight));
+    TG_CHECK(wdim >= 3 && wdim <= 5, op,
+             ": expected weight to have 3, 4 or 5 dims (a 1-D, 2-D or 3-D convolution), got ", format_shape(weight));
     dims = static_cast<int>(wdim) - 2;
   }
   TG_CHECK(wdim == dims + 2, op, ": expected weight to have ", dims + 2, " dims for a ", dims, "-D convolution, got ",
@@ -183,9 +182,9 @@ std::vector<Tensor> convolution_backward_fn(const BackwardContext& ctx, const st
   // Only what was saved: the input when the weight wants a gradient, the weight for the input.
   const Tensor input = ctx.needs_grad(1) ? ctx.saved(0) : Tensor();
   const Tensor weight = ctx.needs_grad(0) ? ctx.saved(1) : Tensor();
-  ConvolutionGrads r = backward_with_params("convolution_backward", g[0].detach(), input, weight, a.input_shape,
-                                            a.weight_shape, a.params,
-                                            {ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)});
+  ConvolutionGrads r =
+      backward_with_params("convolution_backward", g[0].detach(), input, weight, a.input_shape, a.weight_shape,
+                           a.params, {ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)});
   return {r.grad_input, r.grad_weight, r.grad_bias};
 }
 
@@ -203,14 +202,38 @@ std::vector<SampleCase> convolution_samples() {
   };
   const std::vector<Spec> specs = {
       {"conv1d stride 2, padding 1, dilation 2, bias", {2, 3, 9}, {4, 3, 3}, true, {2}, {1}, {2}, false, {0}, 1},
-      {"conv2d groups 2, asymmetric padding (1, 0, 2, 1), bias", {1, 4, 5, 4}, {4, 2, 3, 2}, true, {1}, {1, 0, 2, 1},
-       {1}, false, {0}, 2},
+      {"conv2d groups 2, asymmetric padding (1, 0, 2, 1), bias",
+       {1, 4, 5, 4},
+       {4, 2, 3, 2},
+       true,
+       {1},
+       {1, 0, 2, 1},
+       {1},
+       false,
+       {0},
+       2},
       {"conv2d depthwise 3x3 stride 2, no bias", {2, 3, 5, 5}, {3, 1, 3, 3}, false, {2}, {1}, {1}, false, {0}, 3},
       {"conv3d 2x2x2 padding 1, bias", {1, 2, 3, 3, 3}, {2, 2, 2, 2, 2}, true, {1}, {1}, {1}, false, {0}, 1},
-      {"conv_transpose2d stride 2, output_padding 1, groups 2, bias", {1, 4, 3, 3}, {4, 1, 3, 3}, true, {2}, {1},
-       {1}, true, {1}, 2},
-      {"conv_transpose1d stride 2, dilation 2, padding 2, no bias", {2, 2, 4}, {2, 3, 3}, false, {2}, {2}, {2}, true,
-       {1}, 1},
+      {"conv_transpose2d stride 2, output_padding 1, groups 2, bias",
+       {1, 4, 3, 3},
+       {4, 1, 3, 3},
+       true,
+       {2},
+       {1},
+       {1},
+       true,
+       {1},
+       2},
+      {"conv_transpose1d stride 2, dilation 2, padding 2, no bias",
+       {2, 2, 4},
+       {2, 3, 3},
+       false,
+       {2},
+       {2},
+       {2},
+       true,
+       {1},
+       1},
   };
   std::vector<SampleCase> cases;
   for (const Spec& s : specs) {
@@ -246,8 +269,8 @@ Tensor convolution_impl(const char* op, int dims, const Tensor& input, const Ten
   TG_CHECK(is_floating(dt), op, ": expected a floating input (float32 or float64), got ", dtype_name(dt));
   check_same_dtype(op, "weight", weight, dt);
   if (bias.defined()) {
-    TG_CHECK(bias.shape() == (Shape{p.C_out}), op, ": expected bias to have shape [", p.C_out,
-             "] (out_channels), got ", format_shape(bias.shape()));
+    TG_CHECK(bias.shape() == (Shape{p.C_out}), op, ": expected bias to have shape [", p.C_out, "] (out_channels), got ",
+             format_shape(bias.shape()));
     check_same_dtype(op, "bias", bias, dt);
   }
 
@@ -265,8 +288,7 @@ Tensor convolution_impl(const char* op, int dims, const Tensor& input, const Ten
   } else {
     dispatch_floating(dt, op, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      kernels::convolution_forward<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, out.data<T>(),
-                                      p);
+      kernels::convolution_forward<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, out.data<T>(), p);
     });
   }
   if (Recorder rec{kConvolutionOp, {input, weight, bias}}) {

@@ -33,14 +33,14 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Te
 Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const IntList& stride = {1},
               const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1);
 Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
-                        const IntList& stride = {1}, const IntList& padding = {0},
-                        const IntList& output_padding = {0}, int64_t groups = 1, const IntList& dilation = {1});
+                        const IntList& stride = {1}, const IntList& padding = {0}, const IntList& output_padding = {0},
+                        int64_t groups = 1, const IntList& dilation = {1});
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
-                        const IntList& stride = {1}, const IntList& padding = {0},
-                        const IntList& output_padding = {0}, int64_t groups = 1, const IntList& dilation = {1});
+                        const IntList& stride = {1}, const IntList& padding = {0}, const IntList& output_padding = {0},
+                        int64_t groups = 1, const IntList& dilation = {1});
 Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
-                        const IntList& stride = {1}, const IntList& padding = {0},
-                        const IntList& output_padding = {0}, int64_t groups = 1, const IntList& dilation = {1});
+                        const IntList& stride = {1}, const IntList& padding = {0}, const IntList& output_padding = {0},
+                        int64_t groups = 1, const IntList& dilation = {1});
 
 struct ConvolutionGrads {
   Tensor grad_input, grad_weight, grad_bias;  // undefined where output_mask did not ask

@@ -99,8 +99,8 @@ TEST(Conv, GenericConvolutionEqualsTheWrappers) {
     SCOPED_TRACE(c.name());
     const auto& j = c.json;
     Tensor x = c.tensor("input"), w = c.tensor("weight"), b = c.has("bias") ? c.tensor("bias") : Tensor();
-    Tensor generic = convolution(x, w, b, ints(j["stride"]), ints(j["padding"]), ints(j["dilation"]),
-                                 j["transposed"], ints(j["output_padding"]), j["groups"]);
+    Tensor generic = convolution(x, w, b, ints(j["stride"]), ints(j["padding"]), ints(j["dilation"]), j["transposed"],
+                                 ints(j["output_padding"]), j["groups"]);
     EXPECT_TRUE(same_bits(generic, run_wrapper(c, x, w, b)));
   }
 }
@@ -186,8 +186,8 @@ TEST(Conv, EmptyChannelsGiveBiasAndZeroGradients) {
   // The empty batch: empty output, zero weight gradient (checked against PyTorch's in the
   // golden cases), and a zero bias gradient.
   Tensor x0 = Tensor::empty({0, 2, 5, 5});
-  ConvolutionGrads r = convolution_backward(Tensor::empty({0, 3, 5, 5}), x0, randn({3, 2, 3, 3}), {3}, {1}, {1}, {1},
-                                            false, {0}, 1);
+  ConvolutionGrads r =
+      convolution_backward(Tensor::empty({0, 3, 5, 5}), x0, randn({3, 2, 3, 3}), {3}, {1}, {1}, {1}, false, {0}, 1);
   EXPECT_TRUE(same_bits(r.grad_weight, zeros({3, 2, 3, 3})));
   EXPECT_TRUE(same_bits(r.grad_bias, zeros({3})));
   EXPECT_EQ(r.grad_input.shape(), x0.shape());
@@ -244,26 +244,40 @@ TEST(ConvErrors, WrongRank) {
   expect_error(error_of([&] { conv2d(randn({3, 8, 8}), w); }), {"conv2d", "input", "4 dims", "[3, 8, 8]"});
   expect_error(error_of([&] { conv2d(randn({1, 3, 8, 8}), randn({4, 3, 3})); }), {"conv2d", "weight", "[4, 3, 3]"});
   expect_error(error_of([&] { conv1d(randn({1, 3, 8, 8}), w); }), {"conv1d", "weight", "3 dims"});
-  expect_error(error_of([&] { convolution(randn({1, 3, 8}), randn({4, 3}), Tensor(), {1}, {0}, {1}, false, {0}, 1); }),
+  expect_error(error_of([&] {
+                 convolution(randn({1, 3, 8}), randn({4, 3}), Tensor(), {1}, {0}, {1}, false, {0}, 1);
+               }),
                {"convolution", "weight", "3, 4 or 5 dims"});
   expect_error(error_of([&] { conv3d(randn({1, 3, 8, 8}), randn({4, 3, 3, 3, 3})); }), {"conv3d", "input", "5 dims"});
 }
 
 TEST(ConvErrors, ChannelsAndGroups) {
   // C_in != groups * weight.size(1)
-  expect_error(error_of([&] { conv2d(randn({1, 5, 8, 8}), randn({4, 3, 3, 3})); }),
+  expect_error(error_of([&] {
+                 conv2d(randn({1, 5, 8, 8}), randn({4, 3, 3, 3}));
+               }),
                {"conv2d", "input", "channels", "got 5"});
-  expect_error(error_of([&] { conv2d(randn({1, 6, 8, 8}), randn({4, 2, 3, 3}), Tensor(), {1}, {0}, {1}, 2); }),
+  expect_error(error_of([&] {
+                 conv2d(randn({1, 6, 8, 8}), randn({4, 2, 3, 3}), Tensor(), {1}, {0}, {1}, 2);
+               }),
                {"conv2d", "2 * 2 = 4", "got 6"});
   // the transposed rule: C_in == weight.size(0)
-  expect_error(error_of([&] { conv_transpose2d(randn({1, 3, 8, 8}), randn({4, 2, 3, 3})); }),
+  expect_error(error_of([&] {
+                 conv_transpose2d(randn({1, 3, 8, 8}), randn({4, 2, 3, 3}));
+               }),
                {"conv_transpose2d", "weight.size(0) = 4", "got 3"});
   // channels not divisible by groups
-  expect_error(error_of([&] { conv2d(randn({1, 8, 8, 8}), randn({6, 2, 3, 3}), Tensor(), {1}, {0}, {1}, 4); }),
+  expect_error(error_of([&] {
+                 conv2d(randn({1, 8, 8, 8}), randn({6, 2, 3, 3}), Tensor(), {1}, {0}, {1}, 4);
+               }),
                {"conv2d", "out_channels", "divisible by groups (4)"});
-  expect_error(error_of([&] { conv_transpose2d(randn({1, 6, 8, 8}), randn({6, 2, 3, 3}), Tensor(), {1}, {0}, {0}, 4); }),
+  expect_error(error_of([&] {
+                 conv_transpose2d(randn({1, 6, 8, 8}), randn({6, 2, 3, 3}), Tensor(), {1}, {0}, {0}, 4);
+               }),
                {"conv_transpose2d", "in_channels (6)", "divisible by groups (4)"});
-  expect_error(error_of([&] { conv2d(randn({1, 3, 8, 8}), randn({4, 3, 3, 3}), Tensor(), {1}, {0}, {1}, 0); }),
+  expect_error(error_of([&] {
+                 conv2d(randn({1, 3, 8, 8}), randn({4, 3, 3, 3}), Tensor(), {1}, {0}, {1}, 0);
+               }),
                {"conv2d", "groups", "positive", "got 0"});
 }
 
@@ -281,18 +295,26 @@ TEST(ConvErrors, WrongNumberOfValues) {
   expect_error(error_of([&] { conv2d(x, w, Tensor(), {1, 1, 1}); }), {"conv2d", "stride", "1 or 2 values", "got 3"});
   expect_error(error_of([&] { conv2d(x, w, Tensor(), {1}, {1, 1, 1}); }), {"conv2d", "padding", "1, 2 or 4", "got 3"});
   expect_error(error_of([&] { conv2d(x, w, Tensor(), {1}, {0}, {1, 2, 3}); }), {"conv2d", "dilation", "got 3"});
-  expect_error(error_of([&] { conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {2}, {0}, {1, 1, 1}); }),
+  expect_error(error_of([&] {
+                 conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {2}, {0}, {1, 1, 1});
+               }),
                {"conv_transpose2d", "output_padding", "got 3"});
   expect_error(error_of([&] { conv2d(x, w, Tensor(), {}); }), {"conv2d", "stride", "got 0 values"});
 }
 
 TEST(ConvErrors, OutputTooSmall) {
-  expect_error(error_of([&] { conv2d(randn({1, 3, 3, 3}), randn({4, 3, 5, 5})); }),
+  expect_error(error_of([&] {
+                 conv2d(randn({1, 3, 3, 3}), randn({4, 3, 5, 5}));
+               }),
                {"conv2d", "output size is too small", "[-1, -1]"});
-  expect_error(error_of([&] { conv1d(randn({1, 3, 5}), randn({4, 3, 3}), Tensor(), {1}, {0}, {3}); }),
+  expect_error(error_of([&] {
+                 conv1d(randn({1, 3, 5}), randn({4, 3, 3}), Tensor(), {1}, {0}, {3});
+               }),
                {"conv1d", "output size", "[-1]"});
   // a transposed convolution with padding that eats all of its output
-  expect_error(error_of([&] { conv_transpose1d(randn({1, 3, 1}), randn({3, 2, 1}), Tensor(), {1}, {1}); }),
+  expect_error(error_of([&] {
+                 conv_transpose1d(randn({1, 3, 1}), randn({3, 2, 1}), Tensor(), {1}, {1});
+               }),
                {"conv_transpose1d", "output size", "[-1]"});
 }
 
@@ -308,14 +330,22 @@ TEST(ConvErrors, BiasAndDtype) {
 TEST(ConvErrors, OutputPadding) {
   Tensor x = randn({1, 3, 8, 8});
   // out of range: must be smaller than stride or dilation
-  expect_error(error_of([&] { conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {2}, {0}, {2}); }),
+  expect_error(error_of([&] {
+                 conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {2}, {0}, {2});
+               }),
                {"conv_transpose2d", "output_padding[0] = 2", "stride (2)", "dilation (1)"});
-  expect_error(error_of([&] { conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {1}, {0}, {0, 1}); }),
+  expect_error(error_of([&] {
+                 conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {1}, {0}, {0, 1});
+               }),
                {"conv_transpose2d", "output_padding[1] = 1"});
-  expect_error(error_of([&] { conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {2}, {0}, {-1}); }),
+  expect_error(error_of([&] {
+                 conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {2}, {0}, {-1});
+               }),
                {"conv_transpose2d", "output_padding", "non-negative"});
   // given without transposed
-  expect_error(error_of([&] { convolution(x, randn({4, 3, 3, 3}), Tensor(), {2}, {0}, {1}, false, {1}, 1); }),
+  expect_error(error_of([&] {
+                 convolution(x, randn({4, 3, 3, 3}), Tensor(), {2}, {0}, {1}, false, {1}, 1);
+               }),
                {"convolution", "output_padding", "only for transposed"});
   // smaller than the dilation is enough (PyTorch's rule)
   EXPECT_NO_THROW(conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {1}, {0}, {1}, 1, {2}));
@@ -323,15 +353,21 @@ TEST(ConvErrors, OutputPadding) {
 
 TEST(ConvErrors, KernelApiBackward) {
   Tensor x = randn({1, 3, 8, 8}), w = randn({4, 3, 3, 3});
-  expect_error(error_of([&] { convolution_backward(randn({1, 4, 7, 6}), x, w, {4}, {1}, {0}, {1}, false, {0}, 1); }),
+  expect_error(error_of([&] {
+                 convolution_backward(randn({1, 4, 7, 6}), x, w, {4}, {1}, {0}, {1}, false, {0}, 1);
+               }),
                {"convolution_backward", "grad_output", "[1, 4, 6, 6]", "[1, 4, 7, 6]"});
-  expect_error(error_of([&] { convolution_backward(randn({1, 4, 6, 6}), x, w, {5}, {1}, {0}, {1}, false, {0}, 1); }),
+  expect_error(error_of([&] {
+                 convolution_backward(randn({1, 4, 6, 6}), x, w, {5}, {1}, {0}, {1}, false, {0}, 1);
+               }),
                {"convolution_backward", "bias_sizes", "[5]"});
   expect_error(error_of([&] {
                  convolution_backward(randn({1, 4, 6, 6}, DType::Float64), x, w, {4}, {1}, {0}, {1}, false, {0}, 1);
                }),
                {"convolution_backward", "grad_output", "float64"});
-  expect_error(error_of([&] { convolution_backward(randn({1, 4, 6, 6}), x, w, {4}, {0}, {0}, {1}, false, {0}, 1); }),
+  expect_error(error_of([&] {
+                 convolution_backward(randn({1, 4, 6, 6}), x, w, {4}, {0}, {0}, {1}, false, {0}, 1);
+               }),
                {"convolution_backward", "stride"});
 }
 

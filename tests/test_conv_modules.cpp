@@ -1,12 +1,11 @@
 // Conv1d / Conv2d / Conv3d / ConvTranspose2d: PyTorch's parameter layout, names and initial
 // distribution, and that forward is the functional op.
 #include <gtest/gtest.h>
+#include <tapegrad/tapegrad.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-
-#include <tapegrad/tapegrad.h>
 
 namespace tg {
 namespace {
@@ -44,8 +43,8 @@ TEST(ConvModules, Conv2dLayoutAndInit) {
   expect_pytorch_init(conv, 3 * 9);
   // a 6x6 bias-free layer has 16 * 3 * 9 = 432 weights; a seeded generator repeats them
   Generator g1(7), g2(7);
-  Conv2d a(6, 16, {3}, {1}, {0}, {1}, 2, false, DType::Float32, &g1), b(6, 16, {3}, {1}, {0}, {1}, 2, false,
-                                                                         DType::Float32, &g2);
+  Conv2d a(6, 16, {3}, {1}, {0}, {1}, 2, false, DType::Float32, &g1),
+      b(6, 16, {3}, {1}, {0}, {1}, 2, false, DType::Float32, &g2);
   EXPECT_FALSE(a.bias.defined());
   EXPECT_EQ(keys(a), (std::vector<std::string>{"weight"}));
   EXPECT_EQ(a.weight.to_vector<float>(), b.weight.to_vector<float>());
@@ -99,11 +98,14 @@ TEST(ConvModules, BadArguments) {
     }
     return "<no error>";
   };
-  EXPECT_NE(msg([] { Conv2d(6, 8, {3}, {1}, {0}, {1}, 4); }).find("Conv2d: in_channels (6) must be divisible by groups"),
-            std::string::npos);
+  EXPECT_NE(
+      msg([] { Conv2d(6, 8, {3}, {1}, {0}, {1}, 4); }).find("Conv2d: in_channels (6) must be divisible by groups"),
+      std::string::npos);
   EXPECT_NE(msg([] { ConvTranspose2d(8, 6, {3}, {1}, {0}, {0}, 4); }).find("out_channels (6) must be divisible"),
             std::string::npos);
-  EXPECT_NE(msg([] { Conv1d(2, 2, {3, 3}); }).find("Conv1d: expected kernel_size to have 1 or 1 values"),
+  EXPECT_NE(msg([] {
+              Conv1d(2, 2, {3, 3});
+            }).find("Conv1d: expected kernel_size to have 1 or 1 values"),
             std::string::npos);
   EXPECT_NE(msg([] { Conv3d(2, 2, {0}); }).find("Conv3d: expected positive kernel_size"), std::string::npos);
   Conv2d conv(3, 4, {3});
