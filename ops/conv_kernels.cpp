@@ -42,8 +42,8 @@
 // bit-identical for any thread count:
 //   correlate:          items (n, g, range of chunks)             -> owns y[n, g, range]
 //   correlate_adjoint:  items (n, g, block of image channels)     -> owns x[n, g, block]
-//   weight_grad:        items (slot of samples, g, block of ci, block of co) -> owns its slot's
-//                       partial dw[g, co-block, ci-block]; slots are added in a fixed order
+//   weight_grad:        items (g, block of ci, block of co)       -> owns dw[g, co-block, ci-block],
+//                       summing samples and chunks in a fixed order
 // Chunk lengths depend on the shape only. Inside our parallel regions Eigen's GEMM runs
 // single-threaded (Eigen checks omp_get_num_threads()).
 //
@@ -123,17 +123,19 @@ namespace {
 constexpr int64_t kChunkBytes = 512 * 1024;
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr double kParallelWork = 1 << 17;
-// Window positions the direct depthwise loops keep in registers at once.
+// Grid positions the depthwise weight-gradient dot keeps in registers at once, and the most
+// any flat loop reads past the end of a slice (a direct block); boxes leave that much room.
 constexpr int64_t kBlock = 64;
-// Items that correlate_adjoint and weight_grad aim for when the batch alone gives too few. It is
-// a constant, not the thread count: Eigen's GEMM sums an entry in an order that depends on
-// where the entry falls in its blocking, so the cut into GEMMs must depend on the shape only for
-// results to be identical for any thread count. 4 keeps 1, 2 or 4 threads evenly busy.
+constexpr int64_t kOverrun = 128;
+// Items that correlate_adjoint's GEMM path and weight_grad aim for when the batch alone gives
+// too few. A constant, not the thread count: Eigen's GEMM sums an entry in an order that
+// depends on where the entry falls in its blocking, so the cut into GEMMs must depend on the
+// shape only for results to be identical for any thread count. 4 keeps 1, 2 or 4 threads busy.
 constexpr int kSplitTarget = 4;
 
 // Per-thread scratch memory, kept from call to call: fresh pages on every call (allocation,
 // zeroing, page faults) cost more than a small convolution. Buffers above kKeepBytes are not
-// kept. Slot tells apart the buffers one thread uses at the same time. Contents are
+// kept. Slot tells apart the buffers one thread uses at the same time (per type). Contents are
 // unspecified: every user writes before it reads.
 constexpr int64_t kKeepBytes = int64_t(16) << 20;
 
@@ -162,6 +164,98 @@ class Scratch {
   T* p_ = nullptr;
 };
 
+// A zero-padded, phase-split copy of image channels: the "box". Padded position z (image
+// position z - pd) of a dim with stride s is stored in phase z % s at index z / s. Window o's
+// tap at padded offset u (= t * dilation) then reads phase u % s at index o + u / s: inside a
+// phase every stride is 1, so rows of windows read contiguous memory and no loop checks
+// bounds. With stride 1 a box is just the padded image.
+struct Box {
+  int64_t D, H, W;     // padded extents (what the windows cover)
+  int64_t pd, ph, pw;  // padded position of image position 0 (negative: the image is cropped)
+  int64_t sd, sh, sw;  // phases per dim (the strides)
+  int64_t Db, Hb, Wb;  // extents of one phase
+  int64_t Sph, L;      // elements of one phase, of one channel (all phases)
+  int64_t slack;       // zeros after the last channel: flat reads run past the last rows
+};
+
+Box make_box(int64_t D, int64_t H, int64_t W, int64_t pd, int64_t ph, int64_t pw, int64_t sd,
+             int64_t sh, int64_t sw) {
+  Box b{};
+  b.D = D, b.H = H, b.W = W, b.pd = pd, b.ph = ph, b.pw = pw, b.sd = sd, b.sh = sh, b.sw = sw;
+  b.Db = (D + sd - 1) / sd;
+  b.Hb = (H + sh - 1) / sh;
+  b.Wb = (W + sw - 1) / sw;
+  b.Sph = b.Db * b.Hb * b.Wb;
+  b.L = sd * sh * sw * b.Sph;
+  b.slack = b.Wb + kOverrun;
+  return b;
+}
+
+// Index inside one channel's box of padded position (ud, uh, uw).
+int64_t box_index(const Box& b, int64_t ud, int64_t uh, int64_t uw) {
+  const int64_t phase = ((ud % b.sd) * b.sh + uh % b.sh) * b.sw + uw % b.sw;
+  return phase * b.Sph + ((ud / b.sd) * b.Hb + uh / b.sh) * b.Wb + uw / b.sw;
+}
+
+// P = nc image channels (Di, Hi, Wi) in boxes b (nc * L elements, then slack zeros).
+template <class T>
+void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
+  std::fill(P, P + nc * b.L + b.slack, T(0));
+  const int64_t ix0 = std::clamp<int64_t>(-b.pw, 0, Wi), ix1 = std::clamp<int64_t>(b.W - b.pw, ix0, Wi);
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t iz = 0; iz < Di; ++iz)
+      for (int64_t iy = 0; iy < Hi; ++iy) {
+        const int64_t z = iz + b.pd, yy = iy + b.ph;
+        if (z < 0 || z >= b.D || yy < 0 || yy >= b.H) continue;
+        const T* src = im + ((c * Di + iz) * Hi + iy) * Wi;
+        T* row = P + c * b.L + box_index(b, z, yy, 0);
+        if (b.sw == 1) {
+          if (ix1 > ix0) std::memcpy(row + ix0 + b.pw, src + ix0, sizeof(T) * (ix1 - ix0));
+          continue;
+        }
+        for (int64_t phase = 0; phase < b.sw; ++phase) {  // image columns ix with (ix+pw) % sw == phase
+          const int64_t first = ix0 + ((phase - (ix0 + b.pw)) % b.sw + b.sw) % b.sw;
+          if (first >= ix1) continue;
+          T* dst = row + phase * b.Sph + (first + b.pw) / b.sw;
+          const T* s = src + first;
+          const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
+          for (int64_t k = 0; k < n; ++k) dst[k] = s[k * b.sw];
+        }
+      }
+}
+
+// The adjoint of pad_image: x channels = the image part of the boxes P (0 where no window
+// reaches).
+template <class T>
+void crop_image(const T* P, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* x) {
+  const int64_t ix0 = std::clamp<int64_t>(-b.pw, 0, Wi), ix1 = std::clamp<int64_t>(b.W - b.pw, ix0, Wi);
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t iz = 0; iz < Di; ++iz)
+      for (int64_t iy = 0; iy < Hi; ++iy) {
+        T* xr = x + ((c * Di + iz) * Hi + iy) * Wi;
+        const int64_t z = iz + b.pd, yy = iy + b.ph;
+        if (z < 0 || z >= b.D || yy < 0 || yy >= b.H) {
+          std::fill(xr, xr + Wi, T(0));
+          continue;
+        }
+        std::fill(xr, xr + ix0, T(0));
+        std::fill(xr + ix1, xr + Wi, T(0));
+        const T* row = P + c * b.L + box_index(b, z, yy, 0);
+        if (b.sw == 1) {
+          if (ix1 > ix0) std::memcpy(xr + ix0, row + ix0 + b.pw, sizeof(T) * (ix1 - ix0));
+          continue;
+        }
+        for (int64_t phase = 0; phase < b.sw; ++phase) {
+          const int64_t first = ix0 + ((phase - (ix0 + b.pw)) % b.sw + b.sw) % b.sw;
+          if (first >= ix1) continue;
+          const T* s = row + phase * b.Sph + (first + b.pw) / b.sw;
+          T* d = xr + first;
+          const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
+          for (int64_t k = 0; k < n; ++k) d[k * b.sw] = s[k];
+        }
+      }
+}
+
 struct Geom {
   int64_t N, G;
   int64_t Ci, Co, Cig, Cog;  // image / column-side channels, and per group
@@ -169,39 +263,19 @@ struct Geom {
   int64_t Do, Ho, Wo, Lo;    // window positions
   int64_t kd, kh, kw, K;
   int64_t sd, sh, sw, dd, dh, dw, pd, ph, pw;
-  int64_t CKg;               // rows of one group's column matrix
-  int64_t Dp, Hp, Wp, Lp;    // padded box: the part of the padded image the windows cover
-  int64_t slack;             // zeros after the last box: flat reads and depthwise blocks overrun
-  bool flat;                 // windows move by 1 in H and W: grid rows are as wide as the box
-  int64_t Wq, Lq;            // grid of window positions (Do, Ho, Wq); Wq = Wp if flat, else Wo
-  bool unit;                 // 1x1x1, stride 1, no padding: the column matrix is the image
-  bool depthwise;            // one image channel per group: direct loops
+  int64_t CKg;                // rows of one group's column matrix
+  Box box;                    // boxes of image channels, covering every window
+  std::vector<int64_t> off;   // box index of tap t for window position 0
+  int64_t slice;              // box index step from window slice od to od + 1 (Hb * Wb)
+  // Grid of window positions: Do slices of Ho rows of Wg. Flat (Wg = Wb, the box row): tap t
+  // of every position q of a slice is then box[od * slice + q + off[t]], one contiguous run;
+  // the Wb - Wo extra positions per row are garbage, dropped or zeroed wherever they would
+  // enter a sum. Otherwise (when the garbage would exceed a quarter of a row) Wg = Wo.
+  bool flat;
+  int64_t Wg, S, Lg;          // grid row, slice (Ho * Wg) and total (Do * S)
+  bool unit;                  // 1x1x1, stride 1, no padding: the image is the column matrix
+  bool depthwise;             // one image channel per group: direct loops
 };
-
-// Fills the derived fields of g from N, G, channels, sizes, kernel, stride, dilation, pad.
-void finish_geom(Geom& g) {
-  g.Cig = g.Ci / g.G;
-  g.Cog = g.Co / g.G;
-  g.Li = g.Di * g.Hi * g.Wi;
-  g.Lo = g.Do * g.Ho * g.Wo;
-  g.K = g.kd * g.kh * g.kw;
-  g.CKg = g.Cig * g.K;
-  auto extent = [](int64_t o, int64_t s, int64_t k, int64_t d) {
-    return o > 0 ? (o - 1) * s + (k - 1) * d + 1 : 0;
-  };
-  g.Dp = extent(g.Do, g.sd, g.kd, g.dd);
-  g.Hp = extent(g.Ho, g.sh, g.kh, g.dh);
-  g.Wp = extent(g.Wo, g.sw, g.kw, g.dw);
-  g.Lp = g.Dp * g.Hp * g.Wp;
-  g.slack = (g.kw - 1) * g.dw + kBlock;
-  g.unit = g.K == 1 && g.sd == 1 && g.sh == 1 && g.sw == 1 && g.pd == 0 && g.ph == 0 &&
-           g.pw == 0 && g.Di == g.Do && g.Hi == g.Ho && g.Wi == g.Wo;
-  g.depthwise = g.Cig == 1 && g.Cog <= 4 && !g.unit;
-  // the garbage columns cost GEMM work: go flat only while they are at most a quarter of a row
-  g.flat = !g.unit && g.sh == 1 && g.sw == 1 && (g.Wp - g.Wo) * 4 <= g.Wo;
-  g.Wq = g.flat ? g.Wp : g.Wo;
-  g.Lq = g.Do * g.Ho * g.Wq;
-}
 
 Geom make_geom(const ConvParams& p) {
   Geom g{};
@@ -211,47 +285,36 @@ Geom make_geom(const ConvParams& p) {
   g.G = p.groups > 0 ? p.groups : 1;
   g.Ci = p.transposed ? p.C_out : p.C_in;
   g.Co = p.transposed ? p.C_in : p.C_out;
+  g.Cig = g.Ci / g.G;
+  g.Cog = g.Co / g.G;
   g.Di = isz[0], g.Hi = isz[1], g.Wi = isz[2];
   g.Do = osz[0], g.Ho = osz[1], g.Wo = osz[2];
+  g.Li = g.Di * g.Hi * g.Wi;
+  g.Lo = g.Do * g.Ho * g.Wo;
   g.kd = p.kernel[0], g.kh = p.kernel[1], g.kw = p.kernel[2];
+  g.K = g.kd * g.kh * g.kw;
   g.sd = p.stride[0], g.sh = p.stride[1], g.sw = p.stride[2];
   g.dd = p.dilation[0], g.dh = p.dilation[1], g.dw = p.dilation[2];
   g.pd = p.pad_before[0], g.ph = p.pad_before[1], g.pw = p.pad_before[2];
-  finish_geom(g);
+  g.CKg = g.Cig * g.K;
+  auto extent = [](int64_t o, int64_t s, int64_t k, int64_t d) {
+    return o > 0 ? (o - 1) * s + (k - 1) * d + 1 : 0;
+  };
+  g.box = make_box(extent(g.Do, g.sd, g.kd, g.dd), extent(g.Ho, g.sh, g.kh, g.dh),
+                   extent(g.Wo, g.sw, g.kw, g.dw), g.pd, g.ph, g.pw, g.sd, g.sh, g.sw);
+  g.off.resize(g.K);
+  for (int64_t a = 0, t = 0; a < g.kd; ++a)
+    for (int64_t b = 0; b < g.kh; ++b)
+      for (int64_t e = 0; e < g.kw; ++e, ++t) g.off[t] = box_index(g.box, a * g.dd, b * g.dh, e * g.dw);
+  g.slice = g.box.Hb * g.box.Wb;
+  g.unit = g.K == 1 && g.sd == 1 && g.sh == 1 && g.sw == 1 && g.pd == 0 && g.ph == 0 &&
+           g.pw == 0 && g.Di == g.Do && g.Hi == g.Ho && g.Wi == g.Wo;
+  g.depthwise = g.Cig == 1 && g.Cog <= 4 && !g.unit;
+  g.flat = !g.unit && (g.box.Wb - g.Wo) * 4 <= g.Wo;
+  g.Wg = g.flat ? g.box.Wb : g.Wo;
+  g.S = g.Ho * g.Wg;
+  g.Lg = g.Do * g.S;
   return g;
-}
-
-// With stride 1, x = col2im(w^T . y) is itself a correlation of y with the flipped, transposed
-// kernel: x[ci, i] = sum_{co, t} w[co, ci, K-1-t] * y[co, i - (dil*(k-1) - pad) + t*dil].
-// Running it as one avoids col2im's read-modify-write passes. Usable while that padding is
-// >= 0, and worth it unless it would make a GEMM with very few columns (few image channels).
-bool adjoint_as_correlation(const Geom& g) {
-  return !g.unit && !g.depthwise && g.sd == 1 && g.sh == 1 && g.sw == 1 &&
-         g.pd <= g.dd * (g.kd - 1) && g.ph <= g.dh * (g.kh - 1) && g.pw <= g.dw * (g.kw - 1) &&
-         (g.Cig >= 16 || g.Cig >= g.Cog);
-}
-
-template <class T>
-bool all_finite(const T* v, int64_t n) {
-  bool ok = true;
-  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(v[i]);
-  return ok;
-}
-
-Geom adjoint_geom(const Geom& g) {
-  Geom a{};
-  a.N = g.N, a.G = g.G;
-  a.Ci = g.Co, a.Co = g.Ci;  // the image is now y, the columns x
-  a.Di = g.Do, a.Hi = g.Ho, a.Wi = g.Wo;
-  a.Do = g.Di, a.Ho = g.Hi, a.Wo = g.Wi;
-  a.kd = g.kd, a.kh = g.kh, a.kw = g.kw;
-  a.sd = a.sh = a.sw = 1;
-  a.dd = g.dd, a.dh = g.dh, a.dw = g.dw;
-  a.pd = g.dd * (g.kd - 1) - g.pd;
-  a.ph = g.dh * (g.kh - 1) - g.ph;
-  a.pw = g.dw * (g.kw - 1) - g.pw;
-  finish_geom(a);
-  return a;
 }
 
 int max_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
@@ -275,128 +338,80 @@ int64_t chunk_len(int64_t rows, int64_t L, int64_t elem_bytes) {
   return (L + n_chunks - 1) / n_chunks;
 }
 
+template <class T>
+bool all_finite(const T* v, int64_t n) {
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(v[i]);
+  return ok;
+}
+
 // Calls f(offset, od, oh, u0, u1) for each grid row (od, oh) that meets the grid range [q0, q1):
 // [u0, u1) are the row's columns inside the range, offset is where column u0 sits from q0.
 template <class F>
 inline void for_grid_rows(const Geom& g, int64_t q0, int64_t q1, F&& f) {
-  if (q1 <= q0) return;  // also keeps Wq == 0 or Ho == 0 away from the divisions
-  int64_t r = q0 / g.Wq;
+  if (q1 <= q0) return;  // also keeps Wg == 0 or Ho == 0 away from the divisions
+  int64_t r = q0 / g.Wg;
   int64_t od = r / g.Ho, oh = r % g.Ho;
   for (int64_t q = q0; q < q1; ++r) {
-    const int64_t u0 = q - r * g.Wq, u1 = std::min<int64_t>(g.Wq, q1 - r * g.Wq);
+    const int64_t u0 = q - r * g.Wg, u1 = std::min<int64_t>(g.Wg, q1 - r * g.Wg);
     f(q - q0, od, oh, u0, u1);
     q += u1 - u0;
     if (++oh == g.Ho) oh = 0, ++od;
   }
 }
 
-// P = nc image channels, each placed at (pd, ph, pw) in a zero box (Dp, Hp, Wp); image parts no
-// window reaches are left out. P holds nc * Lp + slack elements.
-template <class T>
-void pad_image(const T* im, int64_t nc, const Geom& g, T* P) {
-  const int64_t a = std::min(g.pw, g.Wp), b = std::max(a, std::min(g.pw + g.Wi, g.Wp));
-  for (int64_t c = 0; c < nc; ++c)
-    for (int64_t z = 0; z < g.Dp; ++z)
-      for (int64_t yy = 0; yy < g.Hp; ++yy) {
-        T* row = P + ((c * g.Dp + z) * g.Hp + yy) * g.Wp;
-        const int64_t iz = z - g.pd, iy = yy - g.ph;
-        if (iz < 0 || iz >= g.Di || iy < 0 || iy >= g.Hi) {
-          std::fill(row, row + g.Wp, T(0));
-          continue;
-        }
-        std::fill(row, row + a, T(0));
-        if (b > a) std::memcpy(row + a, im + ((c * g.Di + iz) * g.Hi + iy) * g.Wi, sizeof(T) * (b - a));
-        std::fill(row + b, row + g.Wp, T(0));
-      }
-  std::fill(P + nc * g.Lp, P + nc * g.Lp + g.slack, T(0));
-}
-
-// The adjoint of pad_image: x channels = the image part of the boxes gP (0 where no window
-// reaches).
-template <class T>
-void crop_image(const T* gP, int64_t nc, const Geom& g, T* x) {
-  const int64_t n = std::clamp<int64_t>(g.Wp - g.pw, 0, g.Wi);
-  for (int64_t c = 0; c < nc; ++c)
-    for (int64_t iz = 0; iz < g.Di; ++iz)
-      for (int64_t iy = 0; iy < g.Hi; ++iy) {
-        T* xr = x + ((c * g.Di + iz) * g.Hi + iy) * g.Wi;
-        const int64_t z = iz + g.pd, yy = iy + g.ph;
-        const bool covered = z < g.Dp && yy < g.Hp;
-        if (covered && n > 0) std::memcpy(xr, gP + ((c * g.Dp + z) * g.Hp + yy) * g.Wp + g.pw, sizeof(T) * n);
-        std::fill(xr + (covered ? n : 0), xr + g.Wi, T(0));
-      }
+// Calls f(offset, box_index, n) for the contiguous runs of grid range [q0, q1) of tap t:
+// offset from q0, index in a channel's box, length. Flat: one run per slice; else one per row.
+template <class F>
+inline void for_tap_runs(const Geom& g, int64_t t, int64_t q0, int64_t q1, F&& f) {
+  if (g.flat) {
+    for (int64_t od = q0 / g.S; od * g.S < q1; ++od) {
+      const int64_t s0 = std::max(q0, od * g.S), s1 = std::min(q1, od * g.S + g.S);
+      f(s0 - q0, od * g.slice + (s0 - od * g.S) + g.off[t], s1 - s0);
+    }
+  } else {
+    for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
+      f(off, od * g.slice + oh * g.box.Wb + u0 + g.off[t], u1 - u0);
+    });
+  }
 }
 
 // col (nc*K x (q1-q0), row-major) = im2col of boxes P for grid positions [q0, q1).
 template <class T>
 void im2col(const T* P, int64_t nc, int64_t q0, int64_t q1, const Geom& g, T* col) {
-  const int64_t lc = q1 - q0, HWp = g.Hp * g.Wp;
-  if (lc <= 0) return;
+  const int64_t lc = q1 - q0;
   for (int64_t c = 0; c < nc; ++c)
-    for (int64_t a = 0; a < g.kd; ++a)
-      for (int64_t b = 0; b < g.kh; ++b)
-        for (int64_t e = 0; e < g.kw; ++e) {
-          T* dst = col + (((c * g.kd + a) * g.kh + b) * g.kw + e) * lc;
-          const T* Pt = P + c * g.Lp + a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw;  // tap (a,b,e)
-          if (g.flat) {  // a whole (oh, ow) slice of the grid is one contiguous run of P
-            const int64_t S = g.Ho * g.Wp;
-            for (int64_t od = q0 / S; od * S < q1; ++od) {
-              const int64_t s0 = std::max(q0, od * S), s1 = std::min(q1, od * S + S);
-              std::memcpy(dst + (s0 - q0), Pt + od * g.sd * HWp + (s0 - od * S), sizeof(T) * (s1 - s0));
-            }
-          } else {
-            for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
-              const T* src = Pt + (od * g.sd * g.Hp + oh * g.sh) * g.Wp + u0 * g.sw;
-              T* d = dst + off;
-              if (g.sw == 1) {
-                for (int64_t j = 0; j < u1 - u0; ++j) d[j] = src[j];
-              } else {
-                for (int64_t j = 0; j < u1 - u0; ++j) d[j] = src[j * g.sw];
-              }
-            });
-          }
-        }
+    for (int64_t t = 0; t < g.K; ++t) {
+      T* dst = col + (c * g.K + t) * lc;
+      const T* Pc = P + c * g.box.L;
+      for_tap_runs(g, t, q0, q1, [&](int64_t o, int64_t i, int64_t n) {
+        std::memcpy(dst + o, Pc + i, sizeof(T) * n);
+      });
+    }
 }
 
-// The adjoint of im2col: boxes gP += scatter of col. With a flat grid the garbage columns of
-// col must be zero (zero_garbage).
+// The adjoint of im2col: boxes gP += scatter of col. On a flat grid the garbage columns of col
+// must be zero (zero_garbage).
 template <class T>
 void col2im_add(const T* col, int64_t nc, int64_t q0, int64_t q1, const Geom& g, T* gP) {
-  const int64_t lc = q1 - q0, HWp = g.Hp * g.Wp;
-  if (lc <= 0) return;
+  const int64_t lc = q1 - q0;
   for (int64_t c = 0; c < nc; ++c)
-    for (int64_t a = 0; a < g.kd; ++a)
-      for (int64_t b = 0; b < g.kh; ++b)
-        for (int64_t e = 0; e < g.kw; ++e) {
-          const T* src = col + (((c * g.kd + a) * g.kh + b) * g.kw + e) * lc;
-          T* Pt = gP + c * g.Lp + a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw;
-          if (g.flat) {
-            const int64_t S = g.Ho * g.Wp;
-            for (int64_t od = q0 / S; od * S < q1; ++od) {
-              const int64_t s0 = std::max(q0, od * S), s1 = std::min(q1, od * S + S);
-              T* d = Pt + od * g.sd * HWp + (s0 - od * S);
-              const T* s = src + (s0 - q0);
-              for (int64_t j = 0; j < s1 - s0; ++j) d[j] += s[j];
-            }
-          } else {
-            for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
-              T* d = Pt + (od * g.sd * g.Hp + oh * g.sh) * g.Wp + u0 * g.sw;
-              const T* s = src + off;
-              if (g.sw == 1) {
-                for (int64_t j = 0; j < u1 - u0; ++j) d[j] += s[j];
-              } else {
-                for (int64_t j = 0; j < u1 - u0; ++j) d[j * g.sw] += s[j];
-              }
-            });
-          }
-        }
+    for (int64_t t = 0; t < g.K; ++t) {
+      const T* src = col + (c * g.K + t) * lc;
+      T* Pc = gP + c * g.box.L;
+      for_tap_runs(g, t, q0, q1, [&](int64_t o, int64_t i, int64_t n) {
+        T* d = Pc + i;
+        const T* s = src + o;
+        for (int64_t j = 0; j < n; ++j) d[j] += s[j];
+      });
+    }
 }
 
 // Zeroes the garbage columns (ow >= Wo) of the `rows` rows of a chunk [q0, q1) of a flat grid,
 // so that they add exact zeros to sums even where the image or weight holds Inf or NaN.
 template <class T>
 void zero_garbage(T* col, int64_t rows, int64_t q0, int64_t q1, const Geom& g) {
-  if (!g.flat || g.Wq == g.Wo) return;
+  if (g.Wg == g.Wo) return;
   const int64_t lc = q1 - q0;
   for_grid_rows(g, q0, q1, [&](int64_t off, int64_t, int64_t, int64_t u0, int64_t u1) {
     const int64_t v0 = std::max(u0, g.Wo);
@@ -431,128 +446,334 @@ template <class T>
 using CMapM = Eigen::Map<const MatCM<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 
 // ---------------------------------------------------------------------------------------------
-// Depthwise: one image channel per group (Cig == 1), direct loops on the padded box.
+// Direct correlation: out[o, position] = bias[o] + sum_{c, t} wr[o, c, t] * in[c, position + off[t]]
+// over a flat grid, without any column matrix. A block of OB output channels x QB positions
+// (two vector registers wide) is summed in registers over (c, t), each step broadcasting OB
+// weights laid out as wr[ob][c][t][OB]. This keeps the FMA units busier than im2col + GEMM,
+// which copies every input K times and then packs it again.
+
+struct DirectPlan {
+  int64_t n_in, in_cstride, in_slice;  // input channels, their box stride, one grid slice
+  const int64_t* off;                  // tap offsets into an input channel's box
+  int64_t n_taps;
+  int64_t slices, rows, width, cols;   // grid: slices x rows x width, columns >= cols are garbage
+  int64_t out_cstride, out_slice, out_row, out_col;  // where grid position (s, r, c) goes
+};
+
+// Positions per direct block: two vector registers per output channel (at most kOverrun);
+// with one or two output channels a longer run, streamed through L1 instead of registers.
+template <class T, int OB>
+constexpr int64_t direct_q() {
+  return OB <= 2 ? 512 / OB : 2 * int64_t(64 / sizeof(T));
+}
+
+int64_t direct_blocks_per_slice(const DirectPlan& pl, int64_t QB) {
+  return (pl.rows * pl.width + QB - 1) / QB;
+}
+
+// Blocks [blk0, blk1) (slice-major, QB positions each) of all n_out output channels. `in` must
+// hold QB + the largest offset readable elements past the last slice.
+template <class T, int OB>
+void direct_blocks(const T* in, const T* wr, int64_t n_out, const T* bias, T* out,
+                   const DirectPlan& pl, int64_t blk0, int64_t blk1) {
+  constexpr int QB = int(direct_q<T, OB>());
+  const int64_t n_qb = direct_blocks_per_slice(pl, QB), n_ob = (n_out + OB - 1) / OB;
+  const int64_t wstep = pl.n_in * pl.n_taps * OB;
+  for (int64_t blk = blk0; blk < blk1; ++blk) {
+    const int64_t sl = blk / n_qb, q = (blk % n_qb) * QB;
+    const T* in_q = in + sl * pl.in_slice + q;
+    for (int64_t ob = 0; ob < n_ob; ++ob) {
+      const int64_t o0 = ob * OB, n_o = std::min<int64_t>(OB, n_out - o0);
+      T acc[OB][QB];
+      for (int o = 0; o < OB; ++o) {
+        const T b0 = bias && o < n_o ? bias[o0 + o] : T(0);
+        for (int j = 0; j < QB; ++j) acc[o][j] = b0;
+      }
+      const T* wt = wr + ob * wstep;
+      if constexpr (OB <= 2) {
+        // each (c, t) streams over the run: a register block this thin gets vectorised across
+        // the taps instead (with gathers); the run stops at the slice's end
+        const int64_t len = std::min<int64_t>(QB, pl.rows * pl.width - q);
+        for (int64_t c = 0; c < pl.n_in; ++c) {
+          const T* ic = in_q + c * pl.in_cstride;
+          for (int64_t t = 0; t < pl.n_taps; ++t, wt += OB) {
+            const T* src = ic + pl.off[t];
+            for (int o = 0; o < OB; ++o) {
+              const T wv = wt[o];
+              for (int64_t j = 0; j < len; ++j) acc[o][j] += wv * src[j];
+            }
+          }
+        }
+      } else {
+        for (int64_t c = 0; c < pl.n_in; ++c) {
+          const T* ic = in_q + c * pl.in_cstride;
+          for (int64_t t = 0; t < pl.n_taps; ++t, wt += OB) {
+            const T* src = ic + pl.off[t];
+            for (int o = 0; o < OB; ++o)
+              for (int j = 0; j < QB; ++j) acc[o][j] += wt[o] * src[j];
+          }
+        }
+      }
+      // the block's valid positions, row by row
+      T* oc = out + o0 * pl.out_cstride + sl * pl.out_slice;
+      int64_t r = q / pl.width, col = q % pl.width;
+      for (int64_t j = 0; j < QB && r < pl.rows; ++r, col = 0) {
+        const int64_t run = std::min<int64_t>(QB - j, pl.width - col);
+        const int64_t nv = std::clamp<int64_t>(pl.cols - col, 0, run);
+        for (int64_t o = 0; o < n_o; ++o) {
+          T* orow = oc + o * pl.out_cstride + r * pl.out_row + col * pl.out_col;
+          if (pl.out_col == 1) {
+            for (int64_t v = 0; v < nv; ++v) orow[v] = acc[o][j + v];
+          } else {
+            for (int64_t v = 0; v < nv; ++v) orow[v * pl.out_col] = acc[o][j + v];
+          }
+        }
+        j += run;
+      }
+    }
+  }
+}
+
+// Output channels per register block: the fewest padded channels, then the most per block.
+int pick_ob(int64_t n_out) {
+  if (n_out % 12 == 0 || (n_out > 8 && (n_out + 11) / 12 * 12 < (n_out + 7) / 8 * 8)) return 12;
+  if (n_out > 4) return 8;
+  return n_out > 2 ? 4 : int(std::max<int64_t>(n_out, 1));
+}
+
+// wr[ob][c][t][o] = weight(ob * OB + o, c, t), zero past n_out.
+template <class T, class F>
+std::vector<T> repack(int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
+  const int64_t n_ob = (n_out + OB - 1) / OB;
+  std::vector<T> wr(n_ob * n_in * n_taps * OB, T(0));
+  for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t c = 0; c < n_in; ++c)
+      for (int64_t t = 0; t < n_taps; ++t) {
+        wr[(((o / OB) * n_in + c) * n_taps + t) * OB + o % OB] = weight(o, c, t);
+      }
+  return wr;
+}
+
+// y[n, g] = w[g] . x[n, g] directly, flat grids only; items (n, g, range of blocks).
+template <class T, int OB>
+void correlate_direct(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
+  constexpr int64_t QB = direct_q<T, OB>();
+  std::vector<std::vector<T>> wr(g.G);
+  for (int64_t grp = 0; grp < g.G; ++grp) {
+    const T* wg = w + grp * g.Cog * g.CKg;
+    wr[grp] = repack<T>(g.Cog, g.Cig, g.K, OB, [&](int64_t o, int64_t c, int64_t t) {
+      return wg[(o * g.Cig + c) * g.K + t];
+    });
+  }
+  const DirectPlan pl{g.Cig, g.box.L, g.slice, g.off.data(), g.K, g.Do, g.Ho, g.Wg, g.Wo,
+                      g.Lo, g.Ho * g.Wo, g.Wo, 1};
+  const int64_t blocks = g.Do * direct_blocks_per_slice(pl, QB);
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t n_parts = pieces_for(g.N * g.G, blocks, big ? max_threads() : 1);
+  const int64_t per_part = (blocks + n_parts - 1) / n_parts;
+  const int64_t items = g.N * g.G * n_parts;
+#pragma omp parallel if (big && items > 1)
+  {
+    Scratch<T, 0> P(g.Cig * g.box.L + g.box.slack);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
+      const int64_t grp = ng % g.G;
+      pad_image(x + ng * g.Cig * g.Li, g.Cig, g.Di, g.Hi, g.Wi, g.box, P.data());
+      direct_blocks<T, OB>(P.data(), wr[grp].data(), g.Cog, bias ? bias + grp * g.Cog : nullptr,
+                           y + ng * g.Cog * g.Lo, pl, part * per_part,
+                           std::min(blocks, (part + 1) * per_part));
+    }
+  }
+}
+
+// The adjoint as direct correlations, one per phase of the image. Image position
+// i = m * s + phase - pad (per dim) gathers the taps t with (t * dil) % s == phase, each from
+// y[m - (t * dil) / s]: a stride-1 correlation of y with that part of the kernel, flipped and
+// transposed. y is laid in a padded box Y (no phases) shared by all phases.
+struct AdjointPhases {
+  bool ok = false;           // every phase's grid is flat enough
+  Box ybox;
+  struct Phase {
+    std::vector<int64_t> taps, off;  // kernel taps of the phase and their offsets into ybox
+    int64_t first[3], count[3];      // grid origin m and extent per dim
+  };
+  std::vector<Phase> phases;
+};
+
+AdjointPhases adjoint_phases(const Geom& g) {
+  AdjointPhases ap;
+  const int64_t s[3] = {g.sd, g.sh, g.sw}, k[3] = {g.kd, g.kh, g.kw}, dil[3] = {g.dd, g.dh, g.dw};
+  const int64_t pad[3] = {g.pd, g.ph, g.pw}, in[3] = {g.Di, g.Hi, g.Wi}, out[3] = {g.Do, g.Ho, g.Wo};
+  int64_t R[3], origin[3], extent[3];
+  std::vector<int64_t> lo[3], cnt[3];
+  for (int d = 0; d < 3; ++d) {
+    R[d] = (k[d] - 1) * dil[d] / s[d];  // largest shift
+    origin[d] = INT64_MAX;
+    int64_t top = -1;
+    for (int64_t ph = 0; ph < s[d]; ++ph) {
+      const int64_t m_lo = std::max<int64_t>(0, (pad[d] - ph + s[d] - 1) / s[d]);
+      const int64_t last = in[d] - 1 + pad[d] - ph;  // largest m * s
+      const int64_t m_hi = last >= 0 ? last / s[d] : -1;
+      lo[d].push_back(m_lo);
+      cnt[d].push_back(std::max<int64_t>(0, m_hi - m_lo + 1));
+      if (m_hi >= m_lo) origin[d] = std::min(origin[d], m_lo), top = std::max(top, m_hi);
+    }
+    if (top < 0) return ap;  // no image positions: nothing to compute here
+    extent[d] = std::max(top - origin[d] + R[d] + 1, out[d] - origin[d] + R[d]);
+  }
+  ap.ybox = make_box(extent[0], extent[1], extent[2], R[0] - origin[0], R[1] - origin[1],
+                     R[2] - origin[2], 1, 1, 1);
+  const int64_t Wy = ap.ybox.Wb;
+  ap.ok = true;
+  for (int64_t pd_ = 0; pd_ < s[0]; ++pd_)
+    for (int64_t ph_ = 0; ph_ < s[1]; ++ph_)
+      for (int64_t pw_ = 0; pw_ < s[2]; ++pw_) {
+        AdjointPhases::Phase P;
+        const int64_t phs[3] = {pd_, ph_, pw_};
+        for (int d = 0; d < 3; ++d) P.first[d] = lo[d][phs[d]], P.count[d] = cnt[d][phs[d]];
+        if (P.count[2] > 0 && (Wy - P.count[2]) * 4 > P.count[2]) ap.ok = false;
+        for (int64_t a = 0, t = 0; a < g.kd; ++a)
+          for (int64_t b = 0; b < g.kh; ++b)
+            for (int64_t e = 0; e < g.kw; ++e, ++t) {
+              const int64_t u[3] = {a * g.dd, b * g.dh, e * g.dw};
+              bool mine = true;
+              int64_t o3[3];
+              for (int d = 0; d < 3; ++d) {
+                mine = mine && u[d] % s[d] == phs[d];
+                o3[d] = P.first[d] - origin[d] + R[d] - u[d] / s[d];
+              }
+              if (!mine) continue;
+              P.taps.push_back(t);
+              P.off.push_back((o3[0] * ap.ybox.Hb + o3[1]) * Wy + o3[2]);
+            }
+        ap.phases.push_back(std::move(P));
+      }
+  return ap;
+}
+
+template <class T, int OB>
+void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const Geom& g,
+                              const AdjointPhases& ap) {
+  constexpr int64_t QB = direct_q<T, OB>();
+  const Box& yb = ap.ybox;
+  const int64_t n_ph = int64_t(ap.phases.size());
+  // per phase: its plan, where its outputs start in x, and its weights per group
+  std::vector<DirectPlan> plans(n_ph);
+  std::vector<int64_t> out0(n_ph), first_blk(n_ph + 1, 0);
+  std::vector<std::vector<T>> wr(n_ph * g.G);
+  for (int64_t f = 0; f < n_ph; ++f) {
+    const auto& P = ap.phases[f];
+    const int64_t pd_ = f / (g.sh * g.sw), ph_ = (f / g.sw) % g.sh, pw_ = f % g.sw;
+    plans[f] = DirectPlan{g.Cog, yb.L, yb.Hb * yb.Wb, P.off.data(), int64_t(P.taps.size()),
+                          P.count[0], P.count[1], yb.Wb, P.count[2],
+                          g.Li, g.sd * g.Hi * g.Wi, g.sh * g.Wi, g.sw};
+    out0[f] = ((P.first[0] * g.sd + pd_ - g.pd) * g.Hi + (P.first[1] * g.sh + ph_ - g.ph)) * g.Wi +
+              (P.first[2] * g.sw + pw_ - g.pw);
+    const int64_t blocks = P.count[0] > 0 && P.count[1] > 0 && P.count[2] > 0
+                               ? P.count[0] * direct_blocks_per_slice(plans[f], QB) : 0;
+    first_blk[f + 1] = first_blk[f] + blocks;
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      const T* wg = w + grp * g.Cog * g.CKg;
+      wr[f * g.G + grp] = repack<T>(g.Cig, g.Cog, int64_t(P.taps.size()), OB,
+                                    [&](int64_t ci, int64_t co, int64_t tt) {
+                                      return wg[(co * g.Cig + ci) * g.K + P.taps[tt]];
+                                    });
+    }
+  }
+  const int64_t blocks = first_blk[n_ph];
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t n_parts = pieces_for(g.N * g.G, blocks, big ? max_threads() : 1);
+  const int64_t per_part = (blocks + n_parts - 1) / n_parts;
+  const int64_t items = g.N * g.G * n_parts;
+#pragma omp parallel if (big && items > 1)
+  {
+    Scratch<T, 0> Y(g.Cog * yb.L + yb.slack);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t ng = it / n_parts, part = it % n_parts;
+      const int64_t grp = ng % g.G;
+      pad_image(y + ng * g.Cog * g.Lo, g.Cog, g.Do, g.Ho, g.Wo, yb, Y.data());
+      const int64_t b0 = part * per_part, b1 = std::min(blocks, b0 + per_part);
+      for (int64_t f = 0; f < n_ph; ++f) {
+        const int64_t lo = std::max(b0, first_blk[f]), hi = std::min(b1, first_blk[f + 1]);
+        if (lo >= hi) continue;
+        direct_blocks<T, OB>(Y.data(), wr[f * g.G + grp].data(), g.Cig,
+                             bias ? bias + grp * g.Cig : nullptr,
+                             x + ng * g.Cig * g.Li + out0[f], plans[f], lo - first_blk[f],
+                             hi - first_blk[f]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Depthwise: one image channel per group (Cig == 1), direct loops on boxes of single planes.
 // Column channel co reads image channel co / Cog.
 
-// y[n, co] = bias[co] + sum_t w[co, t] * x[n, co / Cog, window(o) + t]
+// y[n, co] = bias[co] + sum_t w[co, t] * x[n, co / Cog, window(o) + t], row by row: the
+// geometries too narrow for a flat grid (the others run correlate_direct, which handles one
+// input channel per group just as well).
 template <class T>
 void correlate_depthwise(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
-  const int64_t items = g.N * g.Co, HWp = g.Hp * g.Wp, S = g.Ho * g.Wp;
+  const int64_t items = g.N * g.Co;
   const bool par = double(items) * g.K * g.Lo >= kParallelWork && items > 1;
 #pragma omp parallel if (par)
   {
-    Scratch<T, 0> P(g.Lp + g.slack);
-    Scratch<T, 1> ext(g.flat ? S + kBlock : 0);
+    Scratch<T, 0> P(g.box.L + g.box.slack);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t n = it / g.Co, co = it % g.Co;
       const T* wp = w + co * g.K;
       const T b0 = bias ? bias[co] : T(0);
       T* yp = y + it * g.Lo;
-      pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g, P.data());
-      for (int64_t od = 0; od < g.Do; ++od) {
-        const T* Pz = P.data() + od * g.sd * HWp;
-        if (g.flat) {
-          // every tap of a block of kBlock grid positions is a contiguous run of P: the block
-          // stays in registers across the K taps
-          for (int64_t q = 0; q < S; q += kBlock) {
-            T acc[kBlock];
-            for (int64_t j = 0; j < kBlock; ++j) acc[j] = b0;
-            const T* wt = wp;
-            for (int64_t a = 0; a < g.kd; ++a)
-              for (int64_t b = 0; b < g.kh; ++b)
-                for (int64_t e = 0; e < g.kw; ++e) {
-                  const T wv = *wt++;
-                  const T* src = Pz + a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw + q;
-                  for (int64_t j = 0; j < kBlock; ++j) acc[j] += wv * src[j];
-                }
-            for (int64_t j = 0; j < kBlock; ++j) ext[q + j] = acc[j];
-          }
-          for (int64_t oh = 0; oh < g.Ho; ++oh) {
-            std::memcpy(yp + (od * g.Ho + oh) * g.Wo, ext.data() + oh * g.Wp, sizeof(T) * g.Wo);
-          }
-        } else {
-          for (int64_t oh = 0; oh < g.Ho; ++oh) {
-            T* yr = yp + (od * g.Ho + oh) * g.Wo;
-            std::fill(yr, yr + g.Wo, b0);
-            const T* wt = wp;
-            for (int64_t a = 0; a < g.kd; ++a)
-              for (int64_t b = 0; b < g.kh; ++b)
-                for (int64_t e = 0; e < g.kw; ++e) {
-                  const T wv = *wt++;
-                  const T* src = Pz + a * g.dd * HWp + (oh * g.sh + b * g.dh) * g.Wp + e * g.dw;
-                  for (int64_t ow = 0; ow < g.Wo; ++ow) yr[ow] += wv * src[ow * g.sw];
-                }
+      pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data());
+      for (int64_t od = 0; od < g.Do; ++od)
+        for (int64_t oh = 0; oh < g.Ho; ++oh) {
+          T* yr = yp + (od * g.Ho + oh) * g.Wo;
+          const T* Pr = P.data() + od * g.slice + oh * g.box.Wb;
+          std::fill(yr, yr + g.Wo, b0);
+          for (int64_t t = 0; t < g.K; ++t) {
+            const T wv = wp[t];
+            const T* src = Pr + g.off[t];
+            for (int64_t ow = 0; ow < g.Wo; ++ow) yr[ow] += wv * src[ow];
           }
         }
-      }
     }
   }
 }
 
-// x[n, c] = bias[c] + sum over the Cog column channels co of c: scatter of w[co, t] * y[n, co]
+// x[n, c] = bias[c] + sum over the Cog column channels co of c: scatter of w[co, t] * y[n, co],
+// row by row over the valid positions only, so exact for any weights (non-finite weights or
+// narrow geometries; the others run correlate_adjoint_direct).
 template <class T>
 void correlate_adjoint_depthwise(const T* y, const T* w, const T* bias, T* x, const Geom& g) {
-  const int64_t items = g.N * g.Ci, HWp = g.Hp * g.Wp;  // Ci == G
-  // margin in front of a grid slice, so that the gather below reads zeros before it
-  const int64_t M = (g.kh - 1) * g.dh * g.Wp + (g.kw - 1) * g.dw;
+  const int64_t items = g.N * g.Ci;  // one image plane each; Ci == G
   const bool par = double(items) * g.Cog * g.K * g.Lo >= kParallelWork && items > 1;
 #pragma omp parallel if (par)
   {
-    const int64_t Ysize = g.flat ? M + HWp + kBlock : 0;
-    Scratch<T, 0> gP(g.Lp + g.slack);
-    Scratch<T, 1> Y(Ysize);
+    Scratch<T, 0> gP(g.box.L + g.box.slack);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t n = it / g.Ci, c = it % g.Ci;
-      std::fill(gP.data(), gP.data() + g.Lp + g.slack, T(0));
+      std::fill(gP.data(), gP.data() + g.box.L + g.box.slack, T(0));
       for (int64_t j = 0; j < g.Cog; ++j) {
         const int64_t co = c * g.Cog + j;
         const T* yp = y + (n * g.Co + co) * g.Lo;
         const T* wp = w + co * g.K;
-        // gather form needs y laid on the flat grid with zero margins; a non-finite weight
-        // would turn those zeros into NaN, so such channels take the scatter form
-        bool finite = true;
-        for (int64_t t = 0; t < g.K; ++t) finite = finite && std::isfinite(wp[t]);
-        for (int64_t od = 0; od < g.Do; ++od) {
-          if (g.flat && finite) {
-            // gP slice z = od*sd + a*dd gathers sum_{b,e} w[a,b,e] * y[p - (b*dh*Wp + e*dw)]
-            std::fill(Y.data(), Y.data() + Ysize, T(0));
-            for (int64_t oh = 0; oh < g.Ho; ++oh) {
-              std::memcpy(Y.data() + M + oh * g.Wp, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
-            }
-            for (int64_t a = 0; a < g.kd; ++a) {
-              T* Pz = gP.data() + (od * g.sd + a * g.dd) * HWp;
-              for (int64_t p = 0; p < HWp; p += kBlock) {
-                T acc[kBlock] = {};
-                const T* wt = wp + a * g.kh * g.kw;
-                for (int64_t b = 0; b < g.kh; ++b)
-                  for (int64_t e = 0; e < g.kw; ++e) {
-                    const T wv = *wt++;
-                    const T* src = Y.data() + M + p - (b * g.dh * g.Wp + e * g.dw);
-                    for (int64_t q = 0; q < kBlock; ++q) acc[q] += wv * src[q];
-                  }
-                const int64_t len = std::min(kBlock, HWp - p);  // never spill into the next slice
-                for (int64_t q = 0; q < len; ++q) Pz[p + q] += acc[q];
-              }
-            }
-          } else {
-            for (int64_t oh = 0; oh < g.Ho; ++oh) {
-              const T* yr = yp + (od * g.Ho + oh) * g.Wo;
-              const T* wt = wp;
-              for (int64_t a = 0; a < g.kd; ++a)
-                for (int64_t b = 0; b < g.kh; ++b)
-                  for (int64_t e = 0; e < g.kw; ++e) {
-                    const T wv = *wt++;
-                    T* dst = gP.data() + (od * g.sd + a * g.dd) * HWp + (oh * g.sh + b * g.dh) * g.Wp + e * g.dw;
-                    for (int64_t ow = 0; ow < g.Wo; ++ow) dst[ow * g.sw] += wv * yr[ow];
-                  }
+        for (int64_t od = 0; od < g.Do; ++od)
+          for (int64_t oh = 0; oh < g.Ho; ++oh) {
+            const T* yr = yp + (od * g.Ho + oh) * g.Wo;
+            T* Pr = gP.data() + od * g.slice + oh * g.box.Wb;
+            for (int64_t t = 0; t < g.K; ++t) {
+              const T wv = wp[t];
+              T* dst = Pr + g.off[t];
+              for (int64_t ow = 0; ow < g.Wo; ++ow) dst[ow] += wv * yr[ow];
             }
           }
-        }
       }
       T* xp = x + it * g.Li;
-      crop_image(gP.data(), 1, g, xp);
+      crop_image(gP.data(), 1, g.Di, g.Hi, g.Wi, g.box, xp);
       if (bias) {
         for (int64_t i = 0; i < g.Li; ++i) xp[i] += bias[c];
       }
@@ -560,35 +781,33 @@ void correlate_adjoint_depthwise(const T* y, const T* w, const T* bias, T* x, co
   }
 }
 
-// sum_o y[o] * P[tap(t) + window(o)] over the valid window positions, row by row (exact for any
+// sum_o y[o] * P[window(o) + tap t] over the valid window positions, row by row (exact for any
 // values), each row in T and the rows in double.
 template <class T>
 double depthwise_tap_dot(const T* yp, const T* P, int64_t t, const Geom& g) {
-  const int64_t a = t / (g.kh * g.kw), b = (t / g.kw) % g.kh, e = t % g.kw;
-  const T* Pt = P + a * g.dd * g.Hp * g.Wp + b * g.dh * g.Wp + e * g.dw;
   double acc = 0;
   for (int64_t od = 0; od < g.Do; ++od)
     for (int64_t oh = 0; oh < g.Ho; ++oh) {
       const T* yr = yp + (od * g.Ho + oh) * g.Wo;
-      const T* src = Pt + (od * g.sd * g.Hp + oh * g.sh) * g.Wp;
+      const T* src = P + od * g.slice + oh * g.box.Wb + g.off[t];
       T s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t ow = 0; ow < g.Wo; ++ow) s += yr[ow] * src[ow * g.sw];
+      for (int64_t ow = 0; ow < g.Wo; ++ow) s += yr[ow] * src[ow];
       acc += double(s);
     }
   return acc;
 }
 
-// dw[co, t] = sum_n sum_o y[n, co, o] * x[n, co / Cog, window(o) + t]; items own a column channel
-// and sum the samples in order; partial sums in T, long sums in double.
+// dw[co, t] = sum_n sum_o y[n, co, o] * x[n, co / Cog, window(o) + t]; items own a column
+// channel and sum the samples in order; partial sums in T, long sums in double.
 template <class T>
 void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
-  const int64_t items = g.Co, HWp = g.Hp * g.Wp, S = g.Ho * g.Wp;
+  const int64_t items = g.Co;
   const bool par = double(items) * g.K * g.N * g.Lo >= kParallelWork && items > 1;
 #pragma omp parallel if (par)
   {
-    const int64_t Ysize = g.flat ? S + kBlock : 0;
-    Scratch<T, 0> P(g.Lp + g.slack);
+    const int64_t Ysize = g.flat ? g.S + kBlock : 0;
+    Scratch<T, 0> P(g.box.L + g.box.slack);
     Scratch<T, 1> Y(Ysize);
     Scratch<double, 2> acc(g.K);  // slot 2: with T = double, slots 0 and 1 are taken above
 #pragma omp for schedule(static)
@@ -596,30 +815,26 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
       std::fill(acc.data(), acc.data() + g.K, 0.0);
       for (int64_t n = 0; n < g.N; ++n) {
         const T* yp = y + (n * g.Co + co) * g.Lo;
-        pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g, P.data());
+        pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data());
         if (!g.flat) {
           for (int64_t t = 0; t < g.K; ++t) acc[t] += depthwise_tap_dot(yp, P.data(), t, g);
           continue;
         }
-        // flat: one long dot per tap over the grid, y zero at the garbage positions
+        // flat: one long dot per tap over each slice, y zero at the garbage positions
         for (int64_t od = 0; od < g.Do; ++od) {
           std::fill(Y.data(), Y.data() + Ysize, T(0));
           for (int64_t oh = 0; oh < g.Ho; ++oh) {
-            std::memcpy(Y.data() + oh * g.Wp, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
+            std::memcpy(Y.data() + oh * g.Wg, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
           }
-          const T* Pz = P.data() + od * g.sd * HWp;
-          int64_t t = 0;
-          for (int64_t a = 0; a < g.kd; ++a)
-            for (int64_t b = 0; b < g.kh; ++b)
-              for (int64_t e = 0; e < g.kw; ++e, ++t) {
-                const T* src = Pz + a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw;
-                T s[kBlock] = {};
-                for (int64_t q = 0; q < S; q += kBlock)
-                  for (int64_t j = 0; j < kBlock; ++j) s[j] += Y[q + j] * src[q + j];
-                double d = 0;
-                for (int64_t j = 0; j < kBlock; ++j) d += double(s[j]);
-                acc[t] += d;
-              }
+          for (int64_t t = 0; t < g.K; ++t) {
+            const T* src = P.data() + od * g.slice + g.off[t];
+            T s[kBlock] = {};
+            for (int64_t q = 0; q < g.S; q += kBlock)
+              for (int64_t j = 0; j < kBlock; ++j) s[j] += Y[q + j] * src[q + j];
+            double d = 0;
+            for (int64_t j = 0; j < kBlock; ++j) d += double(s[j]);
+            acc[t] += d;
+          }
         }
       }
       for (int64_t t = 0; t < g.K; ++t) {
@@ -627,7 +842,7 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
           // a garbage position met an Inf or NaN of x (0 * Inf): redo this tap exactly
           acc[t] = 0;
           for (int64_t n = 0; n < g.N; ++n) {
-            pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g, P.data());
+            pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data());
             acc[t] += depthwise_tap_dot(y + (n * g.Co + co) * g.Lo, P.data(), t, g);
           }
         }
@@ -638,93 +853,23 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The three pieces, general path (im2col / col2im + GEMM).
+// The three pieces.
 
-// Direct correlation on a flat grid (windows move by 1 in H and W): tap t of grid position q is
-// P[q + offset(t)], so no column matrix is needed at all. A block of OB output channels x QB
-// grid positions (two vector registers wide) is summed in registers over (ci, t), each step
-// broadcasting OB weights repacked as [ci][t][OB]. This keeps the FMA units busier than
-// im2col + GEMM, which copies every input K times and packs it again.
-template <class T, int OB>
-void correlate_direct(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
-  constexpr int QB = 128 / sizeof(T);
-  const int64_t HWp = g.Hp * g.Wp, S = g.Ho * g.Wp;
-  const int64_t n_ob = (g.Cog + OB - 1) / OB;
-  // wr[grp][ob][ci][t][o] = w[grp*Cog + ob*OB + o][ci][t], zero past Cog
-  std::vector<T> wr(g.G * n_ob * g.CKg * OB, T(0));
-  for (int64_t grp = 0; grp < g.G; ++grp)
-    for (int64_t co = 0; co < g.Cog; ++co)
-      for (int64_t k = 0; k < g.CKg; ++k) {
-        wr[((grp * n_ob + co / OB) * g.CKg + k) * OB + co % OB] = w[(grp * g.Cog + co) * g.CKg + k];
-      }
-  std::vector<int64_t> off(g.K);
-  for (int64_t a = 0, t = 0; a < g.kd; ++a)
-    for (int64_t b = 0; b < g.kh; ++b)
-      for (int64_t e = 0; e < g.kw; ++e, ++t) off[t] = a * g.dd * HWp + b * g.dh * g.Wp + e * g.dw;
-  const int64_t n_qb = (S + QB - 1) / QB;  // blocks per od slice
-  const int64_t blocks = g.Do * n_qb;
-  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
-  const int64_t n_parts = pieces_for(g.N * g.G, blocks, big ? max_threads() : 1);
-  const int64_t per_part = (blocks + n_parts - 1) / n_parts;
-  const int64_t items = g.N * g.G * n_parts;
-#pragma omp parallel if (big && items > 1)
-  {
-    Scratch<T, 0> P(g.Cig * g.Lp + g.slack);  // slack covers the last block's overrun
-#pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
-      const int64_t grp = ng % g.G;
-      pad_image(x + ng * g.Cig * g.Li, g.Cig, g, P.data());
-      const int64_t blk1 = std::min(blocks, (part + 1) * per_part);
-      for (int64_t blk = part * per_part; blk < blk1; ++blk) {
-        const int64_t od = blk / n_qb, q = (blk % n_qb) * QB;
-        const T* Pq = P.data() + od * g.sd * HWp + q;
-        for (int64_t ob = 0; ob < n_ob; ++ob) {
-          const int64_t co0 = grp * g.Cog + ob * OB, n_co = std::min<int64_t>(OB, g.Cog - ob * OB);
-          T acc[OB][QB];
-          for (int o = 0; o < OB; ++o) {
-            const T b0 = bias && o < n_co ? bias[co0 + o] : T(0);
-            for (int j = 0; j < QB; ++j) acc[o][j] = b0;
-          }
-          const T* wt = wr.data() + (grp * n_ob + ob) * g.CKg * OB;
-          for (int64_t ci = 0; ci < g.Cig; ++ci) {
-            const T* Pc = Pq + ci * g.Lp;
-            for (int64_t t = 0; t < g.K; ++t, wt += OB) {
-              const T* src = Pc + off[t];
-              for (int o = 0; o < OB; ++o)
-                for (int j = 0; j < QB; ++j) acc[o][j] += wt[o] * src[j];
-            }
-          }
-          // the block's valid positions, row by row, into y
-          T* yc = y + (ng / g.G * g.Co + co0) * g.Lo + od * g.Ho * g.Wo;
-          int64_t oh = q / g.Wp, ow = q % g.Wp;
-          for (int64_t j = 0; j < QB && oh < g.Ho; ++oh, ow = 0) {
-            const int64_t run = std::min<int64_t>(QB - j, g.Wp - ow);
-            const int64_t nv = std::clamp<int64_t>(g.Wo - ow, 0, run);
-            for (int64_t o = 0; o < n_co; ++o) {
-              T* yr = yc + o * g.Lo + oh * g.Wo + ow;
-              for (int64_t v = 0; v < nv; ++v) yr[v] = acc[o][j + v];
-            }
-            j += run;
-          }
-        }
-      }
-    }
-  }
-}
-
-// y[n, g] = w[g] . im2col(x[n, g]) (+ bias); items (n, g, range of chunks).
+// y[n, g] = w[g] . im2col(x[n, g]) (+ bias). Flat grids run directly; the others (and unit
+// convolutions) as im2col + GEMM, items (n, g, range of chunks).
 template <class T>
 void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   if (g.N == 0 || g.Co == 0 || g.Lo == 0) return;
-  if (g.depthwise) return correlate_depthwise(x, w, bias, y, g);
-  if (g.flat) {  // output channels per register block: the fewest padded channels, then the most
-    if (g.Cog % 12 == 0 || (g.Cog > 8 && (g.Cog + 11) / 12 * 12 < (g.Cog + 7) / 8 * 8)) {
-      return correlate_direct<T, 12>(x, w, bias, y, g);
+  if (g.flat) {
+    switch (pick_ob(g.Cog)) {
+      case 12: return correlate_direct<T, 12>(x, w, bias, y, g);
+      case 8: return correlate_direct<T, 8>(x, w, bias, y, g);
+      case 4: return correlate_direct<T, 4>(x, w, bias, y, g);
+      case 2: return correlate_direct<T, 2>(x, w, bias, y, g);
+      default: return correlate_direct<T, 1>(x, w, bias, y, g);
     }
-    if (g.Cog > 4) return correlate_direct<T, 8>(x, w, bias, y, g);
-    return correlate_direct<T, 4>(x, w, bias, y, g);
   }
+  if (g.depthwise) return correlate_depthwise(x, w, bias, y, g);
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t lc = chunk_len(g.CKg, g.Lo, sizeof(T));  // not flat: the grid is the output
   const int64_t n_chunks = (g.Lo + lc - 1) / lc;
@@ -733,7 +878,7 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   const int64_t items = g.N * g.G * n_parts;
 #pragma omp parallel if (big && items > 1)
   {
-    Scratch<T, 0> P(g.unit ? 0 : g.Cig * g.Lp + g.slack);
+    Scratch<T, 0> P(g.unit ? 0 : g.Cig * g.box.L + g.box.slack);
     Scratch<T, 1> col(g.unit ? 0 : g.CKg * lc);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
@@ -742,7 +887,7 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
       const T* xg = x + ng * g.Cig * g.Li;
       T* yg = y + ng * g.Cog * g.Lo;
       CMapM<T> wT(w + grp * g.Cog * g.CKg, g.CKg, g.Cog, Eigen::OuterStride<>(g.CKg));
-      if (!g.unit) pad_image(xg, g.Cig, g, P.data());
+      if (!g.unit) pad_image(xg, g.Cig, g.Di, g.Hi, g.Wi, g.box, P.data());
       const int64_t ch1 = std::min(n_chunks, (part + 1) * per_part);
       for (int64_t ch = part * per_part; ch < ch1; ++ch) {
         const int64_t q0 = ch * lc, q1 = std::min(g.Lo, q0 + lc), len = q1 - q0;
@@ -766,35 +911,36 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   }
 }
 
-// x[n, g] = col2im(w[g]^T . y[n, g]) (+ bias); items (n, g, block of image channels).
+// x[n, g] = col2im(w[g]^T . y[n, g]) (+ bias). Runs as direct correlations per image phase
+// when their grids are flat enough and the weights finite (the correlations read y's zero
+// padding, and 0 * Inf = NaN where col2im adds nothing); otherwise as GEMM + col2im, items
+// (n, g, block of image channels).
 template <class T>
 void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& g) {
   if (g.N == 0 || g.Ci == 0 || g.Li == 0) return;
-  if (g.depthwise) return correlate_adjoint_depthwise(y, w, bias, x, g);
-  // The correlation form reads y's zero padding, and 0 * Inf = NaN where col2im adds nothing:
-  // weights with an Inf or NaN keep to col2im, like PyTorch.
-  if (adjoint_as_correlation(g) && all_finite(w, g.Co * g.CKg)) {
-    // w2[g][ci][co][t] = w[g][co][ci][K-1-t]
-    std::vector<T> w2(g.G * g.Cig * g.Cog * g.K);
-    for (int64_t grp = 0; grp < g.G; ++grp)
-      for (int64_t ci = 0; ci < g.Cig; ++ci)
-        for (int64_t co = 0; co < g.Cog; ++co) {
-          const T* src = w + ((grp * g.Cog + co) * g.Cig + ci) * g.K;
-          T* dst = w2.data() + ((grp * g.Cig + ci) * g.Cog + co) * g.K;
-          for (int64_t t = 0; t < g.K; ++t) dst[t] = src[g.K - 1 - t];
-        }
-    return correlate(y, w2.data(), bias, x, adjoint_geom(g));
+  if (!g.unit && all_finite(w, g.Co * g.CKg)) {
+    const AdjointPhases ap = adjoint_phases(g);
+    if (ap.ok) {
+      switch (pick_ob(g.Cig)) {
+        case 12: return correlate_adjoint_direct<T, 12>(y, w, bias, x, g, ap);
+        case 8: return correlate_adjoint_direct<T, 8>(y, w, bias, x, g, ap);
+        case 4: return correlate_adjoint_direct<T, 4>(y, w, bias, x, g, ap);
+        case 2: return correlate_adjoint_direct<T, 2>(y, w, bias, x, g, ap);
+        default: return correlate_adjoint_direct<T, 1>(y, w, bias, x, g, ap);
+      }
+    }
   }
+  if (g.depthwise) return correlate_adjoint_depthwise(y, w, bias, x, g);
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t n_blocks = pieces_for(g.N * g.G, g.Cig, big ? kSplitTarget : 1);
   const int64_t cb = (g.Cig + n_blocks - 1) / n_blocks;
   const int64_t items = g.N * g.G * n_blocks;
   // chunks from the whole group's rows, not from cb: col2im's order of sums must not depend
   // on the thread count
-  const int64_t lc = chunk_len(g.CKg, g.Lq, sizeof(T));
+  const int64_t lc = chunk_len(g.CKg, g.Lg, sizeof(T));
 #pragma omp parallel if (big && items > 1)
   {
-    Scratch<T, 0> gP(g.unit ? 0 : cb * g.Lp + g.slack);
+    Scratch<T, 0> gP(g.unit ? 0 : cb * g.box.L + g.box.slack);
     Scratch<T, 1> col(g.unit ? 0 : cb * g.K * lc);
     Scratch<T, 2> ext(g.flat ? g.Cog * lc : 0);
 #pragma omp for schedule(static)
@@ -812,9 +958,9 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
         CMapM<T> yT(yg, g.Lo, g.Cog, Eigen::OuterStride<>(g.Lo));
         xT.noalias() = yT * wsub.transpose();
       } else {
-        std::fill(gP.data(), gP.data() + nc * g.Lp + g.slack, T(0));
-        for (int64_t q0 = 0; q0 < g.Lq; q0 += lc) {
-          const int64_t q1 = std::min(g.Lq, q0 + lc), len = q1 - q0;
+        std::fill(gP.data(), gP.data() + nc * g.box.L + g.box.slack, T(0));
+        for (int64_t q0 = 0; q0 < g.Lg; q0 += lc) {
+          const int64_t q1 = std::min(g.Lg, q0 + lc), len = q1 - q0;
           const T* yp = yg + q0;
           int64_t ldy = g.Lo;
           if (g.flat) {
@@ -828,7 +974,7 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
           zero_garbage(col.data(), nc * g.K, q0, q1, g);
           col2im_add(col.data(), nc, q0, q1, g, gP.data());
         }
-        crop_image(gP.data(), nc, g, xg + c0 * g.Li);
+        crop_image(gP.data(), nc, g.Di, g.Hi, g.Wi, g.box, xg + c0 * g.Li);
       }
       if (bias) {
         for (int64_t c = c0; c < c0 + nc; ++c) {
@@ -858,7 +1004,7 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
   const int64_t nb_co = pieces_for(n_slots * g.G * nb_ci, g.Cog, target);
   const int64_t cb = (g.Cig + nb_ci - 1) / nb_ci, ob = (g.Cog + nb_co - 1) / nb_co;
   const int64_t items = n_slots * g.G * nb_ci * nb_co;
-  const int64_t L = g.unit ? g.Lo : g.Lq;
+  const int64_t L = g.unit ? g.Lo : g.Lg;
   const int64_t lc = g.unit ? std::max<int64_t>(g.Lo, 1) : chunk_len(g.CKg, L, sizeof(T));
   std::vector<T> partial((n_slots - 1) * wsize);
   // Both GEMM operands run along the positions; Eigen packs its left operand across that
@@ -867,7 +1013,7 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
   const bool y_left = ob < cb * g.K;
 #pragma omp parallel if (big && items > 1)
   {
-    Scratch<T, 0> P(g.unit ? 0 : cb * g.Lp + g.slack);
+    Scratch<T, 0> P(g.unit ? 0 : cb * g.box.L + g.box.slack);
     Scratch<T, 1> col(g.unit ? 0 : cb * g.K * lc);
     Scratch<T, 2> ext(g.flat ? ob * lc : 0);
     Scratch<T, 3> acc(y_left ? ob * cb * g.K : 0);
@@ -891,14 +1037,14 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
       for (int64_t n = slot * g.N / n_slots; n < (slot + 1) * g.N / n_slots; ++n) {
         const T* xg = x + ((n * g.G + grp) * g.Cig + c0) * g.Li;
         const T* yg = y + ((n * g.G + grp) * g.Cog + o0) * g.Lo;
-        if (!g.unit) pad_image(xg, nc, g, P.data());
+        if (!g.unit) pad_image(xg, nc, g.Di, g.Hi, g.Wi, g.box, P.data());
         for (int64_t q0 = 0; q0 < L; q0 += lc) {
           const int64_t q1 = std::min(L, q0 + lc), len = q1 - q0;
           const T* cp = xg + q0;
           int64_t ldc = g.Li;
           if (!g.unit) {
             im2col(P.data(), nc, q0, q1, g, col.data());
-            zero_garbage(col.data(), nc * g.K, q0, q1, g);
+            if (g.flat) zero_garbage(col.data(), nc * g.K, q0, q1, g);
             cp = col.data();
             ldc = len;
           }
