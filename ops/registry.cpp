@@ -25,6 +25,8 @@ void register_var_ops(Registry& r);
 void register_where_ops(Registry& r);
 void register_ms_deform_attn_ops(Registry& r);
 void register_conv_ops(Registry& r);
+void register_group_norm_ops(Registry& r);
+void register_upsample_ops(Registry& r);
 
 namespace {
 Registry& build_builtin_registry() {
@@ -48,6 +50,8 @@ Registry& build_builtin_registry() {
   register_where_ops(r);
   register_ms_deform_attn_ops(r);
   register_conv_ops(r);
+  register_group_norm_ops(r);
+  register_upsample_ops(r);
   return r;
 }
 }  // namespace

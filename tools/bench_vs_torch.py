@@ -136,6 +136,116 @@ def with_suffix(name, suffix):
     return f"{head}{suffix}/{tail}"
 
 
+def detr_train_step():
+    """bench/bench_detr.cpp's case: an encoder layer (5440 tokens over 4 levels) and a decoder
+    layer (300 queries), d_model 256, 8 heads, 4 points, d_ffn 1024, float32, dropout 0, through
+    the fixture's modules (Deformable-DETR's architecture with the pure-PyTorch core)."""
+    d = load_fixture_module("deformable_detr")
+    C, Q, L = 256, 300, 4
+    enc = d.EncoderLayer(C, 1024, L, 8, 4, torch.float32)
+    dec = d.DecoderLayer(C, 1024, L, 8, 4, torch.float32)
+    ss = torch.tensor([[64, 64], [32, 32], [16, 16], [8, 8]])
+    lsi = torch.tensor([0, 4096, 5120, 5376])
+    src, pos = torch.randn(1, 5440, C), torch.randn(1, 5440, C)
+    tgt, query_pos, target = torch.randn(1, Q, C), torch.randn(1, Q, C), torch.randn(1, Q, C)
+    valid = torch.ones(1, L, 2)
+    enc_ref = d.get_reference_points(ss, valid)
+    dec_ref = torch.rand(1, Q, 1, 2).expand(1, Q, L, 2).contiguous()
+    params = list(enc.parameters()) + list(dec.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=1e-4)
+
+    def step():
+        opt.zero_grad()
+        memory = enc(src, pos, enc_ref, ss, lsi)
+        out = dec(tgt, query_pos, dec_ref, memory, ss, lsi)
+        loss = ((out - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+    return step
+
+
+def copy_case(shape):
+    x, y = torch.randn(shape), torch.empty(shape)
+    return lambda: y.copy_(x)
+
+
+def group_norm_fwd(shape, groups):
+    x, w, b = torch.randn(shape), torch.randn(shape[1]), torch.randn(shape[1])
+    return lambda: F.group_norm(x, groups, w, b)
+
+
+def group_norm_bwd(shape, groups):
+    """Backward alone: the autograd graph is kept and replayed with retain_graph."""
+    x = torch.randn(shape, requires_grad=True)
+    w = torch.randn(shape[1])
+    y = F.group_norm(x, groups, w)
+    g = torch.randn(shape)
+    return lambda: torch.autograd.grad(y, x, g, retain_graph=True)
+
+
+def upsample_fwd(shape, out, ac):
+    x = torch.randn(shape)
+    return lambda: F.interpolate(x, size=out, mode="bilinear", align_corners=ac)
+
+
+def upsample_bwd(shape, out, ac):
+    x = torch.randn(shape, requires_grad=True)
+    y = F.interpolate(x, size=out, mode="bilinear", align_corners=ac)
+    g = torch.randn(y.shape)
+    return lambda: torch.autograd.grad(y, x, g, retain_graph=True)
+
+
+def load_fixture_module(name):
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", name + ".py")
+    spec = importlib.util.spec_from_file_location(name + "_fixture", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def msda_inputs(queries, requires_grad):
+    torch.manual_seed(0)
+    bs, heads, channels, levels, points = 2, 8, 32, 4, 4
+    shapes = torch.tensor([[64, 64], [32, 32], [16, 16], [8, 8]])
+    value = torch.randn(bs, 5440, heads, channels, requires_grad=requires_grad)
+    loc = torch.rand(bs, queries, heads, levels, points, 2, requires_grad=requires_grad)
+    attn = torch.rand(bs, queries, heads, levels, points, requires_grad=requires_grad)
+    return value, shapes, loc, attn
+
+
+def msda_fwd(queries):
+    ref = load_fixture_module("deformable_detr").ms_deform_attn_core_pytorch
+    value, shapes, loc, attn = msda_inputs(queries, False)
+    return lambda: ref(value, shapes, loc, attn)
+
+
+def msda_bwd(queries):
+    ref = load_fixture_module("deformable_detr").ms_deform_attn_core_pytorch
+    value, shapes, loc, attn = msda_inputs(queries, True)
+    out = ref(value, shapes, loc, attn)
+    g = torch.randn(out.shape)
+    return lambda: torch.autograd.grad(out, (value, loc, attn), g, retain_graph=True)
+
+
+def norm_upsample_cases():
+    cases = {"copy/N32_C64_H64_W64": ("bench_norm_upsample", lambda: copy_case((32, 64, 64, 64)))}
+    for shape in [(8, 256, 32, 32), (32, 64, 64, 64), (4, 512, 8, 8)]:
+        name = "N{}_C{}_H{}_W{}_G32".format(*shape)
+        cases["group_norm_fwd/" + name] = ("bench_norm_upsample", lambda s=shape: group_norm_fwd(s, 32))
+        cases["group_norm_bwd/" + name] = ("bench_norm_upsample", lambda s=shape: group_norm_bwd(s, 32))
+    for shape, out in [((8, 64, 32, 32), (64, 64)), ((8, 256, 16, 16), (64, 64)), ((2, 32, 128, 128), (256, 256))]:
+        for ac in (False, True):
+            name = "N{}_C{}_H{}_W{}".format(*shape) + "_to{}x{}".format(*out) + ("_ac" if ac else "")
+            cases["upsample_fwd/" + name] = ("bench_norm_upsample", lambda s=shape, o=out, a=ac: upsample_fwd(s, o, a))
+            cases["upsample_bwd/" + name] = ("bench_norm_upsample", lambda s=shape, o=out, a=ac: upsample_bwd(s, o, a))
+    for name, q in [("encoder_B2_Q5440", 5440), ("decoder_B2_Q300", 300)]:
+        suffix = name + "_H8_C32_L4_P4"
+        cases["ms_deform_attn_fwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q: msda_fwd(q))
+        cases["ms_deform_attn_bwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q: msda_bwd(q))
+    return cases
+
+
 # case name (as in bench/*.cpp, without "/threads:N") -> (benchmark program, PyTorch callable factory)
 CASES = {
     "matmul_fwd/N256": ("bench_core", lambda: matmul_fwd(256)),
@@ -149,6 +259,8 @@ CASES = {
     "embedding_fwd_bwd/V10000_D256_T32768": ("bench_core_ops", embedding_case),
     "gemm_f32/M64_K576_N3136": ("bench_conv", lambda: gemm_case(64, 576, 3136)),
     "gemm_f32/M1024_K1024_N1024": ("bench_conv", lambda: gemm_case(1024, 1024, 1024)),
+    "detr_train_step/enc1_dec1_D256_H8_L4_P4_Q300": ("bench_detr", detr_train_step),
+    **norm_upsample_cases(),
 }
 for _name, _args in CONV_CASES.items():
     CASES[with_suffix(_name, "_fwd")] = ("bench_conv", lambda a=_args: conv_case(False, *a))

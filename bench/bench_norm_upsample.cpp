@@ -1,0 +1,85 @@
+// Group norm and bilinear upsampling, forward and backward separately, on the shapes of
+// issues 6 and 8; and a plain copy, the memory-bandwidth yardstick for group norm's GB/s.
+#include "bench_common.h"
+
+namespace tg::bench {
+namespace {
+
+// Bytes a pass must move at least once: for the GB/s counters.
+void set_bandwidth(benchmark::State& state, double bytes) {
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+void copy_case(benchmark::State& state, Shape shape) {
+  use_threads(state);
+  Tensor x = randn(shape), y = Tensor::empty(shape);
+  for (auto _ : state) y.copy_(x);
+  set_bandwidth(state, 2.0 * x.numel() * 4);  // read + write
+}
+
+void group_norm_fwd(benchmark::State& state, Shape shape, int64_t groups) {
+  use_threads(state);
+  Tensor x = randn(shape), w = randn({shape[1]}), b = randn({shape[1]});
+  for (auto _ : state) benchmark::DoNotOptimize(group_norm(x, groups, w, b));
+  set_bandwidth(state, 2.0 * x.numel() * 4);  // read x, write y
+}
+
+void group_norm_bwd(benchmark::State& state, Shape shape, int64_t groups) {
+  use_threads(state);
+  const int64_t N = shape[0], C = shape[1], HxW = shape_numel(shape) / (N * C);
+  Tensor x = randn(shape), w = randn({C}), g = randn(shape);
+  GroupNormResult r = native_group_norm(x, w, Tensor(), N, C, HxW, groups, 1e-5);
+  for (auto _ : state) benchmark::DoNotOptimize(native_group_norm_backward(g, x, r.mean, r.rstd, w, N, C, HxW, groups));
+  set_bandwidth(state, 3.0 * x.numel() * 4);  // read grad_y and x, write grad_x
+}
+
+void upsample_fwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out, bool ac) {
+  use_threads(state);
+  Tensor x = randn(in);
+  for (auto _ : state) benchmark::DoNotOptimize(upsample_bilinear2d(x, out, ac));
+  set_bandwidth(state, 4.0 * (x.numel() + in[0] * in[1] * out[0] * out[1]));
+}
+
+void upsample_bwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out, bool ac) {
+  use_threads(state);
+  Tensor g = randn({in[0], in[1], out[0], out[1]});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(upsample_bilinear2d_backward(g, out, {in[0], in[1], in[2], in[3]}, ac));
+  set_bandwidth(state, 4.0 * (g.numel() + shape_numel(in)));
+}
+
+std::string shape_name(const Shape& s) {
+  const char* names[] = {"N", "C", "H", "W"};
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "_" : "") + std::string(names[i]) + std::to_string(s[i]);
+  return out;
+}
+
+const bool registered = [] {
+  manual_seed(0);
+  add_case("copy/N32_C64_H64_W64", [](benchmark::State& s) { copy_case(s, {32, 64, 64, 64}); });
+  for (Shape shape : {Shape{8, 256, 32, 32}, Shape{32, 64, 64, 64}, Shape{4, 512, 8, 8}}) {
+    std::string name = shape_name(shape) + "_G32";
+    add_case("group_norm_fwd/" + name, [shape](benchmark::State& s) { group_norm_fwd(s, shape, 32); });
+    add_case("group_norm_bwd/" + name, [shape](benchmark::State& s) { group_norm_bwd(s, shape, 32); });
+  }
+  struct Up {
+    Shape in;
+    std::array<int64_t, 2> out;
+  };
+  for (Up u : {Up{{8, 64, 32, 32}, {64, 64}}, Up{{8, 256, 16, 16}, {64, 64}}, Up{{2, 32, 128, 128}, {256, 256}}}) {
+    for (bool ac : {false, true}) {
+      std::string name = shape_name(u.in) + "_to" + std::to_string(u.out[0]) + "x" + std::to_string(u.out[1]) +
+                         (ac ? "_ac" : "");
+      add_case("upsample_fwd/" + name, [u, ac](benchmark::State& s) { upsample_fwd(s, u.in, u.out, ac); });
+      add_case("upsample_bwd/" + name, [u, ac](benchmark::State& s) { upsample_bwd(s, u.in, u.out, ac); });
+    }
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace tg::bench
+
+BENCHMARK_MAIN();
