@@ -24,6 +24,7 @@ void register_minmax_ops(Registry& r);
 void register_var_ops(Registry& r);
 void register_where_ops(Registry& r);
 void register_ms_deform_attn_ops(Registry& r);
+void register_conv_ops(Registry& r);
 void register_group_norm_ops(Registry& r);
 void register_upsample_ops(Registry& r);
 void register_grid_sample_ops(Registry& r);
@@ -49,6 +50,7 @@ Registry& build_builtin_registry() {
   register_var_ops(r);
   register_where_ops(r);
   register_ms_deform_attn_ops(r);
+  register_conv_ops(r);
   register_group_norm_ops(r);
   register_upsample_ops(r);
   register_grid_sample_ops(r);

@@ -93,6 +93,49 @@ def embedding_case():
     return fwd_bwd(torch.randn(10000, 256), lambda w: F.embedding(idx, w))
 
 
+def conv_case(backward, input_shape, weight_shape, stride, padding, groups=1, transposed=False):
+    """As bench_conv.cpp: weight randn * 0.05, bias randn, a ones gradient for input, weight, bias."""
+    x = torch.randn(*input_shape)
+    w = torch.randn(*weight_shape) * 0.05
+    b = torch.randn(weight_shape[1] * groups if transposed else weight_shape[0])
+    dims = len(input_shape) - 2
+    fn = ([F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d] if transposed
+          else [F.conv1d, F.conv2d, F.conv3d])[dims - 1]
+    run = lambda: fn(x, w, b, stride=stride, padding=padding, groups=groups)
+    if not backward:
+        return run
+    for t in (x, w, b):
+        t.requires_grad_(True)
+    g = torch.ones_like(run())
+
+    def step():
+        run().backward(g)
+        x.grad = w.grad = b.grad = None
+    return step
+
+
+def gemm_case(m, k, n):
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    return lambda: torch.mm(a, b)
+
+
+# name (as bench_conv.cpp's, without _fwd / _fwd_bwd) -> conv_case arguments
+CONV_CASES = {
+    "conv2d_3x3/N8_C64_H56_W56_O64_p1": ((8, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    "conv2d_3x3_s2/N8_C128_H28_W28_O128_p1": ((8, 128, 28, 28), (128, 128, 3, 3), 2, 1),
+    "conv2d_1x1/N8_C256_H28_W28_O64": ((8, 256, 28, 28), (64, 256, 1, 1), 1, 0),
+    "conv2d_depthwise_3x3/N8_C128_H56_W56_p1": ((8, 128, 56, 56), (128, 1, 3, 3), 1, 1, 128),
+    "conv_transpose2d_4x4_s2/N8_C64_H28_W28_O32_p1": ((8, 64, 28, 28), (64, 32, 4, 4), 2, 1, 1, True),
+    "conv1d_k5/N16_C64_L512_O64_p2": ((16, 64, 512), (64, 64, 5), 1, 2),
+    "conv3d_3x3x3/N2_C16_D16_H32_W32_O16_p1": ((2, 16, 16, 32, 32), (16, 16, 3, 3, 3), 1, 1),
+}
+
+
+def with_suffix(name, suffix):
+    head, tail = name.split("/", 1)
+    return f"{head}{suffix}/{tail}"
+
+
 def detr_train_step():
     """bench/bench_detr.cpp's case: an encoder layer (5440 tokens over 4 levels) and a decoder
     layer (300 queries), d_model 256, 8 heads, 4 points, d_ffn 1024, float32, dropout 0, through
@@ -238,10 +281,15 @@ CASES = {
     "layer_norm_fwd_bwd/R1024_C768": ("bench_core_ops", layer_norm_case),
     "gelu_fwd_bwd/N1048576": ("bench_core_ops", lambda: fwd_bwd(torch.randn(1 << 20), F.gelu)),
     "embedding_fwd_bwd/V10000_D256_T32768": ("bench_core_ops", embedding_case),
+    "gemm_f32/M64_K576_N3136": ("bench_conv", lambda: gemm_case(64, 576, 3136)),
+    "gemm_f32/M1024_K1024_N1024": ("bench_conv", lambda: gemm_case(1024, 1024, 1024)),
     "detr_train_step/enc1_dec1_D256_H8_L4_P4_Q300": ("bench_detr", detr_train_step),
     **norm_upsample_cases(),
     **grid_sample_cases(),
 }
+for _name, _args in CONV_CASES.items():
+    CASES[with_suffix(_name, "_fwd")] = ("bench_conv", lambda a=_args: conv_case(False, *a))
+    CASES[with_suffix(_name, "_fwd_bwd")] = ("bench_conv", lambda a=_args: conv_case(True, *a))
 
 
 def time_torch(fn, min_time=0.3):

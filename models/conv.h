@@ -1,0 +1,74 @@
+// Convolution layers with PyTorch's names, argument order, parameter layout and initialisation:
+// Conv1d, Conv2d, Conv3d and ConvTranspose2d. state_dict keys are "weight" and "bias", so a
+// PyTorch checkpoint loads one to one.
+//
+// Weight: (out_channels, in_channels / groups, k...) and, transposed, (in_channels,
+// out_channels / groups, k...). Init (torch.nn.modules.conv._ConvNd.reset_parameters):
+// weight kaiming_uniform_(a = sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
+// fan_in = weight.size(1) * prod(k); bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with the same fan_in
+// (for a transposed layer that is out_channels / groups * prod(k), as in PyTorch).
+// Only zero padding (PyTorch's padding_mode="zeros"); padding takes every form tg::convolution
+// takes (one value, one per dim, or (before, after) per dim).
+#pragma once
+
+#include "../framework/random.h"
+#include "../ops/conv.h"
+#include "module.h"
+
+namespace tg {
+
+// The shared part of the layers; use the named ones below.
+class ConvNd : public Module {
+ public:
+  std::string name() const override { return layer_name_; }
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters(Generator* gen = nullptr);
+
+  int64_t in_channels, out_channels;
+  IntList kernel_size, stride, padding, dilation, output_padding;  // one value per dim (padding as given)
+  int64_t groups;
+  bool transposed;
+  Tensor weight;
+  Tensor bias;  // undefined when built without bias
+
+ protected:
+  ConvNd(const char* layer_name, int dims, bool transposed, int64_t in_channels, int64_t out_channels,
+         const IntList& kernel_size, const IntList& stride, const IntList& padding, const IntList& dilation,
+         const IntList& output_padding, int64_t groups, bool bias, DType dtype, Generator* gen);
+
+ private:
+  std::string layer_name_;
+  int dims_;
+};
+
+class Conv1d : public ConvNd {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, const IntList& stride = {1},
+         const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1, bool bias = true,
+         DType dtype = DType::Float32, Generator* gen = nullptr);
+};
+
+class Conv2d : public ConvNd {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, const IntList& stride = {1},
+         const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1, bool bias = true,
+         DType dtype = DType::Float32, Generator* gen = nullptr);
+};
+
+class Conv3d : public ConvNd {
+ public:
+  Conv3d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, const IntList& stride = {1},
+         const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1, bool bias = true,
+         DType dtype = DType::Float32, Generator* gen = nullptr);
+};
+
+// PyTorch's argument order: output_padding and groups come before bias and dilation.
+class ConvTranspose2d : public ConvNd {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, const IntList& stride = {1},
+                  const IntList& padding = {0}, const IntList& output_padding = {0}, int64_t groups = 1,
+                  bool bias = true, const IntList& dilation = {1}, DType dtype = DType::Float32,
+                  Generator* gen = nullptr);
+};
+
+}  // namespace tg

@@ -1,0 +1,372 @@
+// Convolutions: argument checking, dtype dispatch and the tape. The kernels (im2col + GEMM,
+// direct and depthwise paths, forward beside backward) are in conv_kernels.cpp.
+#include "conv.h"
+
+#include <sstream>
+
+#include "../framework/tape.h"
+#include "conv_kernels.h"
+#include "samples.h"
+
+namespace tg {
+
+namespace {
+
+std::string list_str(const IntList& v) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  os << "]";
+  return os.str();
+}
+
+// One value for every spatial dim, or one per dim (PyTorch's expand_param_if_needed).
+IntList expand_list(const char* op, const char* what, const IntList& v, int dims) {
+  TG_CHECK(v.size() == 1 || v.size() == static_cast<size_t>(dims), op, ": expected ", what, " to have 1 or ", dims,
+           " values for a ", dims, "-D convolution, got ", v.size(), " values ", list_str(v));
+  return v.size() == 1 ? IntList(dims, v[0]) : v;
+}
+
+const char* spatial_legend(int dims) {
+  return dims == 1 ? "(N, C, L)" : dims == 2 ? "(N, C, H, W)" : "(N, C, D, H, W)";
+}
+
+// Checks everything about the geometry (ranks, channels, groups, parameter lists, output size)
+// from the shapes alone, so that backward can rebuild it without the tensors. `dims` is the
+// number of spatial dims the caller expects (conv2d: 2), or 0 to take it from the weight.
+kernels::ConvParams check_geometry(const char* op, int dims, const Shape& input, const Shape& weight,
+                                   const IntList& stride_arg, const IntList& padding_arg, const IntList& dilation_arg,
+                                   bool transposed, const IntList& output_padding_arg, int64_t groups) {
+  const int64_t wdim = static_cast<int64_t>(weight.size());
+  if (dims == 0) {
+    TG_CHECK(wdim >= 3 && wdim <= 5, op,
+             ": expected weight to have 3, 4 or 5 dims (a 1-D, 2-D or 3-D convolution), got ", format_shape(weight));
+    dims = static_cast<int>(wdim) - 2;
+  }
+  TG_CHECK(wdim == dims + 2, op, ": expected weight to have ", dims + 2, " dims for a ", dims, "-D convolution, got ",
+           format_shape(weight));
+  TG_CHECK(static_cast<int64_t>(input.size()) == dims + 2, op, ": expected input to have ", dims + 2, " dims ",
+           spatial_legend(dims), " for a ", dims, "-D convolution, got ", format_shape(input));
+  TG_CHECK(groups > 0, op, ": expected groups to be positive, got ", groups);
+
+  const IntList stride = expand_list(op, "stride", stride_arg, dims);
+  const IntList dilation = expand_list(op, "dilation", dilation_arg, dims);
+  TG_CHECK(padding_arg.size() == 1 || padding_arg.size() == static_cast<size_t>(dims) ||
+               padding_arg.size() == static_cast<size_t>(2 * dims),
+           op, ": expected padding to have 1, ", dims, " or ", 2 * dims, " (before, after per dim) values for a ", dims,
+           "-D convolution, got ", padding_arg.size(), " values ", list_str(padding_arg));
+  IntList before(dims), after(dims);
+  for (int d = 0; d < dims; ++d) {
+    if (padding_arg.size() == static_cast<size_t>(2 * dims)) {
+      before[d] = padding_arg[2 * d];
+      after[d] = padding_arg[2 * d + 1];
+    } else {
+      before[d] = after[d] = padding_arg.size() == 1 ? padding_arg[0] : padding_arg[d];
+    }
+  }
+  const IntList output_padding = expand_list(op, "output_padding", output_padding_arg, dims);
+  for (int d = 0; d < dims; ++d) {
+    TG_CHECK(stride[d] > 0, op, ": expected stride to be positive, got ", list_str(stride));
+    TG_CHECK(dilation[d] > 0, op, ": expected dilation to be positive, got ", list_str(dilation));
+    TG_CHECK(before[d] >= 0 && after[d] >= 0, op, ": expected padding to be non-negative, got ", list_str(padding_arg));
+    TG_CHECK(weight[2 + d] > 0, op, ": expected positive kernel sizes, got weight ", format_shape(weight));
+    if (!transposed) {
+      TG_CHECK(output_padding[d] == 0, op, ": output_padding is only for transposed convolutions, got ",
+               list_str(output_padding_arg));
+    } else {
+      TG_CHECK(output_padding[d] >= 0 && (output_padding[d] < stride[d] || output_padding[d] < dilation[d]), op,
+               ": expected output_padding[", d, "] = ", output_padding[d], " to be non-negative and smaller than ",
+               "stride (", stride[d], ") or dilation (", dilation[d], ")");
+    }
+  }
+
+  const int64_t C_in = input[1];
+  int64_t C_out;
+  if (!transposed) {
+    TG_CHECK(weight[0] % groups == 0, op, ": expected out_channels (weight.size(0) = ", weight[0],
+             ") to be divisible by groups (", groups, ")");
+    TG_CHECK(C_in == groups * weight[1], op, ": expected input to have groups * weight.size(1) = ", groups, " * ",
+             weight[1], " = ", groups * weight[1], " channels, got ", C_in, " (input ", format_shape(input),
+             ", weight ", format_shape(weight), ")");
+    C_out = weight[0];
+  } else {
+    TG_CHECK(C_in == weight[0], op, ": expected input to have weight.size(0) = ", weight[0],
+             " channels (weight (in_channels, out_channels / groups, k...) when transposed), got ", C_in, " (input ",
+             format_shape(input), ", weight ", format_shape(weight), ")");
+    TG_CHECK(C_in % groups == 0, op, ": expected in_channels (", C_in, ") to be divisible by groups (", groups, ")");
+    C_out = weight[1] * groups;
+  }
+
+  IntList in(input.begin() + 2, input.end()), kernel(weight.begin() + 2, weight.end());
+  kernels::ConvParams p = kernels::make_conv_params(dims, input[0], C_in, C_out, groups, in, kernel, stride, dilation,
+                                                    before, after, transposed, output_padding);
+  IntList out(p.out.begin() + (3 - dims), p.out.end());
+  for (int64_t o : out) {
+    TG_CHECK(o > 0, op, ": output size is too small: input ", format_shape(input), " with weight ",
+             format_shape(weight), ", stride ", list_str(stride), ", padding ", list_str(padding_arg), ", dilation ",
+             list_str(dilation), " gives spatial size ", list_str(out));
+  }
+  return p;
+}
+
+Shape output_shape(const kernels::ConvParams& p) {
+  Shape s{p.N, p.C_out};
+  for (int d = 3 - p.dims; d < 3; ++d) s.push_back(p.out[d]);
+  return s;
+}
+
+void check_same_dtype(const char* op, const char* what, const Tensor& t, DType dt) {
+  TG_CHECK(t.dtype() == dt, op, ": expected ", what, " to have dtype ", dtype_name(dt), " like input, got ",
+           dtype_name(t.dtype()));
+}
+
+// Nothing to multiply: no batch, no input channels or no output channels. The kernels are
+// only called on non-empty problems.
+bool empty_problem(const kernels::ConvParams& p) { return p.N == 0 || p.C_in == 0 || p.C_out == 0; }
+
+// grad_bias[c] = sum over n and positions of grad_output[n, c, ...], in double (the kernels'
+// own bias reduction, for the empty problems they are not called on).
+template <class T>
+void sum_bias(const T* g, T* db, int64_t N, int64_t C, int64_t L) {
+  for (int64_t c = 0; c < C; ++c) {
+    double acc = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < L; ++i) acc += double(g[(n * C + c) * L + i]);
+    db[c] = T(acc);
+  }
+}
+
+// The backward once the geometry is known. input / weight may be undefined when the mask does
+// not need them (grad_weight needs input, grad_input needs weight); their shapes come from p.
+ConvolutionGrads backward_with_params(const char* op, const Tensor& grad_output, const Tensor& input,
+                                      const Tensor& weight, const Shape& input_shape, const Shape& weight_shape,
+                                      const kernels::ConvParams& p, std::array<bool, 3> mask) {
+  const DType dt = grad_output.dtype();
+  ConvolutionGrads r;
+  if (mask[0]) r.grad_input = Tensor::empty(input_shape, dt);
+  if (mask[1]) r.grad_weight = Tensor::empty(weight_shape, dt);
+  if (mask[2]) r.grad_bias = Tensor::empty({p.C_out}, dt);
+  if (!mask[0] && !mask[1] && !mask[2]) return r;
+  Tensor g = grad_output.contiguous();
+  const int64_t L = p.out[0] * p.out[1] * p.out[2];
+  if (empty_problem(p)) {
+    if (mask[0]) r.grad_input.zero_();
+    if (mask[1]) r.grad_weight.zero_();
+    if (mask[2]) {
+      dispatch_floating(dt, op, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        sum_bias<T>(g.data<T>(), r.grad_bias.data<T>(), p.N, p.C_out, L);
+      });
+    }
+    return r;
+  }
+  Tensor x = mask[1] ? input.contiguous() : Tensor();
+  Tensor w = mask[0] ? weight.contiguous() : Tensor();
+  dispatch_floating(dt, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    kernels::convolution_backward<T>(g.data<T>(), ptr(x), ptr(w), ptr(r.grad_input), ptr(r.grad_weight),
+                                     ptr(r.grad_bias), p);
+  });
+  return r;
+}
+
+// What backward needs besides the saved tensors.
+struct ConvAttrs {
+  kernels::ConvParams params;
+  Shape input_shape, weight_shape;
+};
+
+std::vector<Tensor> convolution_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const auto& a = ctx.attrs<ConvAttrs>();
+  // Only what was saved: the input when the weight wants a gradient, the weight for the input.
+  const Tensor input = ctx.needs_grad(1) ? ctx.saved(0) : Tensor();
+  const Tensor weight = ctx.needs_grad(0) ? ctx.saved(1) : Tensor();
+  ConvolutionGrads r =
+      backward_with_params("convolution_backward", g[0].detach(), input, weight, a.input_shape, a.weight_shape,
+                           a.params, {ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)});
+  return {r.grad_input, r.grad_weight, r.grad_bias};
+}
+
+// Small cases away from nothing in particular: a convolution is linear in each input, so it has
+// no kinks; the shapes keep the float64 finite differences cheap.
+std::vector<SampleCase> convolution_samples() {
+  struct Spec {
+    std::string name;
+    Shape input, weight;
+    bool bias;
+    IntList stride, padding, dilation;
+    bool transposed;
+    IntList output_padding;
+    int64_t groups;
+  };
+  const std::vector<Spec> specs = {
+      {"conv1d stride 2, padding 1, dilation 2, bias", {2, 3, 9}, {4, 3, 3}, true, {2}, {1}, {2}, false, {0}, 1},
+      {"conv2d groups 2, asymmetric padding (1, 0, 2, 1), bias",
+       {1, 4, 5, 4},
+       {4, 2, 3, 2},
+       true,
+       {1},
+       {1, 0, 2, 1},
+       {1},
+       false,
+       {0},
+       2},
+      {"conv2d depthwise 3x3 stride 2, no bias", {2, 3, 5, 5}, {3, 1, 3, 3}, false, {2}, {1}, {1}, false, {0}, 3},
+      {"conv3d 2x2x2 padding 1, bias", {1, 2, 3, 3, 3}, {2, 2, 2, 2, 2}, true, {1}, {1}, {1}, false, {0}, 1},
+      {"conv_transpose2d stride 2, output_padding 1, groups 2, bias",
+       {1, 4, 3, 3},
+       {4, 1, 3, 3},
+       true,
+       {2},
+       {1},
+       {1},
+       true,
+       {1},
+       2},
+      {"conv_transpose1d stride 2, dilation 2, padding 2, no bias",
+       {2, 2, 4},
+       {2, 3, 3},
+       false,
+       {2},
+       {2},
+       {2},
+       true,
+       {1},
+       1},
+  };
+  std::vector<SampleCase> cases;
+  for (const Spec& s : specs) {
+    const int64_t c_out = s.transposed ? s.weight[1] * s.groups : s.weight[0];
+    cases.push_back({s.name,
+                     [s, c_out](DType dt) {
+                       return std::vector<Tensor>{sample_tensor(s.input, dt), sample_tensor(s.weight, dt),
+                                                  s.bias ? sample_tensor({c_out}, dt) : Tensor()};
+                     },
+                     [s](const std::vector<Tensor>& x) {
+                       return std::vector<Tensor>{convolution(x[0], x[1], x[2], s.stride, s.padding, s.dilation,
+                                                              s.transposed, s.output_padding, s.groups)};
+                     }});
+  }
+  return cases;
+}
+
+}  // namespace
+
+const OpDef kConvolutionOp{"convolution", "convolution_backward", "input, weight, bias", convolution_backward_fn,
+                           convolution_samples};
+
+namespace {
+
+Tensor convolution_impl(const char* op, int dims, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                        const IntList& stride, const IntList& padding, const IntList& dilation, bool transposed,
+                        const IntList& output_padding, int64_t groups) {
+  TG_CHECK(input.defined(), op, ": expected a defined input");
+  TG_CHECK(weight.defined(), op, ": expected a defined weight");
+  const kernels::ConvParams p = check_geometry(op, dims, input.shape(), weight.shape(), stride, padding, dilation,
+                                               transposed, output_padding, groups);
+  const DType dt = input.dtype();
+  TG_CHECK(is_floating(dt), op, ": expected a floating input (float32 or float64), got ", dtype_name(dt));
+  check_same_dtype(op, "weight", weight, dt);
+  if (bias.defined()) {
+    TG_CHECK(bias.shape() == (Shape{p.C_out}), op, ": expected bias to have shape [", p.C_out, "] (out_channels), got ",
+             format_shape(bias.shape()));
+    check_same_dtype(op, "bias", bias, dt);
+  }
+
+  Tensor x = input.detach().contiguous(), w = weight.detach().contiguous();
+  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor out = Tensor::empty(output_shape(p), dt);
+  if (empty_problem(p)) {
+    if (b.defined() && out.numel() > 0) {
+      Shape bshape(out.dim(), 1);
+      bshape[1] = p.C_out;
+      out.copy_(b.view(bshape));
+    } else {
+      out.zero_();
+    }
+  } else {
+    dispatch_floating(dt, op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      kernels::convolution_forward<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, out.data<T>(), p);
+    });
+  }
+  if (Recorder rec{kConvolutionOp, {input, weight, bias}}) {
+    // grad_input needs only the weight, grad_weight only the input, grad_bias neither.
+    rec.save({rec.needs_grad(1) ? input : Tensor(), rec.needs_grad(0) ? weight : Tensor()});
+    rec.set_attrs(ConvAttrs{p, input.shape(), weight.shape()});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+                   const IntList& padding, const IntList& dilation, bool transposed, const IntList& output_padding,
+                   int64_t groups) {
+  return convolution_impl("convolution", 0, input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                          groups);
+}
+
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+              const IntList& padding, const IntList& dilation, int64_t groups) {
+  return convolution_impl("conv1d", 1, input, weight, bias, stride, padding, dilation, false, {0}, groups);
+}
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+              const IntList& padding, const IntList& dilation, int64_t groups) {
+  return convolution_impl("conv2d", 2, input, weight, bias, stride, padding, dilation, false, {0}, groups);
+}
+
+Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+              const IntList& padding, const IntList& dilation, int64_t groups) {
+  return convolution_impl("conv3d", 3, input, weight, bias, stride, padding, dilation, false, {0}, groups);
+}
+
+Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+                        const IntList& padding, const IntList& output_padding, int64_t groups,
+                        const IntList& dilation) {
+  return convolution_impl("conv_transpose1d", 1, input, weight, bias, stride, padding, dilation, true, output_padding,
+                          groups);
+}
+
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+                        const IntList& padding, const IntList& output_padding, int64_t groups,
+                        const IntList& dilation) {
+  return convolution_impl("conv_transpose2d", 2, input, weight, bias, stride, padding, dilation, true, output_padding,
+                          groups);
+}
+
+Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+                        const IntList& padding, const IntList& output_padding, int64_t groups,
+                        const IntList& dilation) {
+  return convolution_impl("conv_transpose3d", 3, input, weight, bias, stride, padding, dilation, true, output_padding,
+                          groups);
+}
+
+ConvolutionGrads convolution_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+                                      const IntList& bias_sizes, const IntList& stride, const IntList& padding,
+                                      const IntList& dilation, bool transposed, const IntList& output_padding,
+                                      int64_t groups, std::array<bool, 3> output_mask) {
+  const char* op = "convolution_backward";
+  TG_CHECK(grad_output.defined() && input.defined() && weight.defined(), op,
+           ": expected defined grad_output, input and weight");
+  const kernels::ConvParams p = check_geometry(op, 0, input.shape(), weight.shape(), stride, padding, dilation,
+                                               transposed, output_padding, groups);
+  const DType dt = input.dtype();
+  TG_CHECK(is_floating(dt), op, ": expected a floating input (float32 or float64), got ", dtype_name(dt));
+  check_same_dtype(op, "weight", weight, dt);
+  check_same_dtype(op, "grad_output", grad_output, dt);
+  const Shape out_shape = output_shape(p);
+  TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output to have the output's shape ",
+           format_shape(out_shape), ", got ", format_shape(grad_output.shape()));
+  TG_CHECK(bias_sizes.empty() || bias_sizes == IntList{p.C_out}, op, ": expected bias_sizes to be [", p.C_out,
+           "] (out_channels) or empty, got ", list_str(bias_sizes));
+  return backward_with_params(op, grad_output.detach(), input.detach(), weight.detach(), input.shape(), weight.shape(),
+                              p, output_mask);
+}
+
+void register_conv_ops(Registry& r) { r.add(kConvolutionOp); }
+
+}  // namespace tg

@@ -1,0 +1,1134 @@
+// Convolution kernels (see conv_kernels.h for the parameters and tensor layouts).
+//
+// Everything here is written in the geometry of a *normal* convolution, whatever the direction:
+//
+//   image   x : (N, Ci, Di, Hi, Wi)   the tensor the sliding windows read from
+//   columns y : (N, Co, Do, Ho, Wo)   one value per window position
+//   weight  w : (Co, Ci / G, kd, kh, kw)
+//
+//   normal convolution:     image = input,  columns = output
+//   transposed convolution: image = output, columns = input   (weight is (C_in, C_out/G, k...),
+//                                                              which is exactly (Co, Ci/G, k...))
+//
+// Legend: G = groups, Cig = Ci / G, Cog = Co / G, K = kd*kh*kw, CKg = Cig * K,
+//         Li = Di*Hi*Wi, Lo = Do*Ho*Wo, o = a window position, t = a kernel tap.
+//
+// Three pieces carry all the maths, each written once (per group g, per sample):
+//
+//   correlate          y = w . im2col(x)           normal forward    | transposed grad_input
+//   correlate_adjoint  x = col2im(w^T . y)         normal grad_input | transposed forward
+//   weight_grad        dw = sum_n y . im2col(x)^T  normal: y = grad_output, x = input
+//                                                  transposed: y = input, x = grad_output
+//
+// im2col(x) is the (CKg x Lo) matrix whose row (ci, t) holds x[ci, o * stride - pad + t * dil]
+// for every window position o (zero outside the image); col2im is its adjoint (a scatter-add).
+// The GEMMs are Eigen's, on column-major maps of our row-major buffers: a row-major (R x C)
+// buffer is a column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T.
+//
+// How im2col stays cheap:
+//   - the image block is first copied into a zero-padded box P (Dp, Hp, Wp) that holds exactly
+//     what the windows cover, so no inner loop checks bounds;
+//   - when the windows move by 1 in H and W ("flat" geometry), window positions are laid on a
+//     grid as wide as P (Wq = Wp instead of Wo): then tap t of every position of a whole (oh, ow)
+//     slice is P[q + offset(t)], and a row of the column matrix is one long memcpy. The extra
+//     Wp - Wo positions per row are garbage: their outputs are dropped, and they are zeroed
+//     wherever they would enter a sum, so non-finite values never leak;
+//   - otherwise (strided), rows are copied one output row at a time.
+// Column matrices are built in chunks of window positions (about kChunkBytes) so that they
+// stay in the L2 cache between im2col and the GEMM.
+//
+// Parallel plan (OpenMP, no atomics): every piece is cut into items that each own the slice of
+// the result they write, and the cut never changes the order of any sum, so results are
+// bit-identical for any thread count:
+//   correlate:          items (n, g, range of chunks)             -> owns y[n, g, range]
+//   correlate_adjoint:  items (n, g, block of image channels)     -> owns x[n, g, block]
+//   weight_grad:        items (g, block of ci, block of co)       -> owns dw[g, co-block, ci-block],
+//                       summing samples and chunks in a fixed order
+// Chunk lengths depend on the shape only. Inside our parallel regions Eigen's GEMM runs
+// single-threaded (Eigen checks omp_get_num_threads()).
+//
+// Special paths:
+//   - "unit" convolutions (1x1x1 kernel, stride 1, no padding, same sizes) need no im2col:
+//     the image itself is the column matrix.
+//   - depthwise (one image channel per group, few outputs per group) runs direct loops: im2col
+//     + GEMM would multiply matrices with a depth of K (e.g. 9) and waste most of the time.
+#include "conv_kernels.h"
+
+#include <Eigen/Core>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace tg::kernels {
+
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
+                         int64_t pad_before, int64_t pad_after, bool transposed,
+                         int64_t output_padding) {
+  const int64_t span = dilation * (kernel - 1);  // extent of one window minus 1
+  if (transposed) {
+    return (in - 1) * stride - pad_before - pad_after + span + output_padding + 1;
+  }
+  const int64_t num = in + pad_before + pad_after - span - 1;
+  // floor division, so that a window larger than the padded input gives a size <= 0
+  const int64_t q = num >= 0 ? num / stride : -((-num + stride - 1) / stride);
+  return q + 1;
+}
+
+ConvParams make_conv_params(int dims, int64_t N, int64_t C_in, int64_t C_out, int64_t groups,
+                            const std::vector<int64_t>& in, const std::vector<int64_t>& kernel,
+                            const std::vector<int64_t>& stride,
+                            const std::vector<int64_t>& dilation,
+                            const std::vector<int64_t>& pad_before,
+                            const std::vector<int64_t>& pad_after, bool transposed,
+                            const std::vector<int64_t>& output_padding) {
+  ConvParams p;
+  p.dims = dims;
+  p.N = N;
+  p.C_in = C_in;
+  p.C_out = C_out;
+  p.groups = groups;
+  p.transposed = transposed;
+  // right-align: a 2D (H, W) goes to slots 1, 2 and slot 0 keeps its unit defaults
+  const int lead = 3 - dims;
+  for (int d = 0; d < dims; ++d) {
+    const int s = lead + d;
+    p.in[s] = in[d];
+    p.kernel[s] = kernel[d];
+    p.stride[s] = stride[d];
+    p.dilation[s] = dilation[d];
+    p.pad_before[s] = pad_before[d];
+    p.pad_after[s] = pad_after[d];
+    p.output_padding[s] = output_padding.empty() ? 0 : output_padding[d];
+  }
+  for (int s = 0; s < 3; ++s) {
+    p.out[s] = conv_output_size(p.in[s], p.kernel[s], p.stride[s], p.dilation[s], p.pad_before[s],
+                                p.pad_after[s], transposed, p.output_padding[s]);
+  }
+  return p;
+}
+
+int64_t conv_weight_numel(const ConvParams& p) {
+  const int64_t K = p.kernel[0] * p.kernel[1] * p.kernel[2];
+  const int64_t g = p.groups > 0 ? p.groups : 1;
+  return p.transposed ? p.C_in * (p.C_out / g) * K : p.C_out * (p.C_in / g) * K;
+}
+
+namespace {
+
+// Target size of one chunk of the column matrix: it is written by im2col and read back by the
+// GEMM's packing right away, so it should stay in L2 (1 MB per core here).
+constexpr int64_t kChunkBytes = 512 * 1024;
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr double kParallelWork = 1 << 17;
+// Grid positions the depthwise weight-gradient dot keeps in registers at once, and the most
+// any flat loop reads past the end of a slice (a direct block); boxes leave that much room.
+constexpr int64_t kBlock = 64;
+constexpr int64_t kOverrun = 128;
+// Items that correlate_adjoint's GEMM path and weight_grad aim for when the batch alone gives
+// too few. A constant, not the thread count: Eigen's GEMM sums an entry in an order that
+// depends on where the entry falls in its blocking, so the cut into GEMMs must depend on the
+// shape only for results to be identical for any thread count. 4 keeps 1, 2 or 4 threads busy.
+constexpr int kSplitTarget = 4;
+
+// Per-thread scratch memory, kept from call to call: fresh pages on every call (allocation,
+// zeroing, page faults) cost more than a small convolution. Buffers above kKeepBytes are not
+// kept. Slot tells apart the buffers one thread uses at the same time (per type). Contents are
+// unspecified: every user writes before it reads.
+constexpr int64_t kKeepBytes = int64_t(16) << 20;
+
+template <class T, int Slot>
+class Scratch {
+ public:
+  explicit Scratch(int64_t n) {
+    if (n * int64_t(sizeof(T)) <= kKeepBytes) {
+      std::vector<T>& kept = cache();
+      if (int64_t(kept.size()) < n) kept.resize(n);
+      p_ = kept.data();
+    } else {
+      own_.resize(n);
+      p_ = own_.data();
+    }
+  }
+  T* data() { return p_; }
+  T& operator[](int64_t i) { return p_[i]; }
+
+ private:
+  static std::vector<T>& cache() {
+    thread_local std::vector<T> kept;
+    return kept;
+  }
+  std::vector<T> own_;
+  T* p_ = nullptr;
+};
+
+// A zero-padded, phase-split copy of image channels: the "box". Padded position z (image
+// position z - pd) of a dim with stride s is stored in phase z % s at index z / s. Window o's
+// tap at padded offset u (= t * dilation) then reads phase u % s at index o + u / s: inside a
+// phase every stride is 1, so rows of windows read contiguous memory and no loop checks
+// bounds. With stride 1 a box is just the padded image.
+struct Box {
+  int64_t D, H, W;     // padded extents (what the windows cover)
+  int64_t pd, ph, pw;  // padded position of image position 0 (negative: the image is cropped)
+  int64_t sd, sh, sw;  // phases per dim (the strides)
+  int64_t Db, Hb, Wb;  // extents of one phase
+  int64_t Sph, L;      // elements of one phase, of one channel (all phases)
+  int64_t slack;       // zeros after the last channel: flat reads run past the last rows
+};
+
+Box make_box(int64_t D, int64_t H, int64_t W, int64_t pd, int64_t ph, int64_t pw, int64_t sd,
+             int64_t sh, int64_t sw) {
+  Box b{};
+  b.D = D, b.H = H, b.W = W, b.pd = pd, b.ph = ph, b.pw = pw, b.sd = sd, b.sh = sh, b.sw = sw;
+  b.Db = (D + sd - 1) / sd;
+  b.Hb = (H + sh - 1) / sh;
+  b.Wb = (W + sw - 1) / sw;
+  b.Sph = b.Db * b.Hb * b.Wb;
+  b.L = sd * sh * sw * b.Sph;
+  b.slack = b.Wb + kOverrun;
+  return b;
+}
+
+// Index inside one channel's box of padded position (ud, uh, uw).
+int64_t box_index(const Box& b, int64_t ud, int64_t uh, int64_t uw) {
+  const int64_t phase = ((ud % b.sd) * b.sh + uh % b.sh) * b.sw + uw % b.sw;
+  return phase * b.Sph + ((ud / b.sd) * b.Hb + uh / b.sh) * b.Wb + uw / b.sw;
+}
+
+// P = nc image channels (Di, Hi, Wi) in boxes b (nc * L elements, then slack zeros).
+template <class T>
+void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
+  std::fill(P, P + nc * b.L + b.slack, T(0));
+  const int64_t ix0 = std::clamp<int64_t>(-b.pw, 0, Wi), ix1 = std::clamp<int64_t>(b.W - b.pw, ix0, Wi);
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t iz = 0; iz < Di; ++iz)
+      for (int64_t iy = 0; iy < Hi; ++iy) {
+        const int64_t z = iz + b.pd, yy = iy + b.ph;
+        if (z < 0 || z >= b.D || yy < 0 || yy >= b.H) continue;
+        const T* src = im + ((c * Di + iz) * Hi + iy) * Wi;
+        T* row = P + c * b.L + box_index(b, z, yy, 0);
+        if (b.sw == 1) {
+          if (ix1 > ix0) std::memcpy(row + ix0 + b.pw, src + ix0, sizeof(T) * (ix1 - ix0));
+          continue;
+        }
+        for (int64_t phase = 0; phase < b.sw; ++phase) {  // image columns ix with (ix+pw) % sw == phase
+          const int64_t first = ix0 + ((phase - (ix0 + b.pw)) % b.sw + b.sw) % b.sw;
+          if (first >= ix1) continue;
+          T* dst = row + phase * b.Sph + (first + b.pw) / b.sw;
+          const T* s = src + first;
+          const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
+          for (int64_t k = 0; k < n; ++k) dst[k] = s[k * b.sw];
+        }
+      }
+}
+
+// The adjoint of pad_image: x channels = the image part of the boxes P (0 where no window
+// reaches).
+template <class T>
+void crop_image(const T* P, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* x) {
+  const int64_t ix0 = std::clamp<int64_t>(-b.pw, 0, Wi), ix1 = std::clamp<int64_t>(b.W - b.pw, ix0, Wi);
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t iz = 0; iz < Di; ++iz)
+      for (int64_t iy = 0; iy < Hi; ++iy) {
+        T* xr = x + ((c * Di + iz) * Hi + iy) * Wi;
+        const int64_t z = iz + b.pd, yy = iy + b.ph;
+        if (z < 0 || z >= b.D || yy < 0 || yy >= b.H) {
+          std::fill(xr, xr + Wi, T(0));
+          continue;
+        }
+        std::fill(xr, xr + ix0, T(0));
+        std::fill(xr + ix1, xr + Wi, T(0));
+        const T* row = P + c * b.L + box_index(b, z, yy, 0);
+        if (b.sw == 1) {
+          if (ix1 > ix0) std::memcpy(xr + ix0, row + ix0 + b.pw, sizeof(T) * (ix1 - ix0));
+          continue;
+        }
+        for (int64_t phase = 0; phase < b.sw; ++phase) {
+          const int64_t first = ix0 + ((phase - (ix0 + b.pw)) % b.sw + b.sw) % b.sw;
+          if (first >= ix1) continue;
+          const T* s = row + phase * b.Sph + (first + b.pw) / b.sw;
+          T* d = xr + first;
+          const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
+          for (int64_t k = 0; k < n; ++k) d[k * b.sw] = s[k];
+        }
+      }
+}
+
+struct Geom {
+  int64_t N, G;
+  int64_t Ci, Co, Cig, Cog;  // image / column-side channels, and per group
+  int64_t Di, Hi, Wi, Li;    // image spatial sizes
+  int64_t Do, Ho, Wo, Lo;    // window positions
+  int64_t kd, kh, kw, K;
+  int64_t sd, sh, sw, dd, dh, dw, pd, ph, pw;
+  int64_t CKg;                // rows of one group's column matrix
+  Box box;                    // boxes of image channels, covering every window
+  std::vector<int64_t> off;   // box index of tap t for window position 0
+  int64_t slice;              // box index step from window slice od to od + 1 (Hb * Wb)
+  // Grid of window positions: Do slices of Ho rows of Wg. Flat (Wg = Wb, the box row): tap t
+  // of every position q of a slice is then box[od * slice + q + off[t]], one contiguous run;
+  // the Wb - Wo extra positions per row are garbage, dropped or zeroed wherever they would
+  // enter a sum. Otherwise (when the garbage would exceed a quarter of a row) Wg = Wo.
+  bool flat;
+  int64_t Wg, S, Lg;          // grid row, slice (Ho * Wg) and total (Do * S)
+  bool unit;                  // 1x1x1, stride 1, no padding: the image is the column matrix
+  bool depthwise;             // one image channel per group: direct loops
+};
+
+Geom make_geom(const ConvParams& p) {
+  Geom g{};
+  const auto& isz = p.transposed ? p.out : p.in;
+  const auto& osz = p.transposed ? p.in : p.out;
+  g.N = p.N;
+  g.G = p.groups > 0 ? p.groups : 1;
+  g.Ci = p.transposed ? p.C_out : p.C_in;
+  g.Co = p.transposed ? p.C_in : p.C_out;
+  g.Cig = g.Ci / g.G;
+  g.Cog = g.Co / g.G;
+  g.Di = isz[0], g.Hi = isz[1], g.Wi = isz[2];
+  g.Do = osz[0], g.Ho = osz[1], g.Wo = osz[2];
+  g.Li = g.Di * g.Hi * g.Wi;
+  g.Lo = g.Do * g.Ho * g.Wo;
+  g.kd = p.kernel[0], g.kh = p.kernel[1], g.kw = p.kernel[2];
+  g.K = g.kd * g.kh * g.kw;
+  g.sd = p.stride[0], g.sh = p.stride[1], g.sw = p.stride[2];
+  g.dd = p.dilation[0], g.dh = p.dilation[1], g.dw = p.dilation[2];
+  g.pd = p.pad_before[0], g.ph = p.pad_before[1], g.pw = p.pad_before[2];
+  g.CKg = g.Cig * g.K;
+  auto extent = [](int64_t o, int64_t s, int64_t k, int64_t d) {
+    return o > 0 ? (o - 1) * s + (k - 1) * d + 1 : 0;
+  };
+  g.box = make_box(extent(g.Do, g.sd, g.kd, g.dd), extent(g.Ho, g.sh, g.kh, g.dh),
+                   extent(g.Wo, g.sw, g.kw, g.dw), g.pd, g.ph, g.pw, g.sd, g.sh, g.sw);
+  g.off.resize(g.K);
+  for (int64_t a = 0, t = 0; a < g.kd; ++a)
+    for (int64_t b = 0; b < g.kh; ++b)
+      for (int64_t e = 0; e < g.kw; ++e, ++t) g.off[t] = box_index(g.box, a * g.dd, b * g.dh, e * g.dw);
+  g.slice = g.box.Hb * g.box.Wb;
+  g.unit = g.K == 1 && g.sd == 1 && g.sh == 1 && g.sw == 1 && g.pd == 0 && g.ph == 0 &&
+           g.pw == 0 && g.Di == g.Do && g.Hi == g.Ho && g.Wi == g.Wo;
+  g.depthwise = g.Cig == 1 && g.Cog <= 4 && !g.unit;
+  g.flat = !g.unit && (g.box.Wb - g.Wo) * 4 <= g.Wo;
+  g.Wg = g.flat ? g.box.Wb : g.Wo;
+  g.S = g.Ho * g.Wg;
+  g.Lg = g.Do * g.S;
+  return g;
+}
+
+int max_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+// Smallest number of pieces (<= inner) to cut an inner dim into so that outer * pieces items
+// share out evenly over `threads` (a multiple of it, or so many that the remainder is small).
+int64_t pieces_for(int64_t outer, int64_t inner, int threads) {
+  if (threads <= 1 || inner <= 1) return 1;
+  for (int64_t s = 1; s <= inner; ++s) {
+    if ((outer * s) % threads == 0 || outer * s >= 8 * threads) return s;
+  }
+  return inner;
+}
+
+// Length of a chunk of grid positions for a column matrix of `rows` rows, balanced so that all
+// chunks of [0, L) have about the same length. Depends on the shape only.
+int64_t chunk_len(int64_t rows, int64_t L, int64_t elem_bytes) {
+  if (L <= 0) return 1;
+  const int64_t want = std::max<int64_t>(kChunkBytes / (elem_bytes * std::max<int64_t>(rows, 1)), 192);
+  const int64_t n_chunks = (L + want - 1) / want;
+  return (L + n_chunks - 1) / n_chunks;
+}
+
+template <class T>
+bool all_finite(const T* v, int64_t n) {
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(v[i]);
+  return ok;
+}
+
+// Calls f(offset, od, oh, u0, u1) for each grid row (od, oh) that meets the grid range [q0, q1):
+// [u0, u1) are the row's columns inside the range, offset is where column u0 sits from q0.
+template <class F>
+inline void for_grid_rows(const Geom& g, int64_t q0, int64_t q1, F&& f) {
+  if (q1 <= q0) return;  // also keeps Wg == 0 or Ho == 0 away from the divisions
+  int64_t r = q0 / g.Wg;
+  int64_t od = r / g.Ho, oh = r % g.Ho;
+  for (int64_t q = q0; q < q1; ++r) {
+    const int64_t u0 = q - r * g.Wg, u1 = std::min<int64_t>(g.Wg, q1 - r * g.Wg);
+    f(q - q0, od, oh, u0, u1);
+    q += u1 - u0;
+    if (++oh == g.Ho) oh = 0, ++od;
+  }
+}
+
+// Calls f(offset, box_index, n) for the contiguous runs of grid range [q0, q1) of tap t:
+// offset from q0, index in a channel's box, length. Flat: one run per slice; else one per row.
+template <class F>
+inline void for_tap_runs(const Geom& g, int64_t t, int64_t q0, int64_t q1, F&& f) {
+  if (g.flat) {
+    for (int64_t od = q0 / g.S; od * g.S < q1; ++od) {
+      const int64_t s0 = std::max(q0, od * g.S), s1 = std::min(q1, od * g.S + g.S);
+      f(s0 - q0, od * g.slice + (s0 - od * g.S) + g.off[t], s1 - s0);
+    }
+  } else {
+    for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
+      f(off, od * g.slice + oh * g.box.Wb + u0 + g.off[t], u1 - u0);
+    });
+  }
+}
+
+// col (nc*K x (q1-q0), row-major) = im2col of boxes P for grid positions [q0, q1).
+template <class T>
+void im2col(const T* P, int64_t nc, int64_t q0, int64_t q1, const Geom& g, T* col) {
+  const int64_t lc = q1 - q0;
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t t = 0; t < g.K; ++t) {
+      T* dst = col + (c * g.K + t) * lc;
+      const T* Pc = P + c * g.box.L;
+      for_tap_runs(g, t, q0, q1, [&](int64_t o, int64_t i, int64_t n) {
+        std::memcpy(dst + o, Pc + i, sizeof(T) * n);
+      });
+    }
+}
+
+// The adjoint of im2col: boxes gP += scatter of col. On a flat grid the garbage columns of col
+// must be zero (zero_garbage).
+template <class T>
+void col2im_add(const T* col, int64_t nc, int64_t q0, int64_t q1, const Geom& g, T* gP) {
+  const int64_t lc = q1 - q0;
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t t = 0; t < g.K; ++t) {
+      const T* src = col + (c * g.K + t) * lc;
+      T* Pc = gP + c * g.box.L;
+      for_tap_runs(g, t, q0, q1, [&](int64_t o, int64_t i, int64_t n) {
+        T* d = Pc + i;
+        const T* s = src + o;
+        for (int64_t j = 0; j < n; ++j) d[j] += s[j];
+      });
+    }
+}
+
+// Zeroes the garbage columns (ow >= Wo) of the `rows` rows of a chunk [q0, q1) of a flat grid,
+// so that they add exact zeros to sums even where the image or weight holds Inf or NaN.
+template <class T>
+void zero_garbage(T* col, int64_t rows, int64_t q0, int64_t q1, const Geom& g) {
+  if (g.Wg == g.Wo) return;
+  const int64_t lc = q1 - q0;
+  for_grid_rows(g, q0, q1, [&](int64_t off, int64_t, int64_t, int64_t u0, int64_t u1) {
+    const int64_t v0 = std::max(u0, g.Wo);
+    for (int64_t r = 0; r < rows && v0 < u1; ++r) {
+      std::fill(col + r * lc + off + (v0 - u0), col + r * lc + off + (u1 - u0), T(0));
+    }
+  });
+}
+
+// ext (column j = ext + j*lc) = channels j < n of y (Lo apart) laid on the grid range [q0, q1),
+// zero at garbage positions.
+template <class T>
+void grid_from_rows(const T* y, int64_t n, int64_t q0, int64_t q1, const Geom& g, T* ext) {
+  const int64_t lc = q1 - q0;
+  for (int64_t j = 0; j < n; ++j) {
+    const T* yc = y + j * g.Lo;
+    T* d = ext + j * lc;
+    for_grid_rows(g, q0, q1, [&](int64_t off, int64_t od, int64_t oh, int64_t u0, int64_t u1) {
+      const T* s = yc + (od * g.Ho + oh) * g.Wo;
+      const int64_t v1 = std::max(u0, std::min(u1, g.Wo));
+      for (int64_t u = u0; u < v1; ++u) d[off + u - u0] = s[u];
+      for (int64_t u = v1; u < u1; ++u) d[off + u - u0] = T(0);
+    });
+  }
+}
+
+template <class T>
+using MatCM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+template <class T>
+using MapM = Eigen::Map<MatCM<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using CMapM = Eigen::Map<const MatCM<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// ---------------------------------------------------------------------------------------------
+// Direct correlation: out[o, position] = bias[o] + sum_{c, t} wr[o, c, t] * in[c, position + off[t]]
+// over a flat grid, without any column matrix. A block of OB output channels x QB positions
+// (two vector registers wide) is summed in registers over (c, t), each step broadcasting OB
+// weights laid out as wr[ob][c][t][OB]. This keeps the FMA units busier than im2col + GEMM,
+// which copies every input K times and then packs it again.
+
+struct DirectPlan {
+  int64_t n_in, in_cstride, in_slice;  // input channels, their box stride, one grid slice
+  const int64_t* off;                  // tap offsets into an input channel's box
+  int64_t n_taps;
+  int64_t slices, rows, width, cols;   // grid: slices x rows x width, columns >= cols are garbage
+  int64_t out_cstride, out_slice, out_row, out_col;  // where grid position (s, r, c) goes
+};
+
+// Positions per direct block: two vector registers per output channel (at most kOverrun);
+// with one or two output channels a longer run, streamed through L1 instead of registers.
+template <class T, int OB>
+constexpr int64_t direct_q() {
+  return OB <= 2 ? 512 / OB : 2 * int64_t(64 / sizeof(T));
+}
+
+int64_t direct_blocks_per_slice(const DirectPlan& pl, int64_t QB) {
+  return (pl.rows * pl.width + QB - 1) / QB;
+}
+
+// Blocks [blk0, blk1) (slice-major, QB positions each) of all n_out output channels. `in` must
+// hold QB + the largest offset readable elements past the last slice.
+template <class T, int OB>
+void direct_blocks(const T* in, const T* wr, int64_t n_out, const T* bias, T* out,
+                   const DirectPlan& pl, int64_t blk0, int64_t blk1) {
+  constexpr int QB = int(direct_q<T, OB>());
+  const int64_t n_qb = direct_blocks_per_slice(pl, QB), n_ob = (n_out + OB - 1) / OB;
+  const int64_t wstep = pl.n_in * pl.n_taps * OB;
+  for (int64_t blk = blk0; blk < blk1; ++blk) {
+    const int64_t sl = blk / n_qb, q = (blk % n_qb) * QB;
+    const T* in_q = in + sl * pl.in_slice + q;
+    for (int64_t ob = 0; ob < n_ob; ++ob) {
+      const int64_t o0 = ob * OB, n_o = std::min<int64_t>(OB, n_out - o0);
+      T acc[OB][QB];
+      for (int o = 0; o < OB; ++o) {
+        const T b0 = bias && o < n_o ? bias[o0 + o] : T(0);
+        for (int j = 0; j < QB; ++j) acc[o][j] = b0;
+      }
+      const T* wt = wr + ob * wstep;
+      if constexpr (OB <= 2) {
+        // each (c, t) streams over the run: a register block this thin gets vectorised across
+        // the taps instead (with gathers); the run stops at the slice's end
+        const int64_t len = std::min<int64_t>(QB, pl.rows * pl.width - q);
+        for (int64_t c = 0; c < pl.n_in; ++c) {
+          const T* ic = in_q + c * pl.in_cstride;
+          for (int64_t t = 0; t < pl.n_taps; ++t, wt += OB) {
+            const T* src = ic + pl.off[t];
+            for (int o = 0; o < OB; ++o) {
+              const T wv = wt[o];
+              for (int64_t j = 0; j < len; ++j) acc[o][j] += wv * src[j];
+            }
+          }
+        }
+      } else {
+        for (int64_t c = 0; c < pl.n_in; ++c) {
+          const T* ic = in_q + c * pl.in_cstride;
+          for (int64_t t = 0; t < pl.n_taps; ++t, wt += OB) {
+            const T* src = ic + pl.off[t];
+            for (int o = 0; o < OB; ++o)
+              for (int j = 0; j < QB; ++j) acc[o][j] += wt[o] * src[j];
+          }
+        }
+      }
+      // the block's valid positions, row by row
+      T* oc = out + o0 * pl.out_cstride + sl * pl.out_slice;
+      int64_t r = q / pl.width, col = q % pl.width;
+      for (int64_t j = 0; j < QB && r < pl.rows; ++r, col = 0) {
+        const int64_t run = std::min<int64_t>(QB - j, pl.width - col);
+        const int64_t nv = std::clamp<int64_t>(pl.cols - col, 0, run);
+        for (int64_t o = 0; o < n_o; ++o) {
+          T* orow = oc + o * pl.out_cstride + r * pl.out_row + col * pl.out_col;
+          if (pl.out_col == 1) {
+            for (int64_t v = 0; v < nv; ++v) orow[v] = acc[o][j + v];
+          } else {
+            for (int64_t v = 0; v < nv; ++v) orow[v * pl.out_col] = acc[o][j + v];
+          }
+        }
+        j += run;
+      }
+    }
+  }
+}
+
+// Output channels per register block: the fewest padded channels, then the most per block.
+int pick_ob(int64_t n_out) {
+  if (n_out % 12 == 0 || (n_out > 8 && (n_out + 11) / 12 * 12 < (n_out + 7) / 8 * 8)) return 12;
+  if (n_out > 4) return 8;
+  return n_out > 2 ? 4 : int(std::max<int64_t>(n_out, 1));
+}
+
+// wr[ob][c][t][o] = weight(ob * OB + o, c, t), zero past n_out.
+template <class T, class F>
+std::vector<T> repack(int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
+  const int64_t n_ob = (n_out + OB - 1) / OB;
+  std::vector<T> wr(n_ob * n_in * n_taps * OB, T(0));
+  for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t c = 0; c < n_in; ++c)
+      for (int64_t t = 0; t < n_taps; ++t) {
+        wr[(((o / OB) * n_in + c) * n_taps + t) * OB + o % OB] = weight(o, c, t);
+      }
+  return wr;
+}
+
+// y[n, g] = w[g] . x[n, g] directly, flat grids only; items (n, g, range of blocks).
+template <class T, int OB>
+void correlate_direct(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
+  constexpr int64_t QB = direct_q<T, OB>();
+  std::vector<std::vector<T>> wr(g.G);
+  for (int64_t grp = 0; grp < g.G; ++grp) {
+    const T* wg = w + grp * g.Cog * g.CKg;
+    wr[grp] = repack<T>(g.Cog, g.Cig, g.K, OB, [&](int64_t o, int64_t c, int64_t t) {
+      return wg[(o * g.Cig + c) * g.K + t];
+    });
+  }
+  const DirectPlan pl{g.Cig, g.box.L, g.slice, g.off.data(), g.K, g.Do, g.Ho, g.Wg, g.Wo,
+                      g.Lo, g.Ho * g.Wo, g.Wo, 1};
+  const int64_t blocks = g.Do * direct_blocks_per_slice(pl, QB);
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t n_parts = pieces_for(g.N * g.G, blocks, big ? max_threads() : 1);
+  const int64_t per_part = (blocks + n_parts - 1) / n_parts;
+  const int64_t items = g.N * g.G * n_parts;
+#pragma omp parallel if (big && items > 1)
+  {
+    Scratch<T, 0> P(g.Cig * g.box.L + g.box.slack);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
+      const int64_t grp = ng % g.G;
+      pad_image(x + ng * g.Cig * g.Li, g.Cig, g.Di, g.Hi, g.Wi, g.box, P.data());
+      direct_blocks<T, OB>(P.data(), wr[grp].data(), g.Cog, bias ? bias + grp * g.Cog : nullptr,
+                           y + ng * g.Cog * g.Lo, pl, part * per_part,
+                           std::min(blocks, (part + 1) * per_part));
+    }
+  }
+}
+
+// The adjoint as direct correlations, one per phase of the image. Image position
+// i = m * s + phase - pad (per dim) gathers the taps t with (t * dil) % s == phase, each from
+// y[m - (t * dil) / s]: a stride-1 correlation of y with that part of the kernel, flipped and
+// transposed. y is laid in a padded box Y (no phases) shared by all phases.
+struct AdjointPhases {
+  bool ok = false;           // every phase's grid is flat enough
+  Box ybox;
+  struct Phase {
+    std::vector<int64_t> taps, off;  // kernel taps of the phase and their offsets into ybox
+    int64_t first[3], count[3];      // grid origin m and extent per dim
+  };
+  std::vector<Phase> phases;
+};
+
+AdjointPhases adjoint_phases(const Geom& g) {
+  AdjointPhases ap;
+  const int64_t s[3] = {g.sd, g.sh, g.sw}, k[3] = {g.kd, g.kh, g.kw}, dil[3] = {g.dd, g.dh, g.dw};
+  const int64_t pad[3] = {g.pd, g.ph, g.pw}, in[3] = {g.Di, g.Hi, g.Wi}, out[3] = {g.Do, g.Ho, g.Wo};
+  int64_t R[3], origin[3], extent[3];
+  std::vector<int64_t> lo[3], cnt[3];
+  for (int d = 0; d < 3; ++d) {
+    R[d] = (k[d] - 1) * dil[d] / s[d];  // largest shift
+    origin[d] = INT64_MAX;
+    int64_t top = -1;
+    for (int64_t ph = 0; ph < s[d]; ++ph) {
+      const int64_t m_lo = std::max<int64_t>(0, (pad[d] - ph + s[d] - 1) / s[d]);
+      const int64_t last = in[d] - 1 + pad[d] - ph;  // largest m * s
+      const int64_t m_hi = last >= 0 ? last / s[d] : -1;
+      lo[d].push_back(m_lo);
+      cnt[d].push_back(std::max<int64_t>(0, m_hi - m_lo + 1));
+      if (m_hi >= m_lo) origin[d] = std::min(origin[d], m_lo), top = std::max(top, m_hi);
+    }
+    if (top < 0) return ap;  // no image positions: nothing to compute here
+    extent[d] = std::max(top - origin[d] + R[d] + 1, out[d] - origin[d] + R[d]);
+  }
+  ap.ybox = make_box(extent[0], extent[1], extent[2], R[0] - origin[0], R[1] - origin[1],
+                     R[2] - origin[2], 1, 1, 1);
+  const int64_t Wy = ap.ybox.Wb;
+  ap.ok = true;
+  for (int64_t pd_ = 0; pd_ < s[0]; ++pd_)
+    for (int64_t ph_ = 0; ph_ < s[1]; ++ph_)
+      for (int64_t pw_ = 0; pw_ < s[2]; ++pw_) {
+        AdjointPhases::Phase P;
+        const int64_t phs[3] = {pd_, ph_, pw_};
+        for (int d = 0; d < 3; ++d) P.first[d] = lo[d][phs[d]], P.count[d] = cnt[d][phs[d]];
+        if (P.count[2] > 0 && (Wy - P.count[2]) * 4 > P.count[2]) ap.ok = false;
+        for (int64_t a = 0, t = 0; a < g.kd; ++a)
+          for (int64_t b = 0; b < g.kh; ++b)
+            for (int64_t e = 0; e < g.kw; ++e, ++t) {
+              const int64_t u[3] = {a * g.dd, b * g.dh, e * g.dw};
+              bool mine = true;
+              int64_t o3[3];
+              for (int d = 0; d < 3; ++d) {
+                mine = mine && u[d] % s[d] == phs[d];
+                o3[d] = P.first[d] - origin[d] + R[d] - u[d] / s[d];
+              }
+              if (!mine) continue;
+              P.taps.push_back(t);
+              P.off.push_back((o3[0] * ap.ybox.Hb + o3[1]) * Wy + o3[2]);
+            }
+        ap.phases.push_back(std::move(P));
+      }
+  return ap;
+}
+
+template <class T, int OB>
+void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const Geom& g,
+                              const AdjointPhases& ap) {
+  constexpr int64_t QB = direct_q<T, OB>();
+  const Box& yb = ap.ybox;
+  const int64_t n_ph = int64_t(ap.phases.size());
+  // per phase: its plan, where its outputs start in x, and its weights per group
+  std::vector<DirectPlan> plans(n_ph);
+  std::vector<int64_t> out0(n_ph), first_blk(n_ph + 1, 0);
+  std::vector<std::vector<T>> wr(n_ph * g.G);
+  for (int64_t f = 0; f < n_ph; ++f) {
+    const auto& P = ap.phases[f];
+    const int64_t pd_ = f / (g.sh * g.sw), ph_ = (f / g.sw) % g.sh, pw_ = f % g.sw;
+    plans[f] = DirectPlan{g.Cog, yb.L, yb.Hb * yb.Wb, P.off.data(), int64_t(P.taps.size()),
+                          P.count[0], P.count[1], yb.Wb, P.count[2],
+                          g.Li, g.sd * g.Hi * g.Wi, g.sh * g.Wi, g.sw};
+    out0[f] = ((P.first[0] * g.sd + pd_ - g.pd) * g.Hi + (P.first[1] * g.sh + ph_ - g.ph)) * g.Wi +
+              (P.first[2] * g.sw + pw_ - g.pw);
+    const int64_t blocks = P.count[0] > 0 && P.count[1] > 0 && P.count[2] > 0
+                               ? P.count[0] * direct_blocks_per_slice(plans[f], QB) : 0;
+    first_blk[f + 1] = first_blk[f] + blocks;
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      const T* wg = w + grp * g.Cog * g.CKg;
+      wr[f * g.G + grp] = repack<T>(g.Cig, g.Cog, int64_t(P.taps.size()), OB,
+                                    [&](int64_t ci, int64_t co, int64_t tt) {
+                                      return wg[(co * g.Cig + ci) * g.K + P.taps[tt]];
+                                    });
+    }
+  }
+  const int64_t blocks = first_blk[n_ph];
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t n_parts = pieces_for(g.N * g.G, blocks, big ? max_threads() : 1);
+  const int64_t per_part = (blocks + n_parts - 1) / n_parts;
+  const int64_t items = g.N * g.G * n_parts;
+#pragma omp parallel if (big && items > 1)
+  {
+    Scratch<T, 0> Y(g.Cog * yb.L + yb.slack);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t ng = it / n_parts, part = it % n_parts;
+      const int64_t grp = ng % g.G;
+      pad_image(y + ng * g.Cog * g.Lo, g.Cog, g.Do, g.Ho, g.Wo, yb, Y.data());
+      const int64_t b0 = part * per_part, b1 = std::min(blocks, b0 + per_part);
+      for (int64_t f = 0; f < n_ph; ++f) {
+        const int64_t lo = std::max(b0, first_blk[f]), hi = std::min(b1, first_blk[f + 1]);
+        if (lo >= hi) continue;
+        direct_blocks<T, OB>(Y.data(), wr[f * g.G + grp].data(), g.Cig,
+                             bias ? bias + grp * g.Cig : nullptr,
+                             x + ng * g.Cig * g.Li + out0[f], plans[f], lo - first_blk[f],
+                             hi - first_blk[f]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Depthwise: one image channel per group (Cig == 1), direct loops on boxes of single planes.
+// Column channel co reads image channel co / Cog.
+
+// y[n, co] = bias[co] + sum_t w[co, t] * x[n, co / Cog, window(o) + t], row by row: the
+// geometries too narrow for a flat grid (the others run correlate_direct, which handles one
+// input channel per group just as well).
+template <class T>
+void correlate_depthwise(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
+  const int64_t items = g.N * g.Co;
+  const bool par = double(items) * g.K * g.Lo >= kParallelWork && items > 1;
+#pragma omp parallel if (par)
+  {
+    Scratch<T, 0> P(g.box.L + g.box.slack);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t n = it / g.Co, co = it % g.Co;
+      const T* wp = w + co * g.K;
+      const T b0 = bias ? bias[co] : T(0);
+      T* yp = y + it * g.Lo;
+      pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data());
+      for (int64_t od = 0; od < g.Do; ++od)
+        for (int64_t oh = 0; oh < g.Ho; ++oh) {
+          T* yr = yp + (od * g.Ho + oh) * g.Wo;
+          const T* Pr = P.data() + od * g.slice + oh * g.box.Wb;
+          std::fill(yr, yr + g.Wo, b0);
+          for (int64_t t = 0; t < g.K; ++t) {
+            const T wv = wp[t];
+            const T* src = Pr + g.off[t];
+            for (int64_t ow = 0; ow < g.Wo; ++ow) yr[ow] += wv * src[ow];
+          }
+        }
+    }
+  }
+}
+
+// x[n, c] = bias[c] + sum over the Cog column channels co of c: scatter of w[co, t] * y[n, co],
+// row by row over the valid positions only, so exact for any weights (non-finite weights or
+// narrow geometries; the others run correlate_adjoint_direct).
+template <class T>
+void correlate_adjoint_depthwise(const T* y, const T* w, const T* bias, T* x, const Geom& g) {
+  const int64_t items = g.N * g.Ci;  // one image plane each; Ci == G
+  const bool par = double(items) * g.Cog * g.K * g.Lo >= kParallelWork && items > 1;
+#pragma omp parallel if (par)
+  {
+    Scratch<T, 0> gP(g.box.L + g.box.slack);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t n = it / g.Ci, c = it % g.Ci;
+      std::fill(gP.data(), gP.data() + g.box.L + g.box.slack, T(0));
+      for (int64_t j = 0; j < g.Cog; ++j) {
+        const int64_t co = c * g.Cog + j;
+        const T* yp = y + (n * g.Co + co) * g.Lo;
+        const T* wp = w + co * g.K;
+        for (int64_t od = 0; od < g.Do; ++od)
+          for (int64_t oh = 0; oh < g.Ho; ++oh) {
+            const T* yr = yp + (od * g.Ho + oh) * g.Wo;
+            T* Pr = gP.data() + od * g.slice + oh * g.box.Wb;
+            for (int64_t t = 0; t < g.K; ++t) {
+              const T wv = wp[t];
+              T* dst = Pr + g.off[t];
+              for (int64_t ow = 0; ow < g.Wo; ++ow) dst[ow] += wv * yr[ow];
+            }
+          }
+      }
+      T* xp = x + it * g.Li;
+      crop_image(gP.data(), 1, g.Di, g.Hi, g.Wi, g.box, xp);
+      if (bias) {
+        for (int64_t i = 0; i < g.Li; ++i) xp[i] += bias[c];
+      }
+    }
+  }
+}
+
+// sum_o y[o] * P[window(o) + tap t] over the valid window positions, row by row (exact for any
+// values), each row in T and the rows in double.
+template <class T>
+double depthwise_tap_dot(const T* yp, const T* P, int64_t t, const Geom& g) {
+  double acc = 0;
+  for (int64_t od = 0; od < g.Do; ++od)
+    for (int64_t oh = 0; oh < g.Ho; ++oh) {
+      const T* yr = yp + (od * g.Ho + oh) * g.Wo;
+      const T* src = P + od * g.slice + oh * g.box.Wb + g.off[t];
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t ow = 0; ow < g.Wo; ++ow) s += yr[ow] * src[ow];
+      acc += double(s);
+    }
+  return acc;
+}
+
+// dw[co, t] = sum_n sum_o y[n, co, o] * x[n, co / Cog, window(o) + t]; items own a column
+// channel and sum the samples in order; partial sums in T, long sums in double.
+template <class T>
+void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
+  const int64_t items = g.Co;
+  const bool par = double(items) * g.K * g.N * g.Lo >= kParallelWork && items > 1;
+#pragma omp parallel if (par)
+  {
+    const int64_t Ysize = g.flat ? g.S + kBlock : 0;
+    Scratch<T, 0> P(g.box.L + g.box.slack);
+    Scratch<T, 1> Y(Ysize);
+    Scratch<double, 2> acc(g.K);  // slot 2: with T = double, slots 0 and 1 are taken above
+#pragma omp for schedule(static)
+    for (int64_t co = 0; co < items; ++co) {
+      std::fill(acc.data(), acc.data() + g.K, 0.0);
+      for (int64_t n = 0; n < g.N; ++n) {
+        const T* yp = y + (n * g.Co + co) * g.Lo;
+        pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data());
+        if (!g.flat) {
+          for (int64_t t = 0; t < g.K; ++t) acc[t] += depthwise_tap_dot(yp, P.data(), t, g);
+          continue;
+        }
+        // flat: one long dot per tap over each slice, y zero at the garbage positions
+        for (int64_t od = 0; od < g.Do; ++od) {
+          std::fill(Y.data(), Y.data() + Ysize, T(0));
+          for (int64_t oh = 0; oh < g.Ho; ++oh) {
+            std::memcpy(Y.data() + oh * g.Wg, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
+          }
+          for (int64_t t = 0; t < g.K; ++t) {
+            const T* src = P.data() + od * g.slice + g.off[t];
+            T s[kBlock] = {};
+            for (int64_t q = 0; q < g.S; q += kBlock)
+              for (int64_t j = 0; j < kBlock; ++j) s[j] += Y[q + j] * src[q + j];
+            double d = 0;
+            for (int64_t j = 0; j < kBlock; ++j) d += double(s[j]);
+            acc[t] += d;
+          }
+        }
+      }
+      for (int64_t t = 0; t < g.K; ++t) {
+        if (g.flat && std::isnan(acc[t])) {
+          // a garbage position met an Inf or NaN of x (0 * Inf): redo this tap exactly
+          acc[t] = 0;
+          for (int64_t n = 0; n < g.N; ++n) {
+            pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data());
+            acc[t] += depthwise_tap_dot(y + (n * g.Co + co) * g.Lo, P.data(), t, g);
+          }
+        }
+        dw[co * g.K + t] = T(acc[t]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The three pieces.
+
+// y[n, g] = w[g] . im2col(x[n, g]) (+ bias). Flat grids run directly; the others (and unit
+// convolutions) as im2col + GEMM, items (n, g, range of chunks).
+template <class T>
+void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
+  if (g.N == 0 || g.Co == 0 || g.Lo == 0) return;
+  if (g.flat) {
+    switch (pick_ob(g.Cog)) {
+      case 12: return correlate_direct<T, 12>(x, w, bias, y, g);
+      case 8: return correlate_direct<T, 8>(x, w, bias, y, g);
+      case 4: return correlate_direct<T, 4>(x, w, bias, y, g);
+      case 2: return correlate_direct<T, 2>(x, w, bias, y, g);
+      default: return correlate_direct<T, 1>(x, w, bias, y, g);
+    }
+  }
+  if (g.depthwise) return correlate_depthwise(x, w, bias, y, g);
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t lc = chunk_len(g.CKg, g.Lo, sizeof(T));  // not flat: the grid is the output
+  const int64_t n_chunks = (g.Lo + lc - 1) / lc;
+  const int64_t n_parts = pieces_for(g.N * g.G, n_chunks, big ? max_threads() : 1);
+  const int64_t per_part = (n_chunks + n_parts - 1) / n_parts;
+  const int64_t items = g.N * g.G * n_parts;
+#pragma omp parallel if (big && items > 1)
+  {
+    Scratch<T, 0> P(g.unit ? 0 : g.Cig * g.box.L + g.box.slack);
+    Scratch<T, 1> col(g.unit ? 0 : g.CKg * lc);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
+      const int64_t grp = ng % g.G;
+      const T* xg = x + ng * g.Cig * g.Li;
+      T* yg = y + ng * g.Cog * g.Lo;
+      CMapM<T> wT(w + grp * g.Cog * g.CKg, g.CKg, g.Cog, Eigen::OuterStride<>(g.CKg));
+      if (!g.unit) pad_image(xg, g.Cig, g.Di, g.Hi, g.Wi, g.box, P.data());
+      const int64_t ch1 = std::min(n_chunks, (part + 1) * per_part);
+      for (int64_t ch = part * per_part; ch < ch1; ++ch) {
+        const int64_t q0 = ch * lc, q1 = std::min(g.Lo, q0 + lc), len = q1 - q0;
+        const T* cp = xg + q0;  // unit: the image is the column matrix
+        int64_t ldc = g.Li;
+        if (!g.unit) {
+          im2col(P.data(), g.Cig, q0, q1, g, col.data());
+          cp = col.data();
+          ldc = len;
+        }
+        CMapM<T> colT(cp, len, g.CKg, Eigen::OuterStride<>(ldc));
+        MapM<T> yT(yg + q0, len, g.Cog, Eigen::OuterStride<>(g.Lo));
+        if (bias) {
+          for (int64_t co = 0; co < g.Cog; ++co) yT.col(co).setConstant(bias[grp * g.Cog + co]);
+          yT.noalias() += colT * wT;
+        } else {
+          yT.noalias() = colT * wT;
+        }
+      }
+    }
+  }
+}
+
+// x[n, g] = col2im(w[g]^T . y[n, g]) (+ bias). Runs as direct correlations per image phase
+// when their grids are flat enough and the weights finite (the correlations read y's zero
+// padding, and 0 * Inf = NaN where col2im adds nothing); otherwise as GEMM + col2im, items
+// (n, g, block of image channels).
+template <class T>
+void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& g) {
+  if (g.N == 0 || g.Ci == 0 || g.Li == 0) return;
+  if (!g.unit && all_finite(w, g.Co * g.CKg)) {
+    const AdjointPhases ap = adjoint_phases(g);
+    if (ap.ok) {
+      switch (pick_ob(g.Cig)) {
+        case 12: return correlate_adjoint_direct<T, 12>(y, w, bias, x, g, ap);
+        case 8: return correlate_adjoint_direct<T, 8>(y, w, bias, x, g, ap);
+        case 4: return correlate_adjoint_direct<T, 4>(y, w, bias, x, g, ap);
+        case 2: return correlate_adjoint_direct<T, 2>(y, w, bias, x, g, ap);
+        default: return correlate_adjoint_direct<T, 1>(y, w, bias, x, g, ap);
+      }
+    }
+  }
+  if (g.depthwise) return correlate_adjoint_depthwise(y, w, bias, x, g);
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t n_blocks = pieces_for(g.N * g.G, g.Cig, big ? kSplitTarget : 1);
+  const int64_t cb = (g.Cig + n_blocks - 1) / n_blocks;
+  const int64_t items = g.N * g.G * n_blocks;
+  // chunks from the whole group's rows, not from cb: col2im's order of sums must not depend
+  // on the thread count
+  const int64_t lc = chunk_len(g.CKg, g.Lg, sizeof(T));
+#pragma omp parallel if (big && items > 1)
+  {
+    Scratch<T, 0> gP(g.unit ? 0 : cb * g.box.L + g.box.slack);
+    Scratch<T, 1> col(g.unit ? 0 : cb * g.K * lc);
+    Scratch<T, 2> ext(g.flat ? g.Cog * lc : 0);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t ng = it / n_blocks, blk = it % n_blocks;
+      const int64_t grp = ng % g.G;
+      const int64_t c0 = blk * cb, nc = std::min(g.Cig, c0 + cb) - c0;
+      if (nc <= 0) continue;
+      T* xg = x + ng * g.Cig * g.Li;
+      const T* yg = y + ng * g.Cog * g.Lo;
+      // rows (c0 .. c0+nc) x K of w[g]^T, as a (nc*K x Cog) column-major block
+      CMapM<T> wsub(w + grp * g.Cog * g.CKg + c0 * g.K, nc * g.K, g.Cog, Eigen::OuterStride<>(g.CKg));
+      if (g.unit) {
+        MapM<T> xT(xg + c0 * g.Li, g.Li, nc, Eigen::OuterStride<>(g.Li));
+        CMapM<T> yT(yg, g.Lo, g.Cog, Eigen::OuterStride<>(g.Lo));
+        xT.noalias() = yT * wsub.transpose();
+      } else {
+        std::fill(gP.data(), gP.data() + nc * g.box.L + g.box.slack, T(0));
+        for (int64_t q0 = 0; q0 < g.Lg; q0 += lc) {
+          const int64_t q1 = std::min(g.Lg, q0 + lc), len = q1 - q0;
+          const T* yp = yg + q0;
+          int64_t ldy = g.Lo;
+          if (g.flat) {
+            grid_from_rows(yg, g.Cog, q0, q1, g, ext.data());
+            yp = ext.data();
+            ldy = len;
+          }
+          CMapM<T> yT(yp, len, g.Cog, Eigen::OuterStride<>(ldy));
+          MapM<T> colT(col.data(), len, nc * g.K, Eigen::OuterStride<>(len));
+          colT.noalias() = yT * wsub.transpose();
+          zero_garbage(col.data(), nc * g.K, q0, q1, g);
+          col2im_add(col.data(), nc, q0, q1, g, gP.data());
+        }
+        crop_image(gP.data(), nc, g.Di, g.Hi, g.Wi, g.box, xg + c0 * g.Li);
+      }
+      if (bias) {
+        for (int64_t c = c0; c < c0 + nc; ++c) {
+          const T b = bias[grp * g.Cig + c];
+          T* xc = xg + c * g.Li;
+          for (int64_t i = 0; i < g.Li; ++i) xc[i] += b;
+        }
+      }
+    }
+  }
+}
+
+// dw[g] = sum_n y[n, g] . im2col(x[n, g])^T. Items (slot, g, ci block, co block): a slot is a
+// fixed range of samples whose partial sum goes to its own buffer (slot 0 straight into dw), so
+// every sample's x and y are read once; the slots are then added in order. Slots and blocks
+// depend on the shape only, and each item sums its samples, then chunks, in increasing order.
+template <class T>
+void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
+  if (g.Co == 0 || g.CKg == 0) return;
+  if (g.depthwise) return weight_grad_depthwise(y, x, dw, g);
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t wsize = g.Co * g.CKg;
+  int64_t n_slots = big ? std::clamp<int64_t>(g.N, 1, kSplitTarget) : 1;
+  if ((n_slots - 1) * wsize > (int64_t(1) << 23)) n_slots = 1;  // huge weights: no copies
+  const int target = big ? kSplitTarget : 1;
+  const int64_t nb_ci = pieces_for(n_slots * g.G, g.Cig, target);
+  const int64_t nb_co = pieces_for(n_slots * g.G * nb_ci, g.Cog, target);
+  const int64_t cb = (g.Cig + nb_ci - 1) / nb_ci, ob = (g.Cog + nb_co - 1) / nb_co;
+  const int64_t items = n_slots * g.G * nb_ci * nb_co;
+  const int64_t L = g.unit ? g.Lo : g.Lg;
+  const int64_t lc = g.unit ? std::max<int64_t>(g.Lo, 1) : chunk_len(g.CKg, L, sizeof(T));
+  std::vector<T> partial((n_slots - 1) * wsize);
+  // Both GEMM operands run along the positions; Eigen packs its left operand across that
+  // stride slowly, so the operand with fewer rows goes on the left: dw^T += col^T . y when
+  // there are fewer weight rows than output channels, else dw += y^T . col into a buffer.
+  const bool y_left = ob < cb * g.K;
+#pragma omp parallel if (big && items > 1)
+  {
+    Scratch<T, 0> P(g.unit ? 0 : cb * g.box.L + g.box.slack);
+    Scratch<T, 1> col(g.unit ? 0 : cb * g.K * lc);
+    Scratch<T, 2> ext(g.flat ? ob * lc : 0);
+    Scratch<T, 3> acc(y_left ? ob * cb * g.K : 0);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t slot = it / (g.G * nb_ci * nb_co);
+      const int64_t grp = (it / (nb_ci * nb_co)) % g.G;
+      const int64_t bi = (it / nb_co) % nb_ci, bo = it % nb_co;
+      const int64_t c0 = bi * cb, nc = std::min(g.Cig, c0 + cb) - c0;
+      const int64_t o0 = bo * ob, no = std::min(g.Cog, o0 + ob) - o0;
+      if (nc <= 0 || no <= 0) continue;
+      T* dst = slot == 0 ? dw : partial.data() + (slot - 1) * wsize;
+      // dst[g, o0:o0+no, c0:c0+nc, :] as a (nc*K x no) column-major block
+      MapM<T> dwT(dst + (grp * g.Cog + o0) * g.CKg + c0 * g.K, nc * g.K, no, Eigen::OuterStride<>(g.CKg));
+      MapM<T> dwY(acc.data(), no, y_left ? nc * g.K : 0, Eigen::OuterStride<>(no));
+      if (y_left) {
+        dwY.setZero();
+      } else {
+        dwT.setZero();
+      }
+      for (int64_t n = slot * g.N / n_slots; n < (slot + 1) * g.N / n_slots; ++n) {
+        const T* xg = x + ((n * g.G + grp) * g.Cig + c0) * g.Li;
+        const T* yg = y + ((n * g.G + grp) * g.Cog + o0) * g.Lo;
+        if (!g.unit) pad_image(xg, nc, g.Di, g.Hi, g.Wi, g.box, P.data());
+        for (int64_t q0 = 0; q0 < L; q0 += lc) {
+          const int64_t q1 = std::min(L, q0 + lc), len = q1 - q0;
+          const T* cp = xg + q0;
+          int64_t ldc = g.Li;
+          if (!g.unit) {
+            im2col(P.data(), nc, q0, q1, g, col.data());
+            if (g.flat) zero_garbage(col.data(), nc * g.K, q0, q1, g);
+            cp = col.data();
+            ldc = len;
+          }
+          const T* yp = yg + q0;
+          int64_t ldy = g.Lo;
+          if (g.flat) {
+            grid_from_rows(yg, no, q0, q1, g, ext.data());
+            yp = ext.data();
+            ldy = len;
+          }
+          CMapM<T> colT(cp, len, nc * g.K, Eigen::OuterStride<>(ldc));
+          CMapM<T> yT(yp, len, no, Eigen::OuterStride<>(ldy));
+          if (y_left) {
+            dwY.noalias() += yT.transpose() * colT;
+          } else {
+            dwT.noalias() += colT.transpose() * yT;
+          }
+        }
+      }
+      if (y_left) dwT = dwY.transpose();
+    }
+    if (n_slots > 1) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < wsize; ++i) {
+        T v = dw[i];
+        for (int64_t s = 1; s < n_slots; ++s) v += partial[(s - 1) * wsize + i];
+        dw[i] = v;
+      }
+    }
+  }
+}
+
+// db[c] = sum_n sum_o dy[n, c, o], in double.
+template <class T>
+void bias_grad(const T* dy, T* db, int64_t N, int64_t C, int64_t L) {
+  const bool par = double(N) * C * L >= kParallelWork && C > 1;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t c = 0; c < C; ++c) {
+    double acc = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const T* p = dy + (n * C + c) * L;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = 0; i < L; ++i) acc += double(p[i]);
+    }
+    db[c] = T(acc);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void convolution_forward(const T* input, const T* weight, const T* bias, T* output,
+                         const ConvParams& p) {
+  const Geom g = make_geom(p);
+  if (!p.transposed) {
+    correlate(input, weight, bias, output, g);  // image = input, columns = output
+  } else {
+    correlate_adjoint(input, weight, bias, output, g);  // columns = input, image = output
+  }
+}
+
+template <class T>
+void convolution_backward(const T* grad_output, const T* input, const T* weight, T* grad_input,
+                          T* grad_weight, T* grad_bias, const ConvParams& p) {
+  const Geom g = make_geom(p);
+  if (grad_bias) {
+    bias_grad(grad_output, grad_bias, p.N, p.C_out, p.out[0] * p.out[1] * p.out[2]);
+  }
+  if (!p.transposed) {
+    if (grad_input) correlate_adjoint(grad_output, weight, static_cast<const T*>(nullptr), grad_input, g);
+    if (grad_weight) weight_grad(grad_output, input, grad_weight, g);
+  } else {
+    if (grad_input) correlate(grad_output, weight, static_cast<const T*>(nullptr), grad_input, g);
+    if (grad_weight) weight_grad(input, grad_output, grad_weight, g);
+  }
+}
+
+template void convolution_forward<float>(const float*, const float*, const float*, float*,
+                                         const ConvParams&);
+template void convolution_forward<double>(const double*, const double*, const double*, double*,
+                                          const ConvParams&);
+template void convolution_backward<float>(const float*, const float*, const float*, float*, float*,
+                                          float*, const ConvParams&);
+template void convolution_backward<double>(const double*, const double*, const double*, double*,
+                                           double*, double*, const ConvParams&);
+
+}  // namespace tg::kernels
