@@ -219,7 +219,11 @@ void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, cons
           T* dst = row + phase * b.Sph + (first + b.pw) / b.sw;
           const T* s = src + first;
           const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
-          for (int64_t k = 0; k < n; ++k) dst[k] = s[k * b.sw];
+          if (b.sw == 2) {  // a constant stride vectorises (as permutes)
+            for (int64_t k = 0; k < n; ++k) dst[k] = s[2 * k];
+          } else {
+            for (int64_t k = 0; k < n; ++k) dst[k] = s[k * b.sw];
+          }
         }
       }
 }
@@ -251,7 +255,11 @@ void crop_image(const T* P, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, cons
           const T* s = row + phase * b.Sph + (first + b.pw) / b.sw;
           T* d = xr + first;
           const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
-          for (int64_t k = 0; k < n; ++k) d[k * b.sw] = s[k];
+          if (b.sw == 2) {
+            for (int64_t k = 0; k < n; ++k) d[2 * k] = s[k];
+          } else {
+            for (int64_t k = 0; k < n; ++k) d[k * b.sw] = s[k];
+          }
         }
       }
 }
@@ -992,7 +1000,7 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
 // every sample's x and y are read once; the slots are then added in order. Slots and blocks
 // depend on the shape only, and each item sums its samples, then chunks, in increasing order.
 template <class T>
-void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
+void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbage = false) {
   if (g.Co == 0 || g.CKg == 0) return;
   if (g.depthwise) return weight_grad_depthwise(y, x, dw, g);
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
@@ -1044,7 +1052,7 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
           int64_t ldc = g.Li;
           if (!g.unit) {
             im2col(P.data(), nc, q0, q1, g, col.data());
-            if (g.flat) zero_garbage(col.data(), nc * g.K, q0, q1, g);
+            if (exact_garbage) zero_garbage(col.data(), nc * g.K, q0, q1, g);
             cp = col.data();
             ldc = len;
           }
@@ -1075,6 +1083,9 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
       }
     }
   }
+  // Garbage grid columns of col multiply zeros of y: exact unless x holds an Inf or NaN there
+  // (0 * Inf = NaN). Rather than zeroing them every time, redo the rare non-finite case.
+  if (g.flat && !exact_garbage && !all_finite(dw, wsize)) weight_grad(y, x, dw, g, true);
 }
 
 // db[c] = sum_n sum_o dy[n, c, o], in double.
