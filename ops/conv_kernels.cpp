@@ -207,8 +207,26 @@ int64_t box_index(const Box& b, int64_t ud, int64_t uh, int64_t uw) {
 // P = nc image channels (Di, Hi, Wi) in boxes b (nc * L elements, then slack zeros).
 template <class T>
 void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
-  std::fill(P, P + nc * b.L + b.slack, T(0));
   const int64_t ix0 = std::clamp<int64_t>(-b.pw, 0, Wi), ix1 = std::clamp<int64_t>(b.W - b.pw, ix0, Wi);
+  if (b.sd == 1 && b.sh == 1 && b.sw == 1) {  // one phase: each box row written once
+    const int64_t a = ix0 + b.pw, n = ix1 - ix0;  // the image part of a row
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t z = 0; z < b.D; ++z)
+        for (int64_t yy = 0; yy < b.H; ++yy) {
+          T* row = P + c * b.L + (z * b.H + yy) * b.W;
+          const int64_t iz = z - b.pd, iy = yy - b.ph;
+          if (iz < 0 || iz >= Di || iy < 0 || iy >= Hi || n <= 0) {
+            std::fill(row, row + b.W, T(0));
+            continue;
+          }
+          std::fill(row, row + a, T(0));
+          std::memcpy(row + a, im + ((c * Di + iz) * Hi + iy) * Wi + ix0, sizeof(T) * n);
+          std::fill(row + a + n, row + b.W, T(0));
+        }
+    std::fill(P + nc * b.L, P + nc * b.L + b.slack, T(0));
+    return;
+  }
+  std::fill(P, P + nc * b.L + b.slack, T(0));
   for (int64_t c = 0; c < nc; ++c)
     for (int64_t iz = 0; iz < Di; ++iz)
       for (int64_t iy = 0; iy < Hi; ++iy) {
