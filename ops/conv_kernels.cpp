@@ -22,36 +22,42 @@
 //
 // im2col(x) is the (CKg x Lo) matrix whose row (ci, t) holds x[ci, o * stride - pad + t * dil]
 // for every window position o (zero outside the image); col2im is its adjoint (a scatter-add).
-// The GEMMs are Eigen's, on column-major maps of our row-major buffers: a row-major (R x C)
-// buffer is a column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T.
 //
-// How im2col stays cheap:
-//   - the image block is first copied into a zero-padded box P (Dp, Hp, Wp) that holds exactly
-//     what the windows cover, so no inner loop checks bounds;
-//   - when the windows move by 1 in H and W ("flat" geometry), window positions are laid on a
-//     grid as wide as P (Wq = Wp instead of Wo): then tap t of every position of a whole (oh, ow)
-//     slice is P[q + offset(t)], and a row of the column matrix is one long memcpy. The extra
-//     Wp - Wo positions per row are garbage: their outputs are dropped, and they are zeroed
-//     wherever they would enter a sum, so non-finite values never leak;
-//   - otherwise (strided), rows are copied one output row at a time.
-// Column matrices are built in chunks of window positions (about kChunkBytes) so that they
-// stay in the L2 cache between im2col and the GEMM.
+// Boxes and grids. Image channels are first copied into zero-padded boxes that hold exactly what
+// the windows cover, split into phases by the stride (padded position z lives in phase z % s at
+// z / s). Tap t of window o then reads box[o + offset(t)] (per dim, inside one phase): every
+// convolution becomes a stride-1 problem, no inner loop checks bounds, and rows of windows read
+// contiguous memory. When the extra width is small, window positions are laid on a "flat" grid
+// as wide as a box row, so that a tap of a whole slice of windows is one contiguous run; the few
+// garbage positions per row are dropped, or kept out of every sum (see zero_garbage and the
+// non-finite fallbacks), so Inf and NaN propagate exactly as in PyTorch.
+//
+// How each piece runs:
+//   correlate          flat grid: direct correlation (direct_blocks): a block of output channels
+//                      x positions is summed in registers over (ci, t) straight from the box,
+//                      no column matrix. Otherwise im2col + Eigen GEMM.
+//   correlate_adjoint  one direct correlation per phase of the image: image position
+//                      i = m * s + phase - pad gathers the taps with (t * dil) % s == phase,
+//                      each from y[m - (t * dil) / s], i.e. y correlated with part of the flipped,
+//                      transposed kernel. Non-finite weights (the correlation would meet 0 * Inf
+//                      in y's padding) and narrow grids take GEMM + col2im instead.
+//   weight_grad        im2col + Eigen GEMM, the long sum over positions in the GEMM's depth.
+// The GEMMs use column-major maps of our row-major buffers: a row-major (R x C) buffer is a
+// column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T. Column matrices
+// are built in chunks of positions (about kChunkBytes) that stay in L2 until the GEMM packs them.
+// Special cases: "unit" convolutions (1x1x1, stride 1, no padding) use the image itself as the
+// column matrix; depthwise ones (one image channel per group) use direct loops where no flat
+// grid exists and for the weight gradient, where a GEMM would have a depth of only K.
 //
 // Parallel plan (OpenMP, no atomics): every piece is cut into items that each own the slice of
 // the result they write, and the cut never changes the order of any sum, so results are
 // bit-identical for any thread count:
-//   correlate:          items (n, g, range of chunks)             -> owns y[n, g, range]
-//   correlate_adjoint:  items (n, g, block of image channels)     -> owns x[n, g, block]
-//   weight_grad:        items (g, block of ci, block of co)       -> owns dw[g, co-block, ci-block],
-//                       summing samples and chunks in a fixed order
-// Chunk lengths depend on the shape only. Inside our parallel regions Eigen's GEMM runs
-// single-threaded (Eigen checks omp_get_num_threads()).
-//
-// Special paths:
-//   - "unit" convolutions (1x1x1 kernel, stride 1, no padding, same sizes) need no im2col:
-//     the image itself is the column matrix.
-//   - depthwise (one image channel per group, few outputs per group) runs direct loops: im2col
-//     + GEMM would multiply matrices with a depth of K (e.g. 9) and waste most of the time.
+//   correlate, correlate_adjoint: items (n, g, range of blocks or chunks) -> own y / x there
+//   GEMM adjoint:       items (n, g, block of image channels)              -> own x[n, g, block]
+//   weight_grad:        items (slot of samples, g, block of ci, block of co) -> own their slot's
+//                       partial dw[g, co-block, ci-block]; slots are added in a fixed order
+// Every cut that reaches a GEMM depends on the shape only. Inside our parallel regions Eigen's
+// GEMM runs single-threaded (Eigen checks omp_get_num_threads()).
 #include "conv_kernels.h"
 
 #include <Eigen/Core>
@@ -123,9 +129,10 @@ namespace {
 constexpr int64_t kChunkBytes = 512 * 1024;
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr double kParallelWork = 1 << 17;
-// Grid positions the depthwise weight-gradient dot keeps in registers at once, and the most
-// any flat loop reads past the end of a slice (a direct block); boxes leave that much room.
+// Grid positions the depthwise weight-gradient dot keeps in registers at once.
 constexpr int64_t kBlock = 64;
+// The most elements any flat loop reads past the end of a slice (a direct block or a dot
+// block): boxes keep that much zeroed room after their last channel.
 constexpr int64_t kOverrun = 128;
 // Items that correlate_adjoint's GEMM path and weight_grad aim for when the batch alone gives
 // too few. A constant, not the thread count: Eigen's GEMM sums an entry in an order that
@@ -200,8 +207,26 @@ int64_t box_index(const Box& b, int64_t ud, int64_t uh, int64_t uw) {
 // P = nc image channels (Di, Hi, Wi) in boxes b (nc * L elements, then slack zeros).
 template <class T>
 void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
-  std::fill(P, P + nc * b.L + b.slack, T(0));
   const int64_t ix0 = std::clamp<int64_t>(-b.pw, 0, Wi), ix1 = std::clamp<int64_t>(b.W - b.pw, ix0, Wi);
+  if (b.sd == 1 && b.sh == 1 && b.sw == 1) {  // one phase: each box row written once
+    const int64_t a = ix0 + b.pw, n = ix1 - ix0;  // the image part of a row
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t z = 0; z < b.D; ++z)
+        for (int64_t yy = 0; yy < b.H; ++yy) {
+          T* row = P + c * b.L + (z * b.H + yy) * b.W;
+          const int64_t iz = z - b.pd, iy = yy - b.ph;
+          if (iz < 0 || iz >= Di || iy < 0 || iy >= Hi || n <= 0) {
+            std::fill(row, row + b.W, T(0));
+            continue;
+          }
+          std::fill(row, row + a, T(0));
+          std::memcpy(row + a, im + ((c * Di + iz) * Hi + iy) * Wi + ix0, sizeof(T) * n);
+          std::fill(row + a + n, row + b.W, T(0));
+        }
+    std::fill(P + nc * b.L, P + nc * b.L + b.slack, T(0));
+    return;
+  }
+  std::fill(P, P + nc * b.L + b.slack, T(0));
   for (int64_t c = 0; c < nc; ++c)
     for (int64_t iz = 0; iz < Di; ++iz)
       for (int64_t iy = 0; iy < Hi; ++iy) {
@@ -219,7 +244,11 @@ void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, cons
           T* dst = row + phase * b.Sph + (first + b.pw) / b.sw;
           const T* s = src + first;
           const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
-          for (int64_t k = 0; k < n; ++k) dst[k] = s[k * b.sw];
+          if (b.sw == 2) {  // a constant stride vectorises (as permutes)
+            for (int64_t k = 0; k < n; ++k) dst[k] = s[2 * k];
+          } else {
+            for (int64_t k = 0; k < n; ++k) dst[k] = s[k * b.sw];
+          }
         }
       }
 }
@@ -251,7 +280,11 @@ void crop_image(const T* P, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, cons
           const T* s = row + phase * b.Sph + (first + b.pw) / b.sw;
           T* d = xr + first;
           const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
-          for (int64_t k = 0; k < n; ++k) d[k * b.sw] = s[k];
+          if (b.sw == 2) {
+            for (int64_t k = 0; k < n; ++k) d[2 * k] = s[k];
+          } else {
+            for (int64_t k = 0; k < n; ++k) d[k * b.sw] = s[k];
+          }
         }
       }
 }
@@ -992,7 +1025,7 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
 // every sample's x and y are read once; the slots are then added in order. Slots and blocks
 // depend on the shape only, and each item sums its samples, then chunks, in increasing order.
 template <class T>
-void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
+void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbage = false) {
   if (g.Co == 0 || g.CKg == 0) return;
   if (g.depthwise) return weight_grad_depthwise(y, x, dw, g);
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
@@ -1044,7 +1077,7 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
           int64_t ldc = g.Li;
           if (!g.unit) {
             im2col(P.data(), nc, q0, q1, g, col.data());
-            if (g.flat) zero_garbage(col.data(), nc * g.K, q0, q1, g);
+            if (exact_garbage) zero_garbage(col.data(), nc * g.K, q0, q1, g);
             cp = col.data();
             ldc = len;
           }
@@ -1075,6 +1108,9 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g) {
       }
     }
   }
+  // Garbage grid columns of col multiply zeros of y: exact unless x holds an Inf or NaN there
+  // (0 * Inf = NaN). Rather than zeroing them every time, redo the rare non-finite case.
+  if (g.flat && !exact_garbage && !all_finite(dw, wsize)) weight_grad(y, x, dw, g, true);
 }
 
 // db[c] = sum_n sum_o dy[n, c, o], in double.

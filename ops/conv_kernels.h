@@ -26,6 +26,8 @@
 //
 // The kernels do no validation (the Tensor-level layer does and throws tg::Error); they read
 // and write only inside the buffers the sizes in ConvParams describe, for any sizes >= 0.
+// Inf and NaN propagate as in PyTorch. Threads: OpenMP, sized by omp_get_max_threads(); each
+// thread keeps its scratch buffers (at most 16 MB each, larger ones are freed) between calls.
 #pragma once
 
 #include <array>
