@@ -181,6 +181,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
                   epoch, rec.train_loss, rec.map50, rec.map50_95, rec.seconds, rec.images_per_second);
     log << line;
     if (!plot.empty()) log << plot << "\n";
+    log << std::flush;  // a redirected log shows each epoch as it ends
   }
   return result;
 }
