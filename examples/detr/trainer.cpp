@@ -10,6 +10,7 @@
 #include "checkpoint.h"
 #include "common/progress_bar.h"
 #include "image_sheet.h"
+#include "patch_detr.h"
 
 namespace tg::detr {
 namespace fs = std::filesystem;
@@ -29,16 +30,24 @@ void validate_options(const TrainOptions& o) {
   TG_CHECK(o.scenes.canvas >= 16 && o.scenes.canvas <= 512, "--canvas: expected 16 to 512 pixels, got ", o.scenes.canvas);
   TG_CHECK(o.scenes.max_side <= o.scenes.canvas, "--canvas: ", o.scenes.canvas, " cannot hold items of up to ",
            o.scenes.max_side, " pixels");
-  TG_CHECK(o.model == "tiny", "--model: expected 'tiny', got '", o.model, "'");
+  TG_CHECK(o.model == "tiny" || o.model == "patch", "--model: expected 'tiny' or 'patch', got '", o.model, "'");
+  TG_CHECK(o.model != "patch" || o.scenes.canvas % 8 == 0, "--canvas: the patch model needs a multiple of 8, got ",
+           o.scenes.canvas);
 }
 
 std::unique_ptr<Detector> make_detector(const TrainOptions& o) {
-  TG_CHECK(o.model == "tiny", "--model: expected 'tiny', got '", o.model, "'");
+  Generator gen(o.seed);
+  if (o.model == "patch") {
+    PatchDetrOptions p;
+    p.canvas = o.scenes.canvas;
+    p.num_queries = o.num_queries;
+    return std::make_unique<PatchDetr>(p, &gen);
+  }
+  TG_CHECK(o.model == "tiny", "--model: expected 'tiny' or 'patch', got '", o.model, "'");
   TinyDetectorOptions t;
   t.canvas = o.scenes.canvas;
   t.num_queries = o.num_queries;
   t.hidden = o.hidden;
-  Generator gen(o.seed);
   return std::make_unique<TinyDetector>(t, &gen);
 }
 
