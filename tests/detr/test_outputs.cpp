@@ -2,6 +2,12 @@
 // they belong, in their colours) and its PNG encoding.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include "detr/curves.h"
 #include "detr/image_sheet.h"
 
@@ -59,6 +65,35 @@ TEST(DetrOutputs, TextIsDrawn) {
   for (size_t i = 0; i < img.pixels.size(); i += 3) lit += img.pixels[i] == 255;
   EXPECT_GT(lit, 10);   // a few strokes per letter
   EXPECT_LT(lit, 200);  // but not a filled block
+}
+
+}  // namespace
+}  // namespace tg::detr
+
+namespace tg::detr {
+namespace {
+
+TEST(DetrOutputs, PlotWithoutGnuplotIsSkippedWithAMessage) {
+  const char* old = std::getenv("PATH");
+  const std::string saved = old ? old : "";
+  setenv("PATH", "/nonexistent", 1);
+  const std::string msg = plot_history("/tmp/none.csv", "/tmp/tapegrad_detr_never.png");
+  setenv("PATH", saved.c_str(), 1);
+  EXPECT_NE(msg.find("gnuplot not found"), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists("/tmp/tapegrad_detr_never.png"));
+}
+
+TEST(DetrOutputs, PlotWithGnuplotWritesAPng) {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
+  const std::string dir = (std::filesystem::temp_directory_path() / ("tapegrad_detr_plot_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  write_history_csv(dir + "/h.csv", {{1, 5.0, 0.1, 0.05, 10, 100}, {2, 4.0, 0.3, 0.12, 10, 100}});
+  EXPECT_EQ(plot_history(dir + "/h.csv", dir + "/c.png"), "");
+  std::ifstream f(dir + "/c.png", std::ios::binary);
+  std::string head(8, '\0');
+  f.read(head.data(), 8);
+  EXPECT_EQ(head, std::string("\x89PNG\r\n\x1a\n", 8));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
