@@ -2,7 +2,8 @@
 // built only from layers tapegrad already has (Linear, LayerNorm, MultiheadAttention). It is the
 // demo's convolution-free detector: non-overlapping P x P patches -> tokens (+ learned
 // positions) -> post-norm transformer encoder -> decoder with learned object queries -> class
-// and box heads (DETR's: a Linear, and a 3-layer MLP with a sigmoid). No dropout, so that a
+// and box heads (DETR's: a Linear, and a 3-layer MLP with a sigmoid; box centres relative to
+// per-query reference points as in Deformable DETR). No dropout, so that a
 // resumed run is bit-identical to an uninterrupted one.
 #pragma once
 
@@ -38,6 +39,7 @@ class PatchDetr : public Detector {
   Tensor query_embed_;  // [queries, d] learned object queries (DETR's query_pos)
   std::vector<std::shared_ptr<EncoderLayer>> encoder_;
   std::vector<std::shared_ptr<DecoderLayer>> decoder_;
+  std::shared_ptr<Linear> reference_points_;
   std::shared_ptr<Linear> class_embed_;
   std::shared_ptr<Sequential> bbox_embed_;
 };
