@@ -93,6 +93,38 @@ def embedding_case():
     return fwd_bwd(torch.randn(10000, 256), lambda w: F.embedding(idx, w))
 
 
+def detr_train_step():
+    """bench/bench_detr.cpp's case: an encoder layer (5440 tokens over 4 levels) and a decoder
+    layer (300 queries), d_model 256, 8 heads, 4 points, d_ffn 1024, float32, dropout 0, through
+    the fixture's modules (Deformable-DETR's architecture with the pure-PyTorch core)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "deformable_detr.py")
+    spec = importlib.util.spec_from_file_location("deformable_detr_fixture", path)
+    d = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(d)
+    C, Q, L = 256, 300, 4
+    enc = d.EncoderLayer(C, 1024, L, 8, 4, torch.float32)
+    dec = d.DecoderLayer(C, 1024, L, 8, 4, torch.float32)
+    ss = torch.tensor([[64, 64], [32, 32], [16, 16], [8, 8]])
+    lsi = torch.tensor([0, 4096, 5120, 5376])
+    src, pos = torch.randn(1, 5440, C), torch.randn(1, 5440, C)
+    tgt, query_pos, target = torch.randn(1, Q, C), torch.randn(1, Q, C), torch.randn(1, Q, C)
+    valid = torch.ones(1, L, 2)
+    enc_ref = d.get_reference_points(ss, valid)
+    dec_ref = torch.rand(1, Q, 1, 2).expand(1, Q, L, 2).contiguous()
+    params = list(enc.parameters()) + list(dec.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=1e-4)
+
+    def step():
+        opt.zero_grad()
+        memory = enc(src, pos, enc_ref, ss, lsi)
+        out = dec(tgt, query_pos, dec_ref, memory, ss, lsi)
+        loss = ((out - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+    return step
+
+
 # case name (as in bench/*.cpp, without "/threads:N") -> (benchmark program, PyTorch callable factory)
 CASES = {
     "matmul_fwd/N256": ("bench_core", lambda: matmul_fwd(256)),
@@ -104,6 +136,7 @@ CASES = {
     "layer_norm_fwd_bwd/R1024_C768": ("bench_core_ops", layer_norm_case),
     "gelu_fwd_bwd/N1048576": ("bench_core_ops", lambda: fwd_bwd(torch.randn(1 << 20), F.gelu)),
     "embedding_fwd_bwd/V10000_D256_T32768": ("bench_core_ops", embedding_case),
+    "detr_train_step/enc1_dec1_D256_H8_L4_P4_Q300": ("bench_detr", detr_train_step),
 }
 
 
