@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", o.out, "output folder: checkpoint, history.csv, curves.png, val_scenes.png");
   app.add_flag("--resume", o.resume, "continue from --out's checkpoint");
   app.add_flag("--eval-only", o.eval_only, "evaluate --out's checkpoint and draw its predictions; no training");
-  app.add_option("--model", o.model, "detector architecture")->check(CLI::IsMember({"tiny", "patch"}));
+  app.add_option("--model", o.model, "detector architecture")->check(CLI::IsMember({"deformable", "patch", "tiny"}));
   app.add_option("--train-scenes", o.train_scenes, "training scenes per epoch")->check(CLI::PositiveNumber);
   app.add_option("--val-scenes", o.val_scenes, "validation scenes")->check(CLI::PositiveNumber);
   app.add_option("--canvas", o.scenes.canvas, "scene side in pixels")->check(CLI::Range(16, 512));

@@ -30,6 +30,11 @@ std::string TinyDetector::config() const {
          " classes=" + std::to_string(o_.num_classes) + " hidden=" + std::to_string(o_.hidden);
 }
 
+Tensor inverse_sigmoid(const Tensor& x, double eps) {
+  Tensor c = clamp(x, 0.0, 1.0);
+  return log(clamp_min(c, eps)) - log(clamp_min(rsub(c, 1.0), eps));
+}
+
 std::vector<DetectionBox> postprocess(const DetectorOutput& out, int64_t canvas, int64_t first_image) {
   NoGradGuard no_grad;
   const int64_t B = out.logits.size(0), Q = out.logits.size(1), C1 = out.logits.size(2);

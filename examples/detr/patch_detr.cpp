@@ -1,17 +1,6 @@
 #include "patch_detr.h"
 
 namespace tg::detr {
-namespace {
-// PyTorch's nn.ModuleList: children named 0, 1, ... so that parameters read "encoder.0.linear1.weight".
-struct ModuleList : Module {
-  std::string name() const override { return "ModuleList"; }
-  template <class M>
-  std::shared_ptr<M> append(std::shared_ptr<M> m) {
-    return add_module(std::to_string(size++), m);
-  }
-  int64_t size = 0;
-};
-}  // namespace
 
 // DETR's post-norm encoder layer: x = LN(x + SA(x + pos, x + pos, x)); x = LN(x + FFN(x)).
 struct PatchDetr::EncoderLayer : Module {

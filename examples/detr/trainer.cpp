@@ -9,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "common/progress_bar.h"
+#include "deformable_detector.h"
 #include "image_sheet.h"
 #include "patch_detr.h"
 
@@ -30,7 +31,10 @@ void validate_options(const TrainOptions& o) {
   TG_CHECK(o.scenes.canvas >= 16 && o.scenes.canvas <= 512, "--canvas: expected 16 to 512 pixels, got ", o.scenes.canvas);
   TG_CHECK(o.scenes.max_side <= o.scenes.canvas, "--canvas: ", o.scenes.canvas, " cannot hold items of up to ",
            o.scenes.max_side, " pixels");
-  TG_CHECK(o.model == "tiny" || o.model == "patch", "--model: expected 'tiny' or 'patch', got '", o.model, "'");
+  TG_CHECK(o.model == "tiny" || o.model == "patch" || o.model == "deformable",
+           "--model: expected 'deformable', 'patch' or 'tiny', got '", o.model, "'");
+  TG_CHECK(o.model != "deformable" || o.scenes.canvas % 16 == 0,
+           "--canvas: the deformable model needs a multiple of 16, got ", o.scenes.canvas);
   TG_CHECK(o.model != "patch" || o.scenes.canvas % 8 == 0, "--canvas: the patch model needs a multiple of 8, got ",
            o.scenes.canvas);
 }
@@ -43,7 +47,13 @@ std::unique_ptr<Detector> make_detector(const TrainOptions& o) {
     p.num_queries = o.num_queries;
     return std::make_unique<PatchDetr>(p, &gen);
   }
-  TG_CHECK(o.model == "tiny", "--model: expected 'tiny' or 'patch', got '", o.model, "'");
+  if (o.model == "deformable") {
+    DeformableDetectorOptions d;
+    d.canvas = o.scenes.canvas;
+    d.num_queries = o.num_queries;
+    return std::make_unique<DeformableDetector>(d, &gen);
+  }
+  TG_CHECK(o.model == "tiny", "--model: expected 'deformable', 'patch' or 'tiny', got '", o.model, "'");
   TinyDetectorOptions t;
   t.canvas = o.scenes.canvas;
   t.num_queries = o.num_queries;
