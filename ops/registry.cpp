@@ -24,6 +24,8 @@ void register_minmax_ops(Registry& r);
 void register_var_ops(Registry& r);
 void register_where_ops(Registry& r);
 void register_ms_deform_attn_ops(Registry& r);
+void register_group_norm_ops(Registry& r);
+void register_upsample_ops(Registry& r);
 
 namespace {
 Registry& build_builtin_registry() {
@@ -46,6 +48,8 @@ Registry& build_builtin_registry() {
   register_var_ops(r);
   register_where_ops(r);
   register_ms_deform_attn_ops(r);
+  register_group_norm_ops(r);
+  register_upsample_ops(r);
   return r;
 }
 }  // namespace
