@@ -41,12 +41,15 @@ DeformableDetector::DeformableDetector(DeformableDetectorOptions options, Genera
            o_.heads, ")");
   TG_CHECK(o_.num_queries > 0 && o_.num_classes > 0, "DeformableDetector: expected queries and classes > 0");
   backbone_ = add_module("backbone", std::make_shared<PatchPyramid>(o_.channels, gen));
+  TG_CHECK(d % 32 == 0, "DeformableDetector: d_model (", d, ") must be a multiple of 32 for GroupNorm(32)");
+  auto lateral = add_module("fpn_lateral", std::make_shared<ModuleList>());
+  for (int64_t c : o_.channels) lateral_.push_back(lateral->append(std::make_shared<Linear>(c, d, true, DType::Float32, gen)));
   auto proj = add_module("input_proj", std::make_shared<ModuleList>());
-  for (int64_t c : o_.channels) {
+  for (int64_t l = 0; l < L; ++l) {
     auto p = proj->append(std::make_shared<Sequential>());
-    p->push_back(std::make_shared<Linear>(c, d, true, DType::Float32, gen));
-    p->push_back(std::make_shared<LayerNorm>(Shape{d}));
+    p->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
     input_proj_.push_back(p);
+    input_norm_.push_back(p->push_back(std::make_shared<GroupNorm>(32, d)));
   }
   position_ = add_module("position", std::make_shared<PositionEmbeddingSine>(d / 2, 10000, /*normalize=*/true));
   DeformableTransformerOptions t;
@@ -81,11 +84,20 @@ DetectorOutput DeformableDetector::detect(const Tensor& images) {
            "DeformableDetector: expected images [B, 1, ", S, ", ", S, "], got ",
            images.defined() ? format_shape(images.shape()) : std::string("undefined"));
   const int64_t N = images.size(0);
-  std::vector<Tensor> feats = backbone_->levels(images), srcs, masks, pos;
-  for (size_t l = 0; l < feats.size(); ++l) {
+  std::vector<Tensor> feats = backbone_->levels(images), srcs(feats.size()), masks, pos;
+  // FPN's top-down path: each level adds the coarser merged level, bilinearly upsampled to its
+  // size, to its own 1x1 lateral projection (channels-last Linear == 1x1 convolution).
+  Tensor merged;
+  for (size_t l = feats.size(); l-- > 0;) {
     const int64_t H = feats[l].size(1), W = feats[l].size(2);
-    srcs.push_back(input_proj_[l]->forward(feats[l]).permute({0, 3, 1, 2}));  // (N, d, H, W)
-    masks.push_back(zeros({N, H, W}, DType::Int64));                          // no padding: equal canvases
+    Tensor lateral = lateral_[l]->forward(feats[l]).permute({0, 3, 1, 2}).contiguous();  // (N, d, H, W)
+    merged = merged.defined() ? lateral + upsample_bilinear2d(merged, {H, W}, /*align_corners=*/false) : lateral;
+    // Input projection: 1x1 (channels-last Linear) then GroupNorm(32) over (N, d, H, W).
+    Tensor projected = input_proj_[l]->child("0")->forward(merged.permute({0, 2, 3, 1})).permute({0, 3, 1, 2});
+    srcs[l] = input_norm_[l]->forward(projected.contiguous());
+  }
+  for (size_t l = 0; l < feats.size(); ++l) {
+    masks.push_back(zeros({N, srcs[l].size(2), srcs[l].size(3)}, DType::Int64));  // no padding: equal canvases
     pos.push_back(position_->forward(masks.back(), DType::Float32));
   }
   DeformableTransformerOutput t = transformer_->forward(srcs, masks, pos, query_embed_);
@@ -97,7 +109,7 @@ DetectorOutput DeformableDetector::detect(const Tensor& images) {
 std::string DeformableDetector::config() const {
   std::string ch;
   for (int64_t c : o_.channels) ch += (ch.empty() ? "" : ",") + std::to_string(c);
-  return "deformable canvas=" + std::to_string(o_.canvas) + " backbone=patch_pyramid:" + ch +
+  return "deformable canvas=" + std::to_string(o_.canvas) + " backbone=patch_pyramid:" + ch + " fpn" +
          " d=" + std::to_string(o_.d_model) + " heads=" + std::to_string(o_.heads) + " ffn=" + std::to_string(o_.ffn) +
          " points=" + std::to_string(o_.points) + " enc=" + std::to_string(o_.encoder_layers) +
          " dec=" + std::to_string(o_.decoder_layers) + " queries=" + std::to_string(o_.num_queries) +

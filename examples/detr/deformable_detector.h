@@ -1,14 +1,14 @@
 // The demo's Deformable DETR (Zhu et al. 2021, models/deformable_detr.py, single stage, no
-// auxiliary losses): a backbone giving three feature levels (strides 4, 8, 16), per-level input
-// projections to d_model, sine positions, the deformable encoder and decoder of
+// auxiliary losses): a backbone giving three feature levels (strides 4, 8, 16), an FPN-style
+// top-down path (1x1 laterals, upsample_bilinear2d), per-level input projections (1x1 +
+// GroupNorm(32)) to d_model, sine positions, the deformable encoder and decoder of
 // models/deformable_transformer.h, learned queries, and DETR's heads (class: a Linear over
 // num_classes + no-object, trained with DETR's cross entropy; box: a 3-layer MLP predicting the
 // centre relative to each query's reference point).
 //
 // Until convolution lands, the backbone is a patch pyramid (level 0: 4x4 patches through a
 // Linear, which is a stride-4 4x4 convolution; each next level merges 2x2 neighbours, a stride-2
-// 2x2 convolution, Swin-style) and the input projection is Linear + LayerNorm (a 1x1 convolution
-// + a normalisation over channels), all on channels-last tensors. Dropout is 0 so that a resumed
+// 2x2 convolution, Swin-style); 1x1 convolutions are Linears on channels-last tensors. Dropout is 0 so that a resumed
 // run is bit-identical to an uninterrupted one.
 #pragma once
 
@@ -51,7 +51,9 @@ class DeformableDetector : public Detector {
  private:
   DeformableDetectorOptions o_;
   std::shared_ptr<PatchPyramid> backbone_;
-  std::vector<std::shared_ptr<Sequential>> input_proj_;
+  std::vector<std::shared_ptr<Linear>> lateral_;
+  std::vector<std::shared_ptr<Sequential>> input_proj_;  // "input_proj.<l>.0" (1x1) and ".1" (GroupNorm(32))
+  std::vector<std::shared_ptr<GroupNorm>> input_norm_;
   std::shared_ptr<PositionEmbeddingSine> position_;
   std::shared_ptr<DeformableTransformer> transformer_;
   Tensor query_embed_;  // (Q, 2 d_model): [query_pos | tgt], as nn.Embedding(Q, 2 d).weight

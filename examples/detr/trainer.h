@@ -24,7 +24,7 @@
 namespace tg::detr {
 
 struct TrainOptions {
-  int epochs = 20;
+  int epochs = 30;
   int64_t batch_size = 16;
   int threads = 2;
   uint64_t seed = 0;
@@ -32,12 +32,12 @@ struct TrainOptions {
   std::string out = "detr_run";
   bool resume = false;     // continue from out/checkpoint.safetensors
   bool eval_only = false;  // evaluate out/checkpoint.safetensors; write no checkpoint
-  std::string model = "tiny";
+  std::string model = "deformable";  // "patch" (plain DETR) and "tiny" (an MLP, for tests) too
   int64_t train_scenes = 4096;  // per epoch
   int64_t val_scenes = 256;
-  int64_t num_queries = 8;
+  int64_t num_queries = 16;
   int64_t hidden = 256;         // TinyDetector's width
-  double lr = 2e-4, weight_decay = 1e-4, clip = 0.1;  // DETR's AdamW settings
+  double lr = 3e-4, weight_decay = 1e-4, clip = 0.1;  // DETR's AdamW decay and clip; a higher lr for a small model
   double sheet_score = 0.5;     // predictions drawn on the sheet when their score reaches this
   int64_t sheet_scenes = 16;
   SceneOptions scenes;

@@ -22,7 +22,7 @@ DeformableDetectorOptions small() {
   DeformableDetectorOptions o;
   o.canvas = 32;
   o.channels = {8, 16, 16};
-  o.d_model = 16;
+  o.d_model = 32;  // GroupNorm(32) needs a multiple of 32
   o.heads = 2;
   o.ffn = 32;
   o.num_queries = 6;
@@ -37,7 +37,7 @@ TEST(DetrDeformable, ShapesNamesAndInitialBoxes) {
   EXPECT_EQ(out.boxes.shape(), (Shape{2, 6, 4}));
   std::set<std::string> names;
   for (const auto& [n, t] : m.named_parameters()) names.insert(n);
-  for (const char* n : {"backbone.stages.0.0.weight", "backbone.stages.2.1.bias", "input_proj.1.0.weight",
+  for (const char* n : {"backbone.stages.0.0.weight", "backbone.stages.2.1.bias", "input_proj.1.0.weight", "input_proj.2.1.weight", "fpn_lateral.0.bias",
                         "transformer.level_embed", "transformer.encoder.layers.1.self_attn.sampling_offsets.weight",
                         "transformer.decoder.layers.0.cross_attn.value_proj.weight", "transformer.reference_points.weight",
                         "query_embed", "class_embed.weight", "bbox_embed.4.bias"})
