@@ -159,6 +159,9 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   log << "model " << model->config() << ", " << model->num_parameters() << " parameters; " << o.train_scenes
       << " training scenes per epoch, " << o.val_scenes << " validation scenes; " << o.threads << " threads\n";
   const int64_t steps = o.train_scenes / o.batch_size;
+  if (result.first_epoch > o.epochs)
+    log << "nothing to train: the checkpoint is at epoch " << result.first_epoch - 1 << " and --epochs is " << o.epochs
+        << " (--epochs is the total, not the number of extra epochs)\n";
   model->train();
   for (int epoch = result.first_epoch; epoch <= o.epochs; ++epoch) {
     std::ostringstream sink;  // the progress bar draws nowhere when off

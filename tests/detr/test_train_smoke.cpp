@@ -137,6 +137,17 @@ TEST(DetrTrainSmoke, BadInputGivesClearErrorsAndKeepsTheCheckpoint) {
   bad.resume = true;
   bad.data_dir = "/nonexistent/fashion";
   EXPECT_NE(error_of(bad).find("apt-get install dataset-fashion-mnist"), std::string::npos) << error_of(bad);
+  // Corrupt dataset files: the reader names the file.
+  const std::string broken = fresh_dir("broken_data");
+  fs::create_directories(broken);
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                        "t10k-labels-idx1-ubyte.gz"})
+    write_file_atomically(broken + "/" + f, "\x1f\x8b garbage, not a gzip stream");
+  bad = o;
+  bad.resume = true;
+  bad.data_dir = broken;
+  EXPECT_NE(error_of(bad).find("train-images-idx3-ubyte.gz"), std::string::npos) << error_of(bad);
+  fs::remove_all(broken);
   // Unwritable output folder (a path under a regular file).
   bad = tiny_options(ckpt + "/sub");
   EXPECT_NE(error_of(bad).find("--out"), std::string::npos) << error_of(bad);
