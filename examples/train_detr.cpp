@@ -20,8 +20,8 @@ int main(int argc, char** argv) {
   tg::detr::TrainOptions o;
   CLI::App app{"Train a small detector (DETR's set loss, Hungarian matching) on Fashion-MNIST scenes"};
   app.add_option("--epochs", o.epochs, "train until this epoch (with --resume: the total, not extra)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", o.batch_size, "scenes per step")->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--batch-size", o.batch_size, "scenes per step")->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 1024));
   app.add_option("--seed", o.seed, "seed for initialisation and the scenes");
   app.add_option("--data-dir", o.data_dir, "folder with the Fashion-MNIST gzip IDX files");
@@ -29,11 +29,11 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", o.resume, "continue from --out's checkpoint");
   app.add_flag("--eval-only", o.eval_only, "evaluate --out's checkpoint and draw its predictions; no training");
   app.add_option("--model", o.model, "detector architecture")->check(CLI::IsMember({"deformable", "patch", "tiny"}));
-  app.add_option("--train-scenes", o.train_scenes, "training scenes per epoch")->check(CLI::PositiveNumber);
-  app.add_option("--val-scenes", o.val_scenes, "validation scenes")->check(CLI::PositiveNumber);
+  app.add_option("--train-scenes", o.train_scenes, "training scenes per epoch")->check(CLI::Range(int64_t{1}, int64_t{10000000}));
+  app.add_option("--val-scenes", o.val_scenes, "validation scenes")->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   app.add_option("--canvas", o.scenes.canvas, "scene side in pixels")->check(CLI::Range(16, 512));
-  app.add_option("--queries", o.num_queries, "object queries per image")->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--queries", o.num_queries, "object queries per image")->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  app.add_option("--lr", o.lr, "AdamW learning rate")->check(CLI::Range(1e-9, 10.0));
   bool quiet = false;
   app.add_flag("--no-progress", quiet, "no progress bar (logs stay)");
   CLI11_PARSE(app, argc, argv);
