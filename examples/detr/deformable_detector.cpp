@@ -1,0 +1,119 @@
+#include "deformable_detector.h"
+
+namespace tg::detr {
+
+PatchPyramid::PatchPyramid(const std::vector<int64_t>& channels, Generator* gen) {
+  TG_CHECK(!channels.empty(), "PatchPyramid: expected at least one level");
+  auto stages = add_module("stages", std::make_shared<ModuleList>());
+  int64_t in = 16;  // a 4x4 patch of the one input channel
+  for (int64_t c : channels) {
+    auto s = stages->append(std::make_shared<Sequential>());
+    s->push_back(std::make_shared<Linear>(in, c, true, DType::Float32, gen));
+    s->push_back(std::make_shared<LayerNorm>(Shape{c}));
+    s->push_back(std::make_shared<ReLU>());
+    stages_.push_back(s);
+    in = 4 * c;  // the next level merges 2x2 neighbours
+  }
+}
+
+std::vector<Tensor> PatchPyramid::levels(const Tensor& images) {
+  const int64_t N = images.size(0), S = images.size(2), G = S / 4;
+  // (N, 1, S, S) -> (N, G, 4, G, 4) -> (N, G, G, 4, 4) -> (N, G, G, 16)
+  Tensor x = images.reshape({N, G, 4, G, 4}).permute({0, 1, 3, 2, 4}).reshape({N, G, G, 16});
+  std::vector<Tensor> out;
+  for (size_t l = 0; l < stages_.size(); ++l) {
+    if (l > 0) {  // (N, H, W, C) -> (N, H/2, 2, W/2, 2, C) -> (N, H/2, W/2, 2, 2, C) -> (N, H/2, W/2, 4C)
+      const int64_t H = x.size(1), W = x.size(2), C = x.size(3);
+      x = x.reshape({N, H / 2, 2, W / 2, 2, C}).permute({0, 1, 3, 2, 4, 5}).reshape({N, H / 2, W / 2, 4 * C});
+    }
+    x = stages_[l]->forward(x);
+    out.push_back(x);
+  }
+  return out;
+}
+
+DeformableDetector::DeformableDetector(DeformableDetectorOptions options, Generator* gen) : o_(std::move(options)) {
+  const int64_t L = static_cast<int64_t>(o_.channels.size()), d = o_.d_model;
+  const int64_t stride = int64_t{4} << (L - 1);
+  TG_CHECK(L >= 1 && o_.canvas % stride == 0, "DeformableDetector: the canvas (", o_.canvas,
+           ") must be a multiple of the coarsest stride (", stride, ")");
+  TG_CHECK(d % 2 == 0 && d % o_.heads == 0, "DeformableDetector: d_model (", d, ") must be even and a multiple of heads (",
+           o_.heads, ")");
+  TG_CHECK(o_.num_queries > 0 && o_.num_classes > 0, "DeformableDetector: expected queries and classes > 0");
+  backbone_ = add_module("backbone", std::make_shared<PatchPyramid>(o_.channels, gen));
+  TG_CHECK(d % 32 == 0, "DeformableDetector: d_model (", d, ") must be a multiple of 32 for GroupNorm(32)");
+  auto lateral = add_module("fpn_lateral", std::make_shared<ModuleList>());
+  for (int64_t c : o_.channels) lateral_.push_back(lateral->append(std::make_shared<Linear>(c, d, true, DType::Float32, gen)));
+  auto proj = add_module("input_proj", std::make_shared<ModuleList>());
+  for (int64_t l = 0; l < L; ++l) {
+    auto p = proj->append(std::make_shared<Sequential>());
+    p->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
+    input_proj_.push_back(p);
+    input_norm_.push_back(p->push_back(std::make_shared<GroupNorm>(32, d)));
+  }
+  position_ = add_module("position", std::make_shared<PositionEmbeddingSine>(d / 2, 10000, /*normalize=*/true));
+  DeformableTransformerOptions t;
+  t.d_model = d;
+  t.n_heads = o_.heads;
+  t.num_encoder_layers = o_.encoder_layers;
+  t.num_decoder_layers = o_.decoder_layers;
+  t.dim_feedforward = o_.ffn;
+  t.dropout = 0.0;
+  t.n_levels = L;
+  t.enc_n_points = t.dec_n_points = o_.points;
+  transformer_ = add_module("transformer", std::make_shared<DeformableTransformer>(t, gen));
+  query_embed_ = register_parameter("query_embed", normal({o_.num_queries, 2 * d}, 0.0, 1.0, DType::Float32, gen));
+  class_embed_ = add_module("class_embed", std::make_shared<Linear>(d, o_.num_classes + 1, true, DType::Float32, gen));
+  bbox_embed_ = add_module("bbox_embed", std::make_shared<Sequential>());
+  bbox_embed_->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
+  bbox_embed_->push_back(std::make_shared<ReLU>());
+  bbox_embed_->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
+  bbox_embed_->push_back(std::make_shared<ReLU>());
+  auto last = bbox_embed_->push_back(std::make_shared<Linear>(d, 4, true, DType::Float32, gen));
+  // Deformable DETR's init: the box head starts at its reference point with small boxes
+  // (sigmoid(-2) = 0.12 of the image), not at a random offset.
+  NoGradGuard no_grad;
+  last->weight.zero_();
+  last->bias.zero_();
+  last->bias.narrow(0, 2, 2).fill_(-2.0);
+}
+
+DetectorOutput DeformableDetector::detect(const Tensor& images) {
+  const int64_t S = o_.canvas;
+  TG_CHECK(images.defined() && images.dim() == 4 && images.size(1) == 1 && images.size(2) == S && images.size(3) == S,
+           "DeformableDetector: expected images [B, 1, ", S, ", ", S, "], got ",
+           images.defined() ? format_shape(images.shape()) : std::string("undefined"));
+  const int64_t N = images.size(0);
+  std::vector<Tensor> feats = backbone_->levels(images), srcs(feats.size()), masks, pos;
+  // FPN's top-down path: each level adds the coarser merged level, bilinearly upsampled to its
+  // size, to its own 1x1 lateral projection (channels-last Linear == 1x1 convolution).
+  Tensor merged;
+  for (size_t l = feats.size(); l-- > 0;) {
+    const int64_t H = feats[l].size(1), W = feats[l].size(2);
+    Tensor lateral = lateral_[l]->forward(feats[l]).permute({0, 3, 1, 2}).contiguous();  // (N, d, H, W)
+    merged = merged.defined() ? lateral + upsample_bilinear2d(merged, {H, W}, /*align_corners=*/false) : lateral;
+    // Input projection: 1x1 (channels-last Linear) then GroupNorm(32) over (N, d, H, W).
+    Tensor projected = input_proj_[l]->child("0")->forward(merged.permute({0, 2, 3, 1})).permute({0, 3, 1, 2});
+    srcs[l] = input_norm_[l]->forward(projected.contiguous());
+  }
+  for (size_t l = 0; l < feats.size(); ++l) {
+    masks.push_back(zeros({N, srcs[l].size(2), srcs[l].size(3)}, DType::Int64));  // no padding: equal canvases
+    pos.push_back(position_->forward(masks.back(), DType::Float32));
+  }
+  DeformableTransformerOutput t = transformer_->forward(srcs, masks, pos, query_embed_);
+  Tensor delta = bbox_embed_->forward(t.hs);  // (N, Q, 4)
+  Tensor centre = delta.narrow(2, 0, 2) + inverse_sigmoid(t.init_reference);
+  return {class_embed_->forward(t.hs), sigmoid(cat({centre, delta.narrow(2, 2, 2)}, 2))};
+}
+
+std::string DeformableDetector::config() const {
+  std::string ch;
+  for (int64_t c : o_.channels) ch += (ch.empty() ? "" : ",") + std::to_string(c);
+  return "deformable canvas=" + std::to_string(o_.canvas) + " backbone=patch_pyramid:" + ch + " fpn" +
+         " d=" + std::to_string(o_.d_model) + " heads=" + std::to_string(o_.heads) + " ffn=" + std::to_string(o_.ffn) +
+         " points=" + std::to_string(o_.points) + " enc=" + std::to_string(o_.encoder_layers) +
+         " dec=" + std::to_string(o_.decoder_layers) + " queries=" + std::to_string(o_.num_queries) +
+         " classes=" + std::to_string(o_.num_classes);
+}
+
+}  // namespace tg::detr

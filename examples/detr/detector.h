@@ -1,0 +1,64 @@
+// What the training loop needs of a detector: images in, per-query class logits (the last
+// class is "no object") and normalised cxcywh boxes out, plus a config string that a
+// checkpoint records so that resuming into a different model is refused.
+//
+// TinyDetector is an MLP stand-in (flattened pixels -> queries) that keeps the loop, the
+// checkpoints and the tests independent of the convolutional model; the Deformable-DETR
+// detector plugs into the same interface.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tapegrad/tapegrad.h>
+
+#include "coco_ap.h"
+
+namespace tg::detr {
+
+// PyTorch's nn.ModuleList: children named 0, 1, ... ("encoder.0.linear1.weight").
+struct ModuleList : Module {
+  std::string name() const override { return "ModuleList"; }
+  template <class M>
+  std::shared_ptr<M> append(std::shared_ptr<M> m) {
+    return add_module(std::to_string(size++), m);
+  }
+  int64_t size = 0;
+};
+
+// Deformable DETR's inverse_sigmoid: log(x / (1 - x)) with both clamped to eps (recorded).
+Tensor inverse_sigmoid(const Tensor& x, double eps = 1e-5);
+
+struct DetectorOutput {
+  Tensor logits;  // [B, Q, num_classes + 1]
+  Tensor boxes;   // [B, Q, 4], cxcywh in (0, 1)
+};
+
+class Detector : public Module {
+ public:
+  virtual DetectorOutput detect(const Tensor& images) = 0;  // images float32 [B, 1, S, S]
+  virtual std::string config() const = 0;                    // e.g. "tiny canvas=64 queries=8 ..."
+};
+
+struct TinyDetectorOptions {
+  int64_t canvas = 64, num_queries = 8, num_classes = 10, hidden = 256;
+};
+
+class TinyDetector : public Detector {
+ public:
+  explicit TinyDetector(TinyDetectorOptions options, Generator* gen = nullptr);
+  std::string name() const override { return "TinyDetector"; }
+  DetectorOutput detect(const Tensor& images) override;
+  std::string config() const override;
+
+ private:
+  TinyDetectorOptions o_;
+  std::shared_ptr<Linear> fc1_, fc2_, class_head_, box_head_;
+};
+
+// DETR's PostProcess: each query's score is its best real class's probability; boxes in canvas
+// pixels (xyxy). Every query is kept (COCO keeps the top 100; we have fewer queries).
+std::vector<DetectionBox> postprocess(const DetectorOutput& out, int64_t canvas, int64_t first_image);
+
+}  // namespace tg::detr

@@ -1,0 +1,211 @@
+#include "trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <ostream>
+#include <sstream>
+
+#include "checkpoint.h"
+#include "common/progress_bar.h"
+#include "deformable_detector.h"
+#include "image_sheet.h"
+#include "patch_detr.h"
+
+namespace tg::detr {
+namespace fs = std::filesystem;
+
+void validate_options(const TrainOptions& o) {
+  TG_CHECK(o.epochs >= 1, "--epochs: expected at least 1, got ", o.epochs);
+  TG_CHECK(o.batch_size >= 1, "--batch-size: expected at least 1, got ", o.batch_size);
+  TG_CHECK(o.threads >= 1 && o.threads <= 1024, "--threads: expected 1 to 1024, got ", o.threads);
+  TG_CHECK(!(o.resume && o.eval_only), "--resume and --eval-only: choose one (--eval-only already loads the checkpoint)");
+  TG_CHECK(!o.out.empty(), "--out: expected a folder, got an empty path");
+  TG_CHECK(o.train_scenes >= o.batch_size, "--train-scenes: expected at least one batch (", o.batch_size, "), got ",
+           o.train_scenes);
+  TG_CHECK(o.val_scenes >= 1, "--val-scenes: expected at least 1, got ", o.val_scenes);
+  TG_CHECK(o.num_queries >= o.scenes.max_items, "--queries: expected at least ", o.scenes.max_items,
+           " (the most objects a scene holds), got ", o.num_queries);
+  TG_CHECK(o.lr > 0 && o.weight_decay >= 0 && o.clip >= 0, "--lr must be positive, weight decay and clip non-negative");
+  TG_CHECK(o.scenes.canvas >= 16 && o.scenes.canvas <= 512, "--canvas: expected 16 to 512 pixels, got ", o.scenes.canvas);
+  TG_CHECK(o.scenes.max_side <= o.scenes.canvas, "--canvas: ", o.scenes.canvas, " cannot hold items of up to ",
+           o.scenes.max_side, " pixels");
+  TG_CHECK(o.model == "tiny" || o.model == "patch" || o.model == "deformable",
+           "--model: expected 'deformable', 'patch' or 'tiny', got '", o.model, "'");
+  TG_CHECK(o.model != "deformable" || o.scenes.canvas % 16 == 0,
+           "--canvas: the deformable model needs a multiple of 16, got ", o.scenes.canvas);
+  TG_CHECK(o.model != "patch" || o.scenes.canvas % 8 == 0, "--canvas: the patch model needs a multiple of 8, got ",
+           o.scenes.canvas);
+}
+
+std::unique_ptr<Detector> make_detector(const TrainOptions& o) {
+  Generator gen(o.seed);
+  if (o.model == "patch") {
+    PatchDetrOptions p;
+    p.canvas = o.scenes.canvas;
+    p.num_queries = o.num_queries;
+    return std::make_unique<PatchDetr>(p, &gen);
+  }
+  if (o.model == "deformable") {
+    DeformableDetectorOptions d;
+    d.canvas = o.scenes.canvas;
+    d.num_queries = o.num_queries;
+    return std::make_unique<DeformableDetector>(d, &gen);
+  }
+  TG_CHECK(o.model == "tiny", "--model: expected 'deformable', 'patch' or 'tiny', got '", o.model, "'");
+  TinyDetectorOptions t;
+  t.canvas = o.scenes.canvas;
+  t.num_queries = o.num_queries;
+  t.hidden = o.hidden;
+  return std::make_unique<TinyDetector>(t, &gen);
+}
+
+MeanAP evaluate(Detector& model, const SceneGenerator& val, int64_t count, int64_t batch_size,
+                std::vector<DetectionBox>* detections) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  std::vector<GroundTruthBox> truth;
+  std::vector<DetectionBox> dets;
+  for (int64_t first = 0; first < count; first += batch_size) {
+    SceneBatch batch = make_batch(val, first, std::min(batch_size, count - first));
+    for (size_t i = 0; i < batch.scenes.size(); ++i)
+      for (size_t k = 0; k < batch.scenes[i].classes.size(); ++k)
+        truth.push_back({first + static_cast<int64_t>(i), batch.scenes[i].classes[k], batch.scenes[i].boxes[k]});
+    std::vector<DetectionBox> d = postprocess(model.detect(batch.images), val.options().canvas, first);
+    dets.insert(dets.end(), d.begin(), d.end());
+  }
+  model.train(was_training);
+  if (detections) *detections = dets;
+  return mean_average_precision(truth, dets);
+}
+
+namespace {
+
+// Fails early, before any training, when `out` cannot be written.
+void prepare_out_dir(const std::string& out) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out))
+    throw Error("--out " + out + ": cannot create the folder (" + (ec ? ec.message() : "not a folder") + ")");
+  const std::string probe = (fs::path(out) / ".write_test").string();
+  try {
+    write_file_atomically(probe, "ok");
+  } catch (const std::exception& e) {
+    throw Error("--out " + out + " is not writable: " + e.what());
+  }
+  fs::remove(probe, ec);
+}
+
+void write_sheet(const std::string& path, const SceneGenerator& val, const std::vector<DetectionBox>& dets,
+                 int64_t count, double min_score) {
+  std::vector<SheetScene> sheet;
+  for (int64_t i = 0; i < count; ++i) {
+    Scene s = val.scene(i);
+    SheetScene ss{s.image, {}, {}};
+    for (size_t k = 0; k < s.classes.size(); ++k) ss.truth.push_back({s.classes[k], 1.0, s.boxes[k]});
+    for (const DetectionBox& d : dets)
+      if (d.image == i && d.score >= min_score) ss.predictions.push_back({d.label, d.score, d.xyxy});
+    sheet.push_back(std::move(ss));
+  }
+  save_png(path, render_sheet(sheet, 4, std::max<int64_t>(2, 256 / val.options().canvas)));
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& o, std::ostream& log) {
+  validate_options(o);
+  set_num_threads(o.threads);
+  prepare_out_dir(o.out);
+  const std::string ckpt = (fs::path(o.out) / "checkpoint.safetensors").string();
+  const std::string csv = (fs::path(o.out) / "history.csv").string();
+
+  ImageDataset train_items = load_fashion_mnist("train", o.data_dir);
+  ImageDataset val_items = load_fashion_mnist("test", o.data_dir);
+  SceneGenerator train(train_items, o.scenes, o.seed), val(val_items, o.scenes, o.seed + 1);
+
+  std::unique_ptr<Detector> model = make_detector(o);
+  AdamOptions adam;
+  adam.lr = o.lr;
+  adam.weight_decay = o.weight_decay;
+  AdamW optimizer(model->parameters(), adam);
+
+  TrainResult result;
+  if (o.resume || o.eval_only) {
+    if (!fs::exists(ckpt))
+      throw Error(std::string(o.resume ? "--resume" : "--eval-only") + ": no checkpoint at " + ckpt);
+    CheckpointInfo info = load_checkpoint(ckpt, *model, optimizer);
+    result.history = info.history;
+    result.first_epoch = info.epoch + 1;
+    log << "loaded " << ckpt << " (epoch " << info.epoch << ")\n";
+  } else if (fs::exists(ckpt)) {
+    // A fresh run would overwrite a good checkpoint: refuse rather than destroy it.
+    throw Error("--out " + o.out + " already holds a checkpoint: pass --resume to continue it, or choose another --out");
+  }
+
+  if (o.eval_only) {
+    std::vector<DetectionBox> dets;
+    result.last_eval = evaluate(*model, val, o.val_scenes, o.batch_size, &dets);
+    write_sheet((fs::path(o.out) / "val_scenes.png").string(), val, dets, std::min(o.sheet_scenes, o.val_scenes),
+                o.sheet_score);
+    char line[160];
+    std::snprintf(line, sizeof line, "validation (%lld scenes): mAP@0.5 %.4f, mAP@0.5:0.95 %.4f\n",
+                  static_cast<long long>(o.val_scenes), result.last_eval.map50, result.last_eval.map50_95);
+    log << line;
+    return result;
+  }
+
+  log << "model " << model->config() << ", " << model->num_parameters() << " parameters; " << o.train_scenes
+      << " training scenes per epoch, " << o.val_scenes << " validation scenes; " << o.threads << " threads\n";
+  const int64_t steps = o.train_scenes / o.batch_size;
+  if (result.first_epoch > o.epochs)
+    log << "nothing to train: the checkpoint is at epoch " << result.first_epoch - 1 << " and --epochs is " << o.epochs
+        << " (--epochs is the total, not the number of extra epochs)\n";
+  model->train();
+  for (int epoch = result.first_epoch; epoch <= o.epochs; ++epoch) {
+    std::ostringstream sink;  // the progress bar draws nowhere when off
+    ProgressBar bar(steps, "epoch " + std::to_string(epoch) + "/" + std::to_string(o.epochs),
+                    o.progress ? static_cast<std::ostream&>(std::cerr) : sink);
+    double loss_sum = 0;
+    for (int64_t step = 0; step < steps; ++step) {
+      SceneBatch batch = make_batch(train, (epoch - 1) * o.train_scenes + step * o.batch_size, o.batch_size);
+      DetectorOutput out = model->detect(batch.images);
+      DetrLoss loss = detr_loss(out.logits, out.boxes, batch.targets, o.loss);
+      optimizer.zero_grad();
+      loss.total.backward();
+      if (o.clip > 0) clip_grad_norm_(model->parameters(), o.clip);
+      optimizer.step();
+      const double value = loss.total.item();
+      TG_CHECK(std::isfinite(value), "training diverged: the loss is ", value, " at epoch ", epoch, " step ", step);
+      loss_sum += value;
+      bar.update(step + 1, o.batch_size, {{"loss", loss_sum / (step + 1)}});
+    }
+    bar.finish();
+    EpochRecord rec;
+    rec.epoch = epoch;
+    rec.train_loss = loss_sum / steps;
+    rec.seconds = bar.elapsed_seconds();
+    rec.images_per_second = rec.seconds > 0 ? steps * o.batch_size / rec.seconds : 0;
+    std::vector<DetectionBox> dets;
+    result.last_eval = evaluate(*model, val, o.val_scenes, o.batch_size, &dets);
+    rec.map50 = result.last_eval.map50;
+    rec.map50_95 = result.last_eval.map50_95;
+    result.history.push_back(rec);
+
+    save_checkpoint(ckpt, *model, optimizer, {epoch, model->config(), result.history});
+    write_history_csv(csv, result.history);
+    write_sheet((fs::path(o.out) / "val_scenes.png").string(), val, dets, std::min(o.sheet_scenes, o.val_scenes),
+                o.sheet_score);
+    const std::string plot = plot_history(csv, (fs::path(o.out) / "curves.png").string());
+    char line[200];
+    std::snprintf(line, sizeof line, "epoch %d: loss %.4f, val mAP@0.5 %.4f, mAP@0.5:0.95 %.4f, %.1f s (%.0f images/s)\n",
+                  epoch, rec.train_loss, rec.map50, rec.map50_95, rec.seconds, rec.images_per_second);
+    log << line;
+    if (!plot.empty()) log << plot << "\n";
+    log << std::flush;  // a redirected log shows each epoch as it ends
+  }
+  return result;
+}
+
+}  // namespace tg::detr
