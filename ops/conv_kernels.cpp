@@ -493,11 +493,12 @@ struct DirectPlan {
   int64_t out_cstride, out_slice, out_row, out_col;  // where grid position (s, r, c) goes
 };
 
-// Positions per direct block: two vector registers per output channel (at most kOverrun);
-// with one or two output channels a longer run, streamed through L1 instead of registers.
+// Positions per direct block: OB x this many vector registers of sums, 24 of the 32 (the rest
+// hold loads and broadcasts; at most kOverrun positions). With one or two output channels a
+// longer run instead, streamed through L1.
 template <class T, int OB>
 constexpr int64_t direct_q() {
-  return OB <= 2 ? 512 / OB : 2 * int64_t(64 / sizeof(T));
+  return OB <= 2 ? 512 / OB : (24 / OB) * int64_t(64 / sizeof(T));
 }
 
 int64_t direct_blocks_per_slice(const DirectPlan& pl, int64_t QB) {
