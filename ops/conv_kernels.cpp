@@ -204,6 +204,36 @@ int64_t box_index(const Box& b, int64_t ud, int64_t uh, int64_t uw) {
   return phase * b.Sph + ((ud / b.sd) * b.Hb + uh / b.sh) * b.Wb + uw / b.sw;
 }
 
+// Where image rows and columns go in a box: row (iz, iy) starts at zrow[iz] + yrow[iy] (or
+// is outside when either is -1); columns [ix0, ix1) are inside, and those of phase f (of the
+// W split) start at image column first[f] and box index colbase[f], one box column apart.
+struct BoxRows {
+  std::vector<int64_t> zrow, yrow, first, colbase;
+  int64_t ix0, ix1;
+};
+
+BoxRows box_rows(const Box& b, int64_t Di, int64_t Hi, int64_t Wi) {
+  BoxRows r;
+  r.zrow.resize(Di);
+  r.yrow.resize(Hi);
+  for (int64_t iz = 0; iz < Di; ++iz) {
+    const int64_t z = iz + b.pd;
+    r.zrow[iz] = z < 0 || z >= b.D ? -1 : (z % b.sd) * b.sh * b.sw * b.Sph + (z / b.sd) * b.Hb * b.Wb;
+  }
+  for (int64_t iy = 0; iy < Hi; ++iy) {
+    const int64_t yy = iy + b.ph;
+    r.yrow[iy] = yy < 0 || yy >= b.H ? -1 : (yy % b.sh) * b.sw * b.Sph + (yy / b.sh) * b.Wb;
+  }
+  r.ix0 = std::clamp<int64_t>(-b.pw, 0, Wi);
+  r.ix1 = std::clamp<int64_t>(b.W - b.pw, r.ix0, Wi);
+  for (int64_t f = 0; f < b.sw; ++f) {  // image columns ix with (ix + pw) % sw == f
+    const int64_t first = r.ix0 + ((f - (r.ix0 + b.pw)) % b.sw + b.sw) % b.sw;
+    r.first.push_back(first);
+    r.colbase.push_back(f * b.Sph + (first + b.pw) / b.sw);
+  }
+  return r;
+}
+
 // P = nc image channels (Di, Hi, Wi) in boxes b (nc * L elements, then slack zeros).
 template <class T>
 void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
@@ -227,27 +257,24 @@ void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, cons
     return;
   }
   std::fill(P, P + nc * b.L + b.slack, T(0));
+  const BoxRows r = box_rows(b, Di, Hi, Wi);
   for (int64_t c = 0; c < nc; ++c)
     for (int64_t iz = 0; iz < Di; ++iz)
       for (int64_t iy = 0; iy < Hi; ++iy) {
-        const int64_t z = iz + b.pd, yy = iy + b.ph;
-        if (z < 0 || z >= b.D || yy < 0 || yy >= b.H) continue;
+        if (r.zrow[iz] < 0 || r.yrow[iy] < 0) continue;
         const T* src = im + ((c * Di + iz) * Hi + iy) * Wi;
-        T* row = P + c * b.L + box_index(b, z, yy, 0);
-        if (b.sw == 1) {
-          if (ix1 > ix0) std::memcpy(row + ix0 + b.pw, src + ix0, sizeof(T) * (ix1 - ix0));
-          continue;
-        }
-        for (int64_t phase = 0; phase < b.sw; ++phase) {  // image columns ix with (ix+pw) % sw == phase
-          const int64_t first = ix0 + ((phase - (ix0 + b.pw)) % b.sw + b.sw) % b.sw;
-          if (first >= ix1) continue;
-          T* dst = row + phase * b.Sph + (first + b.pw) / b.sw;
-          const T* s = src + first;
-          const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
-          if (b.sw == 2) {  // a constant stride vectorises (as permutes)
-            for (int64_t k = 0; k < n; ++k) dst[k] = s[2 * k];
+        T* row = P + c * b.L + r.zrow[iz] + r.yrow[iy];
+        for (int64_t f = 0; f < b.sw; ++f) {
+          if (r.first[f] >= r.ix1) continue;
+          T* d = row + r.colbase[f];
+          const T* sp = src + r.first[f];
+          const int64_t n = (r.ix1 - r.first[f] + b.sw - 1) / b.sw;
+          if (b.sw == 1) {
+            std::memcpy(d, sp, sizeof(T) * n);
+          } else if (b.sw == 2) {  // a constant stride vectorises (as permutes)
+            for (int64_t k = 0; k < n; ++k) d[k] = sp[2 * k];
           } else {
-            for (int64_t k = 0; k < n; ++k) dst[k] = s[k * b.sw];
+            for (int64_t k = 0; k < n; ++k) d[k] = sp[k * b.sw];
           }
         }
       }
@@ -257,33 +284,29 @@ void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, cons
 // reaches).
 template <class T>
 void crop_image(const T* P, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* x) {
-  const int64_t ix0 = std::clamp<int64_t>(-b.pw, 0, Wi), ix1 = std::clamp<int64_t>(b.W - b.pw, ix0, Wi);
+  const BoxRows r = box_rows(b, Di, Hi, Wi);
   for (int64_t c = 0; c < nc; ++c)
     for (int64_t iz = 0; iz < Di; ++iz)
       for (int64_t iy = 0; iy < Hi; ++iy) {
         T* xr = x + ((c * Di + iz) * Hi + iy) * Wi;
-        const int64_t z = iz + b.pd, yy = iy + b.ph;
-        if (z < 0 || z >= b.D || yy < 0 || yy >= b.H) {
+        if (r.zrow[iz] < 0 || r.yrow[iy] < 0) {
           std::fill(xr, xr + Wi, T(0));
           continue;
         }
-        std::fill(xr, xr + ix0, T(0));
-        std::fill(xr + ix1, xr + Wi, T(0));
-        const T* row = P + c * b.L + box_index(b, z, yy, 0);
-        if (b.sw == 1) {
-          if (ix1 > ix0) std::memcpy(xr + ix0, row + ix0 + b.pw, sizeof(T) * (ix1 - ix0));
-          continue;
-        }
-        for (int64_t phase = 0; phase < b.sw; ++phase) {
-          const int64_t first = ix0 + ((phase - (ix0 + b.pw)) % b.sw + b.sw) % b.sw;
-          if (first >= ix1) continue;
-          const T* s = row + phase * b.Sph + (first + b.pw) / b.sw;
-          T* d = xr + first;
-          const int64_t n = (ix1 - first + b.sw - 1) / b.sw;
-          if (b.sw == 2) {
-            for (int64_t k = 0; k < n; ++k) d[2 * k] = s[k];
+        std::fill(xr, xr + r.ix0, T(0));
+        std::fill(xr + r.ix1, xr + Wi, T(0));
+        const T* row = P + c * b.L + r.zrow[iz] + r.yrow[iy];
+        for (int64_t f = 0; f < b.sw; ++f) {
+          if (r.first[f] >= r.ix1) continue;
+          const T* sp = row + r.colbase[f];
+          T* d = xr + r.first[f];
+          const int64_t n = (r.ix1 - r.first[f] + b.sw - 1) / b.sw;
+          if (b.sw == 1) {
+            std::memcpy(d, sp, sizeof(T) * n);
+          } else if (b.sw == 2) {
+            for (int64_t k = 0; k < n; ++k) d[2 * k] = sp[k];
           } else {
-            for (int64_t k = 0; k < n; ++k) d[k * b.sw] = s[k];
+            for (int64_t k = 0; k < n; ++k) d[k * b.sw] = sp[k];
           }
         }
       }
@@ -493,11 +516,12 @@ struct DirectPlan {
   int64_t out_cstride, out_slice, out_row, out_col;  // where grid position (s, r, c) goes
 };
 
-// Positions per direct block: two vector registers per output channel (at most kOverrun);
-// with one or two output channels a longer run, streamed through L1 instead of registers.
+// Positions per direct block: OB x this many vector registers of sums, 24 of the 32 (the rest
+// hold loads and broadcasts; at most kOverrun positions). With one or two output channels a
+// longer run instead, streamed through L1.
 template <class T, int OB>
 constexpr int64_t direct_q() {
-  return OB <= 2 ? 512 / OB : 2 * int64_t(64 / sizeof(T));
+  return OB <= 2 ? 512 / OB : (24 / OB) * int64_t(64 / sizeof(T));
 }
 
 int64_t direct_blocks_per_slice(const DirectPlan& pl, int64_t QB) {
@@ -1097,14 +1121,25 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbag
           }
         }
       }
-      if (y_left) dwT = dwY.transpose();
+      if (y_left) {  // dwT = dwY^T, in tiles that stay in L1
+        constexpr int64_t tile = 32;
+        for (int64_t k0 = 0; k0 < nc * g.K; k0 += tile)
+          for (int64_t o1 = 0; o1 < no; o1 += tile) {
+            const int64_t k1 = std::min(nc * g.K, k0 + tile), o2 = std::min(no, o1 + tile);
+            for (int64_t o = o1; o < o2; ++o)
+              for (int64_t k = k0; k < k1; ++k) dwT(k, o) = dwY(o, k);
+          }
+      }
     }
-    if (n_slots > 1) {
+    if (n_slots > 1) {  // dw = ((slot 0 + slot 1) + slot 2) + ..., in blocks
+      constexpr int64_t blk = 4096;
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < wsize; ++i) {
-        T v = dw[i];
-        for (int64_t s = 1; s < n_slots; ++s) v += partial[(s - 1) * wsize + i];
-        dw[i] = v;
+      for (int64_t i0 = 0; i0 < wsize; i0 += blk) {
+        const int64_t i1 = std::min(wsize, i0 + blk);
+        for (int64_t s = 1; s < n_slots; ++s) {
+          const T* ps = partial.data() + (s - 1) * wsize;
+          for (int64_t i = i0; i < i1; ++i) dw[i] += ps[i];
+        }
       }
     }
   }
