@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "golden.h"
+#include "test_util.h"
 
 namespace tg {
 namespace {
@@ -13,23 +14,6 @@ namespace {
 using testing::expect_close;
 using testing::GoldenCase;
 using testing::load_golden_cases;
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-// Bit-for-bit equality.
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  std::vector<double> x = a.to(DType::Float64).to_vector<double>(), y = b.to(DType::Float64).to_vector<double>();
-  return std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
-}
 
 IntList ints(const nlohmann::json& j) { return j.get<IntList>(); }
 

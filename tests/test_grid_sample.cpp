@@ -7,29 +7,13 @@
 #include <cstring>
 
 #include "golden.h"
+#include "test_util.h"
 
 namespace tg {
 namespace {
 
 using testing::expect_close;
 using testing::load_golden_cases;
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-// Bit-for-bit equality (NaN included, which == would not accept).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined() || a.shape() != b.shape()) return false;
-  std::vector<double> x = a.to(DType::Float64).to_vector<double>(), y = b.to(DType::Float64).to_vector<double>();
-  return std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
-}
 
 GridSampleMode mode_of(const std::string& s) {
   return s == "bilinear" ? GridSampleMode::Bilinear : s == "nearest" ? GridSampleMode::Nearest : GridSampleMode::Bicubic;

@@ -5,27 +5,13 @@
 #include <cstring>
 
 #include "golden.h"
+#include "test_util.h"
 
 namespace tg {
 namespace {
 
 using testing::expect_close;
 using testing::load_golden_cases;
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = a.to(DType::Float64).to_vector<double>(), y = b.to(DType::Float64).to_vector<double>();
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
-}
 
 TEST(GroupNorm, MatchesPyTorchThroughTheTape) {
   auto cases = load_golden_cases("group_norm");

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "golden.h"
+#include "test_util.h"
 
 namespace tg {
 namespace {
@@ -13,24 +14,8 @@ namespace {
 using testing::expect_close;
 using testing::load_golden_cases;
 
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 // The reference samples with grid_sample (its own order of sums): float64 agrees to rounding,
 // float32 to a few ulps of the largest terms.
-// Bit-for-bit equality (NaN included, which == would not accept).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = a.to(DType::Float64).to_vector<double>(), y = b.to(DType::Float64).to_vector<double>();
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
-}
-
 double rtol_for(DType dt) { return dt == DType::Float64 ? 1e-10 : 1e-4; }
 double atol_for(DType dt) { return dt == DType::Float64 ? 1e-12 : 1e-5; }
 

@@ -4,21 +4,13 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "test_util.h"
+
 #include <sstream>
 #include <string>
 
 namespace tg {
 namespace {
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 Tensor leaf(std::vector<double> values, Shape shape) {
   Tensor t = from_vector(values, shape);

@@ -4,20 +4,12 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "test_util.h"
+
 #include <string>
 
 namespace tg {
 namespace {
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 TEST(Tensor, FactoriesFillValuesAndShapes) {
   Tensor z = zeros({2, 3});

@@ -4,22 +4,13 @@
 #include <gtest/gtest.h>
 
 #include "golden.h"
+#include "test_util.h"
 
 namespace tg {
 namespace {
 
 using testing::expect_close;
 using testing::load_golden_cases;
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 std::optional<double> optional_scale(const nlohmann::json& j) {
   return j.is_null() ? std::nullopt : std::optional<double>(j.get<double>());
