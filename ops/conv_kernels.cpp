@@ -127,8 +127,11 @@ namespace {
 // Target size of one chunk of the column matrix: it is written by im2col and read back by the
 // GEMM's packing right away, so it should stay in L2 (1 MB per core here).
 constexpr int64_t kChunkBytes = 512 * 1024;
-// Below this many multiply-adds a parallel region costs more than it saves.
-constexpr double kParallelWork = 1 << 17;
+// Below this many multiply-adds a parallel region costs more than it saves. Also below Eigen's
+// own threshold for threading one GEMM (1e5): every GEMM big enough for Eigen to go parallel
+// is called inside one of our active regions, where Eigen stays single-threaded, so no result
+// depends on the thread count.
+constexpr double kParallelWork = 1 << 16;
 // Grid positions the depthwise weight-gradient dot keeps in registers at once.
 constexpr int64_t kBlock = 64;
 // The most elements any flat loop reads past the end of a slice (a direct block or a dot
@@ -501,6 +504,28 @@ using MapM = Eigen::Map<MatCM<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 template <class T>
 using CMapM = Eigen::Map<const MatCM<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 
+// dst = lhs * rhs, or dst += lhs * rhs. Eigen turns products with rows + cols + depth < 20 into
+// coefficient-wise sums whose order follows the memory alignment of the data, so results could
+// change from run to run with the buffers' addresses; those small products run as plain loops.
+template <class Dst, class Lhs, class Rhs>
+void gemm(Dst& dst, const Lhs& lhs, const Rhs& rhs, bool accumulate) {
+  using T = typename Dst::Scalar;
+  if (lhs.cols() + dst.rows() + dst.cols() < 20) {
+    for (Eigen::Index j = 0; j < dst.cols(); ++j)
+      for (Eigen::Index i = 0; i < dst.rows(); ++i) {
+        T s = 0;
+        for (Eigen::Index k = 0; k < lhs.cols(); ++k) s += lhs(i, k) * rhs(k, j);
+        dst(i, j) = accumulate ? dst(i, j) + s : s;
+      }
+    return;
+  }
+  if (accumulate) {
+    dst.noalias() += lhs * rhs;
+  } else {
+    dst.noalias() = lhs * rhs;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Direct correlation: out[o, position] = bias[o] + sum_{c, t} wr[o, c, t] * in[c, position + off[t]]
 // over a flat grid, without any column matrix. A block of OB output channels x QB positions
@@ -838,6 +863,23 @@ void correlate_adjoint_depthwise(const T* y, const T* w, const T* bias, T* x, co
   }
 }
 
+// Sums with a fixed order whatever the alignment of the data (an `omp simd` reduction may peel
+// iterations to align them, which changes the order with the buffers' addresses): kLanes
+// running sums, added up in order at the end.
+constexpr int64_t kLanes = 16;
+
+template <class T>
+T lane_dot(const T* a, const T* b, int64_t n) {
+  T lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += a[i + j] * b[i + j];
+  for (int64_t j = 0; i + j < n; ++j) lanes[j] += a[i + j] * b[i + j];
+  T s = 0;
+  for (int64_t j = 0; j < kLanes; ++j) s += lanes[j];
+  return s;
+}
+
 // sum_o y[o] * P[window(o) + tap t] over the valid window positions, row by row (exact for any
 // values), each row in T and the rows in double.
 template <class T>
@@ -847,10 +889,7 @@ double depthwise_tap_dot(const T* yp, const T* P, int64_t t, const Geom& g) {
     for (int64_t oh = 0; oh < g.Ho; ++oh) {
       const T* yr = yp + (od * g.Ho + oh) * g.Wo;
       const T* src = P + od * g.slice + oh * g.box.Wb + g.off[t];
-      T s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t ow = 0; ow < g.Wo; ++ow) s += yr[ow] * src[ow];
-      acc += double(s);
+      acc += double(lane_dot(yr, src, g.Wo));
     }
   return acc;
 }
@@ -928,12 +967,15 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   }
   if (g.depthwise) return correlate_depthwise(x, w, bias, y, g);
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
-  const int64_t lc = chunk_len(g.CKg, g.Lo, sizeof(T));  // not flat: the grid is the output
+  int64_t lc = chunk_len(g.CKg, g.Lo, sizeof(T));  // not flat: the grid is the output
+  if (big && g.N * g.G < kSplitTarget) {  // few samples: cut positions finer (by shape only)
+    lc = std::min(lc, std::max<int64_t>(192, (g.Lo + kSplitTarget - 1) / kSplitTarget));
+  }
   const int64_t n_chunks = (g.Lo + lc - 1) / lc;
   const int64_t n_parts = pieces_for(g.N * g.G, n_chunks, big ? max_threads() : 1);
   const int64_t per_part = (n_chunks + n_parts - 1) / n_parts;
   const int64_t items = g.N * g.G * n_parts;
-#pragma omp parallel if (big && items > 1)
+#pragma omp parallel if (big)  // even with one item: keeps Eigen's GEMM single-threaded
   {
     Scratch<T, 0> P(g.unit ? 0 : g.Cig * g.box.L + g.box.slack);
     Scratch<T, 1> col(g.unit ? 0 : g.CKg * lc);
@@ -959,9 +1001,9 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
         MapM<T> yT(yg + q0, len, g.Cog, Eigen::OuterStride<>(g.Lo));
         if (bias) {
           for (int64_t co = 0; co < g.Cog; ++co) yT.col(co).setConstant(bias[grp * g.Cog + co]);
-          yT.noalias() += colT * wT;
+          gemm(yT, colT, wT, true);
         } else {
-          yT.noalias() = colT * wT;
+          gemm(yT, colT, wT, false);
         }
       }
     }
@@ -995,7 +1037,7 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
   // chunks from the whole group's rows, not from cb: col2im's order of sums must not depend
   // on the thread count
   const int64_t lc = chunk_len(g.CKg, g.Lg, sizeof(T));
-#pragma omp parallel if (big && items > 1)
+#pragma omp parallel if (big)  // even with one item: keeps Eigen's GEMM single-threaded
   {
     Scratch<T, 0> gP(g.unit ? 0 : cb * g.box.L + g.box.slack);
     Scratch<T, 1> col(g.unit ? 0 : cb * g.K * lc);
@@ -1013,7 +1055,7 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
       if (g.unit) {
         MapM<T> xT(xg + c0 * g.Li, g.Li, nc, Eigen::OuterStride<>(g.Li));
         CMapM<T> yT(yg, g.Lo, g.Cog, Eigen::OuterStride<>(g.Lo));
-        xT.noalias() = yT * wsub.transpose();
+        gemm(xT, yT, wsub.transpose(), false);
       } else {
         std::fill(gP.data(), gP.data() + nc * g.box.L + g.box.slack, T(0));
         for (int64_t q0 = 0; q0 < g.Lg; q0 += lc) {
@@ -1027,7 +1069,7 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
           }
           CMapM<T> yT(yp, len, g.Cog, Eigen::OuterStride<>(ldy));
           MapM<T> colT(col.data(), len, nc * g.K, Eigen::OuterStride<>(len));
-          colT.noalias() = yT * wsub.transpose();
+          gemm(colT, yT, wsub.transpose(), false);
           zero_garbage(col.data(), nc * g.K, q0, q1, g);
           col2im_add(col.data(), nc, q0, q1, g, gP.data());
         }
@@ -1068,7 +1110,7 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbag
   // stride slowly, so the operand with fewer rows goes on the left: dw^T += col^T . y when
   // there are fewer weight rows than output channels, else dw += y^T . col into a buffer.
   const bool y_left = ob < cb * g.K;
-#pragma omp parallel if (big && items > 1)
+#pragma omp parallel if (big)  // even with one item: keeps Eigen's GEMM single-threaded
   {
     Scratch<T, 0> P(g.unit ? 0 : cb * g.box.L + g.box.slack);
     Scratch<T, 1> col(g.unit ? 0 : cb * g.K * lc);
@@ -1115,9 +1157,9 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbag
           CMapM<T> colT(cp, len, nc * g.K, Eigen::OuterStride<>(ldc));
           CMapM<T> yT(yp, len, no, Eigen::OuterStride<>(ldy));
           if (y_left) {
-            dwY.noalias() += yT.transpose() * colT;
+            gemm(dwY, yT.transpose(), colT, true);
           } else {
-            dwT.noalias() += colT.transpose() * yT;
+            gemm(dwT, colT.transpose(), yT, true);
           }
         }
       }
@@ -1154,12 +1196,16 @@ void bias_grad(const T* dy, T* db, int64_t N, int64_t C, int64_t L) {
   const bool par = double(N) * C * L >= kParallelWork && C > 1;
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t c = 0; c < C; ++c) {
-    double acc = 0;
+    double lanes[kLanes] = {};
     for (int64_t n = 0; n < N; ++n) {
       const T* p = dy + (n * C + c) * L;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < L; ++i) acc += double(p[i]);
+      int64_t i = 0;
+      for (; i + kLanes <= L; i += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j) lanes[j] += double(p[i + j]);
+      for (int64_t j = 0; i + j < L; ++j) lanes[j] += double(p[i + j]);
     }
+    double acc = 0;
+    for (int64_t j = 0; j < kLanes; ++j) acc += lanes[j];
     db[c] = T(acc);
   }
 }
