@@ -11,6 +11,7 @@
 #include <cstring>
 #include <tapegrad/tapegrad.h>
 
+#include "common/fashion_mnist.h"
 #include "common/progress_bar.h"
 
 namespace {
@@ -79,12 +80,7 @@ int main(int argc, char** argv) {
   try {
     tg::set_num_threads(threads);
     tg::manual_seed(seed);
-    tg::ImageDataset train = tg::load_fashion_mnist("train", data_dir);
-    tg::ImageDataset test = tg::load_fashion_mnist("test", data_dir);
-    if (limit > 0 && limit < train.images.size(0)) {
-      train.images = train.images.narrow(0, 0, limit).contiguous();
-      train.labels = train.labels.narrow(0, 0, limit).contiguous();
-    }
+    auto [train, test] = tg::examples::load_fashion_mnist_splits(data_dir, limit);
     const int64_t n = train.images.size(0), pixels = train.images.numel() / n;
     std::printf("Fashion-MNIST: %lld train, %lld test images of %lld pixels; %d threads\n",
                 static_cast<long long>(n), static_cast<long long>(test.images.size(0)), static_cast<long long>(pixels),

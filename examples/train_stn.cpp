@@ -14,6 +14,7 @@
 #include <cstring>
 #include <tapegrad/tapegrad.h>
 
+#include "common/fashion_mnist.h"
 #include "common/progress_bar.h"
 
 #pragma GCC diagnostic push
@@ -132,12 +133,7 @@ int main(int argc, char** argv) {
   try {
     tg::set_num_threads(threads);
     tg::manual_seed(seed);
-    tg::ImageDataset train = tg::load_fashion_mnist("train", data_dir);
-    tg::ImageDataset test = tg::load_fashion_mnist("test", data_dir);
-    if (limit > 0 && limit < train.images.size(0)) {
-      train.images = train.images.narrow(0, 0, limit).contiguous();
-      train.labels = train.labels.narrow(0, 0, limit).contiguous();
-    }
+    auto [train, test] = tg::examples::load_fashion_mnist_splits(data_dir, limit);
     // One fixed distortion of the test set, the same for both models.
     tg::Generator test_distort(seed + 100);
     tg::Tensor test_x = tg::random_affine_distort(test.images, test_distort);
