@@ -2,31 +2,46 @@
 
 namespace tg::detr {
 
-PatchPyramid::PatchPyramid(const std::vector<int64_t>& channels, Generator* gen) {
-  TG_CHECK(!channels.empty(), "PatchPyramid: expected at least one level");
+namespace {
+
+// GroupNorm's groups for a backbone width: 8 channels or fewer per group, as many groups as
+// divide the width (Wu & He use 32 groups on widths of 64 and up; our widths are smaller).
+int64_t backbone_groups(int64_t channels) {
+  int64_t g = std::min<int64_t>(8, channels);
+  while (channels % g != 0) --g;
+  return g;
+}
+
+// 3x3 convolution (no bias: the GroupNorm after it has one), GroupNorm, ReLU.
+void add_conv_norm_relu(Sequential& s, int64_t in, int64_t out, int64_t stride, Generator* gen) {
+  s.push_back(std::make_shared<Conv2d>(in, out, IntList{3}, IntList{stride}, IntList{1}, IntList{1}, 1, /*bias=*/false,
+                                       DType::Float32, gen));
+  s.push_back(std::make_shared<GroupNorm>(backbone_groups(out), out));
+  s.push_back(std::make_shared<ReLU>());
+}
+
+}  // namespace
+
+ConvBackbone::ConvBackbone(const std::vector<int64_t>& channels, Generator* gen) {
+  TG_CHECK(!channels.empty(), "ConvBackbone: expected at least one level");
+  stem_ = add_module("stem", std::make_shared<Sequential>());
+  add_conv_norm_relu(*stem_, 1, channels[0], 2, gen);
   auto stages = add_module("stages", std::make_shared<ModuleList>());
-  int64_t in = 16;  // a 4x4 patch of the one input channel
+  int64_t in = channels[0];
   for (int64_t c : channels) {
     auto s = stages->append(std::make_shared<Sequential>());
-    s->push_back(std::make_shared<Linear>(in, c, true, DType::Float32, gen));
-    s->push_back(std::make_shared<LayerNorm>(Shape{c}));
-    s->push_back(std::make_shared<ReLU>());
+    add_conv_norm_relu(*s, in, c, 2, gen);  // halves the side
+    add_conv_norm_relu(*s, c, c, 1, gen);
     stages_.push_back(s);
-    in = 4 * c;  // the next level merges 2x2 neighbours
+    in = c;
   }
 }
 
-std::vector<Tensor> PatchPyramid::levels(const Tensor& images) {
-  const int64_t N = images.size(0), S = images.size(2), G = S / 4;
-  // (N, 1, S, S) -> (N, G, 4, G, 4) -> (N, G, G, 4, 4) -> (N, G, G, 16)
-  Tensor x = images.reshape({N, G, 4, G, 4}).permute({0, 1, 3, 2, 4}).reshape({N, G, G, 16});
+std::vector<Tensor> ConvBackbone::levels(const Tensor& images) {
+  Tensor x = stem_->forward(images);
   std::vector<Tensor> out;
-  for (size_t l = 0; l < stages_.size(); ++l) {
-    if (l > 0) {  // (N, H, W, C) -> (N, H/2, 2, W/2, 2, C) -> (N, H/2, W/2, 2, 2, C) -> (N, H/2, W/2, 4C)
-      const int64_t H = x.size(1), W = x.size(2), C = x.size(3);
-      x = x.reshape({N, H / 2, 2, W / 2, 2, C}).permute({0, 1, 3, 2, 4, 5}).reshape({N, H / 2, W / 2, 4 * C});
-    }
-    x = stages_[l]->forward(x);
+  for (const auto& stage : stages_) {
+    x = stage->forward(x);
     out.push_back(x);
   }
   return out;
@@ -40,16 +55,20 @@ DeformableDetector::DeformableDetector(DeformableDetectorOptions options, Genera
   TG_CHECK(d % 2 == 0 && d % o_.heads == 0, "DeformableDetector: d_model (", d, ") must be even and a multiple of heads (",
            o_.heads, ")");
   TG_CHECK(o_.num_queries > 0 && o_.num_classes > 0, "DeformableDetector: expected queries and classes > 0");
-  backbone_ = add_module("backbone", std::make_shared<PatchPyramid>(o_.channels, gen));
   TG_CHECK(d % 32 == 0, "DeformableDetector: d_model (", d, ") must be a multiple of 32 for GroupNorm(32)");
+  backbone_ = add_module("backbone", std::make_shared<ConvBackbone>(o_.channels, gen));
   auto lateral = add_module("fpn_lateral", std::make_shared<ModuleList>());
-  for (int64_t c : o_.channels) lateral_.push_back(lateral->append(std::make_shared<Linear>(c, d, true, DType::Float32, gen)));
+  auto smooth = add_module("fpn_output", std::make_shared<ModuleList>());
   auto proj = add_module("input_proj", std::make_shared<ModuleList>());
-  for (int64_t l = 0; l < L; ++l) {
+  for (int64_t c : o_.channels) {
+    lateral_.push_back(lateral->append(std::make_shared<Conv2d>(c, d, IntList{1}, IntList{1}, IntList{0}, IntList{1}, 1,
+                                                                true, DType::Float32, gen)));
+    fpn_output_.push_back(smooth->append(std::make_shared<Conv2d>(d, d, IntList{3}, IntList{1}, IntList{1}, IntList{1},
+                                                                  1, true, DType::Float32, gen)));
     auto p = proj->append(std::make_shared<Sequential>());
-    p->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
+    p->push_back(std::make_shared<Conv2d>(d, d, IntList{1}, IntList{1}, IntList{0}, IntList{1}, 1, true, DType::Float32, gen));
+    p->push_back(std::make_shared<GroupNorm>(32, d));
     input_proj_.push_back(p);
-    input_norm_.push_back(p->push_back(std::make_shared<GroupNorm>(32, d)));
   }
   position_ = add_module("position", std::make_shared<PositionEmbeddingSine>(d / 2, 10000, /*normalize=*/true));
   DeformableTransformerOptions t;
@@ -86,15 +105,14 @@ DetectorOutput DeformableDetector::detect(const Tensor& images) {
   const int64_t N = images.size(0);
   std::vector<Tensor> feats = backbone_->levels(images), srcs(feats.size()), masks, pos;
   // FPN's top-down path: each level adds the coarser merged level, bilinearly upsampled to its
-  // size, to its own 1x1 lateral projection (channels-last Linear == 1x1 convolution).
+  // size, to its own 1x1 lateral projection; a 3x3 convolution smooths the sum, then the input
+  // projection (1x1 + GroupNorm(32)) gives the transformer its d_model channels.
   Tensor merged;
   for (size_t l = feats.size(); l-- > 0;) {
-    const int64_t H = feats[l].size(1), W = feats[l].size(2);
-    Tensor lateral = lateral_[l]->forward(feats[l]).permute({0, 3, 1, 2}).contiguous();  // (N, d, H, W)
+    const int64_t H = feats[l].size(2), W = feats[l].size(3);
+    Tensor lateral = lateral_[l]->forward(feats[l]);  // (N, d, H, W)
     merged = merged.defined() ? lateral + upsample_bilinear2d(merged, {H, W}, /*align_corners=*/false) : lateral;
-    // Input projection: 1x1 (channels-last Linear) then GroupNorm(32) over (N, d, H, W).
-    Tensor projected = input_proj_[l]->child("0")->forward(merged.permute({0, 2, 3, 1})).permute({0, 3, 1, 2});
-    srcs[l] = input_norm_[l]->forward(projected.contiguous());
+    srcs[l] = input_proj_[l]->forward(fpn_output_[l]->forward(merged));
   }
   for (size_t l = 0; l < feats.size(); ++l) {
     masks.push_back(zeros({N, srcs[l].size(2), srcs[l].size(3)}, DType::Int64));  // no padding: equal canvases
@@ -109,7 +127,7 @@ DetectorOutput DeformableDetector::detect(const Tensor& images) {
 std::string DeformableDetector::config() const {
   std::string ch;
   for (int64_t c : o_.channels) ch += (ch.empty() ? "" : ",") + std::to_string(c);
-  return "deformable canvas=" + std::to_string(o_.canvas) + " backbone=patch_pyramid:" + ch + " fpn" +
+  return "deformable canvas=" + std::to_string(o_.canvas) + " backbone=conv_gn:" + ch + " fpn" +
          " d=" + std::to_string(o_.d_model) + " heads=" + std::to_string(o_.heads) + " ffn=" + std::to_string(o_.ffn) +
          " points=" + std::to_string(o_.points) + " enc=" + std::to_string(o_.encoder_layers) +
          " dec=" + std::to_string(o_.decoder_layers) + " queries=" + std::to_string(o_.num_queries) +

@@ -6,10 +6,12 @@
 // num_classes + no-object, trained with DETR's cross entropy; box: a 3-layer MLP predicting the
 // centre relative to each query's reference point).
 //
-// Until convolution lands, the backbone is a patch pyramid (level 0: 4x4 patches through a
-// Linear, which is a stride-4 4x4 convolution; each next level merges 2x2 neighbours, a stride-2
-// 2x2 convolution, Swin-style); 1x1 convolutions are Linears on channels-last tensors. Dropout is 0 so that a resumed
-// run is bit-identical to an uninterrupted one.
+// The backbone is a small ResNet-like stack without shortcuts: a stride-2 stem, then one stage
+// per level, each a stride-2 3x3 convolution and a 3x3 convolution, every convolution followed
+// by GroupNorm and ReLU (GroupNorm rather than BatchNorm: it does not depend on the batch, so
+// evaluation matches training and batch size 1 works). The FPN smooths each merged level with
+// a 3x3 convolution, as Lin et al. do. Dropout is 0 so that a resumed run is bit-identical to
+// an uninterrupted one.
 #pragma once
 
 #include <memory>
@@ -30,14 +32,17 @@ struct DeformableDetectorOptions {
   int64_t num_queries = 16, num_classes = 10;
 };
 
-// Channels-last feature levels: level 0 (N, S/4, S/4, channels[0]), each next one half the side.
-class PatchPyramid : public Module {
+// Feature levels (N, channels[l], S / 2^(l+2), S / 2^(l+2)): strides 4, 8, 16, ...
+// Parameter names: "stem.0.weight", "stages.<l>.<i>.weight" (i = 0 and 3 convolutions, 1 and 4
+// GroupNorms).
+class ConvBackbone : public Module {
  public:
-  PatchPyramid(const std::vector<int64_t>& channels, Generator* gen);
-  std::string name() const override { return "PatchPyramid"; }
-  std::vector<Tensor> levels(const Tensor& images);  // images (N, 1, S, S), S a multiple of 16
+  ConvBackbone(const std::vector<int64_t>& channels, Generator* gen);
+  std::string name() const override { return "ConvBackbone"; }
+  std::vector<Tensor> levels(const Tensor& images);  // images (N, 1, S, S), S a multiple of the coarsest stride
 
  private:
+  std::shared_ptr<Sequential> stem_;
   std::vector<std::shared_ptr<Sequential>> stages_;
 };
 
@@ -50,10 +55,10 @@ class DeformableDetector : public Detector {
 
  private:
   DeformableDetectorOptions o_;
-  std::shared_ptr<PatchPyramid> backbone_;
-  std::vector<std::shared_ptr<Linear>> lateral_;
+  std::shared_ptr<ConvBackbone> backbone_;
+  std::vector<std::shared_ptr<Conv2d>> lateral_;         // "fpn_lateral.<l>": 1x1, channels[l] -> d_model
+  std::vector<std::shared_ptr<Conv2d>> fpn_output_;      // "fpn_output.<l>": 3x3 smoothing of the merged level
   std::vector<std::shared_ptr<Sequential>> input_proj_;  // "input_proj.<l>.0" (1x1) and ".1" (GroupNorm(32))
-  std::vector<std::shared_ptr<GroupNorm>> input_norm_;
   std::shared_ptr<PositionEmbeddingSine> position_;
   std::shared_ptr<DeformableTransformer> transformer_;
   Tensor query_embed_;  // (Q, 2 d_model): [query_pos | tgt], as nn.Embedding(Q, 2 d).weight
