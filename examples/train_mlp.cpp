@@ -11,6 +11,7 @@
 #include <cstring>
 #include <tapegrad/tapegrad.h>
 
+#include "common/busy_machine.h"
 #include "common/fashion_mnist.h"
 #include "common/progress_bar.h"
 
@@ -85,6 +86,8 @@ int main(int argc, char** argv) {
     std::printf("Fashion-MNIST: %lld train, %lld test images of %lld pixels; %d threads\n",
                 static_cast<long long>(n), static_cast<long long>(test.images.size(0)), static_cast<long long>(pixels),
                 threads);
+    std::fflush(stdout);
+    tg::warn_if_machine_busy(threads, std::cout);
 
     tg::MLP model({pixels, hidden, 10});
     tg::AdamOptions options;

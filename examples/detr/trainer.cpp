@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "checkpoint.h"
+#include "common/busy_machine.h"
 #include "common/progress_bar.h"
 #include "deformable_detector.h"
 #include "image_sheet.h"
@@ -162,6 +163,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (result.first_epoch > o.epochs)
     log << "nothing to train: the checkpoint is at epoch " << result.first_epoch - 1 << " and --epochs is " << o.epochs
         << " (--epochs is the total, not the number of extra epochs)\n";
+  if (result.first_epoch <= o.epochs) warn_if_machine_busy(o.threads, log);
   model->train();
   for (int epoch = result.first_epoch; epoch <= o.epochs; ++epoch) {
     std::ostringstream sink;  // the progress bar draws nowhere when off
