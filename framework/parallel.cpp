@@ -13,4 +13,6 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 }
 
+int max_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
 }  // namespace tg

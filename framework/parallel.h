@@ -1,4 +1,5 @@
-// Thread control. Kernels use OpenMP directly; these are the knobs users and benchmarks turn.
+// Thread control. Kernels use OpenMP directly; these are the knobs users and benchmarks turn,
+// and the two helpers kernels share to plan their work split.
 #pragma once
 
 #include <cstdint>
@@ -11,5 +12,13 @@ constexpr int64_t kParallelGrain = 32768;
 
 int num_threads();               // threads an OpenMP region will use
 void set_num_threads(int n);     // like torch.set_num_threads; n >= 1
+
+// The threads a parallel region opened here would actually get, for a kernel sizing its work
+// split: num_threads() outside any parallel region, 1 inside one (we never nest, so a kernel
+// called from a parallel loop runs serially and should not cut its work for idle threads).
+int max_threads();
+
+// ceil(a / b) for a >= 0 and b > 0: how many blocks of b cover a elements.
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace tg

@@ -34,9 +34,7 @@
 #include <type_traits>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "framework/parallel.h"
 
 // Compiler settings for this file, whatever the build flags:
 // * No implicit fused multiply-add contraction. The sampling position goes through
@@ -72,14 +70,6 @@ constexpr int64_t kBlock = 2048;
 
 // Below this many tap reads an OpenMP region costs more than it saves.
 constexpr int64_t kParallelWork = int64_t(1) << 16;
-
-int max_threads() {
-#ifdef _OPENMP
-  return omp_in_parallel() ? 1 : omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
 
 // ---------------------------------------------------------------------------------------
 // One spatial axis: from a grid value to a source-pixel coordinate (PyTorch's
@@ -615,7 +605,7 @@ void for_channels(int64_t c0, int64_t c1, Step&& step) {
 template <class Sampler, class T>
 void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t H,
                   int64_t W, int64_t P, GridSamplePadding padding, bool align_corners) {
-  const int64_t nb = (P + kBlock - 1) / kBlock;
+  const int64_t nb = ceil_div(P, kBlock);
   const int64_t items = N * nb;
   const int64_t HW = H * W;
   const bool parallel = items > 1 && N * C * P * Sampler::kTaps >= kParallelWork;
@@ -641,7 +631,7 @@ template <class Sampler, class T>
 void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_input,
                    T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
                    GridSamplePadding padding, bool align_corners) {
-  const int64_t nb = (P + kBlock - 1) / kBlock;
+  const int64_t nb = ceil_div(P, kBlock);
   const int64_t HW = H * W;
   const bool need_input = grad_input != nullptr;
   const bool need_grid = grad_grid != nullptr;
@@ -701,7 +691,7 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
   }
 
   // Split passes. Channel ranges per sample for grad_input: enough for every thread.
-  const int64_t kc = need_input ? std::max<int64_t>(1, std::min(C, (threads + N - 1) / N)) : 0;
+  const int64_t kc = need_input ? std::max<int64_t>(1, std::min(C, ceil_div(threads, N))) : 0;
   const int64_t input_items = need_input ? N * kc : 0;
   const int64_t grid_items = need_grid ? N * nb : 0;
   const int64_t items = input_items + grid_items;

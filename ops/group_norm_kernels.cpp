@@ -15,9 +15,7 @@
 #include <limits>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "framework/parallel.h"
 
 // The 64-byte vector types below only pass between inlined helpers of this file, so GCC's note
 // that their calling convention differs without AVX-512 concerns no real call.
@@ -59,16 +57,6 @@ inline double reduce(const d8 (&a)[4]) {
 constexpr int64_t kChunk = 16384;
 // Below this many elements an OpenMP region costs more than it saves.
 [[maybe_unused]] constexpr int64_t kParallelMin = 1 << 15;
-
-int max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Elements of p[0..n) before the first 64-byte boundary (0 if p is not even T-aligned). The
 // elementwise loops below run these few elements on their own so that the vector stores that

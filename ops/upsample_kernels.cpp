@@ -18,25 +18,13 @@
 #include <cstdint>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "framework/parallel.h"
 
 namespace tg::kernels {
 namespace {
 
 // Below this many output elements an OpenMP region costs more than it saves.
 [[maybe_unused]] constexpr int64_t kParallelMin = 1 << 14;
-
-int max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Row blocks per plane: one when the planes alone keep every thread busy, else enough blocks
 // for ~4 work items per thread. Results do not depend on it (see the file comment).

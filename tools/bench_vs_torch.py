@@ -10,6 +10,14 @@ on a noisy machine hits both, and prints a markdown table of medians and ratios.
 
 Each op family adds its cases to CASES below and to its bench/bench_<family>.cpp, under the
 same name.
+
+Both sides start every (case, threads) in a fresh process: tapegrad's benchmark program, and a
+PyTorch worker (this script with --worker) that times its case each time it is asked, between
+tapegrad's runs. A long-lived PyTorch process would carry the malloc heap of every case before:
+glibc mmaps a block of 32 MB or more (and faults in all its pages at each call) unless a freed
+heap top is large enough to hold it, so in one shared process PyTorch's 33.5 MB results came
+out of an already-touched heap (no page faults) or not, depending on the cases that ran
+before, while tapegrad's always paid ~8200 page faults per call.
 """
 import argparse
 import datetime
@@ -304,6 +312,47 @@ def time_torch(fn, min_time=0.3):
             return 1e3 * elapsed / n
 
 
+def worker_main(case, threads):
+    """--worker: builds one case in this fresh process, then prints its time_torch() in ms for
+    each line read from stdin, until stdin closes."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    fn = CASES[case][1]()
+    time_torch(fn, 0.1)  # a fresh process's first calls pay one-off costs (thread pool, lazy init)
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        print(f"ms {time_torch(fn):.6f}", flush=True)
+
+
+class TorchWorker:
+    """A PyTorch worker process for one (case, threads); time() asks it for one timing."""
+
+    def __init__(self, case, threads):
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", case, str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.case = case
+        self._reply("ready")
+
+    def _reply(self, tag):
+        """The worker's next line starting with tag (anything a case prints is skipped)."""
+        for line in self.proc.stdout:
+            if line.startswith(tag):
+                return line[len(tag):].strip()
+        raise SystemExit(f"the PyTorch worker for {self.case} stopped (exit code {self.proc.wait()})")
+
+    def time(self):
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return float(self._reply("ms "))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
 def time_tapegrad(build, program, case, threads):
     exe = os.path.join(build, "bench", program)
     pattern = "^" + re.escape(f"{case}/threads:{threads}") + "(/real_time)?$"
@@ -345,22 +394,23 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--filter", default="", help="regex on case names")
     ap.add_argument("--write", help="replace the table between the markers of this markdown file")
+    ap.add_argument("--worker", nargs=2, metavar=("CASE", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_grad_enabled(True)
+    if args.worker:
+        return worker_main(args.worker[0], int(args.worker[1]))
 
     rows = []
     for case, (program, factory) in CASES.items():
         if args.filter and not re.search(args.filter, case):
             continue
         for threads in args.threads:
-            torch.set_num_threads(threads)
-            torch.manual_seed(0)
-            fn = factory()
             ours, theirs, peak = [], [], None
-            for _ in range(args.rounds):
-                t, peak = time_tapegrad(args.build, program, case, threads)
-                ours.append(t)
-                theirs.append(time_torch(fn))
+            with TorchWorker(case, threads) as worker:
+                for _ in range(args.rounds):
+                    t, peak = time_tapegrad(args.build, program, case, threads)
+                    ours.append(t)
+                    theirs.append(worker.time())
             a, b = statistics.median(ours), statistics.median(theirs)
             rows.append((case, threads, a, b, a / b, peak))
             print(f"{case} threads={threads}: tapegrad {a:.3f} ms, PyTorch {b:.3f} ms, ratio {a / b:.2f}",
