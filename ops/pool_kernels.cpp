@@ -25,14 +25,18 @@ int64_t floor_div(int64_t a, int64_t b) {
 }
 
 // The first position start + m * step (m >= 0) that is >= 0.
-int64_t first_inside(int64_t start, int64_t step) { return start >= 0 ? start : start + (-start + step - 1) / step * step; }
+int64_t first_inside(int64_t start, int64_t step) {
+  return start >= 0 ? start : start + (-start + step - 1) / step * step;
+}
 
 // Adaptive windows: [floor(o * in / out), ceil((o + 1) * in / out)).
 int64_t adaptive_start(int64_t o, int64_t out, int64_t in) { return o * in / out; }
 int64_t adaptive_end(int64_t o, int64_t out, int64_t in) { return ((o + 1) * in + out - 1) / out; }
 
 // Forward work below kParallelGrain runs serially: an OpenMP region costs microseconds.
-bool parallel_forward(int64_t planes, int64_t rows, int64_t work) { return planes * rows > 1 && work >= kParallelGrain; }
+bool parallel_forward(int64_t planes, int64_t rows, int64_t work) {
+  return planes * rows > 1 && work >= kParallelGrain;
+}
 bool parallel_backward(int64_t planes, int64_t work) { return planes > 1 && work >= kParallelGrain; }
 
 // The average window of output (oh, ow): the positions it sums, clipped to the input, and

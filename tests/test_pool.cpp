@@ -186,7 +186,8 @@ TEST(Pool, RejectsBadInputNamingOpArgumentExpectedAndActual) {
             "max_pool2d_with_indices_backward: expected indices in [0, H * W) = [0, 36) (or -1), got 36 at element 0");
   EXPECT_EQ(error_of([&] { max_pool2d_with_indices_backward(zeros({1, 2, 3, 3}), x.shape(), zeros({1, 2, 3, 3})); }),
             "max_pool2d_with_indices_backward: expected int64 indices, got float32");
-  EXPECT_EQ(error_of([&] { max_pool2d_with_indices_backward(zeros({2, 3, 3}), x.shape(), v.indices.reshape({2, 3, 3})); }),
+  Tensor unbatched = v.indices.reshape({2, 3, 3});
+  EXPECT_EQ(error_of([&] { max_pool2d_with_indices_backward(zeros({2, 3, 3}), x.shape(), unbatched); }),
             "max_pool2d_with_indices_backward: expected indices with the leading dims of input_size [1, 2, 6, 6], "
             "got [2, 3, 3]");
   EXPECT_EQ(error_of([&] { avg_pool2d_backward(zeros({1, 2, 4, 4}), x.shape(), {2}, {}, {0}, false, true, {}); }),
