@@ -2,7 +2,9 @@
 //
 // Forward: every output is independent, so the loop over (plane, output row) is split among
 // threads. Backward: several outputs may write the same input position (overlapping windows),
-// so each thread owns whole grad_x planes and visits that plane's outputs in order.
+// so each thread owns whole grad_x planes and visits that plane's outputs in order. (With
+// fewer planes than threads, e.g. one unbatched channel, backward therefore leaves cores idle;
+// CNN batches have hundreds of planes.)
 // Backward adds in T, like aten: a position receives at most ceil(kH / sH) * ceil(kW / sW)
 // contributions (usually 1 to 4), too few for the order or the precision to matter.
 #include "ops/pool_kernels.h"
