@@ -10,34 +10,67 @@ namespace tg {
 
 namespace {
 constexpr int64_t kSide = 28;
+
+// (B, 28, 28), (B, 1, 28, 28) or (B, 784) -> (B, 1, 28, 28).
+Tensor as_images(const Tensor& images) { return images.reshape({images.size(0), 1, kSide, kSide}); }
+
+// Conv2d(c_in, c_mid, k1) MaxPool2d(2) ReLU Conv2d(c_mid, c_out, k2) MaxPool2d(2) ReLU.
+std::shared_ptr<Sequential> conv_pool_relu_twice(int64_t c_in, int64_t c_mid, int64_t k1, int64_t c_out, int64_t k2,
+                                                 DType dtype, Generator* gen) {
+  auto s = std::make_shared<Sequential>();
+  s->push_back(std::make_shared<Conv2d>(c_in, c_mid, IntList{k1}, IntList{1}, IntList{0}, IntList{1}, 1, true, dtype,
+                                        gen));
+  s->push_back(std::make_shared<MaxPool2d>(IntList{2}));
+  s->push_back(std::make_shared<ReLU>());
+  s->push_back(std::make_shared<Conv2d>(c_mid, c_out, IntList{k2}, IntList{1}, IntList{0}, IntList{1}, 1, true, dtype,
+                                        gen));
+  s->push_back(std::make_shared<MaxPool2d>(IntList{2}));
+  s->push_back(std::make_shared<ReLU>());
+  return s;
+}
+}  // namespace
+
+ConvClassifier::ConvClassifier(int64_t hidden, DType dtype, Generator* gen) {
+  features = add_module("features", conv_pool_relu_twice(1, 10, 5, 20, 5, dtype, gen));  // 28 -> 24 -> 12 -> 8 -> 4
+  head = add_module("head", std::make_shared<MLP>(std::vector<int64_t>{20 * 4 * 4, hidden, 10}, dtype, gen));
+}
+
+Tensor ConvClassifier::forward(const Tensor& images) {
+  const int64_t b = images.size(0);
+  return head->forward(features->forward(as_images(images)).reshape({b, 20 * 4 * 4}));
 }
 
 SpatialTransformerClassifier::SpatialTransformerClassifier(int64_t loc_hidden, int64_t hidden, DType dtype,
                                                            Generator* gen) {
-  loc1 = add_module("loc1", std::make_shared<Linear>(kSide * kSide, loc_hidden, true, dtype, gen));
-  loc2 = add_module("loc2", std::make_shared<Linear>(loc_hidden, 6, true, dtype, gen));
-  classifier = add_module("classifier", std::make_shared<MLP>(std::vector<int64_t>{kSide * kSide, hidden, 10}, dtype, gen));
+  // 28 -> 22 -> 11 -> 7 -> 3
+  localization = add_module("localization", conv_pool_relu_twice(1, 8, 7, 10, 5, dtype, gen));
+  fc_loc = add_module("fc_loc", std::make_shared<MLP>(std::vector<int64_t>{10 * 3 * 3, loc_hidden, 6}, dtype, gen));
+  fc_loc_out = std::dynamic_pointer_cast<Linear>((*fc_loc)[2]);
+  classifier = add_module("classifier", std::make_shared<ConvClassifier>(hidden, dtype, gen));
   NoGradGuard no_grad;
-  loc2->weight.zero_();
-  loc2->bias.copy_(from_vector(std::vector<double>{1, 0, 0, 0, 1, 0}, {6}));
+  fc_loc_out->weight.zero_();
+  fc_loc_out->bias.copy_(from_vector(std::vector<double>{1, 0, 0, 0, 1, 0}, {6}));
+}
+
+std::vector<Tensor> SpatialTransformerClassifier::localisation_parameters() const {
+  std::vector<Tensor> p = localization->parameters(), fc = fc_loc->parameters();
+  p.insert(p.end(), fc.begin(), fc.end());
+  return p;
 }
 
 Tensor SpatialTransformerClassifier::theta(const Tensor& images) {
   const int64_t b = images.size(0);
-  return loc2->forward(relu(loc1->forward(images.reshape({b, kSide * kSide})))).reshape({b, 2, 3});
+  Tensor features = localization->forward(as_images(images)).reshape({b, 10 * 3 * 3});
+  return fc_loc->forward(features).reshape({b, 2, 3});
 }
 
 Tensor SpatialTransformerClassifier::rectify(const Tensor& images) {
   const int64_t b = images.size(0);
   Tensor grid = affine_grid(theta(images), {b, 1, kSide, kSide}, false);
-  return grid_sample(images.reshape({b, 1, kSide, kSide}), grid, GridSampleMode::Bilinear, GridSamplePadding::Zeros,
-                     false);
+  return grid_sample(as_images(images), grid, GridSampleMode::Bilinear, GridSamplePadding::Zeros, false);
 }
 
-Tensor SpatialTransformerClassifier::forward(const Tensor& images) {
-  const int64_t b = images.size(0);
-  return classifier->forward(rectify(images).reshape({b, kSide * kSide}));
-}
+Tensor SpatialTransformerClassifier::forward(const Tensor& images) { return classifier->forward(rectify(images)); }
 
 Tensor random_affine_distort(const Tensor& images, Generator& gen, double max_degrees, double min_scale,
                              double max_scale, double max_shift) {

@@ -41,10 +41,11 @@ TEST(SpatialTransformer, GradientReachesTheLocalisationNetwork) {
   manual_seed(1);
   SpatialTransformerClassifier model;
   cross_entropy(model.forward(x), d.labels.narrow(0, 0, 32).contiguous()).backward();
-  // loc2's weight starts at zero, so its gradient is the only path by which theta can learn.
-  ASSERT_TRUE(model.loc2->weight.grad().defined());
-  EXPECT_GT(sum(abs(model.loc2->weight.grad())).item(), 1e-6);
-  EXPECT_GT(sum(abs(model.loc2->bias.grad())).item(), 1e-6);
+  // fc_loc's last weight starts at zero, so its gradient is the only path by which theta can
+  // learn; through it the gradient reaches the localisation convolutions.
+  ASSERT_TRUE(model.fc_loc_out->weight.grad().defined());
+  EXPECT_GT(sum(abs(model.fc_loc_out->weight.grad())).item(), 1e-6);
+  EXPECT_GT(sum(abs(model.fc_loc_out->bias.grad())).item(), 1e-6);
 }
 
 TEST(SpatialTransformer, LossFallsOnTheDistortedSubset) {
@@ -74,7 +75,8 @@ TEST(SpatialTransformer, LossFallsOnTheDistortedSubset) {
       opt.step();
     }
   const double final_loss = full_loss();
-  // Measured: 2.32 -> 1.06 (a factor of 2.2) in 64 steps. Asking for a factor of 1.6 fails if
+  // Measured with the tutorial CNNs: 2.31 -> 1.22 (a factor of 1.9) in 64 steps (the MLPs did
+  // 2.32 -> 1.06 before convolutions; a CNN starts slower). Asking for a factor of 1.6 fails if
   // the loop is broken (no step: stays at 2.3; a wrong gradient sign: grows) but leaves room
   // for other seeds and summation orders.
   EXPECT_LT(final_loss, initial / 1.6) << "initial " << initial << ", final " << final_loss;

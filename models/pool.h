@@ -1,0 +1,45 @@
+// Pooling layers with PyTorch's names, argument order and defaults: MaxPool2d, AvgPool2d,
+// AdaptiveAvgPool2d. No parameters; each forwards to the functional op of ops/pool.h, which
+// checks the arguments (so a bad kernel size is reported at the first forward, as in PyTorch).
+#pragma once
+
+#include <optional>
+
+#include "../ops/pool.h"
+#include "module.h"
+
+namespace tg {
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(IntList kernel_size, IntList stride = {}, IntList padding = {0}, IntList dilation = {1},
+                     bool ceil_mode = false);
+  std::string name() const override { return "MaxPool2d"; }
+  Tensor forward(const Tensor& x) override;
+
+  IntList kernel_size, stride, padding, dilation;  // stride {}: the kernel size
+  bool ceil_mode;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(IntList kernel_size, IntList stride = {}, IntList padding = {0}, bool ceil_mode = false,
+                     bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
+  std::string name() const override { return "AvgPool2d"; }
+  Tensor forward(const Tensor& x) override;
+
+  IntList kernel_size, stride, padding;
+  bool ceil_mode, count_include_pad;
+  std::optional<int64_t> divisor_override;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(IntList output_size) : output_size(std::move(output_size)) {}
+  std::string name() const override { return "AdaptiveAvgPool2d"; }
+  Tensor forward(const Tensor& x) override;
+
+  IntList output_size;
+};
+
+}  // namespace tg
