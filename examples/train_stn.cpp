@@ -16,6 +16,7 @@
 #include <cstring>
 #include <tapegrad/tapegrad.h>
 
+#include "common/busy_machine.h"
 #include "common/fashion_mnist.h"
 #include "common/progress_bar.h"
 
@@ -134,6 +135,8 @@ int main(int argc, char** argv) {
     std::printf("Fashion-MNIST, randomly rotated (+-45 deg), scaled (0.6-1) and shifted (+-12.5%%): %lld train, "
                 "%lld test images; %d threads\n",
                 static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)), threads);
+    std::fflush(stdout);
+    tg::warn_if_machine_busy(threads, std::cout);
 
     // The baseline: the STN's classifier alone, on the distorted pixels.
     tg::ConvClassifier plain(hidden);
