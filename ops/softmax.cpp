@@ -10,6 +10,7 @@
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "samples.h"
+#include "vec_math.h"
 
 namespace tg {
 
@@ -21,16 +22,11 @@ void softmax_forward(const T* x, T* y, int64_t outer, int64_t D, int64_t inner, 
     const int64_t o = l / inner, i = l % inner;
     const T* xl = x + o * D * inner + i;
     T* yl = y + o * D * inner + i;
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t d = 0; d < D; ++d) m = std::max(m, xl[d * inner]);
+    T m = max_of(D, [&](int64_t d) { return xl[d * inner]; });
     if (std::isinf(m) && m < 0) m = 0;  // all -inf: avoid (-inf) - (-inf)
     // exp in T (one call per element, kept in y), the sum in double.
-    double s = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      const T e = std::exp(xl[d * inner] - m);
-      if (!log) yl[d * inner] = e;
-      s += e;
-    }
+    for (int64_t d = 0; d < D; ++d) yl[d * inner] = vec_exp(xl[d * inner] - m);
+    const double s = sum_in_double(D, [&](int64_t d) { return static_cast<double>(yl[d * inner]); });
     if (log) {
       // (x - m) - log(s), not x - (m + log s): with large logits m + log s would round away
       // the small log-probabilities (catastrophic cancellation in float32).
@@ -49,20 +45,18 @@ void softmax_backward(const T* g, const T* y, T* dx, int64_t outer, int64_t D, i
 #pragma omp parallel for schedule(static) if (lanes > 1 && lanes * D >= kParallelGrain)
   for (int64_t l = 0; l < lanes; ++l) {
     const int64_t o = l / inner, i = l % inner;
-    const int64_t base = o * D * inner + i;
-    double s = 0;
+    const T* gl = g + o * D * inner + i;
+    const T* yl = y + o * D * inner + i;
+    T* dl = dx + o * D * inner + i;
     if (log) {
-      for (int64_t d = 0; d < D; ++d) s += g[base + d * inner];
-      for (int64_t d = 0; d < D; ++d) {
-        const int64_t k = base + d * inner;
-        dx[k] = static_cast<T>(g[k] - std::exp(y[k]) * s);
-      }
+      const double s = sum_in_double(D, [&](int64_t d) { return static_cast<double>(gl[d * inner]); });
+      // e^y into dx first: a loop that mixes the float exp with double arithmetic does not vectorise.
+      for (int64_t d = 0; d < D; ++d) dl[d * inner] = vec_exp(yl[d * inner]);
+      for (int64_t d = 0; d < D; ++d) dl[d * inner] = static_cast<T>(gl[d * inner] - dl[d * inner] * s);
     } else {
-      for (int64_t d = 0; d < D; ++d) s += static_cast<double>(g[base + d * inner]) * y[base + d * inner];
-      for (int64_t d = 0; d < D; ++d) {
-        const int64_t k = base + d * inner;
-        dx[k] = static_cast<T>(y[k] * (g[k] - s));
-      }
+      const double s =
+          sum_in_double(D, [&](int64_t d) { return static_cast<double>(gl[d * inner]) * yl[d * inner]; });
+      for (int64_t d = 0; d < D; ++d) dl[d * inner] = static_cast<T>(yl[d * inner] * (gl[d * inner] - s));
     }
   }
 }
