@@ -33,8 +33,8 @@ void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean, 
 #pragma omp parallel for schedule(static) if (R > 1 && R * N >= kParallelGrain)
   for (int64_t r = 0; r < R; ++r) {
     const T* xr = x + r * N;
-    const double m = sum_in_double(N, [&](int64_t i) { return static_cast<double>(xr[i]); }) / N;
-    const double v = sum_in_double(N, [&](int64_t i) {
+    const double m = sum_in_double(N, [xr](int64_t i) { return static_cast<double>(xr[i]); }) / N;
+    const double v = sum_in_double(N, [xr, m](int64_t i) {
       const double d = xr[i] - m;
       return d * d;
     }) / N;  // biased, as layer_norm
@@ -55,19 +55,26 @@ template <class T>
 void layer_norm_backward(const T* g, const T* x, const T* w, const double* mean, const double* rstd, T* dx, T* dw,
                          T* db, int64_t R, int64_t N) {
   if (dx) {
+    // Without a weight, multiply by ones (exact): a test of w per element would keep the loops
+    // below from vectorising.
+    std::vector<T> ones;
+    if (!w) {
+      ones.assign(N, T(1));
+      w = ones.data();
+    }
 #pragma omp parallel for schedule(static) if (R > 1 && R * N >= kParallelGrain)
     for (int64_t r = 0; r < R; ++r) {
       const T* gr = g + r * N;
       const T* xr = x + r * N;
-      auto dxhat = [&](int64_t i) { return w ? static_cast<double>(gr[i]) * w[i] : static_cast<double>(gr[i]); };
+      const double m = mean[r], s = rstd[r];
+      auto dxhat = [gr, w](int64_t i) { return static_cast<double>(gr[i]) * w[i]; };
       const double sum_dxhat = sum_in_double(N, dxhat);
-      const double sum_dxhat_xhat =
-          sum_in_double(N, [&](int64_t i) { return dxhat(i) * (xr[i] - mean[r]) * rstd[r]; });
+      const double sum_dxhat_xhat = sum_in_double(N, [=](int64_t i) { return dxhat(i) * (xr[i] - m) * s; });
       const double mean_dxhat = sum_dxhat / N, mean_dxhat_xhat = sum_dxhat_xhat / N;
       T* dr = dx + r * N;
       for (int64_t i = 0; i < N; ++i) {
-        const double xhat = (xr[i] - mean[r]) * rstd[r];
-        dr[i] = static_cast<T>(rstd[r] * (dxhat(i) - mean_dxhat - xhat * mean_dxhat_xhat));
+        const double xhat = (xr[i] - m) * s;
+        dr[i] = static_cast<T>(s * (dxhat(i) - mean_dxhat - xhat * mean_dxhat_xhat));
       }
     }
   }

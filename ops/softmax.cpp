@@ -22,11 +22,11 @@ void softmax_forward(const T* x, T* y, int64_t outer, int64_t D, int64_t inner, 
     const int64_t o = l / inner, i = l % inner;
     const T* xl = x + o * D * inner + i;
     T* yl = y + o * D * inner + i;
-    T m = max_of(D, [&](int64_t d) { return xl[d * inner]; });
+    T m = max_of(D, [xl, inner](int64_t d) { return xl[d * inner]; });
     if (std::isinf(m) && m < 0) m = 0;  // all -inf: avoid (-inf) - (-inf)
     // exp in T (one call per element, kept in y), the sum in double.
     for (int64_t d = 0; d < D; ++d) yl[d * inner] = vec_exp(xl[d * inner] - m);
-    const double s = sum_in_double(D, [&](int64_t d) { return static_cast<double>(yl[d * inner]); });
+    const double s = sum_in_double(D, [yl, inner](int64_t d) { return static_cast<double>(yl[d * inner]); });
     if (log) {
       // (x - m) - log(s), not x - (m + log s): with large logits m + log s would round away
       // the small log-probabilities (catastrophic cancellation in float32).
@@ -49,13 +49,13 @@ void softmax_backward(const T* g, const T* y, T* dx, int64_t outer, int64_t D, i
     const T* yl = y + o * D * inner + i;
     T* dl = dx + o * D * inner + i;
     if (log) {
-      const double s = sum_in_double(D, [&](int64_t d) { return static_cast<double>(gl[d * inner]); });
+      const double s = sum_in_double(D, [gl, inner](int64_t d) { return static_cast<double>(gl[d * inner]); });
       // e^y into dx first: a loop that mixes the float exp with double arithmetic does not vectorise.
       for (int64_t d = 0; d < D; ++d) dl[d * inner] = vec_exp(yl[d * inner]);
       for (int64_t d = 0; d < D; ++d) dl[d * inner] = static_cast<T>(gl[d * inner] - dl[d * inner] * s);
     } else {
       const double s =
-          sum_in_double(D, [&](int64_t d) { return static_cast<double>(gl[d * inner]) * yl[d * inner]; });
+          sum_in_double(D, [gl, yl, inner](int64_t d) { return static_cast<double>(gl[d * inner]) * yl[d * inner]; });
       for (int64_t d = 0; d < D; ++d) dl[d * inner] = static_cast<T>(yl[d * inner] * (gl[d * inner] - s));
     }
   }

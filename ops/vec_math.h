@@ -88,33 +88,28 @@ inline float vec_erf(float x) {
   return a < 0.875f ? small : large;
 }
 
-// sum_{i < n} f(i) in double, as 8 partial sums (element i goes to partial i % 8) added in a
-// fixed order at the end. As deterministic as one running sum (the order depends on n alone),
-// but 8 independent additions per step instead of one chain of n dependent ones: a plain
-// double sum of floats waits ~4 cycles per element, this one vectorises.
+// sum_{i < n} f(i) in double. `omp simd reduction` lets the compiler keep one partial sum per
+// vector lane and add the lanes up at the end: the order is fixed for a given n and build (it
+// does not depend on threads), and there is no chain of n dependent additions, each waiting
+// ~4 cycles for the previous one, as in a plain loop (5x slower on a 768-element row).
+// Pass f capturing pointers by value: GCC 12 turns a pointer captured by reference into a
+// gather here. always_inline: as a call, f's loads are gathers too.
 template <class F>
-double sum_in_double(int64_t n, F f) {
-  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) part[j] += f(i + j);
-  for (int j = 0; i < n; ++i, ++j) part[j] += f(i);
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+[[gnu::always_inline]] inline double sum_in_double(int64_t n, F f) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += f(i);
+  return s;
 }
 
-// max_{i < n} f(i), NaNs skipped, -inf for n = 0; 16 partial maxima, like sum_in_double. The
-// maximum of a set does not depend on the order it is taken in (but for the sign of a zero).
+// max_{i < n} f(i), NaNs skipped (std::max keeps its first argument), -inf for n = 0. Lane by
+// lane like sum_in_double; the maximum of a set does not depend on the order it is taken in.
 template <class F>
-auto max_of(int64_t n, F f) {
+[[gnu::always_inline]] inline auto max_of(int64_t n, F f) {
   using T = decltype(f(0));
-  T part[16];
-  for (T& p : part) p = -std::numeric_limits<T>::infinity();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) part[j] = std::max(part[j], f(i + j));
-  for (; i < n; ++i) part[0] = std::max(part[0], f(i));
-  T m = part[0];
-  for (int j = 1; j < 16; ++j) m = std::max(m, part[j]);
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, f(i));
   return m;
 }
 
