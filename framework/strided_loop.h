@@ -75,9 +75,11 @@ void for_each_row(const std::vector<int64_t>& shape, const std::array<std::vecto
   const bool parallel = allow_parallel && work >= kParallelGrain;
   // Pieces per row: enough for every thread, none shorter than a few thousand elements.
   constexpr int64_t kMinPiece = 4096;
-  const int64_t threads = parallel ? num_threads() : 1;
-  const int64_t pieces = it.rows >= threads ? 1 : std::max<int64_t>(1, std::min(
-      (threads + it.rows - 1) / it.rows, it.row_size / kMinPiece));
+  int64_t pieces = 1;
+  if (parallel && it.rows < num_threads()) {
+    const int64_t per_row = (num_threads() + it.rows - 1) / it.rows;
+    pieces = std::max<int64_t>(1, std::min(per_row, it.row_size / kMinPiece));
+  }
   const int64_t tasks = it.rows * pieces;
 #pragma omp parallel for schedule(static) if (parallel && tasks > 1)
   for (int64_t task = 0; task < tasks; ++task) {
