@@ -4,6 +4,7 @@
 // contiguous tensor is a single row and the row body vectorises).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -59,17 +60,35 @@ struct StridedRows {
   }
 };
 
-// Calls fn(offsets, row_size, row_strides) for every row, in parallel when the work is large
-// enough. Rows are disjoint in the output operand, so no two threads write the same element.
+// Calls fn(offsets, n, row_strides) for every row, in parallel when the work is large enough.
+// Rows are disjoint in the output operand, so no two threads write the same element. When there
+// are fewer rows than threads (a contiguous tensor is a single row), each row is cut into
+// contiguous pieces, one task each, so that every thread gets work: fn then sees part of a row
+// (offsets at the piece's start, n its length). A serial call (allow_parallel = false, which
+// reductions into a broadcast output use) always gets whole rows, in order.
 template <size_t K, class Fn>
 void for_each_row(const std::vector<int64_t>& shape, const std::array<std::vector<int64_t>, K>& strides, Fn&& fn,
                   bool allow_parallel = true) {
   StridedRows<K> it(shape, strides);
   if (it.rows == 0) return;
   const int64_t work = it.rows * it.row_size;
-  const bool parallel = allow_parallel && work >= kParallelGrain && it.rows > 1;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t r = 0; r < it.rows; ++r) fn(it.row_offsets(r), it.row_size, it.row_stride);
+  const bool parallel = allow_parallel && work >= kParallelGrain;
+  // Pieces per row: enough for every thread, none shorter than a few thousand elements.
+  constexpr int64_t kMinPiece = 4096;
+  int64_t pieces = 1;
+  if (parallel && it.rows < num_threads()) {
+    const int64_t per_row = (num_threads() + it.rows - 1) / it.rows;
+    pieces = std::max<int64_t>(1, std::min(per_row, it.row_size / kMinPiece));
+  }
+  const int64_t tasks = it.rows * pieces;
+#pragma omp parallel for schedule(static) if (parallel && tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t r = task / pieces, p = task % pieces;
+    const int64_t begin = it.row_size * p / pieces, end = it.row_size * (p + 1) / pieces;
+    std::array<int64_t, K> off = it.row_offsets(r);
+    for (size_t k = 0; k < K; ++k) off[k] += begin * it.row_stride[k];
+    fn(off, end - begin, it.row_stride);
+  }
 }
 
 }  // namespace tg

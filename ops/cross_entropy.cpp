@@ -19,6 +19,7 @@
 #include "loss.h"
 #include "samples.h"
 #include "softmax.h"
+#include "vec_math.h"
 
 namespace tg {
 
@@ -60,10 +61,14 @@ std::vector<Tensor> cross_entropy_backward(const BackwardContext& ctx, const std
       const double gi = per_lane ? pg[l] : pg[0];
       const double wa = gi * (1.0 - a.eps) / a.nll_denominator;
       const double wb = gi * a.eps / static_cast<double>(C) / a.smooth_denominator;
-      for (int64_t c = 0; c < C; ++c) {
-        const double p = std::exp(ll[c * K]);  // exp in T: the float32 path stays fast
-        dl[c * K] = static_cast<T>(wa * (p - (c == ti ? 1.0 : 0.0)) + wb * (static_cast<double>(C) * p - 1.0));
-      }
+      auto d_of = [&](double p, double onehot) {
+        return static_cast<T>(wa * (p - onehot) + wb * (static_cast<double>(C) * p - 1.0));
+      };
+      // p = e^logp in T into dx first (a loop mixing the float exp with double arithmetic does
+      // not vectorise), then every class as if it were not the target, then the target.
+      for (int64_t c = 0; c < C; ++c) dl[c * K] = vec_exp(ll[c * K]);
+      for (int64_t c = 0; c < C; ++c) dl[c * K] = d_of(dl[c * K], 0.0);
+      dl[ti * K] = d_of(vec_exp(ll[ti * K]), 1.0);
     }
   });
   return {dx.reshape(ctx.input_shape(0))};

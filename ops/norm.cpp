@@ -9,12 +9,14 @@
 // Statistics are accumulated in double (also for float32), two passes for the variance.
 #include "norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "samples.h"
+#include "vec_math.h"
 
 namespace tg {
 
@@ -31,15 +33,11 @@ void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean, 
 #pragma omp parallel for schedule(static) if (R > 1 && R * N >= kParallelGrain)
   for (int64_t r = 0; r < R; ++r) {
     const T* xr = x + r * N;
-    double m = 0;
-    for (int64_t i = 0; i < N; ++i) m += xr[i];
-    m /= static_cast<double>(N);
-    double v = 0;
-    for (int64_t i = 0; i < N; ++i) {
+    const double m = sum_in_double(N, [xr](int64_t i) { return static_cast<double>(xr[i]); }) / N;
+    const double v = sum_in_double(N, [xr, m](int64_t i) {
       const double d = xr[i] - m;
-      v += d * d;
-    }
-    v /= static_cast<double>(N);  // biased, as layer_norm
+      return d * d;
+    }) / N;  // biased, as layer_norm
     const double s = 1.0 / std::sqrt(v + eps);
     T* yr = y + r * N;
     for (int64_t i = 0; i < N; ++i) {
@@ -57,37 +55,51 @@ template <class T>
 void layer_norm_backward(const T* g, const T* x, const T* w, const double* mean, const double* rstd, T* dx, T* dw,
                          T* db, int64_t R, int64_t N) {
   if (dx) {
+    // Without a weight, multiply by ones (exact): a test of w per element would keep the loops
+    // below from vectorising.
+    std::vector<T> ones;
+    if (!w) {
+      ones.assign(N, T(1));
+      w = ones.data();
+    }
 #pragma omp parallel for schedule(static) if (R > 1 && R * N >= kParallelGrain)
     for (int64_t r = 0; r < R; ++r) {
       const T* gr = g + r * N;
       const T* xr = x + r * N;
-      double sum_dxhat = 0, sum_dxhat_xhat = 0;
-      for (int64_t i = 0; i < N; ++i) {
-        const double dxhat = w ? static_cast<double>(gr[i]) * w[i] : gr[i];
-        sum_dxhat += dxhat;
-        sum_dxhat_xhat += dxhat * (xr[i] - mean[r]) * rstd[r];
-      }
+      const double m = mean[r], s = rstd[r];
+      auto dxhat = [gr, w](int64_t i) { return static_cast<double>(gr[i]) * w[i]; };
+      const double sum_dxhat = sum_in_double(N, dxhat);
+      const double sum_dxhat_xhat = sum_in_double(N, [=](int64_t i) { return dxhat(i) * (xr[i] - m) * s; });
       const double mean_dxhat = sum_dxhat / N, mean_dxhat_xhat = sum_dxhat_xhat / N;
       T* dr = dx + r * N;
       for (int64_t i = 0; i < N; ++i) {
-        const double dxhat = w ? static_cast<double>(gr[i]) * w[i] : gr[i];
-        const double xhat = (xr[i] - mean[r]) * rstd[r];
-        dr[i] = static_cast<T>(rstd[r] * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+        const double xhat = (xr[i] - m) * s;
+        dr[i] = static_cast<T>(s * (dxhat(i) - mean_dxhat - xhat * mean_dxhat_xhat));
       }
     }
   }
   if (dw || db) {
-    // Each thread owns a range of columns and sums its rows in order: deterministic, no atomics.
-#pragma omp parallel for schedule(static) if (N > 1 && R * N >= kParallelGrain)
-    for (int64_t i = 0; i < N; ++i) {
-      double sw = 0, sb = 0;
+    // Column sums over the rows, each column in row order (deterministic, no atomics). A thread
+    // owns blocks of kBlock columns and walks the rows, so the inner loop runs along a row
+    // and vectorises (column by column it would stride through memory).
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (N + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1 && R * N >= kParallelGrain)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t i0 = blk * kBlock, n = std::min(kBlock, N - i0);
+      double sw[kBlock] = {}, sb[kBlock] = {};
       for (int64_t r = 0; r < R; ++r) {
-        const double gv = g[r * N + i];
-        sw += gv * (x[r * N + i] - mean[r]) * rstd[r];
-        sb += gv;
+        const T* gr = g + r * N + i0;
+        const T* xr = x + r * N + i0;
+        for (int64_t i = 0; i < n; ++i) {
+          sw[i] += static_cast<double>(gr[i]) * (xr[i] - mean[r]) * rstd[r];
+          sb[i] += gr[i];
+        }
       }
-      if (dw) dw[i] = static_cast<T>(sw);
-      if (db) db[i] = static_cast<T>(sb);
+      for (int64_t i = 0; i < n; ++i) {
+        if (dw) dw[i0 + i] = static_cast<T>(sw[i]);
+        if (db) db[i0 + i] = static_cast<T>(sb[i]);
+      }
     }
   }
 }

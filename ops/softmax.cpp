@@ -10,8 +10,50 @@
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "samples.h"
+#include "vec_math.h"
 
 namespace tg {
+
+namespace {
+
+// One lane: D elements `stride` apart. The kernels call these with a literal stride of 1 for
+// the common softmax over the last dim (inner = 1): inlined, the loops are then contiguous and
+// vectorise; GCC's own stride-1 versioning of the general loops did not vectorise the
+// reductions.
+template <class T>
+[[gnu::always_inline]] inline void softmax_lane(const T* xl, T* yl, int64_t D, int64_t stride, bool log) {
+  T m = max_of(D, [xl, stride](int64_t d) { return xl[d * stride]; });
+  if (std::isinf(m) && m < 0) m = 0;  // all -inf: avoid (-inf) - (-inf)
+  // exp in T (one call per element, kept in y), the sum in double.
+  for (int64_t d = 0; d < D; ++d) yl[d * stride] = vec_exp(xl[d * stride] - m);
+  const double s = sum_in_double(D, [yl, stride](int64_t d) { return static_cast<double>(yl[d * stride]); });
+  if (log) {
+    // (x - m) - log(s), not x - (m + log s): with large logits m + log s would round away
+    // the small log-probabilities (catastrophic cancellation in float32).
+    const T log_s = static_cast<T>(std::log(s));
+    for (int64_t d = 0; d < D; ++d) yl[d * stride] = (xl[d * stride] - m) - log_s;
+  } else {
+    const T inv = static_cast<T>(1.0 / s);
+    for (int64_t d = 0; d < D; ++d) yl[d * stride] *= inv;
+  }
+}
+
+template <class T>
+[[gnu::always_inline]] inline void softmax_lane_backward(const T* gl, const T* yl, T* dl, int64_t D, int64_t stride,
+                                                         bool log) {
+  if (log) {
+    const double s = sum_in_double(D, [gl, stride](int64_t d) { return static_cast<double>(gl[d * stride]); });
+    // e^y into dx first: a loop that mixes the float exp with double arithmetic does not vectorise.
+    for (int64_t d = 0; d < D; ++d) dl[d * stride] = vec_exp(yl[d * stride]);
+    for (int64_t d = 0; d < D; ++d) dl[d * stride] = static_cast<T>(gl[d * stride] - dl[d * stride] * s);
+  } else {
+    const double s = sum_in_double(
+        D, [gl, yl, stride](int64_t d) { return static_cast<double>(gl[d * stride]) * yl[d * stride]; });
+    for (int64_t d = 0; d < D; ++d) dl[d * stride] = static_cast<T>(yl[d * stride] * (gl[d * stride] - s));
+  }
+}
+
+}  // namespace
 
 template <class T>
 void softmax_forward(const T* x, T* y, int64_t outer, int64_t D, int64_t inner, bool log) {
@@ -21,25 +63,8 @@ void softmax_forward(const T* x, T* y, int64_t outer, int64_t D, int64_t inner, 
     const int64_t o = l / inner, i = l % inner;
     const T* xl = x + o * D * inner + i;
     T* yl = y + o * D * inner + i;
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t d = 0; d < D; ++d) m = std::max(m, xl[d * inner]);
-    if (std::isinf(m) && m < 0) m = 0;  // all -inf: avoid (-inf) - (-inf)
-    // exp in T (one call per element, kept in y), the sum in double.
-    double s = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      const T e = std::exp(xl[d * inner] - m);
-      if (!log) yl[d * inner] = e;
-      s += e;
-    }
-    if (log) {
-      // (x - m) - log(s), not x - (m + log s): with large logits m + log s would round away
-      // the small log-probabilities (catastrophic cancellation in float32).
-      const T log_s = static_cast<T>(std::log(s));
-      for (int64_t d = 0; d < D; ++d) yl[d * inner] = (xl[d * inner] - m) - log_s;
-    } else {
-      const T inv = static_cast<T>(1.0 / s);
-      for (int64_t d = 0; d < D; ++d) yl[d * inner] *= inv;
-    }
+    if (inner == 1) softmax_lane(xl, yl, D, 1, log);
+    else softmax_lane(xl, yl, D, inner, log);
   }
 }
 
@@ -50,20 +75,8 @@ void softmax_backward(const T* g, const T* y, T* dx, int64_t outer, int64_t D, i
   for (int64_t l = 0; l < lanes; ++l) {
     const int64_t o = l / inner, i = l % inner;
     const int64_t base = o * D * inner + i;
-    double s = 0;
-    if (log) {
-      for (int64_t d = 0; d < D; ++d) s += g[base + d * inner];
-      for (int64_t d = 0; d < D; ++d) {
-        const int64_t k = base + d * inner;
-        dx[k] = static_cast<T>(g[k] - std::exp(y[k]) * s);
-      }
-    } else {
-      for (int64_t d = 0; d < D; ++d) s += static_cast<double>(g[base + d * inner]) * y[base + d * inner];
-      for (int64_t d = 0; d < D; ++d) {
-        const int64_t k = base + d * inner;
-        dx[k] = static_cast<T>(y[k] * (g[k] - s));
-      }
-    }
+    if (inner == 1) softmax_lane_backward(g + base, y + base, dx + base, D, 1, log);
+    else softmax_lane_backward(g + base, y + base, dx + base, D, inner, log);
   }
 }
 

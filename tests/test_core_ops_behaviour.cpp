@@ -108,6 +108,38 @@ TEST(CoreOpsDeterminism, ScatterAddBackwardsAndReductionsIgnoreThreadCount) {
   }, "cross_entropy");
 }
 
+// A contiguous tensor is one row of for_each_row, cut into a piece per thread: an odd length
+// puts the cut where the vectorised loop of one piece has a scalar tail.
+TEST(CoreOpsDeterminism, ElementwiseSoftmaxAndGeluIgnoreThreadCount) {
+  expect_same_bits_across_threads([] {
+    tg::manual_seed(6);
+    Tensor x = tg::randn({100003});
+    x.requires_grad_();
+    Tensor y = tg::gelu(x);
+    y.backward(tg::randn(y.shape()));
+    std::vector<double> all = y.to(DType::Float64).to_vector<double>(), g = grad_of(x);
+    all.insert(all.end(), g.begin(), g.end());
+    return all;
+  }, "gelu");
+  expect_same_bits_across_threads([] {
+    tg::manual_seed(7);
+    Tensor x = tg::randn({100003});
+    Tensor y = tg::add(tg::mul(x, 3.0), x);
+    y.copy_(x);
+    return y.to(DType::Float64).to_vector<double>();
+  }, "mul, add, copy_");
+  expect_same_bits_across_threads([] {
+    tg::manual_seed(8);
+    Tensor x = tg::randn({37, 1001});
+    x.requires_grad_();
+    Tensor y = tg::softmax(x, 1);
+    y.backward(tg::randn(y.shape()));
+    std::vector<double> all = y.to(DType::Float64).to_vector<double>(), g = grad_of(x);
+    all.insert(all.end(), g.begin(), g.end());
+    return all;
+  }, "softmax");
+}
+
 TEST(CoreOpsSoftmax, LargeLogitsStayFiniteAndRowsSumToOne) {
   Tensor x = tg::mul(tg::randn({64, 1000}), 1000.0);
   Tensor y = tg::softmax(x, 1);

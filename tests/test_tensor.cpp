@@ -155,6 +155,24 @@ TEST(Tensor, MemoryIsCountedAndReturned) {
   EXPECT_EQ(memory_stats().allocated_bytes, before);
 }
 
+// Large freed buffers are kept for the next request of the same size (no fresh pages to fault
+// in), and the counters still report only live tensors.
+TEST(Tensor, LargeFreedBufferIsReusedForTheSameSizeAndNotCounted) {
+  const int64_t before = memory_stats().allocated_bytes;
+  const void* first;
+  {
+    Tensor t = full({1 << 18}, 2.0, DType::Float32);  // 1 MB
+    first = t.data<float>();
+  }
+  EXPECT_EQ(memory_stats().allocated_bytes, before);
+  Tensor other = Tensor::empty({(1 << 18) + 16}, DType::Float32);  // another size: not that block
+  EXPECT_NE(static_cast<const void*>(other.data<float>()), first);
+  Tensor again = zeros({1 << 18}, DType::Float32);
+  EXPECT_EQ(static_cast<const void*>(again.data<float>()), first);
+  for (float v : again.to_vector<float>()) ASSERT_EQ(v, 0.0f);  // contents are the new tensor's
+  EXPECT_EQ(memory_stats().allocated_bytes, before + 2 * (int64_t{1} << 20) + 64);
+}
+
 TEST(Tensor, ToBackwardConvertsTheGradientBack) {
   Tensor x = from_vector(std::vector<double>{1, 2}, {2});
   x.requires_grad_();
