@@ -48,15 +48,29 @@ struct StridedRows {
     for (size_t k = 0; k < K; ++k) row_stride[k] = strides[k].back();
   }
 
-  // Element offsets of the first element of row r, per operand.
-  std::array<int64_t, K> row_offsets(int64_t r) const {
+  // Element offsets of the first element of row r, per operand; `index` (if given) receives
+  // row r's position in the outer dims, for next_row.
+  std::array<int64_t, K> row_offsets(int64_t r, std::vector<int64_t>* index = nullptr) const {
     std::array<int64_t, K> off{};
+    if (index) index->assign(shape.size(), 0);
     for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
       int64_t i = r % shape[d];
       r /= shape[d];
+      if (index) (*index)[d] = i;
       for (size_t k = 0; k < K; ++k) off[k] += i * strides[k][d];
     }
     return off;
+  }
+
+  // Moves `off` and `index` from a row to the next one, like an odometer: no divisions, which
+  // matters when rows are short (broadcasting over a trailing dim of 2 gives millions of rows).
+  void next_row(std::vector<int64_t>& index, std::array<int64_t, K>& off) const {
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
+      for (size_t k = 0; k < K; ++k) off[k] += strides[k][d];
+      if (++index[d] < shape[d]) return;
+      for (size_t k = 0; k < K; ++k) off[k] -= strides[k][d] * shape[d];
+      index[d] = 0;
+    }
   }
 };
 
@@ -80,14 +94,27 @@ void for_each_row(const std::vector<int64_t>& shape, const std::array<std::vecto
     const int64_t per_row = (num_threads() + it.rows - 1) / it.rows;
     pieces = std::max<int64_t>(1, std::min(per_row, it.row_size / kMinPiece));
   }
-  const int64_t tasks = it.rows * pieces;
-#pragma omp parallel for schedule(static) if (parallel && tasks > 1)
+  // A task is a contiguous range of whole rows (pieces == 1: one range per thread) or one piece
+  // of a row. One call site for fn: two would let the compiler vectorise them differently, and
+  // the bits would then depend on the thread count.
+  const int64_t tasks = pieces == 1 ? (parallel ? std::min<int64_t>(it.rows, num_threads()) : 1) : it.rows * pieces;
+#pragma omp parallel for schedule(static) if (tasks > 1)
   for (int64_t task = 0; task < tasks; ++task) {
-    const int64_t r = task / pieces, p = task % pieces;
-    const int64_t begin = it.row_size * p / pieces, end = it.row_size * (p + 1) / pieces;
-    std::array<int64_t, K> off = it.row_offsets(r);
+    int64_t first = task / pieces, last = first + 1, begin = 0, end = it.row_size;
+    if (pieces == 1) {
+      first = it.rows * task / tasks;
+      last = it.rows * (task + 1) / tasks;
+    } else {
+      begin = it.row_size * (task % pieces) / pieces;
+      end = it.row_size * (task % pieces + 1) / pieces;
+    }
+    std::vector<int64_t> index;
+    std::array<int64_t, K> off = it.row_offsets(first, &index);
     for (size_t k = 0; k < K; ++k) off[k] += begin * it.row_stride[k];
-    fn(off, end - begin, it.row_stride);
+    for (int64_t r = first; r < last; ++r) {
+      fn(off, end - begin, it.row_stride);
+      if (r + 1 < last) it.next_row(index, off);
+    }
   }
 }
 
