@@ -17,25 +17,17 @@ namespace tg {
 
 namespace {
 
-std::string list_str(const IntList& v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
-}
-
 // One value for both dims or one per dim (H, W); `empty_means` stands in for an empty list
 // when one is allowed (stride: the kernel size).
 std::array<int64_t, 2> pair_of(const char* op, const char* what, const IntList& v,
                                const std::array<int64_t, 2>* empty_means = nullptr) {
   if (v.empty() && empty_means) return *empty_means;
   TG_CHECK(v.size() == 1 || v.size() == 2, op, ": expected ", what, " to have ", empty_means ? "0, " : "",
-           "1 or 2 values, got ", v.size(), " values ", list_str(v));
+           "1 or 2 values, got ", v.size(), " values ", format_shape(v));
   return v.size() == 1 ? std::array<int64_t, 2>{v[0], v[0]} : std::array<int64_t, 2>{v[0], v[1]};
 }
 
-std::string pair_str(std::array<int64_t, 2> v) { return list_str({v[0], v[1]}); }
+std::string pair_str(std::array<int64_t, 2> v) { return format_shape({v[0], v[1]}); }
 
 // (N, C, H, W) or (C, H, W) with non-zero C, H, W (a zero batch is allowed, as in PyTorch).
 void check_input_shape(const char* op, const Shape& s) {
