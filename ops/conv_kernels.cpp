@@ -134,8 +134,10 @@ constexpr int64_t kChunkBytes = 512 * 1024;
 // is called inside one of our active regions, where Eigen stays single-threaded, so no result
 // depends on the thread count.
 constexpr double kParallelWork = 1 << 16;
-// Grid positions the depthwise weight-gradient dot keeps in registers at once.
+// Room the depthwise weight gradient keeps after a grid slice of y (reads run past it by less
+// than one vector), and the kernel taps it sums in one pass.
 constexpr int64_t kBlock = 64;
+constexpr int kDwTaps = 3;
 // The most elements any flat loop reads past the end of a slice (a direct block or a dot
 // block): boxes keep that much zeroed room after their last channel.
 constexpr int64_t kOverrun = 128;
@@ -960,20 +962,25 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
           for (int64_t t = 0; t < g.K; ++t) acc[t] += depthwise_tap_dot(yp, P.data(), t, g);
           continue;
         }
-        // flat: one long dot per tap over each slice, y zero at the garbage positions
+        // flat: long dots over each slice, y zero at the garbage positions, kDwTaps taps per
+        // pass so that each y vector loaded serves several taps; lanes added by a fixed tree
+        using L = Lanes<T>;
+        const int64_t Sv = (g.S + L::n - 1) / L::n * L::n;
         for (int64_t od = 0; od < g.Do; ++od) {
           std::fill(Y.data(), Y.data() + Ysize, T(0));
           for (int64_t oh = 0; oh < g.Ho; ++oh) {
             std::memcpy(Y.data() + oh * g.Wg, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
           }
-          for (int64_t t = 0; t < g.K; ++t) {
-            const T* src = P.data() + od * g.slice + g.off[t];
-            T s[kBlock] = {};
-            for (int64_t q = 0; q < g.S; q += kBlock)
-              for (int64_t j = 0; j < kBlock; ++j) s[j] += Y[q + j] * src[q + j];
-            double d = 0;
-            for (int64_t j = 0; j < kBlock; ++j) d += double(s[j]);
-            acc[t] += d;
+          for (int64_t t0 = 0; t0 < g.K; t0 += kDwTaps) {
+            const T* src[kDwTaps];  // taps past K repeat the last one (discarded)
+            for (int k = 0; k < kDwTaps; ++k) src[k] = P.data() + od * g.slice + g.off[std::min(t0 + k, g.K - 1)];
+            typename L::vec a[kDwTaps] = {};
+            for (int64_t q = 0; q < Sv; q += L::n) {
+              const typename L::vec yv = L::load(Y.data() + q);
+#pragma GCC unroll 4
+              for (int k = 0; k < kDwTaps; ++k) a[k] += yv * L::load(src[k] + q);
+            }
+            for (int64_t k = 0; k < std::min<int64_t>(kDwTaps, g.K - t0); ++k) acc[t0 + k] += double(L::sum(a[k]));
           }
         }
       }
