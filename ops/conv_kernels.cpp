@@ -41,7 +41,10 @@
 //                      each from y[m - (t * dil) / s], i.e. y correlated with part of the flipped,
 //                      transposed kernel. Non-finite weights (the correlation would meet 0 * Inf
 //                      in y's padding) and narrow grids take GEMM + col2im instead.
-//   weight_grad        im2col + Eigen GEMM, the long sum over positions in the GEMM's depth.
+//   weight_grad        flat grids of >= kDwMinPlane positions: direct (weight_grad_direct): a tile of
+//                      column channels x (image channel, tap) rows is summed in vector registers
+//                      over the positions straight from the boxes. Otherwise im2col + Eigen GEMM,
+//                      the long sum over positions in the GEMM's depth.
 // The GEMMs use column-major maps of our row-major buffers: a row-major (R x C) buffer is a
 // column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T. Column matrices
 // are built in chunks of positions (about kChunkBytes) that stay in L2 until the GEMM packs them.
@@ -54,7 +57,8 @@
 // bit-identical for any thread count:
 //   correlate, correlate_adjoint: items (n, g, range of blocks or chunks) -> own y / x there
 //   GEMM adjoint:       items (n, g, block of image channels)              -> own x[n, g, block]
-//   weight_grad:        items (slot of samples, g, block of ci, block of co) -> own their slot's
+//   weight_grad direct: items (g, block of co)                              -> own dw[g, co-block]
+//   weight_grad GEMM:   items (slot of samples, g, block of ci, block of co) -> own their slot's
 //                       partial dw[g, co-block, ci-block]; slots are added in a fixed order
 // Every cut that reaches a GEMM depends on the shape only. Inside our parallel regions Eigen's
 // GEMM runs single-threaded (Eigen checks omp_get_num_threads()).
