@@ -74,6 +74,8 @@
 #include <type_traits>
 #include <vector>
 
+#pragma GCC diagnostic ignored "-Wpsabi"  // see Lanes
+
 namespace tg::kernels {
 
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
@@ -536,6 +538,8 @@ void gemm(Dst& dst, const Lhs& lhs, const Rhs& rhs, bool accumulate) {
 
 // One 64-byte vector of T (GCC/Clang vector extension): the compiler keeps a small array of
 // these in registers where it would spill (or vectorise the wrong way) an array of plain T.
+// (Without AVX-512, GCC notes at every call that such a vector passed by value has another
+// ABI; irrelevant for these internal, inlined helpers, hence -Wpsabi off for this file.)
 template <class T>
 struct Lanes {
   typedef T vec __attribute__((vector_size(64)));
@@ -1172,7 +1176,9 @@ void dw_tile(const T* const* yrow, const T* const* xrow, int64_t samples, int64_
 #pragma GCC unroll 8
         for (int r = 0; r < kDwR; ++r) {
           typename L::vec xv = L::load(xp[r] + q);
+#if defined(__AVX512F__)
           __asm__("" : "+v"(xv));  // one load used 4 times, not 4 loads folded into the FMAs
+#endif
 #pragma GCC unroll 8
           for (int o = 0; o < kDwO; ++o) acc[o][r] += yv[o] * xv;
         }
