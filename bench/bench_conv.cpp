@@ -36,10 +36,12 @@ void forward(benchmark::State& state, const ConvCase& c) {
   manual_seed(0);
   Tensor x = randn(c.input), w = randn(c.weight) * 0.05,
          b = randn({c.transposed ? c.weight[1] * c.groups : c.weight[0]});
-  Tensor y = run(c, x, w, b);
+  const Tensor y = run(c, x, w, b);
   for (auto _ : state) {
-    y = run(c, x, w, b);
-    benchmark::DoNotOptimize(y.data<float>());
+    // the output is freed before the next call, as in PyTorch's loop (holding it would make
+    // every call map and fault in fresh pages)
+    Tensor out = run(c, x, w, b);
+    benchmark::DoNotOptimize(out.data<float>());
   }
   state.counters["GFLOP/s"] =
       benchmark::Counter(forward_flops(c, y) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -61,6 +63,30 @@ void forward_backward(benchmark::State& state, const ConvCase& c) {
     b.zero_grad();
   }
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// One piece of a training step through the kernel API, as aten::convolution_backward with a
+// one-gradient mask: "fwd" (no bias), "gin", "gw", "gb". Run by tools/conv_parts_vs_torch.py to
+// see which piece loses against PyTorch.
+void piece(benchmark::State& state, const ConvCase& c, int which) {
+  use_threads(state);
+  manual_seed(0);
+  Tensor x = randn(c.input), w = randn(c.weight) * 0.05;
+  const int64_t C_out = c.transposed ? c.weight[1] * c.groups : c.weight[0];
+  Tensor y = run(c, x, w, Tensor());
+  Tensor g = ones(y.shape());
+  const std::array<bool, 3> mask{which == 1, which == 2, which == 3};
+  y = Tensor();
+  for (auto _ : state) {
+    if (which == 0) {
+      Tensor out = run(c, x, w, Tensor());
+      benchmark::DoNotOptimize(out.data<float>());
+    } else {
+      ConvolutionGrads r = convolution_backward(g, x, w, {C_out}, c.stride, c.padding, {1}, c.transposed, {0},
+                                                c.groups, mask);
+      benchmark::DoNotOptimize(r.grad_input.defined());
+    }
+  }
 }
 
 // C (M, N) = A (M, K) B (K, N) in float32: the GEMM the 3x3 case's forward is made of.
@@ -97,6 +123,10 @@ const bool registered = [] {
   for (const ConvCase& c : cases()) {
     add_case(with_suffix(c.name, "_fwd"), [&c](benchmark::State& s) { forward(s, c); });
     add_case(with_suffix(c.name, "_fwd_bwd"), [&c](benchmark::State& s) { forward_backward(s, c); });
+    const char* pieces[] = {"_part_fwd", "_part_gin", "_part_gw", "_part_gb"};
+    for (int i = 0; i < 4; ++i) {
+      add_case(with_suffix(c.name, pieces[i]), [&c, i](benchmark::State& s) { piece(s, c, i); });
+    }
   }
   add_case("gemm_f32/M64_K576_N3136", [](benchmark::State& s) { gemm_case(s, 64, 576, 3136); });
   add_case("gemm_f32/M1024_K1024_N1024", [](benchmark::State& s) { gemm_case(s, 1024, 1024, 1024); });

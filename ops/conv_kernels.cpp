@@ -41,7 +41,10 @@
 //                      each from y[m - (t * dil) / s], i.e. y correlated with part of the flipped,
 //                      transposed kernel. Non-finite weights (the correlation would meet 0 * Inf
 //                      in y's padding) and narrow grids take GEMM + col2im instead.
-//   weight_grad        im2col + Eigen GEMM, the long sum over positions in the GEMM's depth.
+//   weight_grad        flat grids of >= kDwMinPlane positions: direct (weight_grad_direct): a tile of
+//                      column channels x (image channel, tap) rows is summed in vector registers
+//                      over the positions straight from the boxes. Otherwise im2col + Eigen GEMM,
+//                      the long sum over positions in the GEMM's depth.
 // The GEMMs use column-major maps of our row-major buffers: a row-major (R x C) buffer is a
 // column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T. Column matrices
 // are built in chunks of positions (about kChunkBytes) that stay in L2 until the GEMM packs them.
@@ -54,7 +57,8 @@
 // bit-identical for any thread count:
 //   correlate, correlate_adjoint: items (n, g, range of blocks or chunks) -> own y / x there
 //   GEMM adjoint:       items (n, g, block of image channels)              -> own x[n, g, block]
-//   weight_grad:        items (slot of samples, g, block of ci, block of co) -> own their slot's
+//   weight_grad direct: items (g, block of co)                              -> own dw[g, co-block]
+//   weight_grad GEMM:   items (slot of samples, g, block of ci, block of co) -> own their slot's
 //                       partial dw[g, co-block, ci-block]; slots are added in a fixed order
 // Every cut that reaches a GEMM depends on the shape only. Inside our parallel regions Eigen's
 // GEMM runs single-threaded (Eigen checks omp_get_num_threads()).
@@ -66,7 +70,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
+#include <type_traits>
 #include <vector>
+
+#pragma GCC diagnostic ignored "-Wpsabi"  // see Lanes
 
 namespace tg::kernels {
 
@@ -132,8 +140,10 @@ constexpr int64_t kChunkBytes = 512 * 1024;
 // is called inside one of our active regions, where Eigen stays single-threaded, so no result
 // depends on the thread count.
 constexpr double kParallelWork = 1 << 16;
-// Grid positions the depthwise weight-gradient dot keeps in registers at once.
+// Room the depthwise weight gradient keeps after a grid slice of y (reads run past it by less
+// than one vector), and the kernel taps it sums in one pass.
 constexpr int64_t kBlock = 64;
+constexpr int kDwTaps = 3;
 // The most elements any flat loop reads past the end of a slice (a direct block or a dot
 // block): boxes keep that much zeroed room after their last channel.
 constexpr int64_t kOverrun = 128;
@@ -526,6 +536,31 @@ void gemm(Dst& dst, const Lhs& lhs, const Rhs& rhs, bool accumulate) {
   }
 }
 
+// One 64-byte vector of T (GCC/Clang vector extension): the compiler keeps a small array of
+// these in registers where it would spill (or vectorise the wrong way) an array of plain T.
+// (Without AVX-512, GCC notes at every call that such a vector passed by value has another
+// ABI; irrelevant for these internal, inlined helpers, hence -Wpsabi off for this file.)
+template <class T>
+struct Lanes {
+  typedef T vec __attribute__((vector_size(64)));
+  static constexpr int n = int(64 / sizeof(T));
+  static vec load(const T* p) {
+    vec v;
+    std::memcpy(&v, p, sizeof v);  // unaligned
+    return v;
+  }
+  // The sum of the lanes by a fixed tree (halves, then quarters, ...): the same order always.
+  static T sum(vec v) {
+    T a[n];
+    std::memcpy(a, &v, sizeof v);
+#pragma GCC unroll 8
+    for (int h = n / 2; h >= 1; h /= 2)
+#pragma GCC unroll 16
+      for (int j = 0; j < h; ++j) a[j] += a[j + h];
+    return a[0];
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Direct correlation: out[o, position] = bias[o] + sum_{c, t} wr[o, c, t] * in[c, position + off[t]]
 // over a flat grid, without any column matrix. A block of OB output channels x QB positions
@@ -573,19 +608,38 @@ void direct_blocks(const T* in, const T* wr, int64_t n_out, const T* bias, T* ou
       }
       const T* wt = wr + ob * wstep;
       if constexpr (OB <= 2) {
-        // each (c, t) streams over the run: a register block this thin gets vectorised across
-        // the taps instead (with gathers); the run stops at the slice's end
+        // A block this thin holds few sums: the run (which stops at the slice's end, rounded up
+        // to whole vectors) goes in sub-blocks of U vectors, each summed in registers over (c, t).
+        using L = Lanes<T>;
+        constexpr int U = 4;
         const int64_t len = std::min<int64_t>(QB, pl.rows * pl.width - q);
-        for (int64_t c = 0; c < pl.n_in; ++c) {
-          const T* ic = in_q + c * pl.in_cstride;
-          for (int64_t t = 0; t < pl.n_taps; ++t, wt += OB) {
-            const T* src = ic + pl.off[t];
-            for (int o = 0; o < OB; ++o) {
-              const T wv = wt[o];
-              for (int64_t j = 0; j < len; ++j) acc[o][j] += wv * src[j];
+        const int64_t len_v = (len + L::n - 1) / L::n * L::n;
+        T b0[OB];  // acc holds the bias until the first sub-block overwrites it
+        for (int o = 0; o < OB; ++o) b0[o] = acc[o][0];
+        auto run = [&](auto u_tag, int64_t j0) {
+          constexpr int NU = decltype(u_tag)::value;
+          typename L::vec a[OB][NU];
+          for (int o = 0; o < OB; ++o)
+            for (int u = 0; u < NU; ++u) a[o][u] = typename L::vec{} + b0[o];
+          const T* w_ct = wt;
+          for (int64_t c = 0; c < pl.n_in; ++c) {
+            const T* ic = in_q + c * pl.in_cstride + j0;
+            for (int64_t t = 0; t < pl.n_taps; ++t, w_ct += OB) {
+              const T* src = ic + pl.off[t];
+#pragma GCC unroll 8
+              for (int u = 0; u < NU; ++u) {
+                const typename L::vec xv = L::load(src + u * L::n);
+#pragma GCC unroll 4
+                for (int o = 0; o < OB; ++o) a[o][u] += w_ct[o] * xv;
+              }
             }
           }
-        }
+          for (int o = 0; o < OB; ++o)
+            for (int u = 0; u < NU; ++u) std::memcpy(&acc[o][j0 + u * L::n], &a[o][u], sizeof(a[o][u]));
+        };
+        int64_t j0 = 0;
+        for (; j0 + U * L::n <= len_v; j0 += U * L::n) run(std::integral_constant<int, U>{}, j0);
+        for (; j0 < len_v; j0 += L::n) run(std::integral_constant<int, 1>{}, j0);
       } else {
         for (int64_t c = 0; c < pl.n_in; ++c) {
           const T* ic = in_q + c * pl.in_cstride;
@@ -916,20 +970,25 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
           for (int64_t t = 0; t < g.K; ++t) acc[t] += depthwise_tap_dot(yp, P.data(), t, g);
           continue;
         }
-        // flat: one long dot per tap over each slice, y zero at the garbage positions
+        // flat: long dots over each slice, y zero at the garbage positions, kDwTaps taps per
+        // pass so that each y vector loaded serves several taps; lanes added by a fixed tree
+        using L = Lanes<T>;
+        const int64_t Sv = (g.S + L::n - 1) / L::n * L::n;
         for (int64_t od = 0; od < g.Do; ++od) {
           std::fill(Y.data(), Y.data() + Ysize, T(0));
           for (int64_t oh = 0; oh < g.Ho; ++oh) {
             std::memcpy(Y.data() + oh * g.Wg, yp + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
           }
-          for (int64_t t = 0; t < g.K; ++t) {
-            const T* src = P.data() + od * g.slice + g.off[t];
-            T s[kBlock] = {};
-            for (int64_t q = 0; q < g.S; q += kBlock)
-              for (int64_t j = 0; j < kBlock; ++j) s[j] += Y[q + j] * src[q + j];
-            double d = 0;
-            for (int64_t j = 0; j < kBlock; ++j) d += double(s[j]);
-            acc[t] += d;
+          for (int64_t t0 = 0; t0 < g.K; t0 += kDwTaps) {
+            const T* src[kDwTaps];  // taps past K repeat the last one (discarded)
+            for (int k = 0; k < kDwTaps; ++k) src[k] = P.data() + od * g.slice + g.off[std::min(t0 + k, g.K - 1)];
+            typename L::vec a[kDwTaps] = {};
+            for (int64_t q = 0; q < Sv; q += L::n) {
+              const typename L::vec yv = L::load(Y.data() + q);
+#pragma GCC unroll 4
+              for (int k = 0; k < kDwTaps; ++k) a[k] += yv * L::load(src[k] + q);
+            }
+            for (int64_t k = 0; k < std::min<int64_t>(kDwTaps, g.K - t0); ++k) acc[t0 + k] += double(L::sum(a[k]));
           }
         }
       }
@@ -1086,6 +1145,131 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Direct weight gradient on a flat grid, without a column matrix:
+//   dw[co, r] = sum_n sum_q Y[n, co, q] * P[n, ci, q + off[t]]      rows r = (ci, t)
+// with Y = y laid on the grid (zero at the garbage positions and past each slice's end, so they
+// add exact zeros while x is finite) and P = x's boxes. A tile of kDwO column channels x kDwR
+// rows is summed in vector registers (V lanes each) over the positions of a few samples (a
+// "pass"); the lanes are then added by a fixed tree and the passes in double. Each x value is
+// read once per tile from a box in L1/L2, where im2col + GEMM would copy it K times and pack it
+// again.
+constexpr int kDwO = 4, kDwR = 6;  // 24 accumulators + 4 y rows + 1 x row: 29 of 32 registers
+
+// out[o * ld_out + r] += sum over `samples` x `slices` runs of yrow[o][q] * xrow[r][q], q < len;
+// runs are y_sample / x_sample and y_slice / x_slice apart; len is a multiple of V.
+template <class T>
+void dw_tile(const T* const* yrow, const T* const* xrow, int64_t samples, int64_t y_sample, int64_t x_sample,
+             int64_t slices, int64_t y_slice, int64_t x_slice, int64_t len, double* out, int64_t ld_out) {
+  using L = Lanes<T>;
+  typename L::vec acc[kDwO][kDwR] = {};
+  for (int64_t i = 0; i < samples; ++i)
+    for (int64_t sl = 0; sl < slices; ++sl) {
+      const T* yp[kDwO];
+      const T* xp[kDwR];
+      for (int o = 0; o < kDwO; ++o) yp[o] = yrow[o] + i * y_sample + sl * y_slice;
+      for (int r = 0; r < kDwR; ++r) xp[r] = xrow[r] + i * x_sample + sl * x_slice;
+      for (int64_t q = 0; q < len; q += L::n) {
+        typename L::vec yv[kDwO];
+#pragma GCC unroll 8
+        for (int o = 0; o < kDwO; ++o) yv[o] = L::load(yp[o] + q);
+#pragma GCC unroll 8
+        for (int r = 0; r < kDwR; ++r) {
+          typename L::vec xv = L::load(xp[r] + q);
+#if defined(__AVX512F__)
+          __asm__("" : "+v"(xv));  // one load used 4 times, not 4 loads folded into the FMAs
+#endif
+#pragma GCC unroll 8
+          for (int o = 0; o < kDwO; ++o) acc[o][r] += yv[o] * xv;
+        }
+      }
+    }
+  for (int o = 0; o < kDwO; ++o)
+    for (int r = 0; r < kDwR; ++r) out[o * ld_out + r] += double(L::sum(acc[o][r]));
+}
+
+constexpr int64_t kDwMinPlane = 512;
+
+// dw[g] for flat grids. Items (g, block of ob column channels) own their rows of dw and read
+// every sample once, in order, ns samples per pass (so that a pass is long enough for the tiles'
+// final sums to cost little); image channels go through boxes a block at a time (cb channels,
+// so that the y block and the boxes stay in L2). Every element of dw is summed in the same order
+// whatever the blocks, so the result does not depend on the thread count.
+template <class T>
+void weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
+  constexpr int64_t V = Lanes<T>::n, sz = sizeof(T);
+  constexpr int64_t kBudget = 384 * 1024;    // bytes for the y block, and for the boxes (L2: 1 MB)
+  const int64_t Sp = (g.S + V - 1) / V * V;  // one slice of the grid, padded to whole vectors
+  const int64_t ldY = g.Do * Sp;             // one column channel on the padded grid
+  const int64_t ns = std::clamp<int64_t>((2048 + ldY - 1) / ldY, 1, std::max<int64_t>(g.N, 1));
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int threads = big ? max_threads() : 1;
+  const int64_t o_tiles = (g.Cog + kDwO - 1) / kDwO;
+  int64_t nb = std::max(pieces_for(g.G, o_tiles, threads),
+                        std::min(o_tiles, (ns * g.Cog * ldY * sz + kBudget - 1) / kBudget));
+  if (g.G * nb < 8 * threads) nb = std::min(o_tiles, (g.G * nb + threads - 1) / threads * threads / g.G);
+  const int64_t ob = (o_tiles + nb - 1) / nb * kDwO;  // column channels per block
+  nb = (g.Cog + ob - 1) / ob;
+  // image channels per box block: as many as fit, rounded so that blocks hold whole row tiles
+  int64_t cb = std::clamp<int64_t>(kBudget / std::max<int64_t>(ns * g.box.L * sz, 1), 1, g.Cig);
+  const int64_t whole = kDwR / std::gcd<int64_t>(g.K, kDwR);
+  if (cb > whole) cb -= cb % whole;
+  const int64_t Ps = cb * g.box.L + g.box.slack;  // one sample's boxes
+  const int64_t items = g.G * nb;
+#pragma omp parallel if (big && items > 1)
+  {
+    Scratch<T, 0> P(ns * Ps);
+    Scratch<T, 1> Y(ns * ob * ldY);
+    Scratch<double, 2> acc(ob * g.CKg);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
+      std::fill(acc.data(), acc.data() + no * g.CKg, 0.0);
+      for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
+        const int64_t nn = std::min(g.N - n0, ns);
+        // Y[i, o]: the block's column channels of sample n0 + i on the padded grid, zero elsewhere
+        std::fill(Y.data(), Y.data() + nn * ob * ldY, T(0));
+        for (int64_t i = 0; i < nn; ++i)
+          for (int64_t o = 0; o < no; ++o) {
+            const T* yc = y + (((n0 + i) * g.G + grp) * g.Cog + o0 + o) * g.Lo;
+            for (int64_t od = 0; od < g.Do; ++od)
+              for (int64_t oh = 0; oh < g.Ho; ++oh) {
+                std::memcpy(Y.data() + (i * ob + o) * ldY + od * Sp + oh * g.Wg, yc + (od * g.Ho + oh) * g.Wo,
+                            sizeof(T) * g.Wo);
+              }
+          }
+        for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
+          const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
+          for (int64_t i = 0; i < nn; ++i) {
+            pad_image(x + (((n0 + i) * g.G + grp) * g.Cig + c0) * g.Li, nc, g.Di, g.Hi, g.Wi, g.box,
+                      P.data() + i * Ps);
+          }
+          for (int64_t r0 = 0; r0 < rows; r0 += kDwR) {
+            // rows past the block's end and channels past `no` repeat a valid one (discarded)
+            const T* xrow[kDwR];
+            for (int r = 0; r < kDwR; ++r) {
+              const int64_t rr = std::min(r0 + r, rows - 1);
+              xrow[r] = P.data() + (rr / g.K) * g.box.L + g.off[rr % g.K];
+            }
+            for (int64_t oo = 0; oo < no; oo += kDwO) {
+              const T* yrow[kDwO];
+              for (int o = 0; o < kDwO; ++o) yrow[o] = Y.data() + std::min(oo + o, no - 1) * ldY;
+              double out[kDwO * kDwR] = {};
+              dw_tile(yrow, xrow, nn, ob * ldY, Ps, g.Do, Sp, g.slice, Sp, out, kDwR);
+              for (int64_t o = 0; o < std::min<int64_t>(kDwO, no - oo); ++o)
+                for (int64_t r = 0; r < std::min<int64_t>(kDwR, rows - r0); ++r) {
+                  acc[(oo + o) * g.CKg + c0 * g.K + r0 + r] += out[o * kDwR + r];
+                }
+            }
+          }
+        }
+      }
+      for (int64_t o = 0; o < no; ++o)
+        for (int64_t r = 0; r < g.CKg; ++r) dw[(grp * g.Cog + o0 + o) * g.CKg + r] = T(acc[o * g.CKg + r]);
+    }
+  }
+}
+
 // dw[g] = sum_n y[n, g] . im2col(x[n, g])^T. Items (slot, g, ci block, co block): a slot is a
 // fixed range of samples whose partial sum goes to its own buffer (slot 0 straight into dw), so
 // every sample's x and y are read once; the slots are then added in order. Slots and blocks
@@ -1094,6 +1278,14 @@ template <class T>
 void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbage = false) {
   if (g.Co == 0 || g.CKg == 0) return;
   if (g.depthwise) return weight_grad_depthwise(y, x, dw, g);
+  // Direct on flat grids with planes of at least kDwMinPlane positions; on smaller ones (14 x 14
+  // at stride 2 measured) the tiles' setup and final sums cost more than the GEMM's packing.
+  if (g.flat && !exact_garbage && g.Do * g.S >= kDwMinPlane) {
+    weight_grad_direct(y, x, dw, g);
+    // garbage positions meet x's neighbours (0 * Inf = NaN): redo the rare non-finite case exactly
+    if (!all_finite(dw, g.Co * g.CKg)) weight_grad(y, x, dw, g, true);
+    return;
+  }
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t wsize = g.Co * g.CKg;
   int64_t n_slots = big ? std::clamp<int64_t>(g.N, 1, kSplitTarget) : 1;

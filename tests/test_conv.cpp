@@ -216,6 +216,81 @@ TEST(Conv, SameInputsSameBitsForAnyThreadCount) {
   set_num_threads(saved);
 }
 
+// grad_weight by its definition, in double, for stride 1, dilation 1 and padding `pad` on every
+// side: dw[co, ci, t] = sum_{n, o} g[n, co, o] * x[n, group(co) * Cig + ci, o + t - pad].
+// 2-D tensors are taken as 3-D ones with D = 1.
+std::vector<double> grad_weight_by_definition(const Tensor& x, const Tensor& g, const Shape& wshape, int64_t groups,
+                                              int64_t pad) {
+  const bool d3 = x.dim() == 5;
+  const int64_t N = x.size(0), Ci = x.size(1), Di = d3 ? x.size(2) : 1, Hi = x.size(-2), Wi = x.size(-1);
+  const int64_t Co = g.size(1), Do = d3 ? g.size(2) : 1, Ho = g.size(-2), Wo = g.size(-1);
+  const int64_t Cig = wshape[1], kd = d3 ? wshape[2] : 1, kh = wshape[wshape.size() - 2], kw = wshape.back();
+  const int64_t pd = d3 ? pad : 0;
+  std::vector<double> xv = x.to(DType::Float64).to_vector<double>(), gv = g.to(DType::Float64).to_vector<double>();
+  std::vector<double> dw(Co * Cig * kd * kh * kw, 0.0);
+  for (int64_t co = 0; co < Co; ++co)
+    for (int64_t ci = 0; ci < Cig; ++ci)
+      for (int64_t a = 0; a < kd; ++a)
+        for (int64_t b = 0; b < kh; ++b)
+          for (int64_t e = 0; e < kw; ++e) {
+            double sum = 0;
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t od = 0; od < Do; ++od)
+                for (int64_t oh = 0; oh < Ho; ++oh)
+                  for (int64_t ow = 0; ow < Wo; ++ow) {
+                    const int64_t iz = od + a - pd, iy = oh + b - pad, ix = ow + e - pad;
+                    if (iz < 0 || iz >= Di || iy < 0 || iy >= Hi || ix < 0 || ix >= Wi) continue;
+                    const int64_t c = co / (Co / groups) * Cig + ci;
+                    sum += gv[(((n * Co + co) * Do + od) * Ho + oh) * Wo + ow] *
+                           xv[(((n * Ci + c) * Di + iz) * Hi + iy) * Wi + ix];
+                  }
+            dw[(((co * Cig + ci) * kd + a) * kh + b) * kw + e] = sum;
+          }
+  return dw;
+}
+
+// Stride 1 with planes large enough for the direct weight gradient (a grid of >= 512
+// positions), grouped and depthwise: grad_weight against its definition, and the same bits for
+// 1 and 2 threads (the 2-thread run cuts the output channels into other blocks).
+TEST(Conv, DirectPathsSameBitsForAnyThreadCount) {
+  const int saved = num_threads();
+  struct Shape3 {
+    Shape x, w;
+    int64_t groups;
+  };
+  for (const Shape3& s : {Shape3{{3, 8, 24, 26}, {12, 4, 3, 3}, 2}, Shape3{{2, 6, 30, 30}, {6, 1, 3, 3}, 6},
+                          Shape3{{2, 5, 9, 10, 12}, {7, 5, 3, 3, 3}, 1}}) {
+    SCOPED_TRACE(format_shape(s.x));
+    manual_seed(5);
+    Tensor x = randn(s.x), w = randn(s.w);
+    const IntList pad{1};
+    Tensor y = convolution(x, w, Tensor(), {1}, pad, {1}, false, {0}, s.groups);
+    Tensor g = randn(y.shape());
+    auto run = [&] {
+      ConvolutionGrads r = convolution_backward(g, x, w, {}, {1}, pad, {1}, false, {0}, s.groups, {true, true, false});
+      return std::vector<Tensor>{convolution(x, w, Tensor(), {1}, pad, {1}, false, {0}, s.groups), r.grad_input,
+                                 r.grad_weight};
+    };
+    set_num_threads(2);
+    std::vector<Tensor> a = run(), b = run();
+    set_num_threads(1);
+    std::vector<Tensor> one = run();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(same_bits(a[i], b[i])) << "run to run, result " << i;
+      EXPECT_TRUE(same_bits(a[i], one[i])) << "1 vs 2 threads, result " << i;
+    }
+    // float32: sums of up to ~2000 products of unit normals (|dw| ~ 50), float32 lanes
+    const Tensor expected =
+        from_vector(grad_weight_by_definition(x, g, s.w, s.groups, 1), s.w);
+    expect_close(a[2], expected, 1e-4, 1e-4, "grad_weight float32");
+    // float64 through the same kernel: exact up to rounding
+    ConvolutionGrads r64 = convolution_backward(g.to(DType::Float64), x.to(DType::Float64), w.to(DType::Float64), {},
+                                                {1}, pad, {1}, false, {0}, s.groups, {false, true, false});
+    expect_close(r64.grad_weight, expected, 1e-10, 1e-10, "grad_weight float64");
+  }
+  set_num_threads(saved);
+}
+
 // ---- bad input: each names the op and the argument ----
 
 void expect_error(const std::string& msg, std::initializer_list<const char*> pieces) {
