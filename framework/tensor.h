@@ -19,6 +19,7 @@
 namespace tg {
 
 using Shape = std::vector<int64_t>;
+using IntList = std::vector<int64_t>;  // per-dim op arguments: stride, padding, kernel size, ...
 
 class Node;
 class Tensor;

@@ -12,18 +12,10 @@ namespace tg {
 
 namespace {
 
-std::string list_str(const IntList& v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
-}
-
 // One value for every spatial dim, or one per dim (PyTorch's expand_param_if_needed).
 IntList expand_list(const char* op, const char* what, const IntList& v, int dims) {
   TG_CHECK(v.size() == 1 || v.size() == static_cast<size_t>(dims), op, ": expected ", what, " to have 1 or ", dims,
-           " values for a ", dims, "-D convolution, got ", v.size(), " values ", list_str(v));
+           " values for a ", dims, "-D convolution, got ", v.size(), " values ", format_shape(v));
   return v.size() == 1 ? IntList(dims, v[0]) : v;
 }
 
@@ -54,7 +46,7 @@ kernels::ConvParams check_geometry(const char* op, int dims, const Shape& input,
   TG_CHECK(padding_arg.size() == 1 || padding_arg.size() == static_cast<size_t>(dims) ||
                padding_arg.size() == static_cast<size_t>(2 * dims),
            op, ": expected padding to have 1, ", dims, " or ", 2 * dims, " (before, after per dim) values for a ", dims,
-           "-D convolution, got ", padding_arg.size(), " values ", list_str(padding_arg));
+           "-D convolution, got ", padding_arg.size(), " values ", format_shape(padding_arg));
   IntList before(dims), after(dims);
   for (int d = 0; d < dims; ++d) {
     if (padding_arg.size() == static_cast<size_t>(2 * dims)) {
@@ -66,13 +58,13 @@ kernels::ConvParams check_geometry(const char* op, int dims, const Shape& input,
   }
   const IntList output_padding = expand_list(op, "output_padding", output_padding_arg, dims);
   for (int d = 0; d < dims; ++d) {
-    TG_CHECK(stride[d] > 0, op, ": expected stride to be positive, got ", list_str(stride));
-    TG_CHECK(dilation[d] > 0, op, ": expected dilation to be positive, got ", list_str(dilation));
-    TG_CHECK(before[d] >= 0 && after[d] >= 0, op, ": expected padding to be non-negative, got ", list_str(padding_arg));
+    TG_CHECK(stride[d] > 0, op, ": expected stride to be positive, got ", format_shape(stride));
+    TG_CHECK(dilation[d] > 0, op, ": expected dilation to be positive, got ", format_shape(dilation));
+    TG_CHECK(before[d] >= 0 && after[d] >= 0, op, ": expected padding to be non-negative, got ", format_shape(padding_arg));
     TG_CHECK(weight[2 + d] > 0, op, ": expected positive kernel sizes, got weight ", format_shape(weight));
     if (!transposed) {
       TG_CHECK(output_padding[d] == 0, op, ": output_padding is only for transposed convolutions, got ",
-               list_str(output_padding_arg));
+               format_shape(output_padding_arg));
     } else {
       TG_CHECK(output_padding[d] >= 0 && (output_padding[d] < stride[d] || output_padding[d] < dilation[d]), op,
                ": expected output_padding[", d, "] = ", output_padding[d], " to be non-negative and smaller than ",
@@ -103,8 +95,8 @@ kernels::ConvParams check_geometry(const char* op, int dims, const Shape& input,
   IntList out(p.out.begin() + (3 - dims), p.out.end());
   for (int64_t o : out) {
     TG_CHECK(o > 0, op, ": output size is too small: input ", format_shape(input), " with weight ",
-             format_shape(weight), ", stride ", list_str(stride), ", padding ", list_str(padding_arg), ", dilation ",
-             list_str(dilation), " gives spatial size ", list_str(out));
+             format_shape(weight), ", stride ", format_shape(stride), ", padding ", format_shape(padding_arg), ", dilation ",
+             format_shape(dilation), " gives spatial size ", format_shape(out));
   }
   return p;
 }
@@ -362,7 +354,7 @@ ConvolutionGrads convolution_backward(const Tensor& grad_output, const Tensor& i
   TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output to have the output's shape ",
            format_shape(out_shape), ", got ", format_shape(grad_output.shape()));
   TG_CHECK(bias_sizes.empty() || bias_sizes == IntList{p.C_out}, op, ": expected bias_sizes to be [", p.C_out,
-           "] (out_channels) or empty, got ", list_str(bias_sizes));
+           "] (out_channels) or empty, got ", format_shape(bias_sizes));
   return backward_with_params(op, grad_output.detach(), input.detach(), weight.detach(), input.shape(), weight.shape(),
                               p, output_mask);
 }

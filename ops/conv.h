@@ -16,8 +16,6 @@
 
 namespace tg {
 
-using IntList = std::vector<int64_t>;
-
 // input (N, C_in, in...), weight (C_out, C_in / groups, k...) or, transposed,
 // (C_in, C_out / groups, k...), bias (C_out) or undefined -> (N, C_out, out...).
 // The number of spatial dims is weight.dim() - 2. Differentiable in input, weight and bias.

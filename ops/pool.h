@@ -16,8 +16,6 @@
 
 namespace tg {
 
-using IntList = std::vector<int64_t>;
-
 // Differentiable in input. A NaN in a window is that window's maximum (as in PyTorch).
 Tensor max_pool2d(const Tensor& input, const IntList& kernel_size, const IntList& stride = {},
                   const IntList& padding = {0}, const IntList& dilation = {1}, bool ceil_mode = false);
