@@ -1,5 +1,5 @@
-// Forward + backward of the core ops a small transformer-style model leans on, at sizes where
-// the OpenMP paths run. tools/bench_vs_torch.py has the same cases in PyTorch.
+// Forward + backward of the core ops a small transformer-style model or a CNN leans on (pooling
+// on ResNet-like shapes), at sizes where the OpenMP paths run. tools/bench_vs_torch.py has the same cases in PyTorch.
 #include "bench_common.h"
 
 namespace tg::bench {
@@ -35,6 +35,15 @@ const bool registered = [] {
   add_case("embedding_fwd_bwd/V10000_D256_T32768", [](benchmark::State& s) {
     Tensor idx = randint(0, 10000, {32768});
     fwd_bwd(s, randn({10000, 256}), [idx](const Tensor& w) { return embedding(w, idx); });
+  });
+  add_case("max_pool2d_fwd_bwd/N8_C64_H112_W112_k3_s2_p1", [](benchmark::State& s) {
+    fwd_bwd(s, randn({8, 64, 112, 112}), [](const Tensor& x) { return max_pool2d(x, {3}, {2}, {1}); });
+  });
+  add_case("avg_pool2d_fwd_bwd/N8_C256_H28_W28_k2_s2", [](benchmark::State& s) {
+    fwd_bwd(s, randn({8, 256, 28, 28}), [](const Tensor& x) { return avg_pool2d(x, {2}, {2}); });
+  });
+  add_case("adaptive_avg_pool2d_fwd_bwd/N8_C512_H7_W7_to1", [](benchmark::State& s) {
+    fwd_bwd(s, randn({8, 512, 7, 7}), [](const Tensor& x) { return adaptive_avg_pool2d(x, {1, 1}); });
   });
   return true;
 }();

@@ -289,6 +289,12 @@ CASES = {
     "layer_norm_fwd_bwd/R1024_C768": ("bench_core_ops", layer_norm_case),
     "gelu_fwd_bwd/N1048576": ("bench_core_ops", lambda: fwd_bwd(torch.randn(1 << 20), F.gelu)),
     "embedding_fwd_bwd/V10000_D256_T32768": ("bench_core_ops", embedding_case),
+    "max_pool2d_fwd_bwd/N8_C64_H112_W112_k3_s2_p1":
+        ("bench_core_ops", lambda: fwd_bwd(torch.randn(8, 64, 112, 112), lambda x: F.max_pool2d(x, 3, 2, 1))),
+    "avg_pool2d_fwd_bwd/N8_C256_H28_W28_k2_s2":
+        ("bench_core_ops", lambda: fwd_bwd(torch.randn(8, 256, 28, 28), lambda x: F.avg_pool2d(x, 2, 2))),
+    "adaptive_avg_pool2d_fwd_bwd/N8_C512_H7_W7_to1":
+        ("bench_core_ops", lambda: fwd_bwd(torch.randn(8, 512, 7, 7), lambda x: F.adaptive_avg_pool2d(x, 1))),
     "gemm_f32/M64_K576_N3136": ("bench_conv", lambda: gemm_case(64, 576, 3136)),
     "gemm_f32/M1024_K1024_N1024": ("bench_conv", lambda: gemm_case(1024, 1024, 1024)),
     "detr_train_step/enc1_dec1_D256_H8_L4_P4_Q300": ("bench_detr", detr_train_step),
