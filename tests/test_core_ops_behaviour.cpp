@@ -108,6 +108,34 @@ TEST(CoreOpsDeterminism, ScatterAddBackwardsAndReductionsIgnoreThreadCount) {
   }, "cross_entropy");
 }
 
+// Broadcasting over a trailing dim of 3 makes thousands of 3-element rows, which for_each_row
+// walks like an odometer from each thread's first row; 7 x 5 x 401 rows split in two puts the
+// cut inside the middle dims. Checked against the definition at 1 and 2 threads, also for a
+// permuted (non-contiguous) operand.
+TEST(CoreOpsBroadcast, ShortRowsMatchTheDefinitionAtAnyThreadCount) {
+  tg::manual_seed(9);
+  Tensor a = tg::randn({7, 5, 401, 3}), b = tg::randn({5, 1, 3});
+  Tensor at = tg::randn({7, 401, 5, 3}).permute({0, 2, 1, 3});  // same shape as a, strided
+  const std::vector<float> va = a.to_vector<float>(), vb = b.to_vector<float>();
+  const std::vector<float> vt = at.contiguous().to_vector<float>();
+  const int saved = tg::num_threads();
+  for (int threads : {1, 2}) {
+    tg::set_num_threads(threads);
+    const std::vector<float> sum = tg::add(a, b).to_vector<float>();
+    const std::vector<float> prod = tg::mul(at, b).to_vector<float>();
+    ASSERT_EQ(sum.size(), va.size());
+    for (int64_t i = 0; i < 7; ++i)
+      for (int64_t j = 0; j < 5; ++j)
+        for (int64_t k = 0; k < 401; ++k)
+          for (int64_t c = 0; c < 3; ++c) {
+            const int64_t e = ((i * 5 + j) * 401 + k) * 3 + c;
+            ASSERT_EQ(sum[e], va[e] + vb[j * 3 + c]) << threads << " threads, element " << e;
+            ASSERT_EQ(prod[e], vt[e] * vb[j * 3 + c]) << threads << " threads, element " << e;
+          }
+  }
+  tg::set_num_threads(saved);
+}
+
 // A contiguous tensor is one row of for_each_row, cut into a piece per thread: an odd length
 // puts the cut where the vectorised loop of one piece has a scalar tail.
 TEST(CoreOpsDeterminism, ElementwiseSoftmaxAndGeluIgnoreThreadCount) {
