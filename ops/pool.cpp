@@ -213,8 +213,9 @@ Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Shape& 
   p.Ho = idx.size(-2), p.Wo = idx.size(-1);
   // Indices may come from the user: each must be a position in its plane (or -1, skipped).
   const int64_t* ip = idx.data<int64_t>();
-  for (int64_t i = 0; i < idx.numel(); ++i)
-    TG_CHECK(ip[i] >= -1 && ip[i] < p.H * p.W, op, ": expected indices in [0, H * W) = [0, ", p.H * p.W,
+  const int64_t count = idx.numel(), plane = p.H * p.W;
+  for (int64_t i = 0; i < count; ++i)
+    TG_CHECK(ip[i] >= -1 && ip[i] < plane, op, ": expected indices in [0, H * W) = [0, ", p.H * p.W,
              ") (or -1), got ", ip[i], " at element ", i);
   Tensor grad_input = Tensor::empty(input_size, grad_output.dtype());
   dispatch_floating(grad_output.dtype(), op, [&](auto tag) {
