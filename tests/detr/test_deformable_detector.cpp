@@ -15,6 +15,7 @@
 #include "detr/trainer.h"
 #include "golden.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tg::detr {
 namespace {
@@ -103,22 +104,10 @@ TEST(DetrDeformable, GradientsReachTheModel) {
 }
 
 TEST(DetrDeformable, TrainingStepsLowerTheLoss) {
-  TrainOptions o;
-  o.model = "deformable";
-  o.data_dir = tg::testing::data_path("fashion_mnist_subset");
-  o.out = (std::filesystem::temp_directory_path() / ("tapegrad_detr_deformable_" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(o.out);
-  o.epochs = 3;
-  o.batch_size = 8;
-  o.threads = 1;
-  o.train_scenes = 64;
+  TrainOptions o = tiny_options(fresh_dir("deformable"));
   o.val_scenes = 8;
   o.sheet_scenes = 2;
-  o.scenes.canvas = 32;
-  o.scenes.min_side = 10;
-  o.scenes.max_side = 18;
-  o.lr = 1e-3;
-  o.progress = false;
+  o.num_queries = TrainOptions{}.num_queries;
   std::ostringstream log;
   TrainResult r = run_training(o, log);
   ASSERT_EQ(r.history.size(), 3u);

@@ -11,37 +11,11 @@
 #include "detr/checkpoint.h"
 #include "detr/trainer.h"
 #include "golden.h"
+#include "tiny_run.h"
 
 namespace tg::detr {
 namespace {
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tapegrad_detr_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
-}
-
-// Small enough to run in seconds: the Deformable DETR on a 32x32 canvas, 64 scenes per epoch.
-TrainOptions tiny_options(const std::string& out) {
-  TrainOptions o;
-  o.data_dir = tg::testing::data_path("fashion_mnist_subset");
-  o.out = out;
-  o.epochs = 3;
-  o.batch_size = 8;
-  o.threads = 1;
-  o.train_scenes = 64;
-  o.val_scenes = 16;
-  o.sheet_scenes = 4;
-  o.scenes.canvas = 32;
-  o.scenes.min_side = 10;
-  o.scenes.max_side = 18;
-  o.model = "deformable";  // the demo's model, at a small size
-  o.num_queries = 8;
-  o.lr = 1e-3;
-  o.progress = false;
-  return o;
-}
 
 std::string read_all(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
