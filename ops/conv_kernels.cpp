@@ -163,19 +163,25 @@ template <class T, int Slot>
 class Scratch {
  public:
   explicit Scratch(int64_t n) {
+    n += kPad;  // room to start at a 64-byte boundary: vector loads of aligned rows stay in one line
     if (n * int64_t(sizeof(T)) <= kKeepBytes) {
       std::vector<T>& kept = cache();
       if (int64_t(kept.size()) < n) kept.resize(n);
-      p_ = kept.data();
+      p_ = align(kept.data());
     } else {
       own_.resize(n);
-      p_ = own_.data();
+      p_ = align(own_.data());
     }
   }
   T* data() { return p_; }
   T& operator[](int64_t i) { return p_[i]; }
 
  private:
+  static constexpr int64_t kPad = (64 + sizeof(T) - 1) / sizeof(T);
+  static T* align(T* p) {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    return p + ((64 - a % 64) % 64) / sizeof(T);
+  }
   static std::vector<T>& cache() {
     thread_local std::vector<T> kept;
     return kept;
@@ -247,9 +253,9 @@ BoxRows box_rows(const Box& b, int64_t Di, int64_t Hi, int64_t Wi) {
   return r;
 }
 
-// P = nc image channels (Di, Hi, Wi) in boxes b (nc * L elements, then slack zeros).
+// P = nc image channels (Di, Hi, Wi) in boxes b (nc * L elements; see pad_image for the slack).
 template <class T>
-void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
+void pad_channels(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
   const int64_t ix0 = std::clamp<int64_t>(-b.pw, 0, Wi), ix1 = std::clamp<int64_t>(b.W - b.pw, ix0, Wi);
   if (b.sd == 1 && b.sh == 1 && b.sw == 1) {  // one phase: each box row written once
     const int64_t a = ix0 + b.pw, n = ix1 - ix0;  // the image part of a row
@@ -266,10 +272,9 @@ void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, cons
           std::memcpy(row + a, im + ((c * Di + iz) * Hi + iy) * Wi + ix0, sizeof(T) * n);
           std::fill(row + a + n, row + b.W, T(0));
         }
-    std::fill(P + nc * b.L, P + nc * b.L + b.slack, T(0));
     return;
   }
-  std::fill(P, P + nc * b.L + b.slack, T(0));
+  std::fill(P, P + nc * b.L, T(0));
   const BoxRows r = box_rows(b, Di, Hi, Wi);
   for (int64_t c = 0; c < nc; ++c)
     for (int64_t iz = 0; iz < Di; ++iz)
@@ -291,6 +296,13 @@ void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, cons
           }
         }
       }
+}
+
+// pad_channels, then the slack zeros that flat reads past the last channel meet.
+template <class T>
+void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
+  pad_channels(im, nc, Di, Hi, Wi, b, P);
+  std::fill(P + nc * b.L, P + nc * b.L + b.slack, T(0));
 }
 
 // The adjoint of pad_image: x channels = the image part of the boxes P (0 where no window
@@ -1190,15 +1202,17 @@ void dw_tile(const T* const* yrow, const T* const* xrow, int64_t samples, int64_
 
 constexpr int64_t kDwMinPlane = 512;
 
-// dw[g] for flat grids. Items (g, block of ob column channels) own their rows of dw and read
-// every sample once, in order, ns samples per pass (so that a pass is long enough for the tiles'
-// final sums to cost little); image channels go through boxes a block at a time (cb channels,
-// so that the y block and the boxes stay in L2). Every element of dw is summed in the same order
-// whatever the blocks, so the result does not depend on the thread count.
+// dw for flat grids. The samples go by ns at a time (a "pass", long enough for the tiles' final
+// sums to cost little) and the image channels a block of cb at a time (a "step"). All threads
+// first lay the pass's y on the grid (Y) and the step's image channels in boxes (P), each once,
+// then take items (g, block of ob column channels) that own their rows of dw: every item's
+// tiles read the shared Y and P, which stay in L2. An element of dw is summed in the same order
+// whatever the blocks and threads (lanes over the positions of a pass, then the passes in
+// double), so the result does not depend on the thread count.
 template <class T>
 void weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
   constexpr int64_t V = Lanes<T>::n, sz = sizeof(T);
-  constexpr int64_t kBudget = 384 * 1024;    // bytes for the y block, and for the boxes (L2: 1 MB)
+  constexpr int64_t kBudget = 384 * 1024;    // bytes for an item's y rows, and for P (L2: 1 MB)
   const int64_t Sp = (g.S + V - 1) / V * V;  // one slice of the grid, padded to whole vectors
   const int64_t ldY = g.Do * Sp;             // one column channel on the padded grid
   const int64_t ns = std::clamp<int64_t>((2048 + ldY - 1) / ldY, 1, std::max<int64_t>(g.N, 1));
@@ -1210,64 +1224,63 @@ void weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
   if (g.G * nb < 8 * threads) nb = std::min(o_tiles, (g.G * nb + threads - 1) / threads * threads / g.G);
   const int64_t ob = (o_tiles + nb - 1) / nb * kDwO;  // column channels per block
   nb = (g.Cog + ob - 1) / ob;
-  // image channels per box block: as many as fit, rounded so that blocks hold whole row tiles
-  int64_t cb = std::clamp<int64_t>(kBudget / std::max<int64_t>(ns * g.box.L * sz, 1), 1, g.Cig);
+  // image channels per step (of every group): as many as fit, whole row tiles per group
+  int64_t cb = std::clamp<int64_t>(kBudget / std::max<int64_t>(ns * g.G * g.box.L * sz, 1), 1, g.Cig);
   const int64_t whole = kDwR / std::gcd<int64_t>(g.K, kDwR);
   if (cb > whole) cb -= cb % whole;
-  const int64_t Ps = cb * g.box.L + g.box.slack;  // one sample's boxes
   const int64_t items = g.G * nb;
-#pragma omp parallel if (big && items > 1)
-  {
-    Scratch<T, 0> P(ns * Ps);
-    Scratch<T, 1> Y(ns * ob * ldY);
-    Scratch<double, 2> acc(ob * g.CKg);
+  Scratch<T, 4> Y(ns * g.Co * ldY);                          // Y[i, co]: ldY each
+  Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
+  Scratch<double, 6> acc(g.Co * g.CKg);
+  std::fill(acc.data(), acc.data() + g.Co * g.CKg, 0.0);
+#pragma omp parallel if (big)
+  for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
+    const int64_t nn = std::min(g.N - n0, ns);
 #pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
-      std::fill(acc.data(), acc.data() + no * g.CKg, 0.0);
-      for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
-        const int64_t nn = std::min(g.N - n0, ns);
-        // Y[i, o]: the block's column channels of sample n0 + i on the padded grid, zero elsewhere
-        std::fill(Y.data(), Y.data() + nn * ob * ldY, T(0));
-        for (int64_t i = 0; i < nn; ++i)
-          for (int64_t o = 0; o < no; ++o) {
-            const T* yc = y + (((n0 + i) * g.G + grp) * g.Cog + o0 + o) * g.Lo;
-            for (int64_t od = 0; od < g.Do; ++od)
-              for (int64_t oh = 0; oh < g.Ho; ++oh) {
-                std::memcpy(Y.data() + (i * ob + o) * ldY + od * Sp + oh * g.Wg, yc + (od * g.Ho + oh) * g.Wo,
-                            sizeof(T) * g.Wo);
+    for (int64_t k = 0; k < nn * g.Co; ++k) {  // k = i * Co + co: zero but for the grid's rows
+      T* yk = Y.data() + k * ldY;
+      const T* yc = y + (n0 * g.Co + k) * g.Lo;
+      std::fill(yk, yk + ldY, T(0));
+      for (int64_t od = 0; od < g.Do; ++od)
+        for (int64_t oh = 0; oh < g.Ho; ++oh) {
+          std::memcpy(yk + od * Sp + oh * g.Wg, yc + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
+        }
+    }
+    for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
+      const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
+      const int64_t boxes = nn * g.G * nc;  // box k = (i * G + grp) * nc + c
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < boxes; ++k) {
+        const int64_t i = k / (g.G * nc), grp = (k / nc) % g.G, c = k % nc;
+        pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box,
+                     P.data() + k * g.box.L);
+        if (k == boxes - 1) std::fill(P.data() + boxes * g.box.L, P.data() + boxes * g.box.L + g.box.slack, T(0));
+      }
+#pragma omp for schedule(static)
+      for (int64_t it = 0; it < items; ++it) {
+        const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
+        for (int64_t r0 = 0; r0 < rows; r0 += kDwR) {
+          // rows past the step's end and channels past `no` repeat a valid one (discarded)
+          const T* xrow[kDwR];
+          for (int r = 0; r < kDwR; ++r) {
+            const int64_t rr = std::min(r0 + r, rows - 1);
+            xrow[r] = P.data() + (grp * nc + rr / g.K) * g.box.L + g.off[rr % g.K];
+          }
+          for (int64_t oo = 0; oo < no; oo += kDwO) {
+            const T* yrow[kDwO];
+            for (int o = 0; o < kDwO; ++o) yrow[o] = Y.data() + (grp * g.Cog + o0 + std::min(oo + o, no - 1)) * ldY;
+            double out[kDwO * kDwR] = {};
+            dw_tile(yrow, xrow, nn, g.Co * ldY, g.G * nc * g.box.L, g.Do, Sp, g.slice, Sp, out, kDwR);
+            for (int64_t o = 0; o < std::min<int64_t>(kDwO, no - oo); ++o)
+              for (int64_t r = 0; r < std::min<int64_t>(kDwR, rows - r0); ++r) {
+                acc[(grp * g.Cog + o0 + oo + o) * g.CKg + c0 * g.K + r0 + r] += out[o * kDwR + r];
               }
           }
-        for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
-          const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
-          for (int64_t i = 0; i < nn; ++i) {
-            pad_image(x + (((n0 + i) * g.G + grp) * g.Cig + c0) * g.Li, nc, g.Di, g.Hi, g.Wi, g.box,
-                      P.data() + i * Ps);
-          }
-          for (int64_t r0 = 0; r0 < rows; r0 += kDwR) {
-            // rows past the block's end and channels past `no` repeat a valid one (discarded)
-            const T* xrow[kDwR];
-            for (int r = 0; r < kDwR; ++r) {
-              const int64_t rr = std::min(r0 + r, rows - 1);
-              xrow[r] = P.data() + (rr / g.K) * g.box.L + g.off[rr % g.K];
-            }
-            for (int64_t oo = 0; oo < no; oo += kDwO) {
-              const T* yrow[kDwO];
-              for (int o = 0; o < kDwO; ++o) yrow[o] = Y.data() + std::min(oo + o, no - 1) * ldY;
-              double out[kDwO * kDwR] = {};
-              dw_tile(yrow, xrow, nn, ob * ldY, Ps, g.Do, Sp, g.slice, Sp, out, kDwR);
-              for (int64_t o = 0; o < std::min<int64_t>(kDwO, no - oo); ++o)
-                for (int64_t r = 0; r < std::min<int64_t>(kDwR, rows - r0); ++r) {
-                  acc[(oo + o) * g.CKg + c0 * g.K + r0 + r] += out[o * kDwR + r];
-                }
-            }
-          }
         }
-      }
-      for (int64_t o = 0; o < no; ++o)
-        for (int64_t r = 0; r < g.CKg; ++r) dw[(grp * g.Cog + o0 + o) * g.CKg + r] = T(acc[o * g.CKg + r]);
+      }  // the barrier here keeps P until every item is done with it
     }
   }
+  for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
 }
 
 // dw[g] = sum_n y[n, g] . im2col(x[n, g])^T. Items (slot, g, ci block, co block): a slot is a
