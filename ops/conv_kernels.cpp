@@ -41,10 +41,11 @@
 //                      each from y[m - (t * dil) / s], i.e. y correlated with part of the flipped,
 //                      transposed kernel. Non-finite weights (the correlation would meet 0 * Inf
 //                      in y's padding) and narrow grids take GEMM + col2im instead.
-//   weight_grad        flat grids of >= kDwMinPlane positions: direct (weight_grad_direct): a tile of
-//                      column channels x (image channel, tap) rows is summed in vector registers
-//                      over the positions straight from the boxes. Otherwise im2col + Eigen GEMM,
-//                      the long sum over positions in the GEMM's depth.
+//   weight_grad        flat grids: direct (weight_grad_direct), tiles of column channels x
+//                      (image channel, tap) rows summed in registers straight from the boxes,
+//                      with positions in the vector lanes (long slices) or column channels in
+//                      them (short slices, many channels). Otherwise im2col + Eigen GEMM, the
+//                      positions in the GEMM's depth.
 // The GEMMs use column-major maps of our row-major buffers: a row-major (R x C) buffer is a
 // column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T. Column matrices
 // are built in chunks of positions (about kChunkBytes) that stay in L2 until the GEMM packs them.
@@ -57,7 +58,7 @@
 // bit-identical for any thread count:
 //   correlate, correlate_adjoint: items (n, g, range of blocks or chunks) -> own y / x there
 //   GEMM adjoint:       items (n, g, block of image channels)              -> own x[n, g, block]
-//   weight_grad direct: items (g, block of co)                              -> own dw[g, co-block]
+//   weight_grad direct: tiles (g, co block, block of rows) of one step        -> own dw there
 //   weight_grad GEMM:   items (slot of samples, g, block of ci, block of co) -> own their slot's
 //                       partial dw[g, co-block, ci-block]; slots are added in a fixed order
 // Every cut that reaches a GEMM depends on the shape only. Inside our parallel regions Eigen's
@@ -560,6 +561,39 @@ struct Lanes {
     vec v;
     std::memcpy(&v, p, sizeof v);  // unaligned
     return v;
+  }
+  // x in every lane (a broadcast; `vec{} + x` would have to add 0 + x first, for x = -0)
+  static vec splat(T x) {
+    typedef std::conditional_t<sizeof(T) == 4, int32_t, int64_t> I;
+    typedef I mask __attribute__((vector_size(64)));
+    const vec v = {x};
+    return __builtin_shuffle(v, mask{});
+  }
+  // dst rows j < rows: column j of the n x n block whose row i is src[i * ld_src, + n), i < n.
+  // log2(n) stages, each swapping off-diagonal blocks of d x d between row pairs (j, j + d).
+  static void transpose(const T* src, int64_t ld_src, T* dst, int64_t ld_dst, int rows = n) {
+    typedef std::conditional_t<sizeof(T) == 4, int32_t, int64_t> I;
+    typedef I mask __attribute__((vector_size(64)));
+    vec r[n];
+#pragma GCC unroll 16
+    for (int j = 0; j < n; ++j) r[j] = load(src + j * ld_src);
+#pragma GCC unroll 4
+    for (int d = 1; d < n; d *= 2) {
+      mask lo, hi;  // lane k of row j, of row j + d
+#pragma GCC unroll 16
+      for (int k = 0; k < n; ++k) {
+        lo[k] = (k & d) ? n + k - d : k;
+        hi[k] = (k & d) ? n + k : k + d;
+      }
+#pragma GCC unroll 16
+      for (int j = 0; j < n; ++j) {
+        if (j & d) continue;
+        const vec a = r[j], c = r[j + d];
+        r[j] = __builtin_shuffle(a, c, lo);
+        r[j + d] = __builtin_shuffle(a, c, hi);
+      }
+    }
+    for (int j = 0; j < rows; ++j) std::memcpy(dst + j * ld_dst, &r[j], sizeof(vec));
   }
   // The sum of the lanes by a fixed tree (halves, then quarters, ...): the same order always.
   static T sum(vec v) {
@@ -1158,78 +1192,103 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Direct weight gradient on a flat grid, without a column matrix:
+// Direct weight gradients on a flat grid, without a column matrix:
 //   dw[co, r] = sum_n sum_q Y[n, co, q] * P[n, ci, q + off[t]]      rows r = (ci, t)
-// with Y = y laid on the grid (zero at the garbage positions and past each slice's end, so they
-// add exact zeros while x is finite) and P = x's boxes. A tile of kDwO column channels x kDwR
-// rows is summed in vector registers (V lanes each) over the positions of a few samples (a
-// "pass"); the lanes are then added by a fixed tree and the passes in double. Each x value is
-// read once per tile from a box in L1/L2, where im2col + GEMM would copy it K times and pack it
-// again.
-constexpr int kDwO = 4, kDwR = 6;  // 24 accumulators + 4 y rows + 1 x row: 29 of 32 registers
+// with Y = y laid on the grid (zero at the garbage positions, so they add exact zeros while x
+// is finite) and P = x's boxes. Each x value is read once per tile straight from a box, where
+// im2col + GEMM would copy it K times and pack it again. Two register tilings, each winning
+// where the other loses (measured on the benchmark shapes):
+//   weight_grad_dot    positions in the lanes: a tile of column channels x rows sums dot
+//                      products over the positions, then adds up its lanes. Long grid slices.
+//   weight_grad_outer  column channels in the lanes: each step of a tile is an outer product of
+//                      NV vectors of y by R broadcast x values, no lanes to add up afterwards.
+//                      Short slices (a 14 x 14 plane at stride 2), at least two vectors of
+//                      column channels.
+// Both go through the samples ns at a time (a "pass": each element of dw is summed in T over a
+// pass, then the passes in double) and through the image channels cb at a time (a "step"): all
+// threads lay the pass's y on the grid once and the step's image channels in boxes once, then
+// share out the step's tiles. An element is summed in the same order whatever the threads, so
+// the result does not depend on the thread count.
+
+// P[k * L] = box of the step's image channel k = (i * G + grp) * nc + c (sample n0 + i, group
+// grp, channel c0 + c), then the slack zeros. Call inside a parallel region: ends on a barrier.
+template <class T>
+void pad_step(const T* x, const Geom& g, int64_t n0, int64_t nn, int64_t c0, int64_t nc, T* P) {
+  const int64_t boxes = nn * g.G * nc;
+#pragma omp for schedule(static)
+  for (int64_t k = 0; k < boxes; ++k) {
+    const int64_t i = k / (g.G * nc), grp = (k / nc) % g.G, c = k % nc;
+    pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P + k * g.box.L);
+    if (k == boxes - 1) std::fill(P + boxes * g.box.L, P + boxes * g.box.L + g.box.slack, T(0));
+  }
+}
+
+// Image channels per step (of every group): as many as fit in `budget` bytes, in whole tiles
+// of R rows where that is possible.
+int64_t step_channels(const Geom& g, int64_t ns, int64_t elem_bytes, int64_t budget, int64_t R) {
+  int64_t cb = std::clamp<int64_t>(budget / std::max<int64_t>(ns * g.G * g.box.L * elem_bytes, 1), 1, g.Cig);
+  const int64_t whole = R / std::gcd<int64_t>(g.K, R);
+  if (cb > whole) cb -= cb % whole;
+  return cb;
+}
+
+constexpr int64_t kDotBoxBytes = 384 * 1024;  // a step's boxes stay in L2 (1 MB) with Y
+
+// ---- weight_grad_dot: positions in the lanes
+constexpr int kDotO = 4, kDotR = 6;  // 24 accumulators + 4 y rows + 1 x row: 29 of 32 registers
 
 // out[o * ld_out + r] += sum over `samples` x `slices` runs of yrow[o][q] * xrow[r][q], q < len;
 // runs are y_sample / x_sample and y_slice / x_slice apart; len is a multiple of V.
 template <class T>
-void dw_tile(const T* const* yrow, const T* const* xrow, int64_t samples, int64_t y_sample, int64_t x_sample,
-             int64_t slices, int64_t y_slice, int64_t x_slice, int64_t len, double* out, int64_t ld_out) {
+void dot_tile(const T* const* yrow, const T* const* xrow, int64_t samples, int64_t y_sample, int64_t x_sample,
+              int64_t slices, int64_t y_slice, int64_t x_slice, int64_t len, double* out, int64_t ld_out) {
   using L = Lanes<T>;
-  typename L::vec acc[kDwO][kDwR] = {};
+  typename L::vec acc[kDotO][kDotR] = {};
   for (int64_t i = 0; i < samples; ++i)
     for (int64_t sl = 0; sl < slices; ++sl) {
-      const T* yp[kDwO];
-      const T* xp[kDwR];
-      for (int o = 0; o < kDwO; ++o) yp[o] = yrow[o] + i * y_sample + sl * y_slice;
-      for (int r = 0; r < kDwR; ++r) xp[r] = xrow[r] + i * x_sample + sl * x_slice;
+      const T* yp[kDotO];
+      const T* xp[kDotR];
+      for (int o = 0; o < kDotO; ++o) yp[o] = yrow[o] + i * y_sample + sl * y_slice;
+      for (int r = 0; r < kDotR; ++r) xp[r] = xrow[r] + i * x_sample + sl * x_slice;
       for (int64_t q = 0; q < len; q += L::n) {
-        typename L::vec yv[kDwO];
+        typename L::vec yv[kDotO];
 #pragma GCC unroll 8
-        for (int o = 0; o < kDwO; ++o) yv[o] = L::load(yp[o] + q);
+        for (int o = 0; o < kDotO; ++o) yv[o] = L::load(yp[o] + q);
 #pragma GCC unroll 8
-        for (int r = 0; r < kDwR; ++r) {
+        for (int r = 0; r < kDotR; ++r) {
           typename L::vec xv = L::load(xp[r] + q);
 #if defined(__AVX512F__)
           __asm__("" : "+v"(xv));  // one load used 4 times, not 4 loads folded into the FMAs
 #endif
 #pragma GCC unroll 8
-          for (int o = 0; o < kDwO; ++o) acc[o][r] += yv[o] * xv;
+          for (int o = 0; o < kDotO; ++o) acc[o][r] += yv[o] * xv;
         }
       }
     }
-  for (int o = 0; o < kDwO; ++o)
-    for (int r = 0; r < kDwR; ++r) out[o * ld_out + r] += double(L::sum(acc[o][r]));
+  for (int o = 0; o < kDotO; ++o)
+    for (int r = 0; r < kDotR; ++r) out[o * ld_out + r] += double(L::sum(acc[o][r]));
 }
 
-constexpr int64_t kDwMinPlane = 512;
-
-// dw for flat grids. The samples go by ns at a time (a "pass", long enough for the tiles' final
-// sums to cost little) and the image channels a block of cb at a time (a "step"). All threads
-// first lay the pass's y on the grid (Y) and the step's image channels in boxes (P), each once,
-// then take items (g, block of ob column channels) that own their rows of dw: every item's
-// tiles read the shared Y and P, which stay in L2. An element of dw is summed in the same order
-// whatever the blocks and threads (lanes over the positions of a pass, then the passes in
-// double), so the result does not depend on the thread count.
+// Y[i, co] = the pass's y rows on the grid, each slice padded to whole vectors (Sp). Tiles: items
+// (group, block of ob column channels) x rows, each item's y block small enough to stay in L2.
 template <class T>
-void weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
+void weight_grad_dot(const T* y, const T* x, T* dw, const Geom& g) {
   constexpr int64_t V = Lanes<T>::n, sz = sizeof(T);
-  constexpr int64_t kBudget = 384 * 1024;    // bytes for an item's y rows, and for P (L2: 1 MB)
+  constexpr int64_t kBudget = 384 * 1024;    // bytes for an item's y rows
   const int64_t Sp = (g.S + V - 1) / V * V;  // one slice of the grid, padded to whole vectors
   const int64_t ldY = g.Do * Sp;             // one column channel on the padded grid
   const int64_t ns = std::clamp<int64_t>((2048 + ldY - 1) / ldY, 1, std::max<int64_t>(g.N, 1));
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int threads = big ? max_threads() : 1;
-  const int64_t o_tiles = (g.Cog + kDwO - 1) / kDwO;
+  const int64_t o_tiles = (g.Cog + kDotO - 1) / kDotO;
   int64_t nb = std::max(pieces_for(g.G, o_tiles, threads),
                         std::min(o_tiles, (ns * g.Cog * ldY * sz + kBudget - 1) / kBudget));
   if (g.G * nb < 8 * threads) nb = std::min(o_tiles, (g.G * nb + threads - 1) / threads * threads / g.G);
-  const int64_t ob = (o_tiles + nb - 1) / nb * kDwO;  // column channels per block
+  const int64_t ob = (o_tiles + nb - 1) / nb * kDotO;  // column channels per block
   nb = (g.Cog + ob - 1) / ob;
-  // image channels per step (of every group): as many as fit, whole row tiles per group
-  int64_t cb = std::clamp<int64_t>(kBudget / std::max<int64_t>(ns * g.G * g.box.L * sz, 1), 1, g.Cig);
-  const int64_t whole = kDwR / std::gcd<int64_t>(g.K, kDwR);
-  if (cb > whole) cb -= cb % whole;
+  const int64_t cb = step_channels(g, ns, sz, kDotBoxBytes, kDotR);
   const int64_t items = g.G * nb;
-  Scratch<T, 4> Y(ns * g.Co * ldY);                          // Y[i, co]: ldY each
+  Scratch<T, 4> Y(ns * g.Co * ldY);                        // Y[i, co]: ldY each
   Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
   Scratch<double, 6> acc(g.Co * g.CKg);
   std::fill(acc.data(), acc.data() + g.Co * g.CKg, 0.0);
@@ -1248,32 +1307,25 @@ void weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
     }
     for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
       const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
-      const int64_t boxes = nn * g.G * nc;  // box k = (i * G + grp) * nc + c
-#pragma omp for schedule(static)
-      for (int64_t k = 0; k < boxes; ++k) {
-        const int64_t i = k / (g.G * nc), grp = (k / nc) % g.G, c = k % nc;
-        pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box,
-                     P.data() + k * g.box.L);
-        if (k == boxes - 1) std::fill(P.data() + boxes * g.box.L, P.data() + boxes * g.box.L + g.box.slack, T(0));
-      }
+      pad_step(x, g, n0, nn, c0, nc, P.data());
 #pragma omp for schedule(static)
       for (int64_t it = 0; it < items; ++it) {
         const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
-        for (int64_t r0 = 0; r0 < rows; r0 += kDwR) {
+        for (int64_t r0 = 0; r0 < rows; r0 += kDotR) {
           // rows past the step's end and channels past `no` repeat a valid one (discarded)
-          const T* xrow[kDwR];
-          for (int r = 0; r < kDwR; ++r) {
+          const T* xrow[kDotR];
+          for (int r = 0; r < kDotR; ++r) {
             const int64_t rr = std::min(r0 + r, rows - 1);
             xrow[r] = P.data() + (grp * nc + rr / g.K) * g.box.L + g.off[rr % g.K];
           }
-          for (int64_t oo = 0; oo < no; oo += kDwO) {
-            const T* yrow[kDwO];
-            for (int o = 0; o < kDwO; ++o) yrow[o] = Y.data() + (grp * g.Cog + o0 + std::min(oo + o, no - 1)) * ldY;
-            double out[kDwO * kDwR] = {};
-            dw_tile(yrow, xrow, nn, g.Co * ldY, g.G * nc * g.box.L, g.Do, Sp, g.slice, Sp, out, kDwR);
-            for (int64_t o = 0; o < std::min<int64_t>(kDwO, no - oo); ++o)
-              for (int64_t r = 0; r < std::min<int64_t>(kDwR, rows - r0); ++r) {
-                acc[(grp * g.Cog + o0 + oo + o) * g.CKg + c0 * g.K + r0 + r] += out[o * kDwR + r];
+          for (int64_t oo = 0; oo < no; oo += kDotO) {
+            const T* yrow[kDotO];
+            for (int o = 0; o < kDotO; ++o) yrow[o] = Y.data() + (grp * g.Cog + o0 + std::min(oo + o, no - 1)) * ldY;
+            double out[kDotO * kDotR] = {};
+            dot_tile(yrow, xrow, nn, g.Co * ldY, g.G * nc * g.box.L, g.Do, Sp, g.slice, Sp, out, kDotR);
+            for (int64_t o = 0; o < std::min<int64_t>(kDotO, no - oo); ++o)
+              for (int64_t r = 0; r < std::min<int64_t>(kDotR, rows - r0); ++r) {
+                acc[(grp * g.Cog + o0 + oo + o) * g.CKg + c0 * g.K + r0 + r] += out[o * kDotR + r];
               }
           }
         }
@@ -1281,6 +1333,152 @@ void weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
     }
   }
   for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
+}
+
+// ---- weight_grad_outer: column channels in the lanes
+
+// A tile: R rows x NV vectors of column channels, R * NV = 24 sums in registers (+ NV y vectors
+// + 1 broadcast of the 32), and R row pointers that stay in registers too.
+// sums[r][v] += sum over positions q in [q0, q1) of y[q * ld_y + v * lanes] * xrow[r][q].
+template <class T, int NV, int R>
+void outer_tile(const T* y, int64_t ld_y, const T* const* xrow, int64_t q0, int64_t q1,
+                typename Lanes<T>::vec (&sums)[R][NV]) {
+  using L = Lanes<T>;
+  typename L::vec acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = sums[r][v];
+  const T* xp[R];
+  for (int r = 0; r < R; ++r) xp[r] = xrow[r];
+  const T* yp = y + q0 * ld_y;
+  for (int64_t q = q0; q < q1; ++q, yp += ld_y) {
+    typename L::vec yv[NV];
+    for (int v = 0; v < NV; ++v) yv[v] = L::load(yp + v * L::n);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const typename L::vec xv = L::splat(xp[r][q]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] += yv[v] * xv;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) sums[r][v] = acc[r][v];
+}
+
+// Boxes of a step of weight_grad_outer: fewer steps (barriers) measured faster than boxes that
+// stay in L2, as each x value is read by only Cog / CW tiles.
+constexpr int64_t kOuterBoxBytes = 1024 * 1024;
+
+// Y[i, q, grp * Cp + co] = the pass's y transposed onto the grid (Cp: a group's column channels
+// padded to whole tiles, zeros). Each thread takes an even share of the step's tiles (group,
+// NV vectors of column channels, R rows) and sums them run by run: a run's Y block stays in L1
+// while the thread's tiles take it in turn, their sums parked in memory in between.
+template <class T, int NV, int R = 24 / NV>
+void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
+  using L = Lanes<T>;
+  using Sums = typename L::vec[R][NV];
+  constexpr int64_t CW = NV * L::n, sz = sizeof(T);  // column channels per tile
+  constexpr int64_t run = 32 * 1024 / (CW * sz);     // positions per run: 32 KB of Y
+  const int64_t Cp = (g.Cog + CW - 1) / CW * CW;
+  const int64_t ldY = g.G * Cp;  // one position of Y
+  const int64_t ns = std::clamp<int64_t>((1024 + g.Lg - 1) / std::max<int64_t>(g.Lg, 1), 1,
+                                         std::max<int64_t>(g.N, 1));
+  const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
+  const int64_t cb = step_channels(g, ns, sz, kOuterBoxBytes, R);
+  const int64_t c_tiles = Cp / CW, max_tiles = g.G * c_tiles * ((cb * g.K + R - 1) / R);
+  Scratch<T, 4> Y(ns * g.Lg * ldY);
+  Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
+  Scratch<double, 6> acc(g.Co * g.CKg);
+  std::fill(acc.data(), acc.data() + g.Co * g.CKg, 0.0);
+#pragma omp parallel if (big)
+  {
+    const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    std::vector<Sums> sums((max_tiles + threads - 1) / threads);
+    std::vector<int64_t> xoff(R * sums.size());  // each tile's rows: offsets into a sample's boxes
+    for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
+      const int64_t nn = std::min(g.N - n0, ns);
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < nn * g.Do * g.Ho; ++k) {  // k = (i * Do + od) * Ho + oh: one grid row
+        const int64_t i = k / (g.Do * g.Ho), odh = k % (g.Do * g.Ho);
+        T* yk = Y.data() + (i * g.Lg + (odh / g.Ho) * g.S + (odh % g.Ho) * g.Wg) * ldY;
+        std::fill(yk, yk + g.Wg * ldY, T(0));
+        for (int64_t grp = 0; grp < g.G; ++grp) {  // (Cog x Wo, Lo apart) -> (Wo x Cog, ldY apart)
+          const T* src = y + ((n0 + i) * g.G + grp) * g.Cog * g.Lo + odh * g.Wo;
+          for (int64_t c0 = 0; c0 < g.Cog; c0 += L::n)
+            for (int64_t w0 = 0; w0 < g.Wo; w0 += L::n) {
+              const int64_t nc = std::min<int64_t>(L::n, g.Cog - c0), nw = std::min<int64_t>(L::n, g.Wo - w0);
+              T* dst = yk + w0 * ldY + grp * Cp + c0;  // writes n channels: past Cog they are zeros
+              if (nc == L::n && nw == L::n) {
+                L::transpose(src + c0 * g.Lo + w0, g.Lo, dst, ldY);
+                continue;
+              }
+              T block[L::n * L::n] = {};  // an edge block, zero-padded
+              for (int64_t c = 0; c < nc; ++c) std::memcpy(block + c * L::n, src + (c0 + c) * g.Lo + w0, sizeof(T) * nw);
+              L::transpose(block, L::n, dst, ldY, int(nw));
+            }
+        }
+      }
+      for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
+        const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
+        pad_step(x, g, n0, nn, c0, nc, P.data());
+        // this thread's tiles [t0, t1) of the step, tile = (grp * c_tiles + ct) * r_tiles + rt
+        const int64_t r_tiles = (rows + R - 1) / R, tiles = g.G * c_tiles * r_tiles;
+        const int64_t t0 = tiles * me / threads, t1 = tiles * (me + 1) / threads;
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t grp = t / (c_tiles * r_tiles), r0 = t % r_tiles * R;
+          for (int r = 0; r < R; ++r) {  // rows past the step's end repeat a valid one (discarded)
+            const int64_t rr = std::min(r0 + r, rows - 1);
+            xoff[(t - t0) * R + r] = (grp * nc + rr / g.K) * g.box.L + g.off[rr % g.K];
+          }
+        }
+        std::memset(static_cast<void*>(sums.data()), 0, sizeof(Sums) * (t1 - t0));
+        for (int64_t i = 0; i < nn; ++i)
+          for (int64_t od = 0; od < g.Do; ++od)
+            for (int64_t q0 = 0; q0 < g.S; q0 += run) {
+              const T* Yq = Y.data() + (i * g.Lg + od * g.S) * ldY;
+              const T* Pq = P.data() + i * g.G * nc * g.box.L + od * g.slice;
+              for (int64_t t = t0; t < t1; ++t) {
+                const int64_t grp = t / (c_tiles * r_tiles), ct = (t / r_tiles) % c_tiles;
+                const T* xrow[R];
+                for (int r = 0; r < R; ++r) xrow[r] = Pq + xoff[(t - t0) * R + r];
+                outer_tile<T, NV, R>(Yq + grp * Cp + ct * CW, ldY, xrow, q0, std::min(g.S, q0 + run), sums[t - t0]);
+              }
+            }
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t grp = t / (c_tiles * r_tiles), o0 = (t / r_tiles) % c_tiles * CW;
+          const int64_t r0 = t % r_tiles * R;
+          T lanes[CW];
+          for (int64_t r = 0; r < std::min<int64_t>(R, rows - r0); ++r) {
+            std::memcpy(lanes, sums[t - t0][r], sizeof lanes);
+            for (int64_t o = 0; o < std::min(CW, g.Cog - o0); ++o)
+              acc[(grp * g.Cog + o0 + o) * g.CKg + c0 * g.K + r0 + r] += double(lanes[o]);
+          }
+        }
+#pragma omp barrier  // P is overwritten by the next step
+      }
+    }
+  }
+  for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
+}
+
+// Which direct weight gradient, if any (see above): the dot tiling on slices of >= kDotMinSlice
+// grid positions; the outer tiling on shorter ones of >= kOuterMinSlice with at least two
+// vectors of column channels per group; im2col + GEMM otherwise.
+constexpr int64_t kDotMinSlice = 512, kOuterMinSlice = 64;
+
+// Returns false where neither applies.
+template <class T>
+bool weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
+  if (!g.flat) return false;
+  if (g.S >= kDotMinSlice) {
+    weight_grad_dot(y, x, dw, g);
+  } else if (g.S >= kOuterMinSlice && g.Cog > 2 * Lanes<T>::n) {
+    weight_grad_outer<T, 4>(y, x, dw, g);
+  } else if (g.S >= kOuterMinSlice && g.Cog > Lanes<T>::n) {
+    weight_grad_outer<T, 2>(y, x, dw, g);
+  } else {
+    return false;
+  }
+  return true;
 }
 
 // dw[g] = sum_n y[n, g] . im2col(x[n, g])^T. Items (slot, g, ci block, co block): a slot is a
@@ -1291,10 +1489,7 @@ template <class T>
 void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbage = false) {
   if (g.Co == 0 || g.CKg == 0) return;
   if (g.depthwise) return weight_grad_depthwise(y, x, dw, g);
-  // Direct on flat grids with planes of at least kDwMinPlane positions; on smaller ones (14 x 14
-  // at stride 2 measured) the tiles' setup and final sums cost more than the GEMM's packing.
-  if (g.flat && !exact_garbage && g.Do * g.S >= kDwMinPlane) {
-    weight_grad_direct(y, x, dw, g);
+  if (!exact_garbage && weight_grad_direct(y, x, dw, g)) {
     // garbage positions meet x's neighbours (0 * Inf = NaN): redo the rare non-finite case exactly
     if (!all_finite(dw, g.Co * g.CKg)) weight_grad(y, x, dw, g, true);
     return;

@@ -220,7 +220,7 @@ TEST(Conv, SameInputsSameBitsForAnyThreadCount) {
 // side: dw[co, ci, t] = sum_{n, o} g[n, co, o] * x[n, group(co) * Cig + ci, o + t - pad].
 // 2-D tensors are taken as 3-D ones with D = 1.
 std::vector<double> grad_weight_by_definition(const Tensor& x, const Tensor& g, const Shape& wshape, int64_t groups,
-                                              int64_t pad) {
+                                              int64_t pad, int64_t stride = 1) {
   const bool d3 = x.dim() == 5;
   const int64_t N = x.size(0), Ci = x.size(1), Di = d3 ? x.size(2) : 1, Hi = x.size(-2), Wi = x.size(-1);
   const int64_t Co = g.size(1), Do = d3 ? g.size(2) : 1, Ho = g.size(-2), Wo = g.size(-1);
@@ -238,7 +238,7 @@ std::vector<double> grad_weight_by_definition(const Tensor& x, const Tensor& g, 
               for (int64_t od = 0; od < Do; ++od)
                 for (int64_t oh = 0; oh < Ho; ++oh)
                   for (int64_t ow = 0; ow < Wo; ++ow) {
-                    const int64_t iz = od + a - pd, iy = oh + b - pad, ix = ow + e - pad;
+                    const int64_t iz = od * stride + a - pd, iy = oh * stride + b - pad, ix = ow * stride + e - pad;
                     if (iz < 0 || iz >= Di || iy < 0 || iy >= Hi || ix < 0 || ix >= Wi) continue;
                     const int64_t c = co / (Co / groups) * Cig + ci;
                     sum += gv[(((n * Co + co) * Do + od) * Ho + oh) * Wo + ow] *
@@ -249,26 +249,30 @@ std::vector<double> grad_weight_by_definition(const Tensor& x, const Tensor& g, 
   return dw;
 }
 
-// Stride 1 with planes large enough for the direct weight gradient (a grid of >= 512
-// positions), grouped and depthwise: grad_weight against its definition, and the same bits for
-// 1 and 2 threads (the 2-thread run cuts the output channels into other blocks).
+// Grids large enough for the direct kernels (the weight gradient's needs slices of >= 64
+// positions), grouped and depthwise, stride 1 and 2, and column channels that fill one, two and
+// four vectors of a weight-gradient tile (with a partial last tile): grad_weight against its
+// definition, and the same bits for 1 and 2 threads (2 threads share the tiles out otherwise).
 TEST(Conv, DirectPathsSameBitsForAnyThreadCount) {
   const int saved = num_threads();
   struct Shape3 {
     Shape x, w;
-    int64_t groups;
+    int64_t groups, stride;
   };
-  for (const Shape3& s : {Shape3{{3, 8, 24, 26}, {12, 4, 3, 3}, 2}, Shape3{{2, 6, 30, 30}, {6, 1, 3, 3}, 6},
-                          Shape3{{2, 5, 9, 10, 12}, {7, 5, 3, 3, 3}, 1}}) {
+  for (const Shape3& s : {Shape3{{3, 8, 24, 26}, {12, 4, 3, 3}, 2, 1}, Shape3{{2, 6, 30, 30}, {6, 1, 3, 3}, 6, 1},
+                          Shape3{{2, 5, 9, 10, 12}, {7, 5, 3, 3, 3}, 1, 1}, Shape3{{2, 8, 14, 14}, {20, 8, 3, 3}, 1, 1},
+                          Shape3{{3, 6, 12, 16}, {70, 6, 3, 3}, 1, 1}, Shape3{{2, 16, 28, 28}, {40, 16, 3, 3}, 1, 2}}) {
     SCOPED_TRACE(format_shape(s.x));
     manual_seed(5);
     Tensor x = randn(s.x), w = randn(s.w);
     const IntList pad{1};
-    Tensor y = convolution(x, w, Tensor(), {1}, pad, {1}, false, {0}, s.groups);
+    const IntList stride{s.stride};
+    Tensor y = convolution(x, w, Tensor(), stride, pad, {1}, false, {0}, s.groups);
     Tensor g = randn(y.shape());
     auto run = [&] {
-      ConvolutionGrads r = convolution_backward(g, x, w, {}, {1}, pad, {1}, false, {0}, s.groups, {true, true, false});
-      return std::vector<Tensor>{convolution(x, w, Tensor(), {1}, pad, {1}, false, {0}, s.groups), r.grad_input,
+      ConvolutionGrads r =
+          convolution_backward(g, x, w, {}, stride, pad, {1}, false, {0}, s.groups, {true, true, false});
+      return std::vector<Tensor>{convolution(x, w, Tensor(), stride, pad, {1}, false, {0}, s.groups), r.grad_input,
                                  r.grad_weight};
     };
     set_num_threads(2);
@@ -279,13 +283,12 @@ TEST(Conv, DirectPathsSameBitsForAnyThreadCount) {
       EXPECT_TRUE(same_bits(a[i], b[i])) << "run to run, result " << i;
       EXPECT_TRUE(same_bits(a[i], one[i])) << "1 vs 2 threads, result " << i;
     }
-    // float32: sums of up to ~2000 products of unit normals (|dw| ~ 50), float32 lanes
-    const Tensor expected =
-        from_vector(grad_weight_by_definition(x, g, s.w, s.groups, 1), s.w);
+    // float32: sums of up to ~2000 products of unit normals (|dw| ~ 50), in float32 per pass
+    const Tensor expected = from_vector(grad_weight_by_definition(x, g, s.w, s.groups, 1, s.stride), s.w);
     expect_close(a[2], expected, 1e-4, 1e-4, "grad_weight float32");
     // float64 through the same kernel: exact up to rounding
     ConvolutionGrads r64 = convolution_backward(g.to(DType::Float64), x.to(DType::Float64), w.to(DType::Float64), {},
-                                                {1}, pad, {1}, false, {0}, s.groups, {false, true, false});
+                                                stride, pad, {1}, false, {0}, s.groups, {false, true, false});
     expect_close(r64.grad_weight, expected, 1e-10, 1e-10, "grad_weight float64");
   }
   set_num_threads(saved);
