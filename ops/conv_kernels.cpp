@@ -30,7 +30,8 @@
 // contiguous memory. When the extra width is small, window positions are laid on a "flat" grid
 // as wide as a box row, so that a tap of a whole slice of windows is one contiguous run; the few
 // garbage positions per row are dropped, or kept out of every sum (see zero_garbage and the
-// non-finite fallbacks), so Inf and NaN propagate exactly as in PyTorch.
+// non-finite fallbacks), so Inf and NaN propagate exactly as the definition says: only taps
+// inside the image contribute (see "Non-finite weights and column values").
 //
 // How each piece runs:
 //   correlate          flat grid: direct correlation (direct_blocks): a block of output channels
@@ -1054,6 +1055,80 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Non-finite weights and column values. The paths above multiply whole rows of windows,
+// padding included, by each weight (the boxes' zeros, im2col's zeros): a finite value times 0
+// adds nothing, but Inf or NaN times 0 adds NaN, where the definition sums only the taps inside
+// the image (as PyTorch's oneDNN path does; its slow im2col path gives NaN there). So correlate
+// takes non-finite weights out (as zeros) and adds their products at the valid taps afterwards;
+// weight_grad does the same with non-finite column values. The adjoint needs neither: col2im
+// and the adjoint's direct path (finite weights only) add nothing for the padding.
+
+// Calls f(o, i) for each window position o (flat in Lo) whose tap t reads inside the image, at
+// image position i (flat in Li).
+template <class F>
+void for_valid_windows(const Geom& g, int64_t t, F&& f) {
+  const int64_t a = t / (g.kh * g.kw), b = (t / g.kw) % g.kh, e = t % g.kw;
+  for (int64_t od = 0; od < g.Do; ++od) {
+    const int64_t iz = od * g.sd - g.pd + a * g.dd;
+    if (iz < 0 || iz >= g.Di) continue;
+    for (int64_t oh = 0; oh < g.Ho; ++oh) {
+      const int64_t iy = oh * g.sh - g.ph + b * g.dh;
+      if (iy < 0 || iy >= g.Hi) continue;
+      for (int64_t ow = 0; ow < g.Wo; ++ow) {
+        const int64_t ix = ow * g.sw - g.pw + e * g.dw;
+        if (ix >= 0 && ix < g.Wi) f((od * g.Ho + oh) * g.Wo + ow, (iz * g.Hi + iy) * g.Wi + ix);
+      }
+    }
+  }
+}
+
+// A copy of v[0, n) with the non-finite values replaced by zeros.
+template <class T>
+std::vector<T> finite_part(const T* v, int64_t n) {
+  std::vector<T> f(v, v + n);
+  for (T& e : f) e = std::isfinite(e) ? e : T(0);
+  return f;
+}
+
+// y[n, co, o] += w[co, c, t] * x[n, ci, window(o) + t] for the non-finite weights, at the valid
+// taps only.
+template <class T>
+void add_nonfinite_weight_taps(const T* x, const T* w, T* y, const Geom& g) {
+  for (int64_t co = 0; co < g.Co; ++co)
+    for (int64_t c = 0; c < g.Cig; ++c)
+      for (int64_t t = 0; t < g.K; ++t) {
+        const T wv = w[(co * g.Cig + c) * g.K + t];
+        if (std::isfinite(wv)) continue;
+        const int64_t ci = co / g.Cog * g.Cig + c;
+        for (int64_t n = 0; n < g.N; ++n) {
+          T* yn = y + (n * g.Co + co) * g.Lo;
+          const T* xn = x + (n * g.Ci + ci) * g.Li;
+          for_valid_windows(g, t, [&](int64_t o, int64_t i) { yn[o] += wv * xn[i]; });
+        }
+      }
+}
+
+// dw[co, c, t] += y[n, co, o] * x[n, ci, window(o) + t] for the non-finite column values y, at
+// the valid taps only.
+template <class T>
+void add_nonfinite_column_taps(const T* y, const T* x, T* dw, const Geom& g) {
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t co = 0; co < g.Co; ++co) {
+      const T* yn = y + (n * g.Co + co) * g.Lo;
+      if (all_finite(yn, g.Lo)) continue;
+      for (int64_t c = 0; c < g.Cig; ++c) {
+        const T* xn = x + (n * g.Ci + co / g.Cog * g.Cig + c) * g.Li;
+        for (int64_t t = 0; t < g.K; ++t) {
+          T& d = dw[(co * g.Cig + c) * g.K + t];
+          for_valid_windows(g, t, [&](int64_t o, int64_t i) {
+            if (!std::isfinite(yn[o])) d += yn[o] * xn[i];
+          });
+        }
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The three pieces.
 
 // y[n, g] = w[g] . im2col(x[n, g]) (+ bias). Flat grids run directly; the others (and unit
@@ -1061,6 +1136,12 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
 template <class T>
 void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   if (g.N == 0 || g.Co == 0 || g.Lo == 0) return;
+  if (!g.unit && !all_finite(w, g.Co * g.CKg)) {  // see "Non-finite weights" above
+    const std::vector<T> finite_w = finite_part(w, g.Co * g.CKg);
+    correlate(x, finite_w.data(), bias, y, g);
+    add_nonfinite_weight_taps(x, w, y, g);
+    return;
+  }
   if (g.flat) {
     switch (pick_ob(g.Cog)) {
       case 12: return correlate_direct<T, 12>(x, w, bias, y, g);
@@ -1486,11 +1567,24 @@ bool weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
 // every sample's x and y are read once; the slots are then added in order. Slots and blocks
 // depend on the shape only, and each item sums its samples, then chunks, in increasing order.
 template <class T>
-void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbage = false) {
+void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact = false) {
   if (g.Co == 0 || g.CKg == 0) return;
-  if (g.depthwise) return weight_grad_depthwise(y, x, dw, g);
-  if (!exact_garbage && weight_grad_direct(y, x, dw, g)) {
-    // garbage positions meet x's neighbours (0 * Inf = NaN): redo the rare non-finite case exactly
+  // A non-finite dw may come from non-finite values meeting zeros where the definition has no
+  // product: x's at garbage grid positions (meeting y's zeros), y's at the padding (see
+  // "Non-finite weights and column values" above). The rare case is redone exactly.
+  const bool redo_if_nonfinite = !exact && !g.unit;
+  if (exact && !g.unit && !all_finite(y, g.N * g.Co * g.Lo)) {
+    const std::vector<T> finite_y = finite_part(y, g.N * g.Co * g.Lo);
+    weight_grad(finite_y.data(), x, dw, g, true);
+    add_nonfinite_column_taps(y, x, dw, g);
+    return;
+  }
+  if (g.depthwise) {
+    weight_grad_depthwise(y, x, dw, g);  // exact at garbage positions itself
+    if (redo_if_nonfinite && !all_finite(dw, g.Co * g.CKg)) weight_grad(y, x, dw, g, true);
+    return;
+  }
+  if (!exact && weight_grad_direct(y, x, dw, g)) {
     if (!all_finite(dw, g.Co * g.CKg)) weight_grad(y, x, dw, g, true);
     return;
   }
@@ -1543,7 +1637,7 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbag
           int64_t ldc = g.Li;
           if (!g.unit) {
             im2col(P.data(), nc, q0, q1, g, col.data());
-            if (exact_garbage) zero_garbage(col.data(), nc * g.K, q0, q1, g);
+            if (exact && g.flat) zero_garbage(col.data(), nc * g.K, q0, q1, g);
             cp = col.data();
             ldc = len;
           }
@@ -1585,9 +1679,7 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact_garbag
       }
     }
   }
-  // Garbage grid columns of col multiply zeros of y: exact unless x holds an Inf or NaN there
-  // (0 * Inf = NaN). Rather than zeroing them every time, redo the rare non-finite case.
-  if (g.flat && !exact_garbage && !all_finite(dw, wsize)) weight_grad(y, x, dw, g, true);
+  if (redo_if_nonfinite && !all_finite(dw, wsize)) weight_grad(y, x, dw, g, true);
 }
 
 // db[c] = sum_n sum_o dy[n, c, o], in double.
