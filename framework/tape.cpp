@@ -161,6 +161,14 @@ struct Engine {
     slot = slot.defined() ? sum_gradients(slot, g) : g;
   }
 
+  // g is the only handle to its TensorImpl, which is the only one to use its storage, all of it.
+  static bool sole_owner(const Tensor& g) {
+    const std::shared_ptr<TensorImpl>& impl = g.impl_ptr();
+    return impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->requires_grad &&
+           impl->offset == 0 && g.is_contiguous() &&
+           impl->storage->nbytes() == size_t(g.numel()) * dtype_size(g.dtype());
+  }
+
   void deliver_to_leaf(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
     g = apply_hooks(leaf->hooks, g);
     if (capture) {
@@ -172,18 +180,24 @@ struct Engine {
       return;
     }
     if (!leaf->grad) {
-      // Own the gradient: it may alias a gradient given to another input.
-      leaf->grad = g.contiguous().impl_ptr() == g.impl_ptr() ? g.clone().impl_ptr() : g.contiguous().impl_ptr();
+      // Own the gradient. A gradient nothing else holds (no other handle, no other view of its
+      // memory) is adopted as it is, as PyTorch steals it; otherwise it may alias a gradient
+      // given to another input, or the caller's tensor, so the leaf gets a copy.
+      if (sole_owner(g)) {
+        leaf->grad = g.impl_ptr();
+      } else {
+        leaf->grad = g.contiguous().impl_ptr() == g.impl_ptr() ? g.clone().impl_ptr() : g.contiguous().impl_ptr();
+      }
     } else {
       Tensor(leaf->grad).add_(g);
     }
   }
 
-  void deliver(const Edge& e, const Tensor& g) {
+  void deliver(const Edge& e, Tensor g) {
     if (e.fn)
       add_to_buffer(e.fn.get(), e.output_nr, g);
     else if (e.leaf)
-      deliver_to_leaf(e.leaf, g);
+      deliver_to_leaf(e.leaf, std::move(g));
   }
 
   // Every entry reachable from the roots, latest first. Sequence numbers grow in recording
@@ -250,6 +264,7 @@ struct Engine {
     TG_CHECK(grads.size() == node.edges_.size(), node.op_->backward_name, ": internal error: returned ",
              grads.size(), " gradients for ", node.edges_.size(), " inputs");
     if (t_trace) trace_step(node, grad_outputs, grads);
+    grad_outputs.clear();  // a gradient passed through (as by add) may then go to a leaf uncopied
 
     for (size_t i = 0; i < grads.size(); ++i) {
       const Edge& e = node.edges_[i];
@@ -261,7 +276,7 @@ struct Engine {
                node.op_->backward_name, ": internal error: gradient of input ", i, " has shape ",
                format_shape(g.shape()), " ", dtype_name(g.dtype()), ", expected ",
                format_shape(node.input_meta_[i].shape), " ", dtype_name(node.input_meta_[i].dtype));
-      deliver(e, g);
+      deliver(e, std::move(grads[i]));
     }
     if (!retain_graph) {
       node.saved_.clear();

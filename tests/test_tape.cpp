@@ -54,6 +54,34 @@ TEST(Tape, GradientsAccumulateAcrossBackwardCalls) {
   EXPECT_FALSE(x.grad().defined());
 }
 
+// A leaf adopts a gradient buffer nothing else holds (no copy), and copies every other one:
+// gradients shared between inputs (add passes one to both), passed through from the caller, or
+// viewing a buffer that another tensor still uses must not alias the leaf's .grad().
+TEST(Tape, LeafGradientsNeverAliasAnotherTensor) {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({3, 4}, {2});
+  Tensor g = from_vector(std::vector<double>{1, 1}, {2});
+  add(a, b).backward(g);  // the same gradient buffer reaches both leaves
+  a.grad().add_(from_vector(std::vector<double>{10, 10}, {2}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{1, 1}));
+  EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{1, 1}));
+
+  Tensor c = leaf({5, 6}, {2});
+  c.backward(g);  // a leaf root gets the caller's tensor: copied
+  g.add_(from_vector(std::vector<double>{1, 1}, {2}));
+  EXPECT_EQ(c.grad().to_vector<double>(), (std::vector<double>{1, 1}));
+
+  Tensor d = leaf({1, 2, 3, 4}, {4});
+  Tensor g4 = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2});
+  reshape(d, {2, 2}).backward(g4);  // reshape's gradient is a view of the caller's tensor
+  g4.add_(from_vector(std::vector<double>{1, 1, 1, 1}, {2, 2}));
+  EXPECT_EQ(d.grad().to_vector<double>(), (std::vector<double>{1, 2, 3, 4}));
+
+  Tensor e = leaf({1, 2}, {2});
+  sum(mul(e, 3.0)).backward();  // a fresh buffer: adopted, and later backwards accumulate into it
+  sum(mul(e, 1.0)).backward();
+  EXPECT_EQ(e.grad().to_vector<double>(), (std::vector<double>{4, 4}));
+}
+
 TEST(Tape, BroadcastGradientsAreReducedToTheInputShape) {
   Tensor a = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor b = leaf({10, 20, 30}, {3});
