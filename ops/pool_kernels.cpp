@@ -35,11 +35,27 @@ int64_t first_inside(int64_t start, int64_t step) {
 int64_t adaptive_start(int64_t o, int64_t out, int64_t in) { return o * in / out; }
 int64_t adaptive_end(int64_t o, int64_t out, int64_t in) { return ((o + 1) * in + out - 1) / out; }
 
+constexpr int64_t kPoolRun = 256;  // inner columns summed at a time (a stack buffer of sums)
+
 // Forward work below kParallelGrain runs serially: an OpenMP region costs microseconds.
 bool parallel_forward(int64_t planes, int64_t rows, int64_t work) {
   return planes * rows > 1 && work >= kParallelGrain;
 }
 bool parallel_backward(int64_t planes, int64_t work) { return planes > 1 && work >= kParallelGrain; }
+
+// Output columns [lo, hi) whose windows lie wholly inside the input's width: their taps need
+// no bounds checks, so a row of them goes tap by tap, each tap a strided run over the columns
+// (vectorised), in the same tap order as the single-window loop, hence the same results.
+struct InnerColumns {
+  int64_t lo, hi;
+};
+
+InnerColumns inner_columns(const Pool2dParams& p) {
+  const int64_t last_tap = (p.kW - 1) * p.dW;  // window ow covers [ow sW - padW, .. + last_tap]
+  const int64_t lo = std::min((p.padW + p.sW - 1) / p.sW, p.Wo);
+  const int64_t hi = p.W - 1 - last_tap + p.padW < 0 ? 0 : (p.W - 1 - last_tap + p.padW) / p.sW + 1;
+  return {lo, std::max(lo, std::min(hi, p.Wo))};
+}
 
 // The average window of output (oh, ow): the positions it sums, clipped to the input, and
 // what the sum is divided by.
@@ -83,7 +99,28 @@ void max_pool2d_forward(const T* x, T* y, int64_t* indices, const Pool2dParams& 
       int64_t* ir = indices + (plane * p.Ho + oh) * p.Wo;
       const int64_t h_start = oh * p.sH - p.padH;
       const int64_t h0 = first_inside(h_start, p.dH), h1 = std::min(h_start + (p.kH - 1) * p.dH + 1, p.H);
+      const InnerColumns in = inner_columns(p);
+      if (h0 < h1) {  // the inner columns, tap by tap (rows past h1 or above 0 hold no taps)
+        for (int64_t ow = in.lo; ow < in.hi; ++ow) {
+          yr[ow] = -std::numeric_limits<T>::infinity();
+          ir[ow] = h0 * p.W + ow * p.sW - p.padW;
+        }
+        for (int64_t h = h0; h < h1; h += p.dH)
+          for (int64_t kw = 0; kw < p.kW; ++kw) {
+            const int64_t base = h * p.W + kw * p.dW - p.padW;  // + ow * sW: the tap's position
+            const T* xt = xp + base;
+#pragma omp simd
+            for (int64_t ow = in.lo; ow < in.hi; ++ow) {
+              const T v = xt[ow * p.sW];
+              const bool take = v > yr[ow] || v != v;  // as below: strict, and a NaN always
+              yr[ow] = take ? v : yr[ow];
+              ir[ow] = take ? base + ow * p.sW : ir[ow];
+            }
+          }
+      }
       for (int64_t ow = 0; ow < p.Wo; ++ow) {
+        if (ow == in.lo && h0 < h1) ow = in.hi;  // done above
+        if (ow >= p.Wo) break;
         const int64_t w_start = ow * p.sW - p.padW;
         const int64_t w0 = first_inside(w_start, p.dW), w1 = std::min(w_start + (p.kW - 1) * p.dW + 1, p.W);
         // aten starts from -inf at the window's first position: an all -inf window keeps it.
@@ -129,7 +166,27 @@ void avg_pool2d_forward(const T* x, T* y, const Pool2dParams& p, bool count_incl
     for (int64_t oh = 0; oh < p.Ho; ++oh) {
       const T* xp = x + plane * p.H * p.W;
       T* yr = y + (plane * p.Ho + oh) * p.Wo;
+      // the inner columns, tap by tap: the same sums in the same order as the loop below
+      const InnerColumns in = inner_columns(p);
+      const AvgWindow first = avg_window(p, oh, in.lo, count_include_pad, divisor_override);
+      const bool by_taps = in.lo < in.hi && !first.empty();  // inner windows share rows and divisor
+      if (by_taps) {
+        double sum[kPoolRun];
+        for (int64_t o0 = in.lo; o0 < in.hi; o0 += kPoolRun) {
+          const int64_t n = std::min(kPoolRun, in.hi - o0);
+          std::fill(sum, sum + n, 0.0);
+          for (int64_t h = first.h0; h < first.h1; ++h)
+            for (int64_t kw = 0; kw < p.kW; ++kw) {
+              const T* xt = xp + h * p.W + o0 * p.sW - p.padW + kw;
+#pragma omp simd
+              for (int64_t j = 0; j < n; ++j) sum[j] += static_cast<double>(xt[j * p.sW]);
+            }
+          for (int64_t j = 0; j < n; ++j) yr[o0 + j] = static_cast<T>(sum[j] / static_cast<double>(first.divisor));
+        }
+      }
       for (int64_t ow = 0; ow < p.Wo; ++ow) {
+        if (ow == in.lo && by_taps) ow = in.hi;  // done above
+        if (ow >= p.Wo) break;
         const AvgWindow win = avg_window(p, oh, ow, count_include_pad, divisor_override);
         if (win.empty()) {
           yr[ow] = T(0);
