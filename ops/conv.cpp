@@ -39,6 +39,12 @@ kernels::ConvParams check_geometry(const char* op, int dims, const Shape& input,
            format_shape(weight));
   TG_CHECK(static_cast<int64_t>(input.size()) == dims + 2, op, ": expected input to have ", dims + 2, " dims ",
            spatial_legend(dims), " for a ", dims, "-D convolution, got ", format_shape(input));
+  // As PyTorch ("Only zero batch or zero channel inputs are supported") and the spec: padding
+  // would otherwise give an input with no positions a non-empty output.
+  for (int d = 0; d < dims; ++d) {
+    TG_CHECK(input[2 + d] > 0, op, ": expected input to be empty only in N or C, got input ", format_shape(input),
+             " with spatial size 0");
+  }
   TG_CHECK(groups > 0, op, ": expected groups to be positive, got ", groups);
 
   const IntList stride = expand_list(op, "stride", stride_arg, dims);

@@ -3,10 +3,13 @@
 // determinism, Inf and NaN on every kernel path, and every bad input of issue 5.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "golden.h"
 #include "test_util.h"
@@ -53,19 +56,84 @@ ConvolutionGrads run_backward(const GoldenCase& c, std::array<bool, 3> mask) {
 
 TEST(Conv, MatchesPyTorchThroughTheTape) {
   auto cases = load_golden_cases("conv");
-  ASSERT_GE(cases.size(), 50u);
+  ASSERT_GE(cases.size(), 68u);
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name());
     const double rtol = rtol_for(c.dtype()), atol = atol_for(c.dtype());
     Tensor x = c.tensor("input").requires_grad_(), w = c.tensor("weight").requires_grad_();
     Tensor b = c.has("bias") ? c.tensor("bias").requires_grad_() : Tensor();
+    ASSERT_EQ(x.dtype(), c.dtype());  // the comparison runs in the case's dtype
     Tensor y = run_wrapper(c, x, w, b);
     ASSERT_EQ(y.dtype(), c.dtype());
     expect_close(y, c.tensor("output"), rtol, atol, "output");
     y.backward(c.tensor("grad_output"));
+    ASSERT_TRUE(x.grad().defined() && w.grad().defined());
+    EXPECT_EQ(x.grad().dtype(), c.dtype());
+    EXPECT_EQ(w.grad().dtype(), c.dtype());
     expect_close(x.grad(), c.tensor("grad_input"), rtol, atol, "grad_input");
     expect_close(w.grad(), c.tensor("grad_weight"), rtol, atol, "grad_weight");
-    if (b.defined()) expect_close(b.grad(), c.tensor("grad_bias"), rtol, atol, "grad_bias");
+    if (b.defined()) {
+      ASSERT_TRUE(b.grad().defined());
+      EXPECT_EQ(b.grad().dtype(), c.dtype());
+      expect_close(b.grad(), c.tensor("grad_bias"), rtol, atol, "grad_bias");
+    }
+  }
+}
+
+// The issue's matrix, so that a case dropped from tools/fixtures/conv.py does not go unnoticed:
+// 1D, 2D and 3D each with stride, padding, dilation, groups, depthwise, asymmetric padding, an
+// empty batch, with and without bias; transposed in each of them with stride, padding,
+// dilation, groups, output_padding, asymmetric padding, with and without bias. And every case
+// in float32 and float64 with every file in the case's own dtype: a float64 file in a float32
+// case would hold our float32 result to float64 values, a float32 one in a float64 case would
+// hide float64 errors behind float32 rounding.
+TEST(Conv, FixturesCoverTheIssueInBothDtypes) {
+  std::map<std::string, std::set<std::string>> dtypes_of;  // case name without _f32 / _f64
+  std::set<std::string> seen;                              // "2D transposed groups", ...
+  for (const auto& c : load_golden_cases("conv")) {
+    SCOPED_TRACE(c.name());
+    const auto& j = c.json;
+    const std::string n = c.name(), suffix = c.dtype() == DType::Float32 ? "_f32" : "_f64";
+    ASSERT_GT(n.size(), 4u);
+    EXPECT_EQ(n.substr(n.size() - 4), suffix);
+    dtypes_of[n.substr(0, n.size() - 4)].insert(j["dtype"].get<std::string>());
+    for (const auto& [key, file] : j["tensors"].items()) EXPECT_EQ(c.tensor(key).dtype(), c.dtype()) << key;
+
+    const int dims = j["dims"];
+    const bool transposed = j["transposed"];
+    const std::string at = std::to_string(dims) + "D " + (transposed ? "transposed " : "");
+    auto any_above = [&](const char* key, int64_t v) {
+      for (int64_t x : ints(j[key]))
+        if (x > v) return true;
+      return false;
+    };
+    const IntList pad = ints(j["padding"]);
+    const int64_t groups = j["groups"], C_in = c.tensor("input").size(1), N = c.tensor("input").size(0);
+    if (any_above("stride", 1)) seen.insert(at + "stride");
+    if (any_above("padding", 0)) seen.insert(at + "padding");
+    if (any_above("dilation", 1)) seen.insert(at + "dilation");
+    if (any_above("output_padding", 0)) seen.insert(at + "output_padding");
+    if (groups > 1) seen.insert(at + "groups");
+    if (groups > 1 && groups == C_in) seen.insert(at + "depthwise");
+    if (pad.size() == static_cast<size_t>(2 * dims)) {
+      for (int d = 0; d < dims; ++d)
+        if (pad[2 * d] != pad[2 * d + 1]) seen.insert(at + "asymmetric padding");
+    }
+    seen.insert(at + (j["has_bias"].get<bool>() ? "bias" : "no bias"));
+    EXPECT_EQ(c.has("bias"), j["has_bias"].get<bool>());
+    if (N == 0) seen.insert(std::to_string(dims) + "D empty batch");
+  }
+  for (const auto& [base, dts] : dtypes_of)
+    EXPECT_EQ(dts, (std::set<std::string>{"float32", "float64"})) << base << " is not in both dtypes";
+  for (int dims = 1; dims <= 3; ++dims) {
+    const std::string d = std::to_string(dims) + "D ";
+    for (const char* f : {"stride", "padding", "dilation", "groups", "depthwise", "asymmetric padding", "bias",
+                          "no bias"})
+      EXPECT_TRUE(seen.count(d + f)) << "no golden case for " << d << f;
+    for (const char* f : {"stride", "padding", "dilation", "groups", "output_padding", "asymmetric padding", "bias",
+                          "no bias"})
+      EXPECT_TRUE(seen.count(d + "transposed " + f)) << "no golden case for " << d << "transposed " << f;
+    EXPECT_TRUE(seen.count(d + "empty batch")) << "no golden case for " << d << "empty batch";
   }
 }
 
@@ -74,6 +142,10 @@ TEST(Conv, KernelApiBackwardMatchesPyTorch) {
     SCOPED_TRACE(c.name());
     const double rtol = rtol_for(c.dtype()), atol = atol_for(c.dtype());
     ConvolutionGrads r = run_backward(c, {true, true, c.has("bias")});
+    ASSERT_TRUE(r.grad_input.defined() && r.grad_weight.defined());
+    EXPECT_EQ(r.grad_input.dtype(), c.dtype());
+    EXPECT_EQ(r.grad_weight.dtype(), c.dtype());
+    if (c.has("bias")) EXPECT_EQ(r.grad_bias.dtype(), c.dtype());
     expect_close(r.grad_input, c.tensor("grad_input"), rtol, atol, "grad_input");
     expect_close(r.grad_weight, c.tensor("grad_weight"), rtol, atol, "grad_weight");
     if (c.has("bias")) expect_close(r.grad_bias, c.tensor("grad_bias"), rtol, atol, "grad_bias");
@@ -92,14 +164,12 @@ TEST(Conv, GenericConvolutionEqualsTheWrappers) {
   }
 }
 
-// Every mask, on a grouped strided case, a depthwise one, a transposed one and the empty batch.
+// Every mask on every golden case (1D, 2D, 3D, grouped, depthwise, transposed, empty batch; the
+// full result is checked against PyTorch above): each subset gives the full computation's bits
+// for what it asks and leaves the rest undefined.
 TEST(Conv, EveryOutputMaskComputesExactlyWhatIsAsked) {
   for (const auto& c : load_golden_cases("conv")) {
-    const std::string n = c.name();
-    if (n != "conv2d_asym_pad_stride_dil_groups_f64" && n != "conv2d_depthwise_f32" &&
-        n != "conv_transpose2d_groups_dilation_f64" && n != "conv3d_basic_f32" && n != "conv2d_empty_batch_f32")
-      continue;
-    SCOPED_TRACE(n);
+    SCOPED_TRACE(c.name());
     ConvolutionGrads all = run_backward(c, {true, true, true});
     ASSERT_TRUE(all.grad_input.defined() && all.grad_weight.defined() && all.grad_bias.defined());
     for (int mask = 0; mask < 8; ++mask) {
@@ -178,6 +248,145 @@ TEST(Conv, EmptyChannelsGiveBiasAndZeroGradients) {
   EXPECT_TRUE(same_bits(r.grad_weight, zeros({3, 2, 3, 3})));
   EXPECT_TRUE(same_bits(r.grad_bias, zeros({3})));
   EXPECT_EQ(r.grad_input.shape(), x0.shape());
+}
+
+// Empty in N or in C, in 1D, 2D and 3D, normal and transposed, grouped, with and without bias,
+// through the tape and the kernel API with every mask. The shape is the one a non-empty batch
+// gets; with no batch the output is empty and every gradient zero; with no input channels each
+// output element is its channel's bias (0 without one), the input and weight gradients are
+// empty and grad_bias is the sum of grad_output over the batch and the positions.
+TEST(Conv, EmptyBatchOrChannelsInEveryGeometry) {
+  for (int dims = 1; dims <= 3; ++dims)
+    for (bool transposed : {false, true})
+      for (bool empty_batch : {true, false})
+        for (bool with_bias : {true, false})
+          for (DType dt : {DType::Float32, DType::Float64}) {
+            const int64_t N = empty_batch ? 0 : 2, C_in = empty_batch ? 4 : 0, C_out = 6, groups = 2;
+            SCOPED_TRACE(std::to_string(dims) + "D" + (transposed ? " transposed" : "") +
+                         (empty_batch ? " N = 0" : " C_in = 0") + (with_bias ? " bias " : " no bias ") +
+                         dtype_name(dt));
+            // 5 per dim, kernel 3, stride 2, padding 1: 3 per dim, or 10 transposed (output_padding 1)
+            Shape xs{N, C_in}, ws = transposed ? Shape{C_in, C_out / groups} : Shape{C_out, C_in / groups};
+            Shape expected{N, C_out};
+            for (int d = 0; d < dims; ++d) {
+              xs.push_back(5);
+              ws.push_back(3);
+              expected.push_back(transposed ? 10 : 3);
+            }
+            const IntList op{transposed ? 1 : 0};
+            manual_seed(11);
+            Tensor x = Tensor::empty(xs, dt).requires_grad_(), w = randn(ws, dt).requires_grad_();
+            Tensor b = with_bias ? randn({C_out}, dt).requires_grad_() : Tensor();
+            Tensor y = convolution(x, w, b, {2}, {1}, {1}, transposed, op, groups);
+            ASSERT_EQ(y.shape(), expected);
+            ASSERT_EQ(y.dtype(), dt);
+            const std::vector<double> yv = y.to(DType::Float64).to_vector<double>();
+            const std::vector<double> bv = with_bias ? b.to(DType::Float64).to_vector<double>() : std::vector<double>();
+            const int64_t L = y.numel() / std::max<int64_t>(1, N * C_out);
+            for (size_t i = 0; i < yv.size(); ++i)
+              ASSERT_EQ(yv[i], with_bias ? bv[i / L % C_out] : 0.0) << "output element " << i;
+
+            const Tensor g = randn(y.shape(), dt);
+            std::vector<double> sum_g(C_out, 0.0);
+            const std::vector<double> gv = g.to(DType::Float64).to_vector<double>();
+            for (size_t i = 0; i < gv.size(); ++i) sum_g[i / L % C_out] += gv[i];
+            const Tensor expected_db = from_vector(sum_g, {C_out}).to(dt);
+            // float32: a sum of 2 * 1000 unit normals, summed in double by us, in float32 or
+            // double by the op: 1e-4 relative is far below any wrong term (|g| ~ 1)
+            const double rtol = dt == DType::Float64 ? 1e-12 : 1e-4, atol = dt == DType::Float64 ? 1e-12 : 1e-4;
+
+            y.backward(g);
+            ASSERT_TRUE(x.grad().defined() && w.grad().defined());
+            EXPECT_TRUE(same_bits(x.grad(), zeros(xs, dt)));
+            EXPECT_TRUE(same_bits(w.grad(), zeros(ws, dt)));  // non-empty when only N is 0
+            if (with_bias) expect_close(b.grad(), expected_db, rtol, atol, "grad_bias through the tape");
+
+            for (int mask = 0; mask < 8; ++mask) {
+              const std::array<bool, 3> m{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0};
+              ConvolutionGrads r = convolution_backward(g, x, w, with_bias ? IntList{C_out} : IntList{}, {2}, {1},
+                                                        {1}, transposed, op, groups, m);
+              EXPECT_EQ(r.grad_input.defined(), m[0]) << mask;
+              EXPECT_EQ(r.grad_weight.defined(), m[1]) << mask;
+              EXPECT_EQ(r.grad_bias.defined(), m[2]) << mask;
+              if (m[0]) EXPECT_TRUE(same_bits(r.grad_input, zeros(xs, dt))) << mask;
+              if (m[1]) EXPECT_TRUE(same_bits(r.grad_weight, zeros(ws, dt))) << mask;
+              if (m[2]) expect_close(r.grad_bias, expected_db, rtol, atol, "grad_bias, mask " + std::to_string(mask));
+            }
+          }
+}
+
+// The zeros of an empty batch's weight gradient are written, not found: the buffer it gets is
+// one the allocator's block cache (framework/storage.cpp: blocks of 64 KB and more, the most
+// recently freed of the same size first) has just taken back full of NaN. A gradient left
+// unwritten would be NaN.
+TEST(Conv, EmptyBatchWritesItsZerosIntoReusedMemory) {
+  struct Geom {
+    Shape x, w;
+    bool transposed;
+  };
+  // weights of 16384 elements: 64 KB in float32, 128 KB in float64
+  for (const Geom& c : {Geom{{0, 32, 9}, {64, 32, 8}, false}, Geom{{0, 32, 6, 6}, {32, 32, 4, 4}, false},
+                        Geom{{0, 16, 5, 5, 5}, {16, 16, 4, 4, 4}, false}, Geom{{0, 32, 3, 3}, {32, 32, 4, 4}, true},
+                        Geom{{0, 16, 2, 2, 2}, {16, 16, 4, 4, 4}, true}})
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      SCOPED_TRACE(format_shape(c.w) + (c.transposed ? " transposed " : " ") + dtype_name(dt));
+      const Tensor x = Tensor::empty(c.x, dt), w = randn(c.w, dt);
+      const IntList op(c.x.size() - 2, 0);
+      const Shape ys = convolution(x, w, Tensor(), {1}, {0}, {1}, c.transposed, op, 1).shape();
+      const Tensor g = Tensor::empty(ys, dt);
+      { Tensor junk = full(c.w, std::nan(""), dt); }
+      {
+        // the premise: the next buffer of this size is the NaN one
+        Tensor probe = Tensor::empty(c.w, dt);
+        ASSERT_TRUE(std::isnan(probe.to(DType::Float64).to_vector<double>()[0])) << "block cache not reused";
+      }
+      ConvolutionGrads r = convolution_backward(g, x, w, {}, {1}, {0}, {1}, c.transposed, op, 1, {false, true, false});
+      EXPECT_TRUE(same_bits(r.grad_weight, zeros(c.w, dt)));
+      // and through the tape, where the leaf adopts the buffer
+      { Tensor junk = full(c.w, std::nan(""), dt); }
+      Tensor wr = w.detach().requires_grad_();
+      convolution(x, wr, Tensor(), {1}, {0}, {1}, c.transposed, op, 1).backward(g);
+      EXPECT_TRUE(same_bits(wr.grad(), zeros(c.w, dt)));
+    }
+}
+
+// Finite differences in float64 on what the registry's samples (ops/conv.cpp) leave out: a
+// transposed 3D convolution with groups, per-dim stride and dilation, asymmetric padding and
+// output_padding allowed by the stride in one dim and by the dilation alone in another; a
+// transposed 2D one with asymmetric padding and dilation; a depthwise 1D one with a channel
+// multiplier; a grouped 3D one with per-dim stride and dilation.
+TEST(ConvGradcheck, CasesTheRegistrySamplesLeaveOut) {
+  struct G {
+    const char* name;
+    Shape x, w;
+    bool bias;
+    IntList stride, padding, dilation;
+    bool transposed;
+    IntList output_padding;
+    int64_t groups;
+  };
+  const G cases[] = {
+      {"conv_transpose3d", {1, 4, 2, 2, 3}, {4, 1, 2, 2, 2}, true, {2, 1, 1}, {1, 0, 0, 1, 1, 0}, {1, 2, 1}, true,
+       {1, 1, 0}, 2},
+      {"conv_transpose2d", {2, 2, 3, 3}, {2, 3, 3, 2}, false, {2}, {1, 0, 0, 2}, {2, 1}, true, {1, 0}, 1},
+      {"conv1d depthwise x2", {2, 3, 7}, {6, 1, 3}, true, {2}, {0, 2}, {1}, false, {0}, 3},
+      {"conv3d", {1, 4, 4, 5, 4}, {2, 2, 2, 3, 2}, false, {1, 2, 1}, {1, 0, 1}, {2, 1, 1}, false, {0}, 2},
+  };
+  manual_seed(8);
+  for (const G& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t C_out = c.transposed ? c.w[1] * c.groups : c.w[0];
+    std::vector<Tensor> inputs{randn(c.x, DType::Float64).requires_grad_(),
+                               randn(c.w, DType::Float64).requires_grad_(),
+                               c.bias ? randn({C_out}, DType::Float64).requires_grad_() : Tensor()};
+    GradcheckResult r = gradcheck(
+        [&c](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{convolution(in[0], in[1], in[2], c.stride, c.padding, c.dilation, c.transposed,
+                                                 c.output_padding, c.groups)};
+        },
+        inputs);
+    EXPECT_TRUE(r.ok) << r.message;
+  }
 }
 
 // A case big enough for every parallel path (batch split, GEMM chunks, bias reduction).
@@ -578,9 +787,9 @@ TEST(ConvNonFinite, InfAndNaNPropagateAsDefined) {
 
 // Where a non-finite weight (correlate) or column value (weight_grad) meets the image's zero
 // padding, the definition adds nothing; oneDNN agrees, PyTorch's slow im2col path gives NaN.
-// Fails today on every case with padding (not on the unit one): correlate and weight_grad, on
-// their direct, GEMM and depthwise paths alike, multiply the padding's zeros in, as PyTorch's
-// slow path does, and have no fallback for it. Kept failing on purpose until the kernels are fixed.
+// Failed on every case with padding (not on the unit one) until 353d29b: correlate and
+// weight_grad, on their direct, GEMM and depthwise paths alike, multiplied the padding's zeros
+// in, as PyTorch's slow path does.
 TEST(ConvNonFinite, NonFiniteWeightOrColumnsAtThePadding) {
   for (const NonFiniteCase& c : kNonFiniteCases) check_nonfinite_case(c, true);
 }
@@ -638,9 +847,24 @@ TEST(ConvErrors, StrideDilationPadding) {
   Tensor x = randn({1, 3, 8, 8}), w = randn({4, 3, 3, 3});
   expect_error(error_of([&] { conv2d(x, w, Tensor(), {0}); }), {"conv2d", "stride", "positive"});
   expect_error(error_of([&] { conv2d(x, w, Tensor(), {1, -1}); }), {"conv2d", "stride", "[1, -1]"});
-  expect_error(error_of([&] { conv2d(x, w, Tensor(), {1}, {0}, {0}); }), {"conv2d", "dilation", "positive"});
-  expect_error(error_of([&] { conv2d(x, w, Tensor(), {1}, {-1}); }), {"conv2d", "padding", "non-negative"});
-  expect_error(error_of([&] { conv2d(x, w, Tensor(), {1}, {0, 1, 0, -2}); }), {"conv2d", "padding", "non-negative"});
+  expect_error(error_of([&] { conv2d(x, w, Tensor(), {1}, {0}, {0}); }), {"conv2d", "dilation", "positive", "[0, 0]"});
+  expect_error(error_of([&] { conv2d(x, w, Tensor(), {1}, {-1}); }), {"conv2d", "padding", "non-negative", "[-1]"});
+  expect_error(error_of([&] { conv2d(x, w, Tensor(), {1}, {0, 1, 0, -2}); }),
+               {"conv2d", "padding", "non-negative", "[0, 1, 0, -2]"});
+  // negative dilation, the second dim alone; other ranks and the transposed path
+  expect_error(error_of([&] { conv2d(x, w, Tensor(), {1}, {0}, {1, -2}); }), {"conv2d", "dilation", "[1, -2]"});
+  expect_error(error_of([&] { conv1d(randn({1, 3, 8}), randn({4, 3, 3}), Tensor(), {-1}); }),
+               {"conv1d", "stride", "positive", "[-1]"});
+  expect_error(error_of([&] {
+                 conv3d(randn({1, 3, 6, 6, 6}), randn({4, 3, 3, 3, 3}), Tensor(), {1}, {0}, {1, 0, 1});
+               }),
+               {"conv3d", "dilation", "positive", "[1, 0, 1]"});
+  expect_error(error_of([&] { conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {2, 0}); }),
+               {"conv_transpose2d", "stride", "positive", "[2, 0]"});
+  expect_error(error_of([&] { conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {1}, {-1}); }),
+               {"conv_transpose2d", "padding", "non-negative", "[-1]"});
+  expect_error(error_of([&] { conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {1}, {1}, {0}, 1, {0}); }),
+               {"conv_transpose2d", "dilation", "positive", "[0, 0]"});
 }
 
 TEST(ConvErrors, WrongNumberOfValues) {
@@ -653,6 +877,21 @@ TEST(ConvErrors, WrongNumberOfValues) {
                }),
                {"conv_transpose2d", "output_padding", "got 3"});
   expect_error(error_of([&] { conv2d(x, w, Tensor(), {}); }), {"conv2d", "stride", "got 0 values"});
+  // per rank: 4 padding values are (before, after) in 2-D, wrong in 1-D and 3-D
+  Tensor x1 = randn({1, 3, 8}), w1 = randn({4, 3, 3});
+  Tensor x3 = randn({1, 3, 6, 6, 6}), w3 = randn({4, 3, 3, 3, 3});
+  expect_error(error_of([&] { conv1d(x1, w1, Tensor(), {1, 1}); }), {"conv1d", "stride", "1-D", "got 2 values"});
+  expect_error(error_of([&] { conv1d(x1, w1, Tensor(), {1}, {1, 1, 1, 1}); }),
+               {"conv1d", "padding", "1, 1 or 2", "got 4 values"});
+  expect_error(error_of([&] { conv3d(x3, w3, Tensor(), {1}, {1, 1, 1, 1}); }),
+               {"conv3d", "padding", "1, 3 or 6", "got 4 values"});
+  expect_error(error_of([&] { conv3d(x3, w3, Tensor(), {1}, {0}, {1, 1}); }),
+               {"conv3d", "dilation", "1 or 3 values", "got 2 values"});
+  expect_error(error_of([&] { conv3d(x3, w3, Tensor(), {1, 2}); }), {"conv3d", "stride", "1 or 3 values", "got 2"});
+  expect_error(error_of([&] {
+                 conv_transpose3d(x3, randn({3, 2, 3, 3, 3}), Tensor(), {2}, {0}, {1, 1});
+               }),
+               {"conv_transpose3d", "output_padding", "1 or 3 values", "got 2"});
 }
 
 TEST(ConvErrors, OutputTooSmall) {
@@ -669,14 +908,62 @@ TEST(ConvErrors, OutputTooSmall) {
                  conv_transpose1d(randn({1, 3, 1}), randn({3, 2, 1}), Tensor(), {1}, {1});
                }),
                {"conv_transpose1d", "output size", "[-1]"});
+  // exactly 0 is too small too: a 4-tall kernel on 3 rows, one of two dims
+  expect_error(error_of([&] { conv2d(randn({1, 3, 3, 8}), randn({4, 3, 4, 3})); }),
+               {"conv2d", "output size", "[0, 6]"});
+  // a window larger than the input with a stride: (3 - 4) / 2 + 1 is 1 with a division that
+  // truncates, 0 with PyTorch's floor
+  expect_error(error_of([&] { conv2d(randn({1, 3, 3, 8}), randn({4, 3, 4, 3}), Tensor(), {2}); }),
+               {"conv2d", "output size", "[0, 3]"});
+  // transposed, 0: asymmetric padding (1, 0) of a 1-long output
+  expect_error(error_of([&] {
+                 conv_transpose1d(randn({1, 3, 1}), randn({3, 2, 1}), Tensor(), {1}, {1, 0});
+               }),
+               {"conv_transpose1d", "output size", "[0]"});
+  // 3-D, the middle dim only
+  expect_error(error_of([&] { conv3d(randn({1, 2, 4, 2, 4}), randn({2, 2, 3, 3, 3})); }),
+               {"conv3d", "output size", "[2, 0, 2]"});
+  // and one more row is enough
+  EXPECT_EQ(conv2d(randn({1, 3, 4, 8}), randn({4, 3, 4, 3})).shape(), (Shape{1, 4, 1, 6}));
+}
+
+// PyTorch: "Only zero batch or zero channel inputs are supported"; the spec: the input may be
+// empty only in N or C. Padding would otherwise give such an input a non-empty output.
+TEST(ConvErrors, EmptySpatialInput) {
+  expect_error(error_of([&] { conv2d(randn({1, 3, 0, 8}), randn({4, 3, 1, 1}), Tensor(), {1}, {1}); }),
+               {"conv2d", "input", "[1, 3, 0, 8]"});
+  expect_error(error_of([&] { conv1d(randn({2, 3, 0}), randn({4, 3, 1}), Tensor(), {1}, {2}); }),
+               {"conv1d", "input", "[2, 3, 0]"});
+  expect_error(error_of([&] { conv_transpose2d(randn({1, 3, 4, 0}), randn({3, 4, 3, 3})); }),
+               {"conv_transpose2d", "input", "[1, 3, 4, 0]"});
+  expect_error(error_of([&] {
+                 convolution_backward(randn({1, 4, 2, 3, 3}), randn({1, 3, 0, 3, 3}), randn({4, 3, 1, 1, 1}), {},
+                                      {1}, {1, 0, 0}, {1}, false, {0}, 1);
+               }),
+               {"convolution_backward", "input", "[1, 3, 0, 3, 3]"});
 }
 
 TEST(ConvErrors, BiasAndDtype) {
   Tensor x = randn({1, 3, 8, 8}), w = randn({4, 3, 3, 3});
   expect_error(error_of([&] { conv2d(x, w, randn({5})); }), {"conv2d", "bias", "[4]", "got [5]"});
   expect_error(error_of([&] { conv2d(x, w, randn({1, 4})); }), {"conv2d", "bias", "[1, 4]"});
+  // transposed: out_channels = weight.size(1) * groups = 3 * 2, not weight.size(0) = 4
+  expect_error(error_of([&] {
+                 conv_transpose2d(randn({1, 4, 5, 5}), randn({4, 3, 3, 3}), randn({4}), {1}, {0}, {0}, 2);
+               }),
+               {"conv_transpose2d", "bias", "[6]", "got [4]"});
+  EXPECT_EQ(conv_transpose2d(randn({1, 4, 5, 5}), randn({4, 3, 3, 3}), randn({6}), {1}, {0}, {0}, 2).shape(),
+            (Shape{1, 6, 7, 7}));
+  expect_error(error_of([&] { conv1d(randn({1, 3, 8}), randn({4, 3, 3}), randn({3})); }),
+               {"conv1d", "bias", "[4]", "got [3]"});
   expect_error(error_of([&] { conv2d(x, w.to(DType::Float64)); }), {"conv2d", "weight", "float32", "float64"});
-  expect_error(error_of([&] { conv2d(x, w, randn({4}, DType::Float64)); }), {"conv2d", "bias", "float64"});
+  expect_error(error_of([&] { conv2d(x, w, randn({4}, DType::Float64)); }),
+               {"conv2d", "bias", "float32", "float64"});
+  expect_error(error_of([&] { conv2d(x.to(DType::Float64), w); }), {"conv2d", "weight", "float64", "got float32"});
+  expect_error(error_of([&] {
+                 conv_transpose2d(x, randn({3, 4, 3, 3}, DType::Float64));
+               }),
+               {"conv_transpose2d", "weight", "float32", "float64"});
   expect_error(error_of([&] { conv2d(x.to(DType::Int64), w.to(DType::Int64)); }), {"conv2d", "floating", "int64"});
 }
 
@@ -702,6 +989,27 @@ TEST(ConvErrors, OutputPadding) {
                {"convolution", "output_padding", "only for transposed"});
   // smaller than the dilation is enough (PyTorch's rule)
   EXPECT_NO_THROW(conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {1}, {0}, {1}, 1, {2}));
+  // but not equal to the larger of the two: stride 2, dilation 3 allow 2, not 3
+  EXPECT_NO_THROW(conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {2}, {0}, {2}, 1, {3}));
+  expect_error(error_of([&] {
+                 conv_transpose2d(x, randn({3, 4, 3, 3}), Tensor(), {2}, {0}, {3}, 1, {3});
+               }),
+               {"conv_transpose2d", "output_padding[0] = 3", "stride (2)", "dilation (3)"});
+  // other ranks
+  expect_error(error_of([&] {
+                 conv_transpose1d(randn({1, 3, 8}), randn({3, 2, 3}), Tensor(), {2}, {0}, {2});
+               }),
+               {"conv_transpose1d", "output_padding[0] = 2"});
+  expect_error(error_of([&] {
+                 conv_transpose3d(randn({1, 3, 4, 4, 4}), randn({3, 2, 3, 3, 3}), Tensor(), {2}, {0}, {1, 0, 2});
+               }),
+               {"conv_transpose3d", "output_padding[2] = 2", "stride (2)"});
+  // given without transposed, in one dim of several
+  expect_error(error_of([&] {
+                 convolution(randn({1, 3, 4, 4, 4}), randn({2, 3, 3, 3, 3}), Tensor(), {2}, {0}, {1}, false, {0, 0, 1},
+                             1);
+               }),
+               {"convolution", "output_padding", "only for transposed", "[0, 0, 1]"});
 }
 
 TEST(ConvErrors, KernelApiBackward) {
@@ -722,6 +1030,44 @@ TEST(ConvErrors, KernelApiBackward) {
                  convolution_backward(randn({1, 4, 6, 6}), x, w, {4}, {0}, {0}, {1}, false, {0}, 1);
                }),
                {"convolution_backward", "stride"});
+  // the kernel API checks the geometry as the forward does
+  const Tensor g = randn({1, 4, 6, 6});
+  expect_error(error_of([&] { convolution_backward(g, randn({3, 8, 8}), w, {4}, {1}, {0}, {1}, false, {0}, 1); }),
+               {"convolution_backward", "input", "4 dims", "[3, 8, 8]"});
+  expect_error(error_of([&] {
+                 convolution_backward(g, randn({1, 5, 8, 8}), w, {4}, {1}, {0}, {1}, false, {0}, 1);
+               }),
+               {"convolution_backward", "input", "channels", "got 5"});
+  expect_error(error_of([&] { convolution_backward(g, x, w, {4}, {1}, {-1}, {1}, false, {0}, 1); }),
+               {"convolution_backward", "padding", "non-negative", "[-1]"});
+  expect_error(error_of([&] { convolution_backward(g, x, w, {4}, {1}, {0}, {0}, false, {0}, 1); }),
+               {"convolution_backward", "dilation", "positive"});
+  expect_error(error_of([&] { convolution_backward(g, x, w, {4}, {1, 1, 1}, {0}, {1}, false, {0}, 1); }),
+               {"convolution_backward", "stride", "got 3 values"});
+  expect_error(error_of([&] { convolution_backward(g, x, w, {4}, {2}, {0}, {1}, false, {1}, 1); }),
+               {"convolution_backward", "output_padding", "only for transposed"});
+  expect_error(error_of([&] {
+                 convolution_backward(g, x, randn({3, 3, 3, 3}), {3}, {1}, {0}, {1}, false, {0}, 2);
+               }),
+               {"convolution_backward", "out_channels", "divisible by groups (2)"});
+  expect_error(error_of([&] {
+                 convolution_backward(g, x, w.to(DType::Float64), {4}, {1}, {0}, {1}, false, {0}, 1);
+               }),
+               {"convolution_backward", "weight", "float32", "float64"});
+  expect_error(error_of([&] { convolution_backward(randn({1, 4, 1, 1}), randn({1, 3, 3, 3}), randn({4, 3, 4, 4}),
+                                                   {4}, {1}, {0}, {1}, false, {0}, 1); }),
+               {"convolution_backward", "output size", "[0, 0]"});
+  // transposed: the input rule, the bias rule and output_padding's range
+  const Tensor xt = randn({1, 4, 5, 5}), wt = randn({4, 3, 3, 3}), gt = randn({1, 6, 7, 7});
+  EXPECT_NO_THROW(convolution_backward(gt, xt, wt, {6}, {1}, {0}, {1}, true, {0}, 2));
+  expect_error(error_of([&] { convolution_backward(gt, xt, wt, {4}, {1}, {0}, {1}, true, {0}, 2); }),
+               {"convolution_backward", "bias_sizes", "[6]", "[4]"});
+  expect_error(error_of([&] {
+                 convolution_backward(gt, randn({1, 3, 5, 5}), wt, {6}, {1}, {0}, {1}, true, {0}, 2);
+               }),
+               {"convolution_backward", "weight.size(0) = 4", "got 3"});
+  expect_error(error_of([&] { convolution_backward(gt, xt, wt, {6}, {1}, {0}, {1}, true, {1}, 2); }),
+               {"convolution_backward", "output_padding[0] = 1", "stride (1)", "dilation (1)"});
 }
 
 }  // namespace
