@@ -44,8 +44,8 @@
 //                      in y's padding) and narrow grids take GEMM + col2im instead.
 //   weight_grad        flat grids: direct (weight_grad_direct), tiles of column channels x
 //                      (image channel, tap) rows summed in registers straight from the boxes,
-//                      with positions in the vector lanes (long slices) or column channels in
-//                      them (short slices, many channels). Otherwise im2col + Eigen GEMM, the
+//                      with column channels in the vector lanes (two vectors of them or more
+//                      per group) or positions in them (fewer). Otherwise im2col + Eigen GEMM, the
 //                      positions in the GEMM's depth.
 // The GEMMs use column-major maps of our row-major buffers: a row-major (R x C) buffer is a
 // column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T. Column matrices
@@ -256,8 +256,10 @@ BoxRows box_rows(const Box& b, int64_t Di, int64_t Hi, int64_t Wi) {
 }
 
 // P = nc image channels (Di, Hi, Wi) in boxes b (nc * L elements; see pad_image for the slack).
+// rows: box_rows(b, Di, Hi, Wi) if the caller has it (Geom keeps its image box's), else null.
 template <class T>
-void pad_channels(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
+void pad_channels(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P,
+                  const BoxRows* rows = nullptr) {
   const int64_t ix0 = std::clamp<int64_t>(-b.pw, 0, Wi), ix1 = std::clamp<int64_t>(b.W - b.pw, ix0, Wi);
   if (b.sd == 1 && b.sh == 1 && b.sw == 1) {  // one phase: each box row written once
     const int64_t a = ix0 + b.pw, n = ix1 - ix0;  // the image part of a row
@@ -277,7 +279,8 @@ void pad_channels(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, c
     return;
   }
   std::fill(P, P + nc * b.L, T(0));
-  const BoxRows r = box_rows(b, Di, Hi, Wi);
+  const BoxRows computed = rows ? BoxRows{} : box_rows(b, Di, Hi, Wi);
+  const BoxRows& r = rows ? *rows : computed;
   for (int64_t c = 0; c < nc; ++c)
     for (int64_t iz = 0; iz < Di; ++iz)
       for (int64_t iy = 0; iy < Hi; ++iy) {
@@ -302,8 +305,9 @@ void pad_channels(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, c
 
 // pad_channels, then the slack zeros that flat reads past the last channel meet.
 template <class T>
-void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P) {
-  pad_channels(im, nc, Di, Hi, Wi, b, P);
+void pad_image(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, const Box& b, T* P,
+               const BoxRows* rows = nullptr) {
+  pad_channels(im, nc, Di, Hi, Wi, b, P, rows);
   std::fill(P + nc * b.L, P + nc * b.L + b.slack, T(0));
 }
 
@@ -348,6 +352,7 @@ struct Geom {
   int64_t sd, sh, sw, dd, dh, dw, pd, ph, pw;
   int64_t CKg;                // rows of one group's column matrix
   Box box;                    // boxes of image channels, covering every window
+  BoxRows box_rows;           // where image rows go in a box (box_rows(box, Di, Hi, Wi))
   std::vector<int64_t> off;   // box index of tap t for window position 0
   int64_t slice;              // box index step from window slice od to od + 1 (Hb * Wb)
   // Grid of window positions: Do slices of Ho rows of Wg. Flat (Wg = Wb, the box row): tap t
@@ -385,6 +390,7 @@ Geom make_geom(const ConvParams& p) {
   };
   g.box = make_box(extent(g.Do, g.sd, g.kd, g.dd), extent(g.Ho, g.sh, g.kh, g.dh),
                    extent(g.Wo, g.sw, g.kw, g.dw), g.pd, g.ph, g.pw, g.sd, g.sh, g.sw);
+  g.box_rows = box_rows(g.box, g.Di, g.Hi, g.Wi);
   g.off.resize(g.K);
   for (int64_t a = 0, t = 0; a < g.kd; ++a)
     for (int64_t b = 0; b < g.kh; ++b)
@@ -762,7 +768,7 @@ void correlate_direct(const T* x, const T* w, const T* bias, T* y, const Geom& g
     for (int64_t it = 0; it < items; ++it) {
       const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
       const int64_t grp = ng % g.G;
-      pad_image(x + ng * g.Cig * g.Li, g.Cig, g.Di, g.Hi, g.Wi, g.box, P.data());
+      pad_image(x + ng * g.Cig * g.Li, g.Cig, g.Di, g.Hi, g.Wi, g.box, P.data(), &g.box_rows);
       direct_blocks<T, OB>(P.data(), wr[grp].data(), g.Cog, bias ? bias + grp * g.Cog : nullptr,
                            y + ng * g.Cog * g.Lo, pl, part * per_part,
                            std::min(blocks, (part + 1) * per_part));
@@ -910,7 +916,7 @@ void correlate_depthwise(const T* x, const T* w, const T* bias, T* y, const Geom
       const T* wp = w + co * g.K;
       const T b0 = bias ? bias[co] : T(0);
       T* yp = y + it * g.Lo;
-      pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data());
+      pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data(), &g.box_rows);
       for (int64_t od = 0; od < g.Do; ++od)
         for (int64_t oh = 0; oh < g.Ho; ++oh) {
           T* yr = yp + (od * g.Ho + oh) * g.Wo;
@@ -1012,7 +1018,7 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
       std::fill(acc.data(), acc.data() + g.K, 0.0);
       for (int64_t n = 0; n < g.N; ++n) {
         const T* yp = y + (n * g.Co + co) * g.Lo;
-        pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data());
+        pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data(), &g.box_rows);
         if (!g.flat) {
           for (int64_t t = 0; t < g.K; ++t) acc[t] += depthwise_tap_dot(yp, P.data(), t, g);
           continue;
@@ -1044,7 +1050,7 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
           // a garbage position met an Inf or NaN of x (0 * Inf): redo this tap exactly
           acc[t] = 0;
           for (int64_t n = 0; n < g.N; ++n) {
-            pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data());
+            pad_image(x + (n * g.Ci + co / g.Cog) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P.data(), &g.box_rows);
             acc[t] += depthwise_tap_dot(y + (n * g.Co + co) * g.Lo, P.data(), t, g);
           }
         }
@@ -1172,7 +1178,7 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
       const T* xg = x + ng * g.Cig * g.Li;
       T* yg = y + ng * g.Cog * g.Lo;
       CMapM<T> wT(w + grp * g.Cog * g.CKg, g.CKg, g.Cog, Eigen::OuterStride<>(g.CKg));
-      if (!g.unit) pad_image(xg, g.Cig, g.Di, g.Hi, g.Wi, g.box, P.data());
+      if (!g.unit) pad_image(xg, g.Cig, g.Di, g.Hi, g.Wi, g.box, P.data(), &g.box_rows);
       const int64_t ch1 = std::min(n_chunks, (part + 1) * per_part);
       for (int64_t ch = part * per_part; ch < ch1; ++ch) {
         const int64_t q0 = ch * lc, q1 = std::min(g.Lo, q0 + lc), len = q1 - q0;
@@ -1277,14 +1283,13 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
 //   dw[co, r] = sum_n sum_q Y[n, co, q] * P[n, ci, q + off[t]]      rows r = (ci, t)
 // with Y = y laid on the grid (zero at the garbage positions, so they add exact zeros while x
 // is finite) and P = x's boxes. Each x value is read once per tile straight from a box, where
-// im2col + GEMM would copy it K times and pack it again. Two register tilings, each winning
-// where the other loses (measured on the benchmark shapes):
-//   weight_grad_dot    positions in the lanes: a tile of column channels x rows sums dot
-//                      products over the positions, then adds up its lanes. Long grid slices.
+// im2col + GEMM would copy it K times and pack it again. Two register tilings:
 //   weight_grad_outer  column channels in the lanes: each step of a tile is an outer product of
 //                      NV vectors of y by R broadcast x values, no lanes to add up afterwards.
-//                      Short slices (a 14 x 14 plane at stride 2), at least two vectors of
-//                      column channels.
+//                      Wherever a group has at least two vectors of column channels.
+//   weight_grad_dot    positions in the lanes: a tile of column channels x rows sums dot
+//                      products over the positions, then adds up its lanes. Few column
+//                      channels (conv3d's 16), long grid slices.
 // Both go through the samples ns at a time (a "pass": each element of dw is summed in T over a
 // pass, then the passes in double) and through the image channels cb at a time (a "step"): all
 // threads lay the pass's y on the grid once and the step's image channels in boxes once, then
@@ -1293,13 +1298,16 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
 
 // P[k * L] = box of the step's image channel k = (i * G + grp) * nc + c (sample n0 + i, group
 // grp, channel c0 + c), then the slack zeros. Call inside a parallel region: ends on a barrier.
+// The boxes are shared out by (group, channel), so that a thread whose tiles hold a range of
+// rows (weight_grad_outer) mostly reads boxes it wrote itself.
 template <class T>
 void pad_step(const T* x, const Geom& g, int64_t n0, int64_t nn, int64_t c0, int64_t nc, T* P) {
   const int64_t boxes = nn * g.G * nc;
 #pragma omp for schedule(static)
-  for (int64_t k = 0; k < boxes; ++k) {
-    const int64_t i = k / (g.G * nc), grp = (k / nc) % g.G, c = k % nc;
-    pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P + k * g.box.L);
+  for (int64_t j = 0; j < boxes; ++j) {  // j = (grp * nc + c) * nn + i
+    const int64_t i = j % nn, grp = j / (nc * nn), c = (j / nn) % nc;
+    const int64_t k = (i * g.G + grp) * nc + c;
+    pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P + k * g.box.L, &g.box_rows);
     if (k == boxes - 1) std::fill(P + boxes * g.box.L, P + boxes * g.box.L + g.box.slack, T(0));
   }
 }
@@ -1372,48 +1380,52 @@ void weight_grad_dot(const T* y, const T* x, T* dw, const Geom& g) {
   Scratch<T, 4> Y(ns * g.Co * ldY);                        // Y[i, co]: ldY each
   Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
   Scratch<double, 6> acc(g.Co * g.CKg);
-  std::fill(acc.data(), acc.data() + g.Co * g.CKg, 0.0);
 #pragma omp parallel if (big)
-  for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
-    const int64_t nn = std::min(g.N - n0, ns);
+  {
 #pragma omp for schedule(static)
-    for (int64_t k = 0; k < nn * g.Co; ++k) {  // k = i * Co + co: zero but for the grid's rows
-      T* yk = Y.data() + k * ldY;
-      const T* yc = y + (n0 * g.Co + k) * g.Lo;
-      std::fill(yk, yk + ldY, T(0));
-      for (int64_t od = 0; od < g.Do; ++od)
-        for (int64_t oh = 0; oh < g.Ho; ++oh) {
-          std::memcpy(yk + od * Sp + oh * g.Wg, yc + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
-        }
-    }
-    for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
-      const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
-      pad_step(x, g, n0, nn, c0, nc, P.data());
+    for (int64_t i = 0; i < g.Co * g.CKg; ++i) acc[i] = 0.0;
+    for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
+      const int64_t nn = std::min(g.N - n0, ns);
 #pragma omp for schedule(static)
-      for (int64_t it = 0; it < items; ++it) {
-        const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
-        for (int64_t r0 = 0; r0 < rows; r0 += kDotR) {
-          // rows past the step's end and channels past `no` repeat a valid one (discarded)
-          const T* xrow[kDotR];
-          for (int r = 0; r < kDotR; ++r) {
-            const int64_t rr = std::min(r0 + r, rows - 1);
-            xrow[r] = P.data() + (grp * nc + rr / g.K) * g.box.L + g.off[rr % g.K];
+      for (int64_t k = 0; k < nn * g.Co; ++k) {  // k = i * Co + co: zero but for the grid's rows
+        T* yk = Y.data() + k * ldY;
+        const T* yc = y + (n0 * g.Co + k) * g.Lo;
+        std::fill(yk, yk + ldY, T(0));
+        for (int64_t od = 0; od < g.Do; ++od)
+          for (int64_t oh = 0; oh < g.Ho; ++oh) {
+            std::memcpy(yk + od * Sp + oh * g.Wg, yc + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
           }
-          for (int64_t oo = 0; oo < no; oo += kDotO) {
-            const T* yrow[kDotO];
-            for (int o = 0; o < kDotO; ++o) yrow[o] = Y.data() + (grp * g.Cog + o0 + std::min(oo + o, no - 1)) * ldY;
-            double out[kDotO * kDotR] = {};
-            dot_tile(yrow, xrow, nn, g.Co * ldY, g.G * nc * g.box.L, g.Do, Sp, g.slice, Sp, out, kDotR);
-            for (int64_t o = 0; o < std::min<int64_t>(kDotO, no - oo); ++o)
-              for (int64_t r = 0; r < std::min<int64_t>(kDotR, rows - r0); ++r) {
-                acc[(grp * g.Cog + o0 + oo + o) * g.CKg + c0 * g.K + r0 + r] += out[o * kDotR + r];
-              }
+      }
+      for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
+        const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
+        pad_step(x, g, n0, nn, c0, nc, P.data());
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; ++it) {
+          const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
+          for (int64_t r0 = 0; r0 < rows; r0 += kDotR) {
+            // rows past the step's end and channels past `no` repeat a valid one (discarded)
+            const T* xrow[kDotR];
+            for (int r = 0; r < kDotR; ++r) {
+              const int64_t rr = std::min(r0 + r, rows - 1);
+              xrow[r] = P.data() + (grp * nc + rr / g.K) * g.box.L + g.off[rr % g.K];
+            }
+            for (int64_t oo = 0; oo < no; oo += kDotO) {
+              const T* yrow[kDotO];
+              for (int o = 0; o < kDotO; ++o) yrow[o] = Y.data() + (grp * g.Cog + o0 + std::min(oo + o, no - 1)) * ldY;
+              double out[kDotO * kDotR] = {};
+              dot_tile(yrow, xrow, nn, g.Co * ldY, g.G * nc * g.box.L, g.Do, Sp, g.slice, Sp, out, kDotR);
+              for (int64_t o = 0; o < std::min<int64_t>(kDotO, no - oo); ++o)
+                for (int64_t r = 0; r < std::min<int64_t>(kDotR, rows - r0); ++r) {
+                  acc[(grp * g.Cog + o0 + oo + o) * g.CKg + c0 * g.K + r0 + r] += out[o * kDotR + r];
+                }
+            }
           }
-        }
-      }  // the barrier here keeps P until every item is done with it
+        }  // the barrier here keeps P until every item is done with it
+      }
     }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
   }
-  for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
 }
 
 // ---- weight_grad_outer: column channels in the lanes
@@ -1449,29 +1461,33 @@ void outer_tile(const T* y, int64_t ld_y, const T* const* xrow, int64_t q0, int6
 // stay in L2, as each x value is read by only Cog / CW tiles.
 constexpr int64_t kOuterBoxBytes = 1024 * 1024;
 
-// Y[i, q, grp * Cp + co] = the pass's y transposed onto the grid (Cp: a group's column channels
-// padded to whole tiles, zeros). Each thread takes an even share of the step's tiles (group,
-// NV vectors of column channels, R rows) and sums them run by run: a run's Y block stays in L1
-// while the thread's tiles take it in turn, their sums parked in memory in between.
+// Y[i, grp, ct, q, c] = the pass's y transposed onto the grid, column channel co = ct * CW + c
+// of group grp (channels past Cog are zeros): each tile of column channels has its own
+// contiguous (positions x CW) block. Each thread takes an even share of the step's tiles (group,
+// NV vectors of column channels, R rows) and sums them run by run: a run of a tile's Y block
+// (32 KB, contiguous, so it maps evenly onto L1's sets) stays in L1 while the thread's tiles
+// take it in turn, their sums parked in memory in between.
 template <class T, int NV, int R = 24 / NV>
 void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
   using L = Lanes<T>;
   using Sums = typename L::vec[R][NV];
   constexpr int64_t CW = NV * L::n, sz = sizeof(T);  // column channels per tile
-  constexpr int64_t run = 32 * 1024 / (CW * sz);     // positions per run: 32 KB of Y
-  const int64_t Cp = (g.Cog + CW - 1) / CW * CW;
-  const int64_t ldY = g.G * Cp;  // one position of Y
+  const int64_t c_tiles = (g.Cog + CW - 1) / CW;
+  // positions per run: a thread's tiles take every column tile of a group, 32 KB of Y in all
+  const int64_t run = std::max<int64_t>(32 * 1024 / (CW * sz * c_tiles), 16);
+  const int64_t ldY = g.G * c_tiles * g.Lg * CW;  // one sample of Y
   const int64_t ns = std::clamp<int64_t>((1024 + g.Lg - 1) / std::max<int64_t>(g.Lg, 1), 1,
                                          std::max<int64_t>(g.N, 1));
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t cb = step_channels(g, ns, sz, kOuterBoxBytes, R);
-  const int64_t c_tiles = Cp / CW, max_tiles = g.G * c_tiles * ((cb * g.K + R - 1) / R);
-  Scratch<T, 4> Y(ns * g.Lg * ldY);
+  const int64_t max_tiles = g.G * c_tiles * ((cb * g.K + R - 1) / R);
+  Scratch<T, 4> Y(ns * ldY);
   Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
   Scratch<double, 6> acc(g.Co * g.CKg);
-  std::fill(acc.data(), acc.data() + g.Co * g.CKg, 0.0);
 #pragma omp parallel if (big)
   {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < g.Co * g.CKg; ++i) acc[i] = 0.0;
     const int threads = omp_get_num_threads(), me = omp_get_thread_num();
     std::vector<Sums> sums((max_tiles + threads - 1) / threads);
     std::vector<int64_t> xoff(R * sums.size());  // each tile's rows: offsets into a sample's boxes
@@ -1480,32 +1496,37 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
 #pragma omp for schedule(static)
       for (int64_t k = 0; k < nn * g.Do * g.Ho; ++k) {  // k = (i * Do + od) * Ho + oh: one grid row
         const int64_t i = k / (g.Do * g.Ho), odh = k % (g.Do * g.Ho);
-        T* yk = Y.data() + (i * g.Lg + (odh / g.Ho) * g.S + (odh % g.Ho) * g.Wg) * ldY;
-        std::fill(yk, yk + g.Wg * ldY, T(0));
-        for (int64_t grp = 0; grp < g.G; ++grp) {  // (Cog x Wo, Lo apart) -> (Wo x Cog, ldY apart)
+        const int64_t q_row = (odh / g.Ho) * g.S + (odh % g.Ho) * g.Wg;  // the row's first grid position
+        for (int64_t gt = 0; gt < g.G * c_tiles; ++gt) {
+          T* yk = Y.data() + i * ldY + (gt * g.Lg + q_row) * CW;
+          std::fill(yk, yk + g.Wg * CW, T(0));
+        }
+        for (int64_t grp = 0; grp < g.G; ++grp) {  // (Cog x Wo, Lo apart) -> (Wo x CW, CW apart) per tile
           const T* src = y + ((n0 + i) * g.G + grp) * g.Cog * g.Lo + odh * g.Wo;
           for (int64_t c0 = 0; c0 < g.Cog; c0 += L::n)
             for (int64_t w0 = 0; w0 < g.Wo; w0 += L::n) {
               const int64_t nc = std::min<int64_t>(L::n, g.Cog - c0), nw = std::min<int64_t>(L::n, g.Wo - w0);
-              T* dst = yk + w0 * ldY + grp * Cp + c0;  // writes n channels: past Cog they are zeros
+              // writes L::n channels: past Cog they are zeros
+              T* dst = Y.data() + i * ldY + ((grp * c_tiles + c0 / CW) * g.Lg + q_row + w0) * CW + c0 % CW;
               if (nc == L::n && nw == L::n) {
-                L::transpose(src + c0 * g.Lo + w0, g.Lo, dst, ldY);
+                L::transpose(src + c0 * g.Lo + w0, g.Lo, dst, CW);
                 continue;
               }
               T block[L::n * L::n] = {};  // an edge block, zero-padded
               for (int64_t c = 0; c < nc; ++c) std::memcpy(block + c * L::n, src + (c0 + c) * g.Lo + w0, sizeof(T) * nw);
-              L::transpose(block, L::n, dst, ldY, int(nw));
+              L::transpose(block, L::n, dst, CW, int(nw));
             }
         }
       }
       for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
         const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
         pad_step(x, g, n0, nn, c0, nc, P.data());
-        // this thread's tiles [t0, t1) of the step, tile = (grp * c_tiles + ct) * r_tiles + rt
+        // this thread's tiles [t0, t1) of the step, tile = (grp * r_tiles + rt) * c_tiles + ct: a
+        // thread holds a range of rows, whose boxes it mostly padded itself (see pad_step)
         const int64_t r_tiles = (rows + R - 1) / R, tiles = g.G * c_tiles * r_tiles;
         const int64_t t0 = tiles * me / threads, t1 = tiles * (me + 1) / threads;
         for (int64_t t = t0; t < t1; ++t) {
-          const int64_t grp = t / (c_tiles * r_tiles), r0 = t % r_tiles * R;
+          const int64_t grp = t / (c_tiles * r_tiles), r0 = (t / c_tiles) % r_tiles * R;
           for (int r = 0; r < R; ++r) {  // rows past the step's end repeat a valid one (discarded)
             const int64_t rr = std::min(r0 + r, rows - 1);
             xoff[(t - t0) * R + r] = (grp * nc + rr / g.K) * g.box.L + g.off[rr % g.K];
@@ -1515,18 +1536,18 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
         for (int64_t i = 0; i < nn; ++i)
           for (int64_t od = 0; od < g.Do; ++od)
             for (int64_t q0 = 0; q0 < g.S; q0 += run) {
-              const T* Yq = Y.data() + (i * g.Lg + od * g.S) * ldY;
               const T* Pq = P.data() + i * g.G * nc * g.box.L + od * g.slice;
               for (int64_t t = t0; t < t1; ++t) {
-                const int64_t grp = t / (c_tiles * r_tiles), ct = (t / r_tiles) % c_tiles;
+                const int64_t gt = t / (c_tiles * r_tiles) * c_tiles + t % c_tiles;  // grp * c_tiles + ct
+                const T* Yq = Y.data() + i * ldY + (gt * g.Lg + od * g.S) * CW;
                 const T* xrow[R];
                 for (int r = 0; r < R; ++r) xrow[r] = Pq + xoff[(t - t0) * R + r];
-                outer_tile<T, NV, R>(Yq + grp * Cp + ct * CW, ldY, xrow, q0, std::min(g.S, q0 + run), sums[t - t0]);
+                outer_tile<T, NV, R>(Yq, CW, xrow, q0, std::min(g.S, q0 + run), sums[t - t0]);
               }
             }
         for (int64_t t = t0; t < t1; ++t) {
-          const int64_t grp = t / (c_tiles * r_tiles), o0 = (t / r_tiles) % c_tiles * CW;
-          const int64_t r0 = t % r_tiles * R;
+          const int64_t grp = t / (c_tiles * r_tiles), o0 = t % c_tiles * CW;
+          const int64_t r0 = (t / c_tiles) % r_tiles * R;
           T lanes[CW];
           for (int64_t r = 0; r < std::min<int64_t>(R, rows - r0); ++r) {
             std::memcpy(lanes, sums[t - t0][r], sizeof lanes);
@@ -1537,25 +1558,27 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
 #pragma omp barrier  // P is overwritten by the next step
       }
     }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
   }
-  for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
 }
 
-// Which direct weight gradient, if any (see above): the dot tiling on slices of >= kDotMinSlice
-// grid positions; the outer tiling on shorter ones of >= kOuterMinSlice with at least two
-// vectors of column channels per group; im2col + GEMM otherwise.
+// Which direct weight gradient, if any (see above): the outer tiling wherever a group has more
+// than one vector of column channels and slices hold >= kOuterMinSlice grid positions (it beat
+// the dot tiling on long slices too once Y was laid out per column tile); the dot tiling for
+// fewer column channels on slices of >= kDotMinSlice; im2col + GEMM otherwise.
 constexpr int64_t kDotMinSlice = 512, kOuterMinSlice = 64;
 
 // Returns false where neither applies.
 template <class T>
 bool weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
   if (!g.flat) return false;
-  if (g.S >= kDotMinSlice) {
-    weight_grad_dot(y, x, dw, g);
-  } else if (g.S >= kOuterMinSlice && g.Cog > 2 * Lanes<T>::n) {
+  if (g.S >= kOuterMinSlice && g.Cog > 2 * Lanes<T>::n) {
     weight_grad_outer<T, 4>(y, x, dw, g);
   } else if (g.S >= kOuterMinSlice && g.Cog > Lanes<T>::n) {
     weight_grad_outer<T, 2>(y, x, dw, g);
+  } else if (g.S >= kDotMinSlice) {
+    weight_grad_dot(y, x, dw, g);
   } else {
     return false;
   }
@@ -1630,7 +1653,7 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact = fals
       for (int64_t n = slot * g.N / n_slots; n < (slot + 1) * g.N / n_slots; ++n) {
         const T* xg = x + ((n * g.G + grp) * g.Cig + c0) * g.Li;
         const T* yg = y + ((n * g.G + grp) * g.Cog + o0) * g.Lo;
-        if (!g.unit) pad_image(xg, nc, g.Di, g.Hi, g.Wi, g.box, P.data());
+        if (!g.unit) pad_image(xg, nc, g.Di, g.Hi, g.Wi, g.box, P.data(), &g.box_rows);
         for (int64_t q0 = 0; q0 < L; q0 += lc) {
           const int64_t q1 = std::min(L, q0 + lc), len = q1 - q0;
           const T* cp = xg + q0;
