@@ -676,8 +676,52 @@ int64_t direct_blocks_per_slice(const DirectPlan& pl, int64_t QB) {
   return (pl.rows * pl.width + QB - 1) / QB;
 }
 
+// Writes a block's sums acc[o][j] (positions q + j, j < QBt, of slice sl) to their valid places,
+// row by row; o < n_o.
+template <class T, int OB, int QBt>
+void store_block(const T (&acc)[OB][QBt], int64_t n_o, const DirectPlan& pl, int64_t sl, int64_t q, T* out) {
+  T* oc = out + sl * pl.out_slice;
+  int64_t r = q / pl.width, col = q % pl.width;
+  for (int64_t j = 0; j < QBt && r < pl.rows; ++r, col = 0) {
+    const int64_t run = std::min<int64_t>(QBt - j, pl.width - col);
+    const int64_t nv = std::clamp<int64_t>(pl.cols - col, 0, run);
+    for (int64_t o = 0; o < n_o; ++o) {
+      T* orow = oc + o * pl.out_cstride + r * pl.out_row + col * pl.out_col;
+      if (pl.out_col == 1) {
+        for (int64_t v = 0; v < nv; ++v) orow[v] = acc[o][j + v];
+      } else {
+        for (int64_t v = 0; v < nv; ++v) orow[v * pl.out_col] = acc[o][j + v];
+      }
+    }
+    j += run;
+  }
+}
+
+// One block of OB output channels x QBt positions (OB > 2), summed in registers over (c, t):
+// out = bias + sum wr[c][t][o] * in_q[c, off[t] + j].
+template <class T, int OB, int QBt>
+void direct_block(const T* in_q, const T* wt, const T* bias, int64_t n_o, const DirectPlan& pl, int64_t sl,
+                  int64_t q, T* out) {
+  T acc[OB][QBt];
+  for (int o = 0; o < OB; ++o) {
+    const T b0 = bias && o < n_o ? bias[o] : T(0);
+    for (int j = 0; j < QBt; ++j) acc[o][j] = b0;
+  }
+  for (int64_t c = 0; c < pl.n_in; ++c) {
+    const T* ic = in_q + c * pl.in_cstride;
+    for (int64_t t = 0; t < pl.n_taps; ++t, wt += OB) {
+      const T* src = ic + pl.off[t];
+      for (int o = 0; o < OB; ++o)
+        for (int j = 0; j < QBt; ++j) acc[o][j] += wt[o] * src[j];
+    }
+  }
+  store_block<T, OB, QBt>(acc, n_o, pl, sl, q, out);
+}
+
 // Blocks [blk0, blk1) (slice-major, QB positions each) of all n_out output channels. `in` must
-// hold QB + the largest offset readable elements past the last slice.
+// hold QB + the largest offset readable elements past the last slice. The last block of a
+// slice computes only the whole vectors that reach into the slice (a 14 x 15 grid is 4 blocks
+// of 48 positions, then 18, which take 2 vectors, not 3).
 template <class T, int OB>
 void direct_blocks(const T* in, const T* wr, int64_t n_out, const T* bias, T* out,
                    const DirectPlan& pl, int64_t blk0, int64_t blk1) {
@@ -687,23 +731,21 @@ void direct_blocks(const T* in, const T* wr, int64_t n_out, const T* bias, T* ou
   for (int64_t blk = blk0; blk < blk1; ++blk) {
     const int64_t sl = blk / n_qb, q = (blk % n_qb) * QB;
     const T* in_q = in + sl * pl.in_slice + q;
+    const int64_t len = std::min<int64_t>(QB, pl.rows * pl.width - q);  // positions in the slice
     for (int64_t ob = 0; ob < n_ob; ++ob) {
       const int64_t o0 = ob * OB, n_o = std::min<int64_t>(OB, n_out - o0);
-      T acc[OB][QB];
-      for (int o = 0; o < OB; ++o) {
-        const T b0 = bias && o < n_o ? bias[o0 + o] : T(0);
-        for (int j = 0; j < QB; ++j) acc[o][j] = b0;
-      }
       const T* wt = wr + ob * wstep;
+      const T* b = bias ? bias + o0 : nullptr;
+      T* oc = out + o0 * pl.out_cstride;
       if constexpr (OB <= 2) {
         // A block this thin holds few sums: the run (which stops at the slice's end, rounded up
         // to whole vectors) goes in sub-blocks of U vectors, each summed in registers over (c, t).
         using L = Lanes<T>;
         constexpr int U = 4;
-        const int64_t len = std::min<int64_t>(QB, pl.rows * pl.width - q);
         const int64_t len_v = (len + L::n - 1) / L::n * L::n;
-        T b0[OB];  // acc holds the bias until the first sub-block overwrites it
-        for (int o = 0; o < OB; ++o) b0[o] = acc[o][0];
+        T acc[OB][QB];
+        T b0[OB];
+        for (int o = 0; o < OB; ++o) b0[o] = b && o < n_o ? b[o] : T(0);
         auto run = [&](auto u_tag, int64_t j0) {
           constexpr int NU = decltype(u_tag)::value;
           typename L::vec a[OB][NU];
@@ -728,31 +770,16 @@ void direct_blocks(const T* in, const T* wr, int64_t n_out, const T* bias, T* ou
         int64_t j0 = 0;
         for (; j0 + U * L::n <= len_v; j0 += U * L::n) run(std::integral_constant<int, U>{}, j0);
         for (; j0 < len_v; j0 += L::n) run(std::integral_constant<int, 1>{}, j0);
+        store_block<T, OB, QB>(acc, n_o, pl, sl, q, oc);
       } else {
-        for (int64_t c = 0; c < pl.n_in; ++c) {
-          const T* ic = in_q + c * pl.in_cstride;
-          for (int64_t t = 0; t < pl.n_taps; ++t, wt += OB) {
-            const T* src = ic + pl.off[t];
-            for (int o = 0; o < OB; ++o)
-              for (int j = 0; j < QB; ++j) acc[o][j] += wt[o] * src[j];
-          }
+        constexpr int V = Lanes<T>::n;
+        if (QB > V && len <= V) {
+          direct_block<T, OB, V>(in_q, wt, b, n_o, pl, sl, q, oc);
+        } else if (QB > 2 * V && len <= 2 * V) {
+          direct_block<T, OB, std::min(QB, 2 * V)>(in_q, wt, b, n_o, pl, sl, q, oc);
+        } else {
+          direct_block<T, OB, QB>(in_q, wt, b, n_o, pl, sl, q, oc);
         }
-      }
-      // the block's valid positions, row by row
-      T* oc = out + o0 * pl.out_cstride + sl * pl.out_slice;
-      int64_t r = q / pl.width, col = q % pl.width;
-      for (int64_t j = 0; j < QB && r < pl.rows; ++r, col = 0) {
-        const int64_t run = std::min<int64_t>(QB - j, pl.width - col);
-        const int64_t nv = std::clamp<int64_t>(pl.cols - col, 0, run);
-        for (int64_t o = 0; o < n_o; ++o) {
-          T* orow = oc + o * pl.out_cstride + r * pl.out_row + col * pl.out_col;
-          if (pl.out_col == 1) {
-            for (int64_t v = 0; v < nv; ++v) orow[v] = acc[o][j + v];
-          } else {
-            for (int64_t v = 0; v < nv; ++v) orow[v * pl.out_col] = acc[o][j + v];
-          }
-        }
-        j += run;
       }
     }
   }
