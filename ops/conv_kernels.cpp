@@ -1521,7 +1521,7 @@ void outer_tile(const T* y, int64_t ld_y, const T* const* xrow, int64_t q0, int6
 
 // Boxes of a step of weight_grad_outer: fewer steps (barriers) measured faster than boxes that
 // stay in L2, as each x value is read by only Cog / CW tiles.
-constexpr int64_t kOuterBoxBytes = 1024 * 1024;
+constexpr int64_t kOuterBoxBytes = 1024 * 1024, kOuterYBytes = 1024 * 1024;
 
 // Y[i, grp, ct, q, c] = the pass's y transposed onto the grid, column channel co = ct * CW + c
 // of group grp (channels past Cog are zeros): each tile of column channels has its own
@@ -1538,8 +1538,11 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
   // positions per run: a thread's tiles take every column tile of a group, 32 KB of Y in all
   const int64_t run = std::max<int64_t>(32 * 1024 / (CW * sz * c_tiles), 16);
   const int64_t ldY = g.G * c_tiles * g.Lg * CW;  // one sample of Y
-  const int64_t ns = std::clamp<int64_t>((1024 + g.Lg - 1) / std::max<int64_t>(g.Lg, 1), 1,
-                                         std::max<int64_t>(g.N, 1));
+  // samples per pass: 4096 grid positions (fewer passes, fewer barriers), as far as the pass's
+  // Y fits in kOuterYBytes
+  const int64_t ns = std::clamp<int64_t>(std::min((4096 + g.Lg - 1) / std::max<int64_t>(g.Lg, 1),
+                                                  kOuterYBytes / std::max<int64_t>(ldY * sz, 1)),
+                                         1, std::max<int64_t>(g.N, 1));
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t cb = step_channels(g, ns, sz, kOuterBoxBytes, R);
   const int64_t max_tiles = g.G * c_tiles * ((cb * g.K + R - 1) / R);
