@@ -462,11 +462,17 @@ int64_t chunk_len(int64_t rows, int64_t L, int64_t elem_bytes) {
   return (L + n_chunks - 1) / n_chunks;
 }
 
+// Runs before the parallel part of a kernel (it picks the path): on all cores when n is large.
 template <class T>
 bool all_finite(const T* v, int64_t n) {
-  bool ok = true;
-  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(v[i]);
-  return ok;
+  int ok = 1;
+  if (n < kParallelWork || omp_in_parallel()) {  // (an `if` clause would still open a region)
+    for (int64_t i = 0; i < n; ++i) ok &= int(std::isfinite(v[i]));
+    return ok != 0;
+  }
+#pragma omp parallel for schedule(static) reduction(& : ok)
+  for (int64_t i = 0; i < n; ++i) ok &= int(std::isfinite(v[i]));
+  return ok != 0;
 }
 
 // Calls f(offset, od, oh, u0, u1) for each grid row (od, oh) that meets the grid range [q0, q1):
@@ -797,11 +803,16 @@ template <class T, class F>
 std::vector<T> repack(int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
   const int64_t n_ob = (n_out + OB - 1) / OB;
   std::vector<T> wr(n_ob * n_in * n_taps * OB, T(0));
-  for (int64_t o = 0; o < n_out; ++o)
+  auto one_output = [&](int64_t o) {
     for (int64_t c = 0; c < n_in; ++c)
-      for (int64_t t = 0; t < n_taps; ++t) {
-        wr[(((o / OB) * n_in + c) * n_taps + t) * OB + o % OB] = weight(o, c, t);
-      }
+      for (int64_t t = 0; t < n_taps; ++t) wr[(((o / OB) * n_in + c) * n_taps + t) * OB + o % OB] = weight(o, c, t);
+  };
+  if (n_out * n_in * n_taps < kParallelWork || omp_in_parallel()) {  // (an `if` clause would still open a region)
+    for (int64_t o = 0; o < n_out; ++o) one_output(o);
+    return wr;
+  }
+#pragma omp parallel for schedule(static)  // before the kernel's parallel region: a large weight on all cores
+  for (int64_t o = 0; o < n_out; ++o) one_output(o);
   return wr;
 }
 
