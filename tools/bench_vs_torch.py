@@ -18,6 +18,14 @@ glibc mmaps a block of 32 MB or more (and faults in all its pages at each call) 
 heap top is large enough to hold it, so in one shared process PyTorch's 33.5 MB results came
 out of an already-touched heap (no page faults) or not, depending on the cases that ran
 before, while tapegrad's always paid ~8200 page faults per call.
+
+Both processes also run with glibc told to keep freed memory (MALLOC_MMAP_THRESHOLD_ and
+MALLOC_TRIM_THRESHOLD_ at 4 GB; --fresh-pages turns that off). Otherwise PyTorch's CPU
+allocator hands every large result back to the kernel and faults it in again on the next call,
+while tapegrad keeps freed buffers of 64 KB and more (framework/storage.cpp): on a busy host
+those page faults made PyTorch's side 3 to 50 times slower from one day to the next, so the
+ratios measured the machine's paging, not the kernels. With both sides reusing memory the
+table compares kernels.
 """
 import argparse
 import datetime
@@ -330,12 +338,18 @@ def worker_main(case, threads):
         print(f"ms {time_torch(fn):.6f}", flush=True)
 
 
+# glibc keeps freed memory in the heap instead of returning (and later faulting in) every block
+REUSE_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
+# the environment of both sides' processes (main() sets it from --fresh-pages)
+CHILD_ENV = dict(os.environ, **REUSE_MEMORY_ENV)
+
+
 class TorchWorker:
     """A PyTorch worker process for one (case, threads); time() asks it for one timing."""
 
     def __init__(self, case, threads):
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", case, str(threads)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=CHILD_ENV)
         self.case = case
         self._reply("ready")
 
@@ -363,7 +377,7 @@ def time_tapegrad(build, program, case, threads):
     exe = os.path.join(build, "bench", program)
     pattern = "^" + re.escape(f"{case}/threads:{threads}") + "(/real_time)?$"
     out = subprocess.run([exe, f"--benchmark_filter={pattern}", "--benchmark_format=json",
-                          "--benchmark_min_time=0.3"], capture_output=True, text=True, check=True)
+                          "--benchmark_min_time=0.3"], capture_output=True, text=True, check=True, env=CHILD_ENV)
     runs = json.loads(out.stdout)["benchmarks"]
     if not runs:
         raise SystemExit(f"{exe} has no case {case}/threads:{threads}")
@@ -379,7 +393,7 @@ def openblas_note():
                           "BLAS and its matmul times are not representative (apt-get install libopenblas0-openmp).")
 
 
-def header():
+def header(fresh_pages):
     cfg = torch.__config__.show()
     blas = re.search(r"BLAS_INFO=(\w+)", cfg)
     cpu = platform.processor() or "cpu"
@@ -389,7 +403,9 @@ def header():
     except (OSError, StopIteration):
         pass
     return (f"{datetime.date.today()} on {cpu}, {os.cpu_count()} cores. PyTorch {torch.__version__} "
-            f"(oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}, BLAS {blas.group(1) if blas else '?'})."
+            f"(oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}, BLAS {blas.group(1) if blas else '?'}). "
+            + ("glibc defaults: freed large blocks go back to the kernel (--fresh-pages)." if fresh_pages
+               else "Both sides keep freed memory (glibc thresholds at 4 GB).")
             + openblas_note())
 
 
@@ -400,8 +416,12 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--filter", default="", help="regex on case names")
     ap.add_argument("--write", help="replace the table between the markers of this markdown file")
+    ap.add_argument("--fresh-pages", action="store_true",
+                    help="glibc's default thresholds: both sides return large freed blocks to the kernel")
     ap.add_argument("--worker", nargs=2, metavar=("CASE", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global CHILD_ENV
+    CHILD_ENV = dict(os.environ) if args.fresh_pages else dict(os.environ, **REUSE_MEMORY_ENV)
     torch.set_grad_enabled(True)
     if args.worker:
         return worker_main(args.worker[0], int(args.worker[1]))
@@ -422,7 +442,7 @@ def main():
             print(f"{case} threads={threads}: tapegrad {a:.3f} ms, PyTorch {b:.3f} ms, ratio {a / b:.2f}",
                   file=sys.stderr)
 
-    lines = [header(), "", "| case | threads | tapegrad ms | PyTorch ms | ratio (ours / theirs) | tapegrad peak MB |",
+    lines = [header(args.fresh_pages), "", "| case | threads | tapegrad ms | PyTorch ms | ratio (ours / theirs) | tapegrad peak MB |",
              "|---|---|---|---|---|---|"]
     for case, threads, a, b, r, peak in rows:
         lines.append(f"| {case} | {threads} | {a:.3f} | {b:.3f} | {r:.2f} | {'' if peak is None else f'{peak:.1f}'} |")

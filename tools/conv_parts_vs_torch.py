@@ -10,6 +10,7 @@ medians of several rounds.
                                                   [--threads 2] [--parts fwd gin gw gb]
 """
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -17,7 +18,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from bench_vs_torch import CONV_CASES, time_tapegrad, time_torch, with_suffix
+from bench_vs_torch import CONV_CASES, REUSE_MEMORY_ENV, time_tapegrad, time_torch, with_suffix
 
 
 def torch_piece(part, input_shape, weight_shape, stride, padding, groups=1, transposed=False):
@@ -37,6 +38,9 @@ def torch_piece(part, input_shape, weight_shape, stride, padding, groups=1, tran
 
 
 def main():
+    # PyTorch runs in this process: keep freed memory here too, as bench_vs_torch's workers do
+    if any(os.environ.get(k) != v for k, v in REUSE_MEMORY_ENV.items()):
+        os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, **REUSE_MEMORY_ENV))
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=3)
