@@ -1,5 +1,6 @@
 // Convolutions: argument checking, dtype dispatch and the tape. The kernels (im2col + GEMM,
-// direct and depthwise paths, forward beside backward) are in conv_kernels.cpp.
+// direct and depthwise paths, forward beside backward) are in conv_kernels.cpp and the conv_*
+// files its overview lists.
 #include "conv.h"
 
 #include <sstream>
