@@ -49,7 +49,9 @@ inline float vec_exp(float x) {
   std::memcpy(&kbits, &kRound, sizeof kRound);
   const int32_t ni = tbits - kbits;
   const int32_t n1 = ni >> 1, n2 = ni - n1;
-  const int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  // Shifted as unsigned: for x = NaN, ni is garbage (and the result NaN through er), and a
+  // negative int shifted left would be undefined behaviour.
+  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127) << 23;
   float s1, s2;
   std::memcpy(&s1, &b1, sizeof s1);
   std::memcpy(&s2, &b2, sizeof s2);
