@@ -8,6 +8,11 @@ packages=(
   nlohmann-json3-dev libcli11-dev libstb-dev zlib1g-dev
   gnuplot-nox graphviz dataset-fashion-mnist
 )
+# clang, its sanitizer and libFuzzer runtimes and its OpenMP are for the checking build
+# (tools/sanitize.sh, tools/fuzz.sh).
+if [ "${TAPEGRAD_WITH_CHECKS:-0}" = "1" ]; then
+  packages+=(clang libclang-rt-dev libomp-dev)
+fi
 # PyTorch is only for regenerating fixtures and for the benchmark comparison.
 if [ "${TAPEGRAD_WITH_TORCH:-0}" = "1" ]; then
   packages+=(python3-torch python3-numpy libopenblas0-openmp)
