@@ -186,7 +186,10 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
   // Parse and check everything before changing anything: a bad dict leaves the optimizer as it was.
   std::vector<std::map<std::string, Tensor>> new_state(state_.size());
   std::vector<Group> new_groups = groups_;
-  for (auto& [key, value] : state) {
+  for (auto& entry : state) {
+    // Not a structured binding: the lambda below captures key, which C++17 (and clang) forbid.
+    const auto& key = entry.first;
+    auto& value = entry.second;
     TG_CHECK(value.defined(), name(), ".load_state_dict: \"", key, "\" is undefined");
     auto parse_index = [&](const std::string& rest, size_t limit, const char* what) -> std::pair<size_t, std::string> {
       size_t dot = rest.find('.');
