@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <vector>
 
 namespace tg {
 
@@ -14,6 +15,9 @@ namespace {
 // Deflate cannot compress better than about 1032:1; a gzip file of S bytes therefore never
 // inflates past this bound, which caps what an untrusted header can make us allocate.
 constexpr int64_t kMaxDeflateRatio = 1032;
+
+// The payload is read in pieces of this size (see read_idx).
+constexpr int64_t kReadChunkBytes = int64_t(1) << 20;
 
 struct GzCloser {
   void operator()(gzFile_s* f) const { gzclose(f); }
@@ -82,10 +86,27 @@ IdxBytes read_idx(const std::string& path) {
              gz ? "a gzip file of this size can inflate to" : "the file holds", " (", file_size, " bytes)");
   }
 
-  out.data.resize(static_cast<size_t>(numel));
-  const int64_t got = read_some(f.get(), out.data.data(), numel, path);
+  // The header's dims are only a claim: a gzip file of 1 MB may say 1 GB. The payload is read in
+  // chunks, kept until the stream has delivered all it promised, so memory follows what the
+  // stream really holds (plus one chunk), never what the header says.
+  std::vector<std::vector<uint8_t>> chunks;
+  int64_t got = 0;
+  while (got < numel) {
+    const int64_t want = std::min<int64_t>(numel - got, kReadChunkBytes);
+    std::vector<uint8_t> chunk(static_cast<size_t>(want));
+    const int64_t n = read_some(f.get(), chunk.data(), want, path);
+    got += n;
+    if (n < want) break;  // end of stream
+    chunks.push_back(std::move(chunk));
+  }
   TG_CHECK(got == numel, "read_idx: ", path, ": truncated: dims ", format_shape(out.dims), " need ", numel,
-           " bytes of data, the file has ", got);
+           " bytes of data, the ", gz ? "gzip stream" : "file", " has ", got);
+  // Complete: one buffer of exactly the payload, each chunk freed once copied.
+  out.data.reserve(static_cast<size_t>(numel));
+  for (auto& c : chunks) {
+    out.data.insert(out.data.end(), c.begin(), c.end());
+    std::vector<uint8_t>().swap(c);
+  }
   // Reading past the payload makes zlib check the gzip trailer (CRC and length) and shows
   // whether the file is longer than its header says.
   uint8_t extra[1];

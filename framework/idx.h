@@ -21,8 +21,9 @@ struct IdxBytes {
 
 // Reads an IDX file (gzip or raw). The file is untrusted: a bad magic, a truncated header or
 // payload, trailing bytes, a gzip CRC error or dims whose product cannot fit in the file (for
-// gzip, in the most the file could inflate to) throw tg::Error naming the file, before any
-// allocation larger than that bound.
+// gzip, in the most the file could inflate to) throw tg::Error naming the file. The payload is
+// read in 1 MB chunks: memory follows what the stream really delivers (plus a chunk), never
+// the size the header claims.
 IdxBytes read_idx(const std::string& path);
 
 // Images: an IDX file of shape (N, H, W) as float32 in [0, 1] (byte / 255), shape [N, H, W].

@@ -12,7 +12,10 @@ namespace tg {
 // Reads a .npy file. The file is untrusted: a truncated file, a malformed header, Fortran
 // order or an unsupported dtype throws tg::Error naming the file and the problem, before any
 // allocation larger than the file itself.
+// Headers over numpy's default max_header_size (10000 bytes) are refused.
 Tensor load_npy(const std::string& path);
+// The same from the bytes of a .npy file in memory; `what` names the source in messages.
+Tensor parse_npy(const std::string& bytes, const std::string& what = "<memory>");
 
 // Writes a tensor (any strides) as a C-order .npy file, atomically: a temporary file beside
 // the target is written, flushed and renamed, so a crash never leaves a half-written file.

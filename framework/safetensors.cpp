@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -18,6 +19,9 @@ using ordered_json = nlohmann::ordered_json;
 // The Rust reference implementation refuses headers over 100 MB; so do we, so that a forged
 // length cannot make us read a huge header into memory.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// Structure no valid header exceeds (see parse_safetensors).
+constexpr size_t kMaxDepth = 3;
+constexpr size_t kMaxArrayLength = 64;
 
 const char* st_dtype(DType t) { return t == DType::Float32 ? "F32" : t == DType::Float64 ? "F64" : "I64"; }
 
@@ -124,14 +128,31 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
   const uint64_t data_size = bytes.size() - 8 - header_len;
 
   // JSON itself lets a later duplicate key silently replace an earlier one; a checkpoint
-  // with two entries of one name is corrupt, so the parser callback watches for them.
-  std::vector<std::set<std::string>> keys_at_depth;
+  // with two entries of one name is corrupt, so the parser callback watches for them. It also
+  // refuses what no safetensors header holds: nesting deeper than header -> tensor -> shape
+  // (a 100 MB "[[[[..." would otherwise cost gigabytes of nodes and recursion in dump()), and
+  // arrays longer than kMaxArrayLength (a shape of millions of dims).
+  struct Container {
+    bool is_array;
+    size_t count;
+    std::set<std::string> keys;
+  };
+  std::vector<Container> open;
   std::string duplicate;
   auto watch = [&](int, nlohmann::json::parse_event_t event, ordered_json& parsed) {
-    if (event == nlohmann::json::parse_event_t::object_start) keys_at_depth.emplace_back();
-    else if (event == nlohmann::json::parse_event_t::object_end) keys_at_depth.pop_back();
-    else if (event == nlohmann::json::parse_event_t::key && !keys_at_depth.back().insert(parsed.get<std::string>()).second &&
-             duplicate.empty()) {
+    using E = nlohmann::json::parse_event_t;
+    const bool starts = event == E::object_start || event == E::array_start;
+    if ((starts || event == E::value) && !open.empty() && open.back().is_array) {
+      TG_CHECK(++open.back().count <= kMaxArrayLength, where, "header has an array longer than ", kMaxArrayLength,
+               " elements (a shape has at most ", kMaxArrayLength, " dims, data_offsets 2)");
+    }
+    if (starts) {
+      TG_CHECK(open.size() < kMaxDepth, where, "header nests deeper than ", kMaxDepth,
+               " levels (header -> tensor -> shape)");
+      open.push_back({event == E::array_start, 0, {}});
+    } else if (event == E::object_end || event == E::array_end) {
+      open.pop_back();
+    } else if (event == E::key && !open.back().keys.insert(parsed.get<std::string>()).second && duplicate.empty()) {
       duplicate = parsed.get<std::string>();
     }
     return true;
@@ -169,11 +190,16 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
     e.name = name;
     const std::string dt = v["dtype"].get<std::string>();
     TG_CHECK(parse_st_dtype(dt, e.dtype), t, "unsupported dtype \"", dt, "\" (expected F32, F64 or I64)");
-    // numel is bounded by the data size at every step, so it cannot overflow.
-    uint64_t numel = 1;
+    // numel is bounded by the data size at every step, so it cannot overflow. `extent`, the
+    // product with zero dims counted as one, is what strides are made of: [0, 2^61, 2^61]
+    // holds no data but would overflow them.
+    uint64_t numel = 1, extent = 1;
     for (const auto& d : v["shape"]) {
       uint64_t dim = 0;
       TG_CHECK(as_size(d, dim), t, "shape ", v["shape"].dump(), " has an invalid dimension ", d.dump());
+      TG_CHECK(extent <= (uint64_t(1) << 62) / std::max<uint64_t>(dim, 1), t, "shape ", v["shape"].dump(),
+               " has too many elements to index");
+      extent *= std::max<uint64_t>(dim, 1);
       e.shape.push_back(static_cast<int64_t>(dim));
       if (dim == 0) numel = 0;
       else if (numel != 0) {
@@ -220,6 +246,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   TG_CHECK(f.good(), "load_safetensors: cannot open ", path);
   const std::streamoff size = f.tellg();
+  // A folder opens, but its "size" is -1 or a huge hash-index position: never allocate it.
+  std::error_code ec;
+  TG_CHECK(size >= 0 && std::filesystem::is_regular_file(path, ec), "load_safetensors: ", path,
+           " is not a regular file");
   f.seekg(0);
   // The whole file is read once (a checkpoint is loaded whole anyway); every size in the
   // header is then checked against these bytes.

@@ -160,6 +160,57 @@ TEST(Idx, CorruptFilesAreRejectedClearly) {
   fs::remove_all(dir);
 }
 
+// Peak resident memory (VmHWM) in bytes after resetting it, or -1 where Linux's clear_refs
+// reset is unavailable.
+int64_t reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return f.good() ? 0 : -1;
+}
+int64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+int64_t current_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// A gzip file of 1 MB whose header claims 1 GiB (within the 1032:1 deflate bound, so the early
+// check passes): the reader used to zero-fill the claimed 1 GiB before finding the stream short.
+TEST(Idx, ShortGzipStreamCostsWhatItHoldsNotWhatItsHeaderClaims) {
+  const std::string dir = fresh_temp_dir("idx_short_stream");
+  std::vector<uint8_t> payload(1 << 20);
+  uint32_t x = 12345;  // incompressible bytes, so the gzip file is about 1 MB
+  for (auto& b : payload) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(x >> 24);
+  }
+  write_gzip(dir + "/claims_1g.gz", idx_bytes(0x08, {1024, 1024, 1024}, payload));
+  ASSERT_GT(fs::file_size(dir + "/claims_1g.gz") * 1032, uint64_t(1) << 30);
+  const bool measured = reset_peak_rss() == 0;
+  const int64_t before = current_rss_bytes();
+  expect_error_with([&] { read_idx(dir + "/claims_1g.gz"); },
+                    {"claims_1g.gz", "truncated", "need 1073741824 bytes", "the gzip stream has 1048576"});
+  if (measured && before > 0) {
+    // The stream's 1 MB plus a chunk or two of slack; the old reader's peak grew by 1 GiB.
+    EXPECT_LT(peak_rss_bytes() - before, int64_t(16) << 20);
+  }
+  // The same file with its payload complete reads exactly.
+  write_gzip(dir + "/exact.gz", idx_bytes(0x08, {1024, 1024}, payload));
+  EXPECT_EQ(read_idx(dir + "/exact.gz").data, payload);
+  fs::remove_all(dir);
+}
+
 TEST(Idx, FashionMnistHelperErrors) {
   expect_error_with([&] { load_fashion_mnist("train", "/nonexistent/fashion"); },
                {"/nonexistent/fashion/train-images-idx3-ubyte.gz", "apt-get install dataset-fashion-mnist"});

@@ -175,6 +175,108 @@ TEST(Npy, CorruptFilesThrowClearErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// A v2.0 file (4-byte header length) with the given header text as is, then `data`.
+std::string npy_v2_with_header(const std::string& header, const std::string& data) {
+  std::string s = "\x93NUMPY\x02";
+  s.push_back('\0');
+  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+  return s + header + data;
+}
+
+// The header parser is hand-written (std::regex recursed per character and overflowed the
+// stack on a 30,000-character descr): everything numpy's dict literal allows in practice loads.
+TEST(Npy, HeaderDictLiteralVariantsLoad) {
+  std::string data24;
+  for (int i = 0; i < 6; ++i) {
+    const float v = 0.5f * static_cast<float>(i);
+    data24.append(reinterpret_cast<const char*>(&v), 4);
+  }
+  const std::vector<float> values = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 2.5f};
+  struct Case { const char* what; std::string dict; Shape shape; };
+  std::vector<Case> cases = {
+      {"numpy's own", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", {2, 3}},
+      {"key order, no trailing comma", "{'shape': (2, 3), 'fortran_order': False, 'descr': '<f4'}", {2, 3}},
+      {"double quotes", "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (6,)}", {6}},
+      {"whitespace everywhere", " {\n\t'descr' :'<f4' ,\r\n 'fortran_order':False,'shape':( 3 , 2 , ) ,\n} ", {3, 2}},
+      {"(n) as (n,)", "{'descr': '<f4', 'fortran_order': False, 'shape': (6), }", {6}},
+      {"python 2 longs", "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L), }", {2, 3}},
+      {"extra simple keys", "{'descr': '<f4', 'x': None, 'y': (1, 2), 'z': -3, 'w': 'a', 'fortran_order': False, "
+                            "'shape': (1, 6, 1), 'v': True}", {1, 6, 1}},
+  };
+  // What follows the dict is padding: damaged padding does not make the array unreadable.
+  cases.push_back({"damaged padding", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } j\x01nk", {2, 3}});
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    Tensor t = parse_npy(npy_with_header(c.dict, data24), c.what);
+    EXPECT_EQ(t.shape(), c.shape);
+    EXPECT_EQ(t.to_vector<float>(), values);
+  }
+  // Shape (): a scalar, from 4 bytes.
+  Tensor s = parse_npy(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", data24.substr(4, 4)));
+  EXPECT_EQ(s.dim(), 0);
+  EXPECT_EQ(s.item<float>(), 0.5f);
+  // A header padded far beyond its text (but within numpy's bound) still loads.
+  std::string padded = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" + std::string(9000, ' ') + "\n";
+  EXPECT_EQ(parse_npy(npy_v2_with_header(padded, data24)).to_vector<float>(), values);
+  // parse_npy and load_npy agree on a file numpy wrote.
+  expect_identical(parse_npy(read_bytes(data_path("io/np_v2.npy"))), load_npy(data_path("io/np_v2.npy")), "np_v2");
+}
+
+TEST(Npy, LongAndMalformedHeadersAreRefusedWithoutCrashing) {
+  const std::string dir = fresh_temp_dir("npy_long_header");
+  const std::string data24(24, '\0');
+  auto check = [&](const std::string& name, const std::string& bytes, const std::vector<std::string>& pieces) {
+    SCOPED_TRACE(name);
+    write_bytes(dir + "/" + name, bytes);
+    expect_error_with([&] { load_npy(dir + "/" + name); }, pieces);
+  };
+  // The reported stack overflows: a valid v1 header with a 30,000-character descr, a 60 KB
+  // header, a 1 MB v2 header. All exceed numpy's max_header_size and are refused by length.
+  const std::string long_descr =
+      npy_with_header("{'descr': '" + std::string(30000, 'f') + "', 'fortran_order': False, 'shape': (2, 3), }", data24);
+  check("descr_30000", long_descr, {"descr_30000", "header of 30070 bytes exceeds the limit of 10000 bytes"});
+  check("header_60k",
+        npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" + std::string(60000, ' '), data24),
+        {"header_60k", "header of 60086 bytes exceeds the limit of 10000"});
+  check("v2_header_1mb",
+        npy_v2_with_header("{'descr': '" + std::string(1 << 20, '<') + "', 'fortran_order': False, 'shape': (2, 3), }\n",
+                           data24),
+        {"v2_header_1mb", "header of 1048633 bytes exceeds the limit of 10000"});
+  // Just over the bound, and just under it (the parser itself then reads 9,900 characters).
+  const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+  check("over_bound", npy_v2_with_header(dict + std::string(10001 - dict.size() - 1, ' ') + "\n", data24),
+        {"header of 10001 bytes exceeds the limit of 10000 bytes"});
+  check("descr_9900",
+        npy_with_header("{'descr': '" + std::string(9900, 'f') + "', 'fortran_order': False, 'shape': (2, 3), }", data24),
+        {"unsupported dtype 'ffffffff", "...' (expected <f4"});
+  check("shape_9900", npy_v2_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                                             std::string(9900, '(') + "), }\n", data24),
+        {"invalid shape (((("});
+  // Malformed dict literals: each names what was expected and where.
+  check("not_a_dict", npy_with_header("['descr', '<f4']", data24), {"expected '{' opening the header dict", "offset 0"});
+  check("unclosed", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)", data24),
+        {"expected ',' or '}' after the value of 'shape'"});
+  check("unterminated", npy_with_header("{'descr': '<f4, 'fortran_order': False, 'shape': (2, 3), }", data24),
+        {"expected ',' or '}' after the value of 'descr'", "found 'fortran_order"});
+  check("twice", npy_with_header("{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", data24),
+        {"key 'descr' twice"});
+  check("bad_bool", npy_with_header("{'descr': '<f4', 'fortran_order': 0, 'shape': (2, 3), }", data24),
+        {"expected True or False for 'fortran_order'"});
+  check("no_fortran", npy_with_header("{'descr': '<f4', 'shape': (2, 3), }", data24), {"no 'fortran_order'"});
+  check("list_value", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': [1]}", data24),
+        {"a simple value", "for key 'x'"});
+  check("control_bytes", npy_with_header("{'descr': '<f\x01\xff', 'fortran_order': False, 'shape': (2, 3), }", data24),
+        {"unsupported dtype '<f\\x01\\xff'"});
+  check("shape_unclosed", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3", data24),
+        {"invalid shape (2, 3"});
+  // No data, but dims whose product would overflow the strides Tensor::empty computes.
+  check("zero_dim_huge_extent",
+        npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 549755813887, 549755813887), }", ""),
+        {"has too many elements to index"});
+  expect_error_with([&] { parse_npy(long_descr, "bytes of x.npy"); }, {"load_npy: bytes of x.npy: header of 30070"});
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Npy, SaveIsAtomicAndReportsUnwritableFolders) {
   const std::string dir = fresh_temp_dir("npy_atomic");
   save_npy(dir + "/a.npy", scalar_tensor(1.0, DType::Float64));

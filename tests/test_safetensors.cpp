@@ -2,6 +2,9 @@
 // key names and __metadata__) loads exactly; what we write is byte-identical to that writer's
 // output for the same dict; round trips keep every dtype, shape and metadata; an untrusted
 // header is checked before any allocation; load_state_dict reports every problem by name.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "io_test_util.h"
@@ -163,6 +166,65 @@ TEST(Safetensors, UntrustedHeadersAreCheckedBeforeAllocation) {
   EXPECT_EQ(f.tensors.at(0).second.shape(), (Shape{0, 5}));
   EXPECT_EQ(f.tensors.at(1).second.to_vector<int64_t>(), std::vector<int64_t>(3, 0x0101010101010101LL));
   expect_error_with([] { load_safetensors("/nonexistent/x.safetensors"); }, {"cannot open", "/nonexistent/x.safetensors"});
+}
+
+// What no safetensors header holds is refused while parsing: deep nesting (which cost gigabytes
+// of JSON nodes and a recursive dump()), huge arrays, dims whose product overflows strides even
+// when a zero dim makes the tensor empty, and a folder given as the file.
+TEST(Safetensors, HostileHeaderStructureIsRefused) {
+  auto bad = [](const std::string& bytes, const std::vector<std::string>& pieces) {
+    expect_error_with([&] { parse_safetensors(bytes, "forged"); }, pieces);
+  };
+  const std::string deep = std::string(1 << 20, '[') + std::string(1 << 20, ']');
+  bad(st_file(R"({"w":)" + deep + "}"), {"forged", "nests deeper than 3 levels"});
+  bad(st_file(deep), {"nests deeper than 3 levels"});
+  bad(st_file(R"({"w":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})"), {"nests deeper"});
+  bad(st_file(R"({"__metadata__":{"k":[["x"]]}})"), {"nests deeper"});
+  std::string long_shape = "[1";
+  for (int i = 0; i < 100000; ++i) long_shape += ",1";
+  bad(st_file(R"({"w":{"dtype":"F32","shape":)" + long_shape + R"(],"data_offsets":[0,4]}})", std::string(4, '\0')),
+      {"array longer than 64 elements"});
+  bad(st_file(R"({"w":{"dtype":"F32","shape":[0,2305843009213693952,2305843009213693952],"data_offsets":[0,0]}})"),
+      {"tensor \"w\"", "has too many elements to index"});
+  // 64 dims of 1 are fine: the limits cut only what no real file holds.
+  std::string shape64 = "[1";
+  for (int i = 1; i < 64; ++i) shape64 += ",1";
+  EXPECT_EQ(parse_safetensors(st_file(R"({"w":{"dtype":"F32","shape":)" + shape64 + R"(],"data_offsets":[0,4]}})",
+                                      std::string(4, '\0')))
+                .tensors.at(0).second.dim(),
+            64);
+  const std::string dir = fresh_temp_dir("st_folder");
+  expect_error_with([&] { load_safetensors(dir); }, {"is not a regular file"});
+  std::filesystem::remove_all(dir);
+}
+
+// A writer killed mid-write leaves "<target>.tmp.<pid>"; the next write of that target removes
+// the temporaries of dead pids and keeps those of live ones (and anything else).
+TEST(Safetensors, SaveRemovesStaleTemporariesOfDeadWriters) {
+  const std::string dir = fresh_temp_dir("st_stale_tmp");
+  const std::string target = dir + "/x.safetensors";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);  // reaped: no process has this pid now
+  const pid_t live = ::getppid();
+  const std::string stale = target + ".tmp." + std::to_string(child);
+  const std::string alive = target + ".tmp." + std::to_string(live);
+  const std::string other_target = dir + "/y.safetensors.tmp." + std::to_string(child);
+  const std::string not_a_pid = target + ".tmp.12ab";
+  for (const auto& p : {stale, alive, other_target, not_a_pid}) write_bytes(p, std::string(64, 'x'));
+  save_safetensors(target, {{"w", ones({2})}});
+  EXPECT_FALSE(std::filesystem::exists(stale)) << "a dead writer's temporary stays";
+  EXPECT_TRUE(std::filesystem::exists(alive)) << "a live writer's temporary was removed";
+  EXPECT_TRUE(std::filesystem::exists(other_target)) << "another target's temporary was removed";
+  EXPECT_TRUE(std::filesystem::exists(not_a_pid));
+  EXPECT_EQ(load_safetensors(target).tensors.at(0).second.to_vector<float>(), (std::vector<float>{1, 1}));
+  // Our own in-flight temporary is never left behind either: only the files above remain.
+  int files = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 4);
+  std::filesystem::remove_all(dir);
 }
 
 // A module-like state dict: tensors the "model" owns and keeps using after the load.
