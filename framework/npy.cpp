@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "atomic_file.h"
+#include "checked_math.h"
 
 namespace tg {
 
@@ -93,6 +94,8 @@ Tensor load_npy(const std::string& path) {
              " is larger than the file");
     numel *= d;
   }
+  // A zero dim keeps numel at 0; the product of the others must still fit ((0, 2^40-1, 2^40-1)).
+  checked_numel(h.shape, "load_npy", (path + ": shape").c_str());
   const int64_t data_bytes = numel * item;
   TG_CHECK(prefix + header_len + data_bytes <= file_size, "load_npy: ", path, ": truncated: shape ",
            format_shape(h.shape), " needs ", data_bytes, " bytes of data, the file has ",
