@@ -242,7 +242,9 @@ Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool a
   const int64_t N = size[0], H = size[2], W = size[3];
   Tensor th = theta.detach().contiguous();
   Tensor grid = Tensor::empty({N, H, W, 2}, theta.dtype());
-  dispatch_floating(theta.dtype(), op, [&](auto tag) {
+  // N = 0: nothing to compute, and the kernel's per-row tables of H and W (which may be 2^40
+  // for an empty grid) must not be built.
+  if (grid.numel() > 0) dispatch_floating(theta.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::affine_grid_2d_forward<T>(th.data<T>(), grid.data<T>(), N, H, W, align_corners);
   });
@@ -262,6 +264,7 @@ Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector
            format_shape(grid_shape), ", got ", grad_grid.defined() ? format_shape(grad_grid.shape()) : "undefined");
   Tensor g = grad_grid.contiguous();
   Tensor grad_theta = Tensor::empty({N, 2, 3}, g.dtype());
+  if (N == 0) return grad_theta;  // as in affine_grid: no per-row tables for an empty grid
   dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::affine_grid_2d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, H, W, align_corners);

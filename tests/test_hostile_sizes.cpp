@@ -201,6 +201,11 @@ TEST(HostileSizes, AffineGridRefusesSizeWhoseGridOverflows) {
                      "[1, 4294967296, 4294967296, 2]"});
   expect_error_with([&] { affine_grid_generator_backward(zeros({1, 2, 2, 2}), {1, 1, k2_32, k2_32}, false); },
                     {"affine_grid_generator_backward", "size"});
+  // N = 0: an empty grid whatever H and W say; the kernel's row tables of 2^40 entries are not
+  // built (found by fuzz/fuzz_op_args.cpp: std::bad_alloc ending in std::terminate).
+  EXPECT_EQ(affine_grid(zeros({0, 2, 3}), {0, 1, k2_40, 4}).shape(), (Shape{0, k2_40, 4, 2}));
+  EXPECT_EQ(affine_grid_generator_backward(zeros({0, k2_40, 4, 2}), {0, 1, k2_40, 4}, true).shape(),
+            (Shape{0, 2, 3}));
 }
 
 TEST(HostileSizes, UpsampleRefusesOutputAndInputSizesThatOverflow) {
