@@ -3,6 +3,7 @@
 #pragma once
 
 #include "framework/check.h"
+#include "framework/checked_math.h"
 #include "framework/dtype.h"
 #include "framework/dump.h"
 #include "framework/grad_mode.h"

@@ -1,5 +1,7 @@
 #include "idx.h"
 
+#include "checked_math.h"
+
 #include <zlib.h>
 
 #include <climits>
@@ -85,6 +87,9 @@ IdxBytes read_idx(const std::string& path) {
     TG_CHECK(numel <= bound, "read_idx: ", path, ": dims ", format_shape(out.dims), "... need more bytes than ",
              gz ? "a gzip file of this size can inflate to" : "the file holds", " (", file_size, " bytes)");
   }
+  // A zero dim keeps numel at 0 whatever the others say; their product must still fit (it is a
+  // stride), or [0, 0xfffc0000, 0xe7ffffff] overflows contiguous_strides.
+  checked_numel(out.dims, "read_idx", (path + ": dims").c_str());
 
   // The header's dims are only a claim: a gzip file of 1 MB may say 1 GB. The payload is read in
   // chunks, kept until the stream has delivered all it promised, so memory follows what the

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "atomic_file.h"
+#include "checked_math.h"
 
 namespace tg {
 
@@ -248,6 +249,8 @@ Tensor read_npy(std::istream& in, int64_t file_size, const std::string& path) {
     numel *= d;
     extent *= std::max<int64_t>(d, 1);
   }
+  // A zero dim keeps numel at 0; the product of the others must still fit ((0, 2^40-1, 2^40-1)).
+  checked_numel(h.shape, "load_npy", (path + ": shape").c_str());
   const int64_t data_bytes = numel * item;
   TG_CHECK(prefix + header_len + data_bytes <= file_size, "load_npy: ", path, ": truncated: shape ",
            format_shape(h.shape), " needs ", data_bytes, " bytes of data, the file has ",

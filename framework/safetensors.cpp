@@ -8,6 +8,7 @@
 #include <set>
 
 #include "atomic_file.h"
+#include "checked_math.h"
 #include "grad_mode.h"
 
 namespace tg {
@@ -208,6 +209,8 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
         numel *= dim;
       }
     }
+    // A zero dim keeps numel at 0; the product of the others must still fit ([0, 2^40, 2^40, 2^40]).
+    checked_numel(e.shape, t.substr(0, t.size() - 2).c_str(), "shape");
     TG_CHECK(as_size(v["data_offsets"][0], e.begin) && as_size(v["data_offsets"][1], e.end), t,
              "data_offsets ", v["data_offsets"].dump(), " must be non-negative integers");
     TG_CHECK(e.begin <= e.end && e.end <= data_size, t, "data_offsets ", v["data_offsets"].dump(),

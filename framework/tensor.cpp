@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <iomanip>
+#include <new>
 #include <ostream>
 #include <sstream>
 
+#include "checked_math.h"
 #include "strided_loop.h"
 #include "tape.h"
 
@@ -27,18 +29,17 @@ const char* dtype_name(DType t) {
   return "unknown";
 }
 
-int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
+// Checked: a shape that reaches here unchecked (a user's from_vector or normalized_shape) is
+// refused rather than counted wrong; the ops check their own output shapes with better names.
+int64_t shape_numel(const Shape& shape) { return checked_numel(shape, "numel", "shape"); }
 
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;
   for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
     strides[d] = s;
-    s *= std::max<int64_t>(shape[d], 1);
+    // The last product is not a stride: no need for it to fit.
+    if (d > 0) s = checked_mul(s, std::max<int64_t>(shape[d], 1), "contiguous_strides", "the strides of the shape");
   }
   return strides;
 }
@@ -69,8 +70,19 @@ bool same_shape(const Tensor& a, const Tensor& b) { return a.shape() == b.shape(
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   for (int64_t s : shape) TG_CHECK(s >= 0, "empty: expected non-negative sizes, got ", format_shape(shape));
+  const int64_t numel = checked_numel(shape, "empty", "shape");
+  int64_t nbytes = 0;
+  TG_CHECK(!__builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(dtype)), &nbytes),
+           "empty: expected shape ", format_shape(shape), " of ", dtype_name(dtype),
+           " to need at most 2^63 - 1 bytes, got ", numel, " elements of ", dtype_size(dtype), " bytes");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  try {
+    impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes));
+  } catch (const std::bad_alloc&) {
+    // A valid size the allocator cannot serve (2^40 floats): an error the caller can report.
+    TG_ERROR("empty: out of memory allocating ", nbytes, " bytes for shape ", format_shape(shape), " (",
+             dtype_name(dtype), ")");
+  }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -313,7 +325,11 @@ Tensor arange(double start, double end, double step, DType dtype) {
   TG_CHECK(step != 0, "arange: expected a non-zero step");
   TG_CHECK((end - start) / step >= 0, "arange: the range [", start, ", ", end, ") is empty in the direction of step ",
            step);
-  int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
+  const double count = std::ceil((end - start) / step);
+  // 2^63 as a double: the first count that does not fit in int64 (NaN fails the test too).
+  TG_CHECK(count < 9223372036854775808.0, "arange: expected the number of elements of [", start, ", ", end,
+           ") with step ", step, " to fit in int64, got ", count);
+  int64_t n = static_cast<int64_t>(count);
   Tensor t = Tensor::empty({n}, dtype);
   dispatch_all(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "checked_math.h"
 #include "random.h"
 #include "strided_loop.h"
 #include "tape.h"
@@ -142,7 +143,7 @@ Shape infer_view_shape(const Shape& requested, int64_t numel, const char* op) {
       infer_at = static_cast<int64_t>(i);
     } else {
       TG_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " in shape ", format_shape(requested));
-      known *= shape[i];
+      known = checked_mul(known, shape[i], op, "the product of the requested sizes");
     }
   }
   if (infer_at >= 0) {
@@ -150,7 +151,8 @@ Shape infer_view_shape(const Shape& requested, int64_t numel, const char* op) {
              " is invalid for input of size ", numel);
     shape[infer_at] = numel / known;
   }
-  TG_CHECK(shape_numel(shape) == numel, op, ": shape ", format_shape(requested), " is invalid for input of size ",
+  TG_CHECK(checked_numel(shape, op, "the requested shape") == numel, op, ": shape ", format_shape(requested),
+           " is invalid for input of size ",
            numel);
   return shape;
 }
@@ -307,6 +309,7 @@ Tensor Tensor::expand(const Shape& requested) const {
     strides[i] = (want == in_size) ? in_stride : 0;
   }
   if (shape == this->shape()) return *this;
+  checked_numel(shape, "expand", "the target shape");  // a view allocates nothing; numel() must still fit
   Tensor out = alias(*this, shape, strides, offset());
   record_unary(kExpandOp, *this, out);
   return out;

@@ -3,8 +3,10 @@
 // files its overview lists.
 #include "conv.h"
 
+#include <algorithm>
 #include <sstream>
 
+#include "../framework/checked_math.h"
 #include "../framework/tape.h"
 #include "conv_kernels.h"
 #include "samples.h"
@@ -18,6 +20,25 @@ IntList expand_list(const char* op, const char* what, const IntList& v, int dims
   TG_CHECK(v.size() == 1 || v.size() == static_cast<size_t>(dims), op, ": expected ", what, " to have 1 or ", dims,
            " values for a ", dims, "-D convolution, got ", v.size(), " values ", format_shape(v));
   return v.size() == 1 ? IntList(dims, v[0]) : v;
+}
+
+// kernels::conv_output_size with every step checked, in the kernel's order of operations, so
+// that the unchecked kernel formula that follows cannot overflow: a padding, stride or dilation
+// of 2^62 is a tg::Error naming the argument, not a wrapped size.
+void check_output_size(const char* op, int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
+                       int64_t pad_before, int64_t pad_after, bool transposed, int64_t output_padding) {
+  const int64_t span = checked_mul(dilation, kernel - 1, op, "dilation * (kernel size - 1)");
+  if (transposed) {
+    int64_t o = checked_mul(in - 1, stride, op, "(input size - 1) * stride");
+    o = checked_sub(o, pad_before, op, "the output size minus padding");
+    o = checked_sub(o, pad_after, op, "the output size minus padding");
+    o = checked_add(o, span, op, "the output size plus dilation * (kernel size - 1)");
+    o = checked_add(o, output_padding, op, "the output size plus output_padding");
+    checked_add(o, 1, op, "the output size");
+  } else {
+    checked_add(checked_add(in, pad_before, op, "input size + padding"), pad_after, op, "input size + padding");
+    // the rest (- span - 1, floor division by a positive stride) cannot overflow
+  }
 }
 
 const char* spatial_legend(int dims) {
@@ -84,8 +105,10 @@ kernels::ConvParams check_geometry(const char* op, int dims, const Shape& input,
   if (!transposed) {
     TG_CHECK(weight[0] % groups == 0, op, ": expected out_channels (weight.size(0) = ", weight[0],
              ") to be divisible by groups (", groups, ")");
-    TG_CHECK(C_in == groups * weight[1], op, ": expected input to have groups * weight.size(1) = ", groups, " * ",
-             weight[1], " = ", groups * weight[1], " channels, got ", C_in, " (input ", format_shape(input),
+    // Checked: groups = 2^62 with weight.size(1) = 4 would wrap to 0 and match an empty input.
+    const int64_t expected_c_in = checked_mul(groups, weight[1], op, "groups * weight.size(1)");
+    TG_CHECK(C_in == expected_c_in, op, ": expected input to have groups * weight.size(1) = ", groups, " * ",
+             weight[1], " = ", expected_c_in, " channels, got ", C_in, " (input ", format_shape(input),
              ", weight ", format_shape(weight), ")");
     C_out = weight[0];
   } else {
@@ -93,10 +116,13 @@ kernels::ConvParams check_geometry(const char* op, int dims, const Shape& input,
              " channels (weight (in_channels, out_channels / groups, k...) when transposed), got ", C_in, " (input ",
              format_shape(input), ", weight ", format_shape(weight), ")");
     TG_CHECK(C_in % groups == 0, op, ": expected in_channels (", C_in, ") to be divisible by groups (", groups, ")");
-    C_out = weight[1] * groups;
+    C_out = checked_mul(weight[1], groups, op, "out_channels (weight.size(1) * groups)");
   }
 
   IntList in(input.begin() + 2, input.end()), kernel(weight.begin() + 2, weight.end());
+  for (int d = 0; d < dims; ++d)
+    check_output_size(op, in[d], kernel[d], stride[d], dilation[d], before[d], after[d], transposed,
+                      output_padding[d]);
   kernels::ConvParams p = kernels::make_conv_params(dims, input[0], C_in, C_out, groups, in, kernel, stride, dilation,
                                                     before, after, transposed, output_padding);
   IntList out(p.out.begin() + (3 - dims), p.out.end());
@@ -105,6 +131,34 @@ kernels::ConvParams check_geometry(const char* op, int dims, const Shape& input,
              format_shape(weight), ", stride ", format_shape(stride), ", padding ", format_shape(padding_arg), ", dilation ",
              format_shape(dilation), " gives spatial size ", format_shape(out));
   }
+  Shape out_shape{p.N, p.C_out};
+  out_shape.insert(out_shape.end(), out.begin(), out.end());
+  checked_numel(out_shape, op, "the output shape");
+  // The kernels copy each image channel into a zero-padded box covering every window, split
+  // into stride phases: memory and loops grow with the padded extent the windows span, not
+  // with the input and output. A window span that is mostly padding (a padding of 2^40 with a
+  // stride of 2^40: three outputs) is refused rather than left to exhaust memory (inside a
+  // parallel region, where a std::bad_alloc would terminate) or hang; spans within 16x the
+  // data or under 2^26 positions per channel are always accepted.
+  const auto& img = transposed ? p.out : p.in;
+  const auto& col = transposed ? p.in : p.out;
+  const char* what = "the padded extent covered by the windows";
+  int64_t covered = 1, data = 1, cols = 1;
+  for (int d = 0; d < 3; ++d) {
+    const int64_t s = col[d] == 1 ? 1 : p.stride[d], dil = p.kernel[d] == 1 ? 1 : p.dilation[d];
+    const int64_t e = checked_add(checked_add(checked_mul(col[d] - 1, s, op, what),
+                                              checked_mul(p.kernel[d] - 1, dil, op, what), op, what),
+                                  1, op, what);
+    covered = checked_mul(covered, e, op, what);
+    data = checked_mul(data, img[d], op, "the image positions");
+    cols = checked_mul(cols, col[d], op, "the window positions");
+  }
+  const int64_t big = std::max(data, cols);
+  const int64_t limit = big > (INT64_MAX - 16) / 16 ? INT64_MAX : std::max<int64_t>(int64_t(1) << 26, 16 * big + 16);
+  TG_CHECK(covered <= limit, op, ": stride ", format_shape(stride), ", padding ", format_shape(padding_arg),
+           " and dilation ", format_shape(dilation), " make the windows span ", covered,
+           " padded positions per channel for an input of ", format_shape(input),
+           " (more than 16x the data and 2^26); this is not supported");
   return p;
 }
 

@@ -94,7 +94,8 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dil
   }
   const int64_t num = in + pad_before + pad_after - span - 1;
   // floor division, so that a window larger than the padded input gives a size <= 0
-  const int64_t q = num >= 0 ? num / stride : -((-num + stride - 1) / stride);
+  // (written so that no step overflows for any stride > 0 and num > INT64_MIN)
+  const int64_t q = num >= 0 ? num / stride : -1 - (-num - 1) / stride;
   return q + 1;
 }
 

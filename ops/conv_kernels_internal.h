@@ -7,6 +7,8 @@
 
 #include "conv_kernels.h"
 
+#include "../framework/checked_math.h"
+
 #include <Eigen/Core>
 #include <omp.h>
 #if defined(__AVX512F__)
@@ -94,11 +96,15 @@ inline Box make_box(int64_t D, int64_t H, int64_t W, int64_t pd, int64_t ph, int
              int64_t sh, int64_t sw) {
   Box b{};
   b.D = D, b.H = H, b.W = W, b.pd = pd, b.ph = ph, b.pw = pw, b.sd = sd, b.sh = sh, b.sw = sw;
-  b.Db = (D + sd - 1) / sd;
-  b.Hb = (H + sh - 1) / sh;
-  b.Wb = (W + sw - 1) / sw;
-  b.Sph = b.Db * b.Hb * b.Wb;
-  b.L = sd * sh * sw * b.Sph;
+  // Checked: the phases multiply the strides, and a stride that reaches here large (the
+  // windows still overlap the image) gives a box too large to index; an Error, not a wrap.
+  const char* op = "convolution";
+  const char* what = "the elements of the padded image buffer (stride and padding too large)";
+  b.Db = D / sd + (D % sd != 0);  // ceil without D + sd - 1, which could overflow
+  b.Hb = H / sh + (H % sh != 0);
+  b.Wb = W / sw + (W % sw != 0);
+  b.Sph = checked_mul(checked_mul(b.Db, b.Hb, op, what), b.Wb, op, what);
+  b.L = checked_mul(checked_mul(checked_mul(sd, sh, op, what), sw, op, what), b.Sph, op, what);
   b.slack = b.Wb + kOverrun;
   return b;
 }
@@ -297,12 +303,18 @@ inline Geom make_geom(const ConvParams& p) {
   g.Lo = g.Do * g.Ho * g.Wo;
   g.kd = p.kernel[0], g.kh = p.kernel[1], g.kw = p.kernel[2];
   g.K = g.kd * g.kh * g.kw;
-  g.sd = p.stride[0], g.sh = p.stride[1], g.sw = p.stride[2];
-  g.dd = p.dilation[0], g.dh = p.dilation[1], g.dw = p.dilation[2];
+  // A stride with a single window position, or a dilation with a single tap, changes nothing:
+  // make it 1, so that a valid stride of 2^62 (one output) does not give a box of 2^62 phases.
+  g.sd = g.Do == 1 ? 1 : p.stride[0], g.sh = g.Ho == 1 ? 1 : p.stride[1], g.sw = g.Wo == 1 ? 1 : p.stride[2];
+  g.dd = g.kd == 1 ? 1 : p.dilation[0], g.dh = g.kh == 1 ? 1 : p.dilation[1], g.dw = g.kw == 1 ? 1 : p.dilation[2];
   g.pd = p.pad_before[0], g.ph = p.pad_before[1], g.pw = p.pad_before[2];
   g.CKg = g.Cig * g.K;
   auto extent = [](int64_t o, int64_t s, int64_t k, int64_t d) {
-    return o > 0 ? (o - 1) * s + (k - 1) * d + 1 : 0;
+    const char* what = "the padded extent covered by the windows";
+    return o > 0 ? checked_add(checked_add(checked_mul(o - 1, s, "convolution", what),
+                                           checked_mul(k - 1, d, "convolution", what), "convolution", what),
+                               1, "convolution", what)
+                 : 0;
   };
   g.box = make_box(extent(g.Do, g.sd, g.kd, g.dd), extent(g.Ho, g.sh, g.kh, g.dh),
                    extent(g.Wo, g.sw, g.kw, g.dw), g.pd, g.ph, g.pw, g.sd, g.sh, g.sw);

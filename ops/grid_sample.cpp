@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "../framework/checked_math.h"
 #include "../framework/random.h"
 #include "../framework/tape.h"
 #include "samples.h"
@@ -141,6 +142,8 @@ void check_affine_size(const char* op, const std::vector<int64_t>& size) {
   TG_CHECK(size.size() == 4, op, ": expected size [N, C, H, W] (2-D affine grid), got ", format_shape(size));
   TG_CHECK(size[0] >= 0 && size[1] >= 0 && size[2] > 0 && size[3] > 0, op,
            ": expected a non-negative N and C and a positive H and W in size, got ", format_shape(size));
+  // Checked: size [1, 1, 2^32, 2^32] would ask for a grid of 2^65 values.
+  checked_numel({size[0], size[2], size[3], 2}, op, "the grid shape [N, H, W, 2] of size");
 }
 
 std::vector<Tensor> affine_grid_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
@@ -170,9 +173,14 @@ namespace {
 Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
                         GridSamplePadding padding, bool align_corners) {
   check_input_and_grid(op, input, grid);
+  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t Ho = grid.size(1), Wo = grid.size(2);
+  // Checked before any copy: expanded (stride-0) input and grid can be large with no memory
+  // behind them, and their product can overflow.
+  const Shape out_shape{N, C, Ho, Wo};
+  checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
   Tensor in = input.detach().contiguous(), gr = grid.detach().contiguous();
-  const int64_t N = in.size(0), C = in.size(1), H = in.size(2), W = in.size(3), Ho = gr.size(1), Wo = gr.size(2);
-  Tensor out = Tensor::empty({N, C, Ho, Wo}, in.dtype());
+  Tensor out = Tensor::empty(out_shape, in.dtype());
   dispatch_floating(in.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::grid_sample_2d_forward<T>(in.data<T>(), gr.data<T>(), out.data<T>(), N, C, H, W, Ho, Wo, mode, padding,
@@ -211,6 +219,7 @@ GridSampleGrads grid_sampler_2d_backward(const Tensor& grad_output, const Tensor
   const GridSampleAttrs a{checked_mode(op, interpolation_mode), checked_padding(op, padding_mode), align_corners};
   check_input_and_grid(op, input, grid);
   const Shape out_shape{input.size(0), input.size(1), grid.size(1), grid.size(2)};
+  checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
   TG_CHECK(grad_output.defined(), op, ": expected grad_output of shape ", format_shape(out_shape), ", got undefined");
   TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output of shape [N, C, Ho, Wo] = ",
            format_shape(out_shape), ", got ", format_shape(grad_output.shape()));
@@ -233,7 +242,9 @@ Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool a
   const int64_t N = size[0], H = size[2], W = size[3];
   Tensor th = theta.detach().contiguous();
   Tensor grid = Tensor::empty({N, H, W, 2}, theta.dtype());
-  dispatch_floating(theta.dtype(), op, [&](auto tag) {
+  // N = 0: nothing to compute, and the kernel's per-row tables of H and W (which may be 2^40
+  // for an empty grid) must not be built.
+  if (grid.numel() > 0) dispatch_floating(theta.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::affine_grid_2d_forward<T>(th.data<T>(), grid.data<T>(), N, H, W, align_corners);
   });
@@ -253,6 +264,7 @@ Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector
            format_shape(grid_shape), ", got ", grad_grid.defined() ? format_shape(grad_grid.shape()) : "undefined");
   Tensor g = grad_grid.contiguous();
   Tensor grad_theta = Tensor::empty({N, 2, 3}, g.dtype());
+  if (N == 0) return grad_theta;  // as in affine_grid: no per-row tables for an empty grid
   dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::affine_grid_2d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, H, W, align_corners);

@@ -2,6 +2,7 @@
 // Forward saves the input, mean and rstd (not the normalised tensor), and the weight.
 #include "group_norm.h"
 
+#include "../framework/checked_math.h"
 #include "../framework/tape.h"
 #include "group_norm_kernels.h"
 #include "samples.h"
@@ -17,8 +18,11 @@ void check_sizes(const char* op, const Tensor& input, const Tensor& weight, cons
   TG_CHECK(N >= 0 && C >= 0 && HxW >= 0, op, ": expected non-negative N, C and HxW, got ", N, ", ", C, ", ", HxW);
   TG_CHECK(group > 0, op, ": expected group to be positive, got ", group);
   TG_CHECK(C % group == 0, op, ": expected C (", C, ") to be divisible by group (", group, ")");
-  TG_CHECK(input.numel() == N * C * HxW, op, ": expected input with N * C * HxW = ", N * C * HxW,
-           " elements, got ", input.numel(), " (shape ", format_shape(input.shape()), ")");
+  // Checked: N = 2^62, C = 4 wraps N * C * HxW to 0, which an empty input would match.
+  const int64_t NCHxW = checked_mul(checked_mul(N, C, op, "N * C"), HxW, op, "N * C * HxW");
+  TG_CHECK(input.numel() == NCHxW, op, ": expected input with N * C * HxW = ", NCHxW, " elements, got ",
+           input.numel(), " (shape ", format_shape(input.shape()), ")");
+  checked_mul(N, group, op, "N * group (the size of mean and rstd)");
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{weight, "weight"}, {bias, "bias"}}) {
     if (!t.defined()) continue;
     TG_CHECK(t.numel() == C, op, ": expected ", name, " with C = ", C, " elements, got shape ", format_shape(t.shape()));
@@ -91,17 +95,18 @@ GroupNormGrads native_group_norm_backward(const Tensor& grad_out, const Tensor& 
                                           int64_t HxW, int64_t group, std::array<bool, 3> output_mask) {
   const char* op = "native_group_norm_backward";
   check_sizes(op, input, weight, Tensor(), N, C, HxW, group);
-  TG_CHECK(grad_out.defined() && grad_out.numel() == N * C * HxW, op, ": expected grad_out with N * C * HxW = ",
-           N * C * HxW, " elements, got ", grad_out.defined() ? format_shape(grad_out.shape()) : "undefined");
+  const int64_t NCHxW = N * C * HxW, Ngroup = N * group;  // checked by check_sizes
+  TG_CHECK(grad_out.defined() && grad_out.numel() == NCHxW, op, ": expected grad_out with N * C * HxW = ",
+           NCHxW, " elements, got ", grad_out.defined() ? format_shape(grad_out.shape()) : "undefined");
   for (const auto& [t, name] :
        {std::pair<const Tensor&, const char*>{grad_out, "grad_out"}, {mean, "mean"}, {rstd, "rstd"}}) {
     TG_CHECK(t.defined(), op, ": expected a defined ", name);
     TG_CHECK(t.dtype() == input.dtype(), op, ": expected ", name, " of dtype ", dtype_name(input.dtype()), ", got ",
              dtype_name(t.dtype()));
   }
-  TG_CHECK(mean.numel() == N * group, op, ": expected mean with N * group = ", N * group, " elements, got shape ",
+  TG_CHECK(mean.numel() == Ngroup, op, ": expected mean with N * group = ", Ngroup, " elements, got shape ",
            format_shape(mean.shape()));
-  TG_CHECK(rstd.numel() == N * group, op, ": expected rstd with N * group = ", N * group, " elements, got shape ",
+  TG_CHECK(rstd.numel() == Ngroup, op, ": expected rstd with N * group = ", Ngroup, " elements, got shape ",
            format_shape(rstd.shape()));
   GroupNormGrads grads;
   if (output_mask[0]) grads.grad_input = Tensor::empty({N, C, HxW}, input.dtype());

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "../framework/checked_math.h"
 #include "../framework/random.h"
 #include "../framework/tape.h"
 #include "ms_deform_attn_kernels.h"
@@ -40,6 +41,8 @@ MsdaSizes check_inputs(const char* op, const Tensor& value, const Tensor& spatia
   TG_CHECK(loc.size(0) == s.bs && loc.size(2) == s.heads, op, ": sampling_locations ", format_shape(loc.shape()),
            " does not match value ", format_shape(value.shape()), " in bs or heads");
   const Shape attn_shape{s.bs, s.queries, s.heads, s.levels, s.points};
+  checked_numel(loc.shape(), op, "sampling_locations");
+  checked_mul(s.heads, s.channels, op, "heads * channels of value");
   TG_CHECK(attn.shape() == attn_shape, op, ": expected attention_weights of shape ", format_shape(attn_shape), ", got ",
            format_shape(attn.shape()));
   TG_CHECK(spatial_shapes.shape() == (Shape{s.levels, 2}), op, ": expected spatial_shapes of shape [", s.levels,
@@ -53,7 +56,9 @@ MsdaSizes check_inputs(const char* op, const Tensor& value, const Tensor& spatia
              hw[2 * l], ", ", hw[2 * l + 1], ")");
     TG_CHECK(start[l] == keys, op, ": level_start_index[", l, "] is ", start[l], ", but the levels before it hold ",
              keys, " keys");
-    keys += hw[2 * l] * hw[2 * l + 1];
+    // Checked: [[2^32, 2^32], [2, 2]] would wrap to 4 keys and the kernel would read past value.
+    keys = checked_add(keys, checked_mul(hw[2 * l], hw[2 * l + 1], op, "H * W of a level of spatial_shapes"), op,
+                       "the number of keys of spatial_shapes (sum of H * W)");
   }
   TG_CHECK(keys == s.num_keys, op, ": the levels hold ", keys, " keys (sum of H*W over spatial_shapes), but value has ",
            "num_keys = ", s.num_keys);

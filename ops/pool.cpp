@@ -9,6 +9,7 @@
 #include <array>
 #include <sstream>
 
+#include "../framework/checked_math.h"
 #include "../framework/tape.h"
 #include "pool_kernels.h"
 #include "samples.h"
@@ -36,6 +37,16 @@ void check_input_shape(const char* op, const Shape& s) {
   const size_t r = s.size();
   TG_CHECK(s[r - 3] > 0 && s[r - 2] > 0 && s[r - 1] > 0, op, ": expected input with non-zero C, H and W, got ",
            format_shape(s));
+  checked_numel(s, op, "the input size");  // a backward's input_size comes from the user
+}
+
+// kernels::pool_output_size with its sums checked in its order of operations, so that the
+// unchecked kernel formula cannot overflow (a kernel_size, dilation or stride of 2^62).
+void check_pool_output_size(const char* op, int64_t in, int64_t kernel, int64_t pad, int64_t stride,
+                            int64_t dilation, bool ceil_mode) {
+  const int64_t span = checked_mul(dilation, kernel - 1, op, "dilation * (kernel_size - 1)");
+  const int64_t padded = checked_add(in, checked_mul(2, pad, op, "2 * padding"), op, "input size + 2 * padding");
+  if (ceil_mode) checked_add(padded - span - 1, stride - 1, op, "the output size in ceil_mode (stride too large)");
 }
 
 void check_floating(const char* op, const char* what, const Tensor& t) {
@@ -73,6 +84,8 @@ kernels::Pool2dParams check_pool(const char* op, const Shape& input, const IntLi
   p.NC = planes_of(input);
   p.H = input[input.size() - 2], p.W = input[input.size() - 1];
   p.kH = k[0], p.kW = k[1], p.sH = s[0], p.sW = s[1], p.padH = pad[0], p.padW = pad[1], p.dH = d[0], p.dW = d[1];
+  check_pool_output_size(op, p.H, p.kH, p.padH, p.sH, p.dH, ceil_mode);
+  check_pool_output_size(op, p.W, p.kW, p.padW, p.sW, p.dW, ceil_mode);
   p.Ho = kernels::pool_output_size(p.H, p.kH, p.padH, p.sH, p.dH, ceil_mode);
   p.Wo = kernels::pool_output_size(p.W, p.kW, p.padW, p.sW, p.dW, ceil_mode);
   TG_CHECK(p.Ho > 0 && p.Wo > 0, op, ": output size is too small: input ", format_shape(input), " with kernel_size ",
@@ -281,7 +294,9 @@ Tensor adaptive_avg_pool2d(const Tensor& input, const IntList& output_size) {
   const Shape& s = input.shape();
   const int64_t NC = planes_of(s), H = s[s.size() - 2], W = s[s.size() - 1];
   Tensor x = input.detach().contiguous();
-  Tensor out = Tensor::empty(with_spatial(s, out_hw[0], out_hw[1]), input.dtype());
+  const Shape out_shape = with_spatial(s, out_hw[0], out_hw[1]);
+  checked_numel(out_shape, op, "the output shape");
+  Tensor out = Tensor::empty(out_shape, input.dtype());
   dispatch_floating(input.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::adaptive_avg_pool2d_forward<T>(x.data<T>(), out.data<T>(), NC, H, W, out_hw[0], out_hw[1]);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "../framework/checked_math.h"
 #include "../framework/tape.h"
 #include "samples.h"
 #include "upsample_kernels.h"
@@ -74,7 +75,9 @@ Tensor upsample_bilinear2d(const Tensor& input, std::array<int64_t, 2> output_si
   check_scale(op, "scales_h", scales_h);
   check_scale(op, "scales_w", scales_w);
   Tensor x = input.detach().contiguous();  // accepts any strides (a channels-last view, say)
-  Tensor out = Tensor::empty({in[0], in[1], output_size[0], output_size[1]}, input.dtype());
+  const Shape out_shape{in[0], in[1], output_size[0], output_size[1]};
+  checked_numel(out_shape, op, "the output shape (N, C, output_size)");
+  Tensor out = Tensor::empty(out_shape, input.dtype());
   dispatch_floating(input.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::upsample_bilinear2d_forward<T>(x.data<T>(), out.data<T>(), in[0] * in[1], in[2], in[3], output_size[0],
@@ -101,8 +104,11 @@ Tensor upsample_bilinear2d_backward(const Tensor& grad_out, std::array<int64_t, 
   TG_CHECK(grad_out.shape() == expected, op, ": expected grad_out of shape ", format_shape(expected),
            " (N, C, Ho, Wo), got ", format_shape(grad_out.shape()));
   TG_CHECK(is_floating(grad_out.dtype()), op, ": expected a floating grad_out, got ", dtype_name(grad_out.dtype()));
+  // Checked: input_size [4, 4, 2^31, 2^31] must be an Error, not an allocation.
+  const Shape in_shape{input_size[0], input_size[1], input_size[2], input_size[3]};
+  checked_numel(in_shape, op, "input_size");
   Tensor g = grad_out.contiguous();
-  Tensor grad_in = Tensor::empty({input_size[0], input_size[1], input_size[2], input_size[3]}, grad_out.dtype());
+  Tensor grad_in = Tensor::empty(in_shape, grad_out.dtype());
   dispatch_floating(grad_out.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::upsample_bilinear2d_backward<T>(g.data<T>(), grad_in.data<T>(), input_size[0] * input_size[1],
@@ -120,8 +126,14 @@ Tensor interpolate(const Tensor& input, double scale_factor, bool align_corners)
   const char* op = "interpolate";
   std::array<int64_t, 4> in = checked_input_size(op, input);
   check_scale(op, "scale_factor", scale_factor);
-  const std::array<int64_t, 2> out{static_cast<int64_t>(std::floor(static_cast<double>(in[2]) * scale_factor)),
-                                   static_cast<int64_t>(std::floor(static_cast<double>(in[3]) * scale_factor))};
+  std::array<int64_t, 2> out;
+  for (int d = 0; d < 2; ++d) {
+    const double size = std::floor(static_cast<double>(in[2 + d]) * scale_factor);
+    // 2^63 as a double: a larger size (scale_factor 1e30) cannot be converted to int64.
+    TG_CHECK(size < 9223372036854775808.0, op, ": expected scale_factor * input size to fit in int64, got ",
+             scale_factor, " * ", in[2 + d]);
+    out[d] = static_cast<int64_t>(size);
+  }
   TG_CHECK(out[0] > 0 && out[1] > 0, op, ": scale_factor ", scale_factor, " turns the input size [", in[2], ", ",
            in[3], "] into an empty output [", out[0], ", ", out[1], "]");
   return upsample_bilinear2d(input, out, align_corners, scale_factor, scale_factor);
