@@ -238,18 +238,15 @@ Tensor read_npy(std::istream& in, int64_t file_size, const std::string& path) {
   else if (h.descr == "<i4") dtype = DType::Int64, item = 4, from_int32 = true;
   else TG_ERROR("load_npy: ", path, ": unsupported dtype '", excerpt(h.descr), "' (expected <f4, <f8, <i8 or <i4)");
 
-  // numel is bounded by the file size. `extent`, the product with zero dims counted as one,
-  // is what strides are made of: (0, 2^39, 2^39, 2^39) holds no data but would overflow them.
-  int64_t numel = 1, extent = 1;
+  // numel is bounded by the file size at every step, so it cannot overflow.
+  int64_t numel = 1;
   for (int64_t d : h.shape) {
     TG_CHECK(d == 0 || numel <= file_size / d, "load_npy: ", path, ": shape ", format_shape(h.shape),
              " is larger than the file");
-    TG_CHECK(extent <= (int64_t(1) << 62) / std::max<int64_t>(d, 1), "load_npy: ", path, ": shape ",
-             format_shape(h.shape), " has too many elements to index");
     numel *= d;
-    extent *= std::max<int64_t>(d, 1);
   }
-  // A zero dim keeps numel at 0; the product of the others must still fit ((0, 2^40-1, 2^40-1)).
+  // A zero dim keeps numel at 0, but the product of the others must still fit, or the strides
+  // would overflow: (0, 2^40-1, 2^40-1) holds no data and is refused.
   checked_numel(h.shape, "load_npy", (path + ": shape").c_str());
   const int64_t data_bytes = numel * item;
   TG_CHECK(prefix + header_len + data_bytes <= file_size, "load_npy: ", path, ": truncated: shape ",

@@ -191,16 +191,11 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
     e.name = name;
     const std::string dt = v["dtype"].get<std::string>();
     TG_CHECK(parse_st_dtype(dt, e.dtype), t, "unsupported dtype \"", dt, "\" (expected F32, F64 or I64)");
-    // numel is bounded by the data size at every step, so it cannot overflow. `extent`, the
-    // product with zero dims counted as one, is what strides are made of: [0, 2^61, 2^61]
-    // holds no data but would overflow them.
-    uint64_t numel = 1, extent = 1;
+    // numel is bounded by the data size at every step, so it cannot overflow.
+    uint64_t numel = 1;
     for (const auto& d : v["shape"]) {
       uint64_t dim = 0;
       TG_CHECK(as_size(d, dim), t, "shape ", v["shape"].dump(), " has an invalid dimension ", d.dump());
-      TG_CHECK(extent <= (uint64_t(1) << 62) / std::max<uint64_t>(dim, 1), t, "shape ", v["shape"].dump(),
-               " has too many elements to index");
-      extent *= std::max<uint64_t>(dim, 1);
       e.shape.push_back(static_cast<int64_t>(dim));
       if (dim == 0) numel = 0;
       else if (numel != 0) {
@@ -209,7 +204,8 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
         numel *= dim;
       }
     }
-    // A zero dim keeps numel at 0; the product of the others must still fit ([0, 2^40, 2^40, 2^40]).
+    // A zero dim keeps numel at 0, but the product of the others must still fit, or the strides
+    // would overflow: [0, 2^40, 2^40, 2^40] holds no data and is refused.
     checked_numel(e.shape, t.substr(0, t.size() - 2).c_str(), "shape");
     TG_CHECK(as_size(v["data_offsets"][0], e.begin) && as_size(v["data_offsets"][1], e.end), t,
              "data_offsets ", v["data_offsets"].dump(), " must be non-negative integers");

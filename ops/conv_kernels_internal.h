@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -508,35 +509,16 @@ struct Lanes {
   }
   // x in every lane (a broadcast; `vec{} + x` would have to add 0 + x first, for x = -0)
   static vec splat(T x) {
-    typedef std::conditional_t<sizeof(T) == 4, int32_t, int64_t> I;
-    typedef I mask __attribute__((vector_size(64)));
     const vec v = {x};
-    return __builtin_shuffle(v, mask{});
+    return splat_lane0(v, std::make_integer_sequence<int, n>{});
   }
   // dst rows j < rows: column j of the n x n block whose row i is src[i * ld_src, + n), i < n.
   // log2(n) stages, each swapping off-diagonal blocks of d x d between row pairs (j, j + d).
   static void transpose(const T* src, int64_t ld_src, T* dst, int64_t ld_dst, int rows = n) {
-    typedef std::conditional_t<sizeof(T) == 4, int32_t, int64_t> I;
-    typedef I mask __attribute__((vector_size(64)));
     vec r[n];
 #pragma GCC unroll 16
     for (int j = 0; j < n; ++j) r[j] = load(src + j * ld_src);
-#pragma GCC unroll 4
-    for (int d = 1; d < n; d *= 2) {
-      mask lo, hi;  // lane k of row j, of row j + d
-#pragma GCC unroll 16
-      for (int k = 0; k < n; ++k) {
-        lo[k] = (k & d) ? n + k - d : k;
-        hi[k] = (k & d) ? n + k : k + d;
-      }
-#pragma GCC unroll 16
-      for (int j = 0; j < n; ++j) {
-        if (j & d) continue;
-        const vec a = r[j], c = r[j + d];
-        r[j] = __builtin_shuffle(a, c, lo);
-        r[j + d] = __builtin_shuffle(a, c, hi);
-      }
-    }
+    transpose_stages(r, std::make_integer_sequence<int, n>{});
     for (int j = 0; j < rows; ++j) std::memcpy(dst + j * ld_dst, &r[j], sizeof(vec));
   }
   // The sum of the lanes by a fixed tree (halves, then quarters, ...): the same order always.
@@ -548,6 +530,33 @@ struct Lanes {
 #pragma GCC unroll 16
       for (int j = 0; j < h; ++j) a[j] += a[j + h];
     return a[0];
+  }
+
+ private:
+  // The shuffles take their lane indices as constants (__builtin_shufflevector, which GCC and
+  // clang both have), spelled out by pack expansion over the lanes K.
+  template <int... K>
+  static vec splat_lane0(vec v, std::integer_sequence<int, K...>) {
+    return __builtin_shufflevector(v, v, (K * 0)...);
+  }
+  // Stage d of transpose: lane k of row j takes, where bit d of k is set, lane k - d of row
+  // j + d; row j + d takes, where it is clear, lane k + d of row j.
+  template <int D, int... K>
+  static void transpose_stage(vec* r, std::integer_sequence<int, K...>) {
+#pragma GCC unroll 16
+    for (int j = 0; j < n; ++j) {
+      if (j & D) continue;
+      const vec a = r[j], c = r[j + D];
+      r[j] = __builtin_shufflevector(a, c, ((K & D) ? n + K - D : K)...);
+      r[j + D] = __builtin_shufflevector(a, c, ((K & D) ? n + K : K + D)...);
+    }
+  }
+  template <int... K>
+  static void transpose_stages(vec* r, std::integer_sequence<int, K...> lanes) {
+    transpose_stage<1>(r, lanes);
+    transpose_stage<2>(r, lanes);
+    transpose_stage<4>(r, lanes);
+    if constexpr (n >= 16) transpose_stage<8>(r, lanes);
   }
 };
 #pragma GCC diagnostic pop

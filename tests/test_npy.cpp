@@ -272,7 +272,7 @@ TEST(Npy, LongAndMalformedHeadersAreRefusedWithoutCrashing) {
   // No data, but dims whose product would overflow the strides Tensor::empty computes.
   check("zero_dim_huge_extent",
         npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 549755813887, 549755813887), }", ""),
-        {"has too many elements to index"});
+        {"load_npy", "shape", "fit in int64"});
   expect_error_with([&] { parse_npy(long_descr, "bytes of x.npy"); }, {"load_npy: bytes of x.npy: header of 30070"});
   std::filesystem::remove_all(dir);
 }

@@ -185,7 +185,7 @@ TEST(Safetensors, HostileHeaderStructureIsRefused) {
   bad(st_file(R"({"w":{"dtype":"F32","shape":)" + long_shape + R"(],"data_offsets":[0,4]}})", std::string(4, '\0')),
       {"array longer than 64 elements"});
   bad(st_file(R"({"w":{"dtype":"F32","shape":[0,2305843009213693952,2305843009213693952],"data_offsets":[0,0]}})"),
-      {"tensor \"w\"", "has too many elements to index"});
+      {"tensor \"w\"", "shape", "fit in int64"});
   // 64 dims of 1 are fine: the limits cut only what no real file holds.
   std::string shape64 = "[1";
   for (int i = 1; i < 64; ++i) shape64 += ",1";
