@@ -128,7 +128,11 @@ int main(int argc, char** argv) {
   try {
     tg::set_num_threads(threads);
     tg::manual_seed(seed);
-    auto [train, test] = tg::examples::load_fashion_mnist_splits(data_dir, limit);
+    // Not a structured binding: the lambdas below capture `train`, which C++17 allows only
+    // for a variable.
+    auto splits = tg::examples::load_fashion_mnist_splits(data_dir, limit);
+    auto& train = splits.first;
+    auto& test = splits.second;
     // One fixed distortion of the test set, the same for both models.
     tg::Generator test_distort(seed + 100);
     tg::Tensor test_x = tg::random_affine_distort(test.images, test_distort);

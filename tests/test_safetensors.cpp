@@ -97,7 +97,9 @@ TEST(Safetensors, RoundTripKeepsDtypesShapesAndMetadata) {
   // Written in sorted-name order, so read back in that order.
   EXPECT_EQ(back.tensors[0].first, "a.steps");
   EXPECT_EQ(back.tensors[4].first, "scalar");
-  for (const auto& [name, t] : sd) {
+  for (const auto& entry : sd) {
+    const std::string& name = entry.first;
+    const Tensor& t = entry.second;
     auto it = std::find_if(back.tensors.begin(), back.tensors.end(), [&](auto& p) { return p.first == name; });
     ASSERT_NE(it, back.tensors.end()) << name;
     expect_identical(it->second, t, name);
