@@ -18,7 +18,7 @@ run_one() {
   local name; name=$(basename "$driver"); name=${name#fuzz_}
   mkdir -p "$work/$name/corpus" "$work/$name/findings"
   local seeds=(); [ -d "fuzz/corpus/$name" ] && seeds=("fuzz/corpus/$name")
-  if UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+  if UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
       "$driver" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$work/$name/findings/" "$work/$name/corpus" "${seeds[@]}" \
       > "$work/$name.log" 2>&1; then
