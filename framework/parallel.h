@@ -18,7 +18,8 @@ void set_num_threads(int n);     // like torch.set_num_threads; n >= 1
 // called from a parallel loop runs serially and should not cut its work for idle threads).
 int max_threads();
 
-// ceil(a / b) for a >= 0 and b > 0: how many blocks of b cover a elements.
-constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0 and b > 0: how many blocks of b cover a elements. (Not (a + b - 1) / b,
+// which overflows for a near 2^63.)
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 }  // namespace tg

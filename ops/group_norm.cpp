@@ -18,8 +18,10 @@ void check_sizes(const char* op, const Tensor& input, const Tensor& weight, cons
   TG_CHECK(N >= 0 && C >= 0 && HxW >= 0, op, ": expected non-negative N, C and HxW, got ", N, ", ", C, ", ", HxW);
   TG_CHECK(group > 0, op, ": expected group to be positive, got ", group);
   TG_CHECK(C % group == 0, op, ": expected C (", C, ") to be divisible by group (", group, ")");
-  // Checked: N = 2^62, C = 4 wraps N * C * HxW to 0, which an empty input would match.
-  const int64_t NCHxW = checked_mul(checked_mul(N, C, op, "N * C"), HxW, op, "N * C * HxW");
+  // Checked: N = 2^62, C = 4 wraps N * C * HxW to 0, which an empty input would match. The
+  // nonzero sizes must multiply within int64 even when one is 0, as for any shape: the kernels
+  // index with C * HxW and N * C (found by fuzz_op_args: N = 0, HxW = 2^63 - 1).
+  const int64_t NCHxW = checked_numel({N, C, HxW}, op, "(N, C, HxW)");
   TG_CHECK(input.numel() == NCHxW, op, ": expected input with N * C * HxW = ", NCHxW, " elements, got ",
            input.numel(), " (shape ", format_shape(input.shape()), ")");
   checked_mul(N, group, op, "N * group (the size of mean and rstd)");

@@ -91,13 +91,21 @@ TEST(HostileSizes, NativeGroupNormRefusesNCHxWThatOverflows) {
   // back as [2^62, 2] with numel -2^63.
   const Tensor x = zeros({0, 4});
   expect_error_with([&] { native_group_norm(x, Tensor(), Tensor(), k2_62, 4, 1, 2, 1e-5); },
-                    {"native_group_norm: expected N * C to fit in int64", "4611686018427387904 * 4"});
+                    {"native_group_norm: expected the product of the sizes of (N, C, HxW)", "[4611686018427387904, 4, 1]"});
   expect_error_with([&] { native_group_norm(x, Tensor(), Tensor(), 1, 4, k2_62, 2, 1e-5); },
-                    {"native_group_norm: expected N * C * HxW to fit in int64"});
+                    {"native_group_norm: expected the product of the sizes of (N, C, HxW)", "fit in int64"});
   const Tensor empty_stats = zeros({0});
   expect_error_with(
       [&] { native_group_norm_backward(x, x, empty_stats, empty_stats, Tensor(), k2_62, 4, 1, 2); },
-      {"native_group_norm_backward: expected N * C to fit in int64"});
+      {"native_group_norm_backward: expected the product of the sizes of (N, C, HxW)"});
+  // Found by fuzz_op_args: N = 0 empties the input, but C * HxW still indexes the kernels.
+  const int64_t max64 = std::numeric_limits<int64_t>::max();
+  expect_error_with(
+      [&] { native_group_norm_backward(x, x, empty_stats, empty_stats, Tensor(), 0, 4, max64, 2); },
+      {"native_group_norm_backward: expected the product of the nonzero sizes of (N, C, HxW)"});
+  GroupNormGrads one_channel =
+      native_group_norm_backward(zeros({0, 1}), zeros({0, 1}), empty_stats, empty_stats, Tensor(), 0, 1, max64, 1);
+  EXPECT_EQ(one_channel.grad_input.numel(), 0);
   // C = 0 makes N * C * HxW = 0 honestly, but mean and rstd would be [N, group] = [2^62, 4].
   expect_error_with([&] { native_group_norm(zeros({0}), Tensor(), Tensor(), k2_62, 0, 1, 4, 1e-5); },
                     {"native_group_norm: expected N * group", "to fit in int64"});

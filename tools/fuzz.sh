@@ -4,12 +4,15 @@
 # committed seed corpus fuzz/corpus/<name>/ (which it never changes). A crash, a sanitizer
 # report, an exception other than tg::Error, a run over 10 s or an allocation over 2 GB is a
 # finding: the script prints the driver's report and the input in hex, and fails.
-#   FUZZ_SECONDS=3600 bash tools/fuzz.sh      # a longer hunt
+# CI runs with a fixed seed (FUZZ_SEED, default 1), so that a run explores the same inputs
+# each time for the same code; FUZZ_SEED=0 lets libFuzzer pick one.
+#   FUZZ_SECONDS=3600 FUZZ_SEED=0 bash tools/fuzz.sh      # a longer hunt
 #   build-sanitize/fuzz/fuzz_npy crash-...     # replay one input
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${TAPEGRAD_SANITIZE_BUILD_DIR:-build-sanitize}
 seconds=${FUZZ_SECONDS:-60}
+export FUZZ_SEED=${FUZZ_SEED:-1}
 drivers=("$build"/fuzz/fuzz_*)
 [ -x "${drivers[0]}" ] || { echo "fuzz: no drivers in $build/fuzz; run tools/sanitize.sh first" >&2; exit 1; }
 work=$(mktemp -d /tmp/tapegrad_fuzz.XXXXXX)
@@ -19,7 +22,7 @@ run_one() {
   mkdir -p "$work/$name/corpus" "$work/$name/findings"
   local seeds=(); [ -d "fuzz/corpus/$name" ] && seeds=("fuzz/corpus/$name")
   if UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-      "$driver" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+      "$driver" -seed="$FUZZ_SEED" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$work/$name/findings/" "$work/$name/corpus" "${seeds[@]}" \
       > "$work/$name.log" 2>&1; then
     local runs rate
