@@ -190,6 +190,9 @@ struct Engine {
   bool create_graph = false;
   Capture* capture = nullptr;  // null: accumulate into leaves' .grad()
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  // For tg::grad: the entries whose backward can reach a wanted gradient; the others only
+  // have their gradients captured (if wanted) and are not run.
+  std::unordered_set<const Node*> leads_to_capture;
 
   static Tensor apply_hooks(const std::vector<GradHook>& hooks, Tensor g) {
     for (const GradHook& hook : hooks) {
@@ -311,6 +314,7 @@ struct Engine {
       auto c = capture->outputs.find(&node);
       if (c != capture->outputs.end())
         for (auto [output_nr, slot] : c->second) capture->grads[slot] = grad_outputs.at(output_nr);
+      if (!leads_to_capture.count(&node)) return;  // nothing wanted lies behind this entry
     }
 
     std::vector<Tensor> grads;
@@ -375,7 +379,28 @@ struct Engine {
         deliver_to_leaf(root.impl_ptr(), g);
       }
     }
-    for (Node* node : reachable_in_reverse(root_nodes)) run_node(*node);
+    const std::vector<Node*> order = reachable_in_reverse(root_nodes);
+    if (capture) mark_entries_leading_to_capture(order);
+    for (Node* node : order) run_node(*node);
+  }
+
+  // An entry leads to a wanted gradient when one of its inputs is a wanted leaf, the wanted
+  // output of another entry, or an entry that leads to one. Inputs come earlier in `order`'s
+  // reverse, so one pass from the oldest entry decides them all. (Without this, tg::grad
+  // would run, and under create_graph require twice differentiable, every entry behind the
+  // outputs, including ones that cannot reach the inputs asked for.)
+  void mark_entries_leading_to_capture(const std::vector<Node*>& order) {
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const Node* n = *it;
+      for (const Edge& e : n->edges_) {
+        const bool wanted = (e.leaf && capture->leaves.count(e.leaf.get())) ||
+                            (e.fn && (capture->outputs.count(e.fn.get()) || leads_to_capture.count(e.fn.get())));
+        if (wanted) {
+          leads_to_capture.insert(n);
+          break;
+        }
+      }
+    }
   }
 };
 
