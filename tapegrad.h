@@ -19,6 +19,7 @@
 #include "framework/random.h"
 #include "framework/registry.h"
 #include "framework/storage.h"
+#include "framework/recompute.h"
 #include "framework/tape.h"
 #include "framework/tensor.h"
 #include "framework/views.h"

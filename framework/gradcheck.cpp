@@ -266,4 +266,57 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
   return checker.run();
 }
 
+GradcheckResult gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
+                              const GradcheckOptions& options) {
+  std::vector<size_t> wrt;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (inputs[k].defined() && inputs[k].requires_grad()) wrt.push_back(k);
+  TG_CHECK(!wrt.empty(), "gradgradcheck: no input requires grad");
+  std::vector<Tensor> outs0;
+  {
+    NoGradGuard no_grad;
+    outs0 = fn(inputs);
+  }
+  // Output gradients v, fixed random values that are inputs of the checked function as well:
+  // its second derivatives in v are the mixed ones, d/dv (v^T J) = J.
+  Generator gen(options.seed + 1);
+  std::vector<Tensor> all = inputs;
+  for (const Tensor& o : outs0) {
+    Tensor v = randn(o.shape(), DType::Float64, &gen);
+    v.requires_grad_();
+    all.push_back(v);
+  }
+  const size_t n_in = inputs.size();
+  // The first-order gradients as a function of (inputs, v). gradcheck calls it with grad mode
+  // on and the caller's leaves for the analytical part (then the gradients are recorded with
+  // create_graph), and under NoGradGuard on perturbed copies for the finite differences (then
+  // plain first-order gradients of fresh leaves are all it needs).
+  GradcheckFn first_order = [&](const std::vector<Tensor>& x) {
+    const bool recording = GradMode::is_enabled();
+    std::vector<Tensor> in(x.begin(), x.begin() + n_in);
+    if (!recording)
+      for (size_t k : wrt) {
+        in[k] = in[k].detach();
+        in[k].requires_grad_();
+      }
+    EnableGradGuard grad_on;
+    std::vector<Tensor> outs = fn(in);
+    std::vector<Tensor> roots, seeds, wrt_tensors, grads(wrt.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!outs[i].requires_grad()) continue;
+      roots.push_back(outs[i]);
+      seeds.push_back(x[n_in + i].to(outs[i].dtype()));
+    }
+    for (size_t k : wrt) wrt_tensors.push_back(in[k]);
+    if (!roots.empty())
+      grads = grad(roots, wrt_tensors, seeds, /*retain_graph=*/false, /*allow_unused=*/true, /*create_graph=*/recording);
+    for (size_t j = 0; j < grads.size(); ++j)
+      if (!grads[j].defined()) grads[j] = zeros_like(in[wrt[j]]).to(DType::Float64);
+    return grads;
+  };
+  GradcheckResult r = gradcheck(first_order, all, options);
+  if (!r.ok) r.message = "gradgradcheck (second derivatives): " + r.message;
+  return r;
+}
+
 }  // namespace tg

@@ -42,4 +42,11 @@ using GradcheckFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&
 GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 
+// Second derivatives, as torch.autograd.gradgradcheck: the first-order gradients of fn's
+// outputs (for fixed random output gradients v) with respect to its inputs, computed through
+// the tape with create_graph, are gradchecked as a function of the inputs and v. Every op fn
+// uses must be twice differentiable (OpDef::twice_differentiable).
+GradcheckResult gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
+                              const GradcheckOptions& options = {});
+
 }  // namespace tg

@@ -30,13 +30,20 @@ std::vector<const OpDef*> Registry::ops() const {
 }
 
 std::string Registry::table() const {
+  // Columns as wide as their longest entry, so long names never run into the next column.
+  size_t wn = 7, wb = 8, wi = 21;
+  for (const OpDef* op : ops()) {
+    wn = std::max(wn, std::strlen(op->name));
+    wb = std::max(wb, std::strlen(op->backward_name));
+    wi = std::max(wi, std::strlen(op->inputs));
+  }
   std::ostringstream os;
-  os << std::left << std::setw(28) << "forward" << std::setw(38) << "backward" << std::setw(44)
-     << "differentiable inputs" << "samples\n";
+  os << std::left << std::setw(wn + 2) << "forward" << std::setw(wb + 2) << "backward" << std::setw(wi + 2)
+     << "differentiable inputs" << std::setw(9) << "samples" << "twice\n";
   for (const OpDef* op : ops()) {
     size_t n = op->samples ? op->samples().size() : 0;
-    os << std::setw(28) << op->name << std::setw(38) << op->backward_name << std::setw(44) << op->inputs << n
-       << "\n";
+    os << std::setw(wn + 2) << op->name << std::setw(wb + 2) << op->backward_name << std::setw(wi + 2) << op->inputs
+       << std::setw(9) << n << (op->twice_differentiable ? "yes" : "-") << "\n";
   }
   return os.str();
 }

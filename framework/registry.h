@@ -35,6 +35,11 @@ struct OpDef {
   const char* inputs;         // the differentiable inputs, in order: "input, grid"
   BackwardFn backward;
   std::vector<SampleCase> (*samples)();  // may be null for internal ops (then not gradchecked)
+  // Whether backward may run with create_graph: its gradients are computed by recorded ops
+  // from saved tensors that are the op's own inputs or outputs, so they can be differentiated
+  // again. The generic registry test gradgradchecks every op that says so; create_graph
+  // reaching an op that does not is a tg::Error, never a silent zero.
+  bool twice_differentiable = false;
 };
 
 class Registry {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <cmath>
 #include <ostream>
 #include <unordered_map>
@@ -22,10 +23,36 @@ Tensor history_free(const Tensor& t) {
 }
 
 // a + b for two gradients of one shape, into a fresh tensor (either may alias others).
-Tensor sum_gradients(const Tensor& a, const Tensor& b) {
+Tensor sum_gradients_values(const Tensor& a, const Tensor& b) {
+  NoGradGuard no_grad;
   Tensor out = a.clone();
   out.add_(b);
   return out;
+}
+
+// The same as a recorded op, for a backward that is itself recorded (create_graph): the
+// engine's own sums of gradients are part of the new graph.
+std::vector<Tensor> grad_sum_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {ctx.needs_grad(0) ? g[0] : Tensor(), ctx.needs_grad(1) ? g[0] : Tensor()};
+}
+const OpDef kGradSumOp{"grad_sum", "grad_sum_backward", "a, b", grad_sum_backward, nullptr, true};
+
+Tensor sum_gradients(const Tensor& a, const Tensor& b, bool create_graph) {
+  Tensor out = sum_gradients_values(a, b);
+  if (!create_graph) return out;
+  if (Recorder rec{kGradSumOp, {a, b}}) rec.set_outputs({out});
+  return out;
+}
+
+// A tensor sharing `t`'s storage and layout whose gradient goes to (fn, output_nr) or `leaf`.
+Tensor with_history(const Tensor& t, const std::shared_ptr<Node>& fn, int output_nr) {
+  auto impl = std::make_shared<TensorImpl>(*t.impl());
+  impl->requires_grad = true;
+  impl->grad_fn = fn;
+  impl->output_nr = output_nr;
+  impl->grad.reset();
+  impl->hooks.clear();
+  return Tensor(std::move(impl));
 }
 
 double norm_of(const Tensor& t) {
@@ -63,7 +90,7 @@ bool BackwardContext::needs_grad(int input) const {
   return input >= 0 && input < static_cast<int>(node_.edges_.size()) && node_.edges_[input].needs_grad();
 }
 
-const Tensor& BackwardContext::saved(int i) const {
+Tensor BackwardContext::saved(int i) const {
   TG_CHECK(i >= 0 && i < static_cast<int>(node_.saved_.size()) && node_.saved_[i].tensor.defined(),
            node_.op_->backward_name, ": internal error: saved tensor ", i, " was not saved");
   const SavedTensor& s = node_.saved_[i];
@@ -72,6 +99,11 @@ const Tensor& BackwardContext::saved(int i) const {
            " saved by ", node_.op_->name, " for backward was modified in place: it was saved at version ",
            s.version, " and is now at version ", now,
            ". Clone it before changing it, or change it after backward.");
+  if (!create_graph_) return s.tensor;
+  if (s.output_nr_of_self >= 0)
+    return with_history(s.tensor, std::const_pointer_cast<Node>(node_.shared_from_this()), s.output_nr_of_self);
+  if (s.fn) return with_history(s.tensor, s.fn, s.output_nr);
+  if (s.leaf) return Tensor(s.leaf);
   return s.tensor;
 }
 
@@ -109,7 +141,23 @@ bool Recorder::needs_grad(int input) const {
 
 void Recorder::save(std::vector<Tensor> tensors) {
   node_->saved_.clear();
-  for (const Tensor& t : tensors) node_->saved_.push_back({history_free(t), t.defined() ? t.version() : 0});
+  for (const Tensor& t : tensors) {
+    SavedTensor s;
+    s.tensor = history_free(t);
+    s.version = t.defined() ? t.version() : 0;
+    if (t.defined()) {
+      s.origin = t.impl();
+      if (t.grad_fn() == node_) {
+        s.output_nr_of_self = t.output_nr();  // saved after set_outputs
+      } else if (t.grad_fn()) {
+        s.fn = t.grad_fn();
+        s.output_nr = t.output_nr();
+      } else if (t.requires_grad()) {
+        s.leaf = t.impl_ptr();
+      }
+    }
+    node_->saved_.push_back(std::move(s));
+  }
 }
 
 void Recorder::set_outputs(const std::vector<Tensor>& outputs) {
@@ -122,6 +170,8 @@ void Recorder::set_outputs(const std::vector<Tensor>& outputs) {
     impl->grad_fn = node_;
     impl->output_nr = static_cast<int>(i);
     node_->output_meta_.push_back({impl->shape, impl->dtype});
+    for (SavedTensor& s : node_->saved_)  // saved before it became an output of this entry
+      if (s.origin == impl) s.output_nr_of_self = static_cast<int>(i);
   }
 }
 
@@ -137,8 +187,12 @@ struct Engine {
   };
 
   bool retain_graph = false;
+  bool create_graph = false;
   Capture* capture = nullptr;  // null: accumulate into leaves' .grad()
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  // For tg::grad: the entries whose backward can reach a wanted gradient; the others only
+  // have their gradients captured (if wanted) and are not run.
+  std::unordered_set<const Node*> leads_to_capture;
 
   static Tensor apply_hooks(const std::vector<GradHook>& hooks, Tensor g) {
     for (const GradHook& hook : hooks) {
@@ -158,7 +212,7 @@ struct Engine {
     std::vector<Tensor>& slots = buffers[node];
     if (slots.empty()) slots.resize(node->output_meta_.size());
     Tensor& slot = slots.at(output_nr);
-    slot = slot.defined() ? sum_gradients(slot, g) : g;
+    slot = slot.defined() ? sum_gradients(slot, g, create_graph) : g;
   }
 
   // g is the only handle to its TensorImpl, which is the only one to use its storage, all of it.
@@ -175,8 +229,14 @@ struct Engine {
       auto it = capture->leaves.find(leaf.get());
       if (it != capture->leaves.end()) {
         Tensor& slot = capture->grads[it->second];
-        slot = slot.defined() ? sum_gradients(slot, g) : g;
+        slot = slot.defined() ? sum_gradients(slot, g, create_graph) : g;
       }
+      return;
+    }
+    if (create_graph) {
+      // The gradient keeps its history: .grad() can be differentiated again. A clone, since g
+      // may be handed to other inputs too (as add's backward does).
+      leaf->grad = leaf->grad ? sum_gradients(Tensor(leaf->grad), g, true).impl_ptr() : g.clone().impl_ptr();
       return;
     }
     if (!leaf->grad) {
@@ -254,11 +314,18 @@ struct Engine {
       auto c = capture->outputs.find(&node);
       if (c != capture->outputs.end())
         for (auto [output_nr, slot] : c->second) capture->grads[slot] = grad_outputs.at(output_nr);
+      if (!leads_to_capture.count(&node)) return;  // nothing wanted lies behind this entry
     }
 
     std::vector<Tensor> grads;
-    {
-      NoGradGuard no_grad;  // backward does not record (no double backward)
+    if (create_graph) {
+      TG_CHECK(node.op_->twice_differentiable, node.op_->backward_name,
+               ": double backward (create_graph = true) is not implemented for ", node.op_->name,
+               "; its backward cannot be differentiated again");
+      EnableGradGuard grad_on;  // the backward's ops record: a graph of the gradients
+      grads = node.op_->backward(BackwardContext(node, true), grad_outputs);
+    } else {
+      NoGradGuard no_grad;  // backward does not record
       grads = node.op_->backward(BackwardContext(node), grad_outputs);
     }
     TG_CHECK(grads.size() == node.edges_.size(), node.op_->backward_name, ": internal error: returned ",
@@ -312,18 +379,44 @@ struct Engine {
         deliver_to_leaf(root.impl_ptr(), g);
       }
     }
-    for (Node* node : reachable_in_reverse(root_nodes)) run_node(*node);
+    const std::vector<Node*> order = reachable_in_reverse(root_nodes);
+    if (capture) mark_entries_leading_to_capture(order);
+    for (Node* node : order) run_node(*node);
+  }
+
+  // An entry leads to a wanted gradient when one of its inputs is a wanted leaf, the wanted
+  // output of another entry, or an entry that leads to one. Inputs come earlier in `order`'s
+  // reverse, so one pass from the oldest entry decides them all. (Without this, tg::grad
+  // would run, and under create_graph require twice differentiable, every entry behind the
+  // outputs, including ones that cannot reach the inputs asked for.)
+  void mark_entries_leading_to_capture(const std::vector<Node*>& order) {
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const Node* n = *it;
+      for (const Edge& e : n->edges_) {
+        const bool wanted = (e.leaf && capture->leaves.count(e.leaf.get())) ||
+                            (e.fn && (capture->outputs.count(e.fn.get()) || leads_to_capture.count(e.fn.get())));
+        if (wanted) {
+          leads_to_capture.insert(n);
+          break;
+        }
+      }
+    }
   }
 };
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs, bool retain_graph,
+              bool create_graph) {
   Engine engine;
-  engine.retain_graph = retain_graph;
+  engine.retain_graph = retain_graph || create_graph;
+  engine.create_graph = create_graph;
+  std::optional<EnableGradGuard> record;  // the engine's own sums of gradients record too
+  if (create_graph) record.emplace();
   engine.run(roots, grad_outputs);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused,
+                         bool create_graph) {
   Engine::Capture capture;
   capture.grads.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -335,8 +428,11 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
       capture.leaves[t.impl()] = i;
   }
   Engine engine;
-  engine.retain_graph = retain_graph;
+  engine.retain_graph = retain_graph || create_graph;
+  engine.create_graph = create_graph;
   engine.capture = &capture;
+  std::optional<EnableGradGuard> record;
+  if (create_graph) record.emplace();
   engine.run(outputs, grad_outputs);
   for (size_t i = 0; i < inputs.size(); ++i)
     TG_CHECK(allow_unused || capture.grads[i].defined(), "grad: input ", i,

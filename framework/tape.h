@@ -42,10 +42,19 @@ struct TensorMeta {
 struct SavedTensor {
   Tensor tensor;  // shares storage with what was saved, but carries no history
   uint64_t version = 0;
+  // Where the saved tensor's own gradient would go, for a backward that is itself recorded
+  // (create_graph): its producing entry and output slot, or its leaf. An output of the entry
+  // that saves it keeps no pointer (the entry would own itself); `output_nr_of_self` says which
+  // output it is, and the entry stands in when it is unpacked.
+  std::shared_ptr<Node> fn;
+  int output_nr = 0;
+  std::shared_ptr<TensorImpl> leaf;
+  int output_nr_of_self = -1;
+  const TensorImpl* origin = nullptr;  // identity only, to find the entry's own outputs
 };
 
 // One tape entry.
-class Node {
+class Node : public std::enable_shared_from_this<Node> {
  public:
   Node(const OpDef* op, uint64_t sequence_nr) : op_(op), sequence_nr_(sequence_nr) {}
   ~Node();  // iterative: a chain of 100,000 entries must not overflow the stack
@@ -80,12 +89,17 @@ class Node {
 // What a backward function sees of its entry.
 class BackwardContext {
  public:
-  explicit BackwardContext(const Node& node) : node_(node) {}
+  explicit BackwardContext(const Node& node, bool create_graph = false) : node_(node), create_graph_(create_graph) {}
 
   // Whether input i's gradient is wanted (the output mask of the specs).
   bool needs_grad(int input) const;
-  // Saved tensor i; throws when it was changed in place after it was saved.
-  const Tensor& saved(int i) const;
+  // Saved tensor i; throws when it was changed in place after it was saved. Under
+  // create_graph it carries its history (its gradient flows back where the original's would),
+  // otherwise none.
+  Tensor saved(int i) const;
+  // Whether this backward is being recorded (create_graph): then the gradients must come from
+  // recorded ops, which happens by itself when a backward calls ops rather than raw kernels.
+  bool create_graph() const { return create_graph_; }
   const Shape& input_shape(int input) const { return node_.input_meta_.at(input).shape; }
   DType input_dtype(int input) const { return node_.input_meta_.at(input).dtype; }
   const Shape& output_shape(int output) const { return node_.output_meta_.at(output).shape; }
@@ -97,6 +111,7 @@ class BackwardContext {
 
  private:
   const Node& node_;
+  bool create_graph_ = false;
 };
 
 // Records one entry when recording is needed: grad mode on and some input requires grad.
@@ -124,15 +139,21 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 
 // Backward from `roots` with the given output gradients (undefined: ones, for scalar roots).
 // Accumulates into the .grad() of the leaves reached.
+//
+// create_graph records the backward pass itself, so the gradients it produces require grad
+// and can be differentiated again (Hessian-vector products, gradient penalties). It implies
+// retain_graph, as in PyTorch: differentiating the gradients runs through this graph again.
+// Every entry it reaches must be twice differentiable (OpDef::twice_differentiable), or it
+// throws tg::Error naming the op.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs = {},
-              bool retain_graph = false);
+              bool retain_graph = false, bool create_graph = false);
 
 // The gradients of `outputs` with respect to `inputs`, without touching any .grad().
 // An input the outputs do not depend on gets an undefined Tensor unless allow_unused is false,
-// in which case that throws.
+// in which case that throws. create_graph as for backward.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
-                         bool allow_unused = true);
+                         bool allow_unused = true, bool create_graph = false);
 
 // Trace: print each backward step as it runs (op, gradient shapes and norms) to `os`, or stop
 // with nullptr. Thread-local.

@@ -184,8 +184,8 @@ const std::shared_ptr<Node>& Tensor::grad_fn() const {
 
 int Tensor::output_nr() const { return impl_ ? impl_->output_nr : 0; }
 
-void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
-  tg::backward({*this}, {grad_output}, retain_graph);
+void Tensor::backward(const Tensor& grad_output, bool retain_graph, bool create_graph) const {
+  tg::backward({*this}, {grad_output}, retain_graph, create_graph);
 }
 
 Tensor Tensor::detach() const {

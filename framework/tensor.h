@@ -77,7 +77,7 @@ class Tensor {
   void zero_grad();                               // drops the gradient (grad() becomes undefined)
   const std::shared_ptr<Node>& grad_fn() const;
   int output_nr() const;
-  void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false) const;
+  void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false, bool create_graph = false) const;
   Tensor detach() const;                          // shares storage, no history
   // A hook sees the gradient flowing into this tensor before it is accumulated or passed on;
   // returning a defined tensor replaces that gradient, an undefined one keeps it.

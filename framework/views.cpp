@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "checked_math.h"
+#include "grad_mode.h"
 #include "random.h"
 #include "strided_loop.h"
 #include "tape.h"
@@ -44,15 +45,25 @@ std::vector<Tensor> permute_backward(const BackwardContext& ctx, const std::vect
 struct SliceAttrs {
   int64_t dim, start, end, step;
 };
+Tensor slice_scatter_zeros(const Tensor& g, const Shape& shape, const SliceAttrs& a);
+
 std::vector<Tensor> slice_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {slice_scatter_zeros(g[0], ctx.input_shape(0), ctx.attrs<SliceAttrs>())};
+}
+
+// The gradient of slice_scatter_zeros (itself the gradient of a slice) is the same slice.
+std::vector<Tensor> slice_scatter_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& a = ctx.attrs<SliceAttrs>();
-  Tensor grad_input = zeros(ctx.input_shape(0), ctx.input_dtype(0));
-  grad_input.slice(a.dim, a.start, a.end, a.step).copy_(g[0]);
-  return {grad_input};
+  return {g[0].slice(a.dim, a.start, a.end, a.step)};
 }
 
 std::vector<Tensor> expand_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   return {sum_to(g[0], ctx.input_shape(0))};
+}
+
+// sum_to's gradient broadcasts back: an expand (a view; the consumer copies if it must).
+std::vector<Tensor> sum_to_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {g[0].expand(ctx.input_shape(0))};
 }
 
 std::vector<Tensor> identity_backward(const BackwardContext&, const std::vector<Tensor>& g) { return {g[0]}; }
@@ -109,18 +120,39 @@ std::vector<SampleCase> clone_samples() {
   return {{"[2,3]", [](DType dt) { return one_input(dt, {2, 3}); },
            [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0].clone()}; }}};
 }
-const OpDef kViewOp{"view", "view_backward", "self", reshape_backward, view_samples};
-const OpDef kReshapeOp{"reshape", "reshape_backward", "self", reshape_backward, reshape_samples};
-const OpDef kSqueezeOp{"squeeze", "squeeze_backward", "self", reshape_backward, squeeze_samples};
-const OpDef kUnsqueezeOp{"unsqueeze", "unsqueeze_backward", "self", reshape_backward, unsqueeze_samples};
-const OpDef kPermuteOp{"permute", "permute_backward", "self", permute_backward, permute_samples};
-const OpDef kSliceOp{"slice", "slice_backward", "self", slice_backward, slice_samples};
-const OpDef kExpandOp{"expand", "expand_backward", "self", expand_backward, expand_samples};
-const OpDef kContiguousOp{"contiguous", "contiguous_backward", "self", identity_backward, contiguous_samples};
-const OpDef kCloneOp{"clone", "clone_backward", "self", identity_backward, clone_samples};
+std::vector<SampleCase> sum_to_samples() {
+  return {{"[2,3,4] -> [3,1]", [](DType dt) { return one_input(dt, {2, 3, 4}); },
+           [](const std::vector<Tensor>& x) { return std::vector<Tensor>{sum_to(x[0], {3, 1})}; }}};
+}
+
+const OpDef kViewOp{"view", "view_backward", "self", reshape_backward, view_samples, true};
+const OpDef kReshapeOp{"reshape", "reshape_backward", "self", reshape_backward, reshape_samples, true};
+const OpDef kSqueezeOp{"squeeze", "squeeze_backward", "self", reshape_backward, squeeze_samples, true};
+const OpDef kUnsqueezeOp{"unsqueeze", "unsqueeze_backward", "self", reshape_backward, unsqueeze_samples, true};
+const OpDef kPermuteOp{"permute", "permute_backward", "self", permute_backward, permute_samples, true};
+const OpDef kSliceOp{"slice", "slice_backward", "self", slice_backward, slice_samples, true};
+const OpDef kSliceScatterOp{"slice_backward", "slice_backward_backward", "grad_output", slice_scatter_backward,
+                            nullptr, true};
+const OpDef kExpandOp{"expand", "expand_backward", "self", expand_backward, expand_samples, true};
+const OpDef kSumToOp{"sum_to", "sum_to_backward", "self", sum_to_backward, sum_to_samples, true};
+const OpDef kContiguousOp{"contiguous", "contiguous_backward", "self", identity_backward, contiguous_samples, true};
+const OpDef kCloneOp{"clone", "clone_backward", "self", identity_backward, clone_samples, true};
 // No sample: a float32 round trip cannot be differenced at float64 precision; tests/test_tensor.cpp
 // checks its gradient directly.
-const OpDef kToOp{"to", "to_backward", "self", to_backward, nullptr};
+const OpDef kToOp{"to", "to_backward", "self", to_backward, nullptr, true};
+
+Tensor slice_scatter_zeros(const Tensor& g, const Shape& shape, const SliceAttrs& a) {
+  Tensor out = zeros(shape, g.dtype());
+  {
+    NoGradGuard no_grad;
+    out.slice(a.dim, a.start, a.end, a.step).copy_(g);
+  }
+  if (Recorder rec{kSliceScatterOp, {g}}) {
+    rec.set_attrs(a);
+    rec.set_outputs({out});
+  }
+  return out;
+}
 
 void record_unary(const OpDef& op, const Tensor& input, const Tensor& output) {
   if (Recorder rec{op, {input}}) rec.set_outputs({output});
@@ -160,9 +192,9 @@ Shape infer_view_shape(const Shape& requested, int64_t numel, const char* op) {
 }  // namespace
 
 const std::vector<const OpDef*>& view_op_defs() {
-  static const std::vector<const OpDef*> defs = {&kViewOp,  &kReshapeOp, &kSqueezeOp,    &kUnsqueezeOp,
-                                                 &kPermuteOp, &kSliceOp, &kExpandOp,     &kContiguousOp,
-                                                 &kCloneOp, &kToOp};
+  static const std::vector<const OpDef*> defs = {&kViewOp,    &kReshapeOp, &kSqueezeOp, &kUnsqueezeOp,
+                                                 &kPermuteOp, &kSliceOp,   &kSliceScatterOp, &kExpandOp,
+                                                 &kSumToOp,   &kContiguousOp, &kCloneOp,  &kToOp};
   return defs;
 }
 
@@ -200,6 +232,7 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
         },
         /*allow_parallel=*/false);
   });
+  record_unary(kSumToOp, grad, out);  // differentiable: a backward recorded under create_graph uses it
   return out;
 }
 

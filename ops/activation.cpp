@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "../framework/tape.h"
+#include "elementwise.h"
 #include "elementwise_kernel.h"
 #include "pointwise.h"
 #include "samples.h"
@@ -19,7 +20,11 @@ namespace tg {
 namespace {
 
 std::vector<Tensor> relu_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor& y = ctx.saved(0);
+  const Tensor y = ctx.saved(0);
+  if (ctx.create_graph()) {  // g times a constant mask: differentiable again in g
+    Tensor mask = pointwise_unary(y.detach(), "relu_backward", [](auto v) { return v > decltype(v)(0) ? 1 : 0; });
+    return {mul(g[0], mask)};
+  }
   return {dispatch_floating(y.dtype(), "relu_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     return map_binary<T>(g[0], y, "relu_backward", [](T gv, T yv) { return yv > T(0) ? gv : T(0); });
@@ -78,21 +83,68 @@ T gelu_tanh_derivative(T x) {
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
 }
 
+// Under create_graph the same formulas in recorded ops (gelu through its own recorded
+// backward op, whose derivative gelu_backward_backward knows the second derivative).
 std::vector<Tensor> sigmoid_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  if (ctx.create_graph()) {
+    const Tensor y = ctx.saved(0);
+    return {mul(g[0], mul(y, add(neg(y), 1.0)))};
+  }
   return {pointwise_binary(g[0], ctx.saved(0), "sigmoid_backward",
                            [](auto gv, auto y) { return gv * y * (decltype(y)(1) - y); })};
 }
 std::vector<Tensor> tanh_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  if (ctx.create_graph()) {
+    const Tensor y = ctx.saved(0);
+    return {mul(g[0], add(neg(mul(y, y)), 1.0))};
+  }
   return {pointwise_binary(g[0], ctx.saved(0), "tanh_backward",
                            [](auto gv, auto y) { return gv * (decltype(y)(1) - y * y); })};
 }
-std::vector<Tensor> gelu_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+// The second derivative, for the recorded gelu_backward:
+//   exact: d/dx (Phi + x phi) = phi (2 - x^2)
+//   tanh:  with t = tanh u, u = k (x + c x^3): (1 - t^2) (u' + x/2 (u'' - 2 t u'^2))
+template <class T>
+T gelu_erf_second_derivative(T x) {
+  return static_cast<T>(kInvSqrt2Pi) * vec_exp(T(-0.5) * x * x) * (T(2) - x * x);
+}
+template <class T>
+T gelu_tanh_second_derivative(T x) {
+  const T k = static_cast<T>(kSqrt2OverPi), c = static_cast<T>(kGeluCubic);
+  const T t = std::tanh(k * (x + c * x * x * x));
+  const T du = k * (T(1) + T(3) * c * x * x), ddu = T(6) * k * c * x;
+  return (T(1) - t * t) * (du + T(0.5) * x * (ddu - T(2) * t * du * du));
+}
+
+Tensor gelu_times_derivative(const Tensor& g, const Tensor& x, bool tanh_form) {
   // One loop per form rather than a test per element: the erf body vectorises.
-  if (ctx.attrs<GeluAttrs>().tanh_form)
-    return {pointwise_binary(g[0], ctx.saved(0), "gelu_backward",
-                             [](auto gv, auto x) { return gv * gelu_tanh_derivative(x); })};
-  return {pointwise_binary(g[0], ctx.saved(0), "gelu_backward",
-                           [](auto gv, auto x) { return gv * gelu_erf_derivative(x); })};
+  if (tanh_form)
+    return pointwise_binary(g, x, "gelu_backward", [](auto gv, auto xv) { return gv * gelu_tanh_derivative(xv); });
+  return pointwise_binary(g, x, "gelu_backward", [](auto gv, auto xv) { return gv * gelu_erf_derivative(xv); });
+}
+
+Tensor recorded_gelu_backward(const Tensor& g, const Tensor& x, bool tanh_form);
+
+std::vector<Tensor> gelu_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const bool tanh_form = ctx.attrs<GeluAttrs>().tanh_form;
+  if (ctx.create_graph()) return {recorded_gelu_backward(g[0], ctx.saved(0), tanh_form)};
+  return {gelu_times_derivative(g[0], ctx.saved(0), tanh_form)};
+}
+
+// gelu_backward (grad_output, self) -> grad_output * gelu'(self): its gradients are
+// d/dgrad_output = gelu'(self) and d/dself = grad_output * gelu''(self).
+std::vector<Tensor> gelu_backward_backward(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  const bool tanh_form = ctx.attrs<GeluAttrs>().tanh_form;
+  const Tensor g = ctx.saved(0), x = ctx.saved(1);
+  Tensor dg, dx;
+  if (ctx.needs_grad(0)) dg = recorded_gelu_backward(gg[0], x, tanh_form);
+  if (ctx.needs_grad(1)) {
+    Tensor second = tanh_form
+        ? pointwise_unary(x.detach(), "gelu_backward_backward", [](auto v) { return gelu_tanh_second_derivative(v); })
+        : pointwise_unary(x.detach(), "gelu_backward_backward", [](auto v) { return gelu_erf_second_derivative(v); });
+    dx = mul(mul(gg[0], g), second);
+  }
+  return {dg, dx};
 }
 
 using Inputs = std::vector<Tensor>;
@@ -113,9 +165,24 @@ std::vector<SampleCase> gelu_samples() {
 
 }  // namespace
 
-const OpDef kSigmoidOp{"sigmoid", "sigmoid_backward", "self", sigmoid_backward, sigmoid_samples};
-const OpDef kTanhOp{"tanh", "tanh_backward", "self", tanh_backward, tanh_samples};
-const OpDef kGeluOp{"gelu", "gelu_backward", "self", gelu_backward, gelu_samples};
+const OpDef kSigmoidOp{"sigmoid", "sigmoid_backward", "self", sigmoid_backward, sigmoid_samples, true};
+const OpDef kTanhOp{"tanh", "tanh_backward", "self", tanh_backward, tanh_samples, true};
+const OpDef kGeluOp{"gelu", "gelu_backward", "self", gelu_backward, gelu_samples, true};
+// gelu is twice differentiable here, not three times: the third derivative is not recorded.
+const OpDef kGeluBackwardOp{"gelu_backward", "gelu_backward_backward", "grad_output, self", gelu_backward_backward,
+                            nullptr};
+
+namespace {
+Tensor recorded_gelu_backward(const Tensor& g, const Tensor& x, bool tanh_form) {
+  Tensor out = gelu_times_derivative(g, x, tanh_form);
+  if (Recorder rec{kGeluBackwardOp, {g, x}}) {
+    rec.set_attrs(GeluAttrs{tanh_form});
+    rec.save({g, x});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+}  // namespace
 
 Tensor sigmoid(const Tensor& x) {
   // Stable on both sides: e^-x never overflows for x >= 0, e^x never for x < 0.
@@ -155,7 +222,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   return y;
 }
 
-const OpDef kReluOp{"relu", "relu_backward", "self", relu_backward, relu_samples};
+const OpDef kReluOp{"relu", "relu_backward", "self", relu_backward, relu_samples, true};
 
 Tensor relu(const Tensor& x) {
   TG_CHECK(x.defined(), "relu: the tensor is undefined");
@@ -171,7 +238,7 @@ Tensor relu(const Tensor& x) {
 }
 
 void register_activation_ops(Registry& r) {
-  for (const OpDef* op : {&kReluOp, &kSigmoidOp, &kTanhOp, &kGeluOp}) r.add(*op);
+  for (const OpDef* op : {&kReluOp, &kSigmoidOp, &kTanhOp, &kGeluOp, &kGeluBackwardOp}) r.add(*op);
 }
 
 }  // namespace tg

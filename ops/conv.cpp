@@ -9,6 +9,7 @@
 #include "../framework/checked_math.h"
 #include "../framework/tape.h"
 #include "conv_kernels.h"
+#include "elementwise.h"
 #include "samples.h"
 
 namespace tg {
@@ -230,14 +231,21 @@ struct ConvAttrs {
   Shape input_shape, weight_shape;
 };
 
+ConvolutionGrads recorded_backward(const Tensor& g, const Tensor& input, const Tensor& weight, const ConvAttrs& a,
+                                   std::array<bool, 3> mask);
+Tensor forward_with_params(const char* op, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                           const kernels::ConvParams& p);
+
 std::vector<Tensor> convolution_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& a = ctx.attrs<ConvAttrs>();
   // Only what was saved: the input when the weight wants a gradient, the weight for the input.
   const Tensor input = ctx.needs_grad(1) ? ctx.saved(0) : Tensor();
   const Tensor weight = ctx.needs_grad(0) ? ctx.saved(1) : Tensor();
-  ConvolutionGrads r =
-      backward_with_params("convolution_backward", g[0].detach(), input, weight, a.input_shape, a.weight_shape,
-                           a.params, {ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)});
+  const std::array<bool, 3> mask{ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)};
+  ConvolutionGrads r = ctx.create_graph()
+                           ? recorded_backward(g[0], input, weight, a, mask)
+                           : backward_with_params("convolution_backward", g[0].detach(), input, weight, a.input_shape,
+                                                  a.weight_shape, a.params, mask);
   return {r.grad_input, r.grad_weight, r.grad_bias};
 }
 
@@ -307,7 +315,76 @@ std::vector<SampleCase> convolution_samples() {
 }  // namespace
 
 const OpDef kConvolutionOp{"convolution", "convolution_backward", "input, weight, bias", convolution_backward_fn,
-                           convolution_samples};
+                           convolution_samples, true};
+
+namespace {
+
+struct ConvBackwardAttrs {
+  ConvAttrs conv;
+  std::array<bool, 3> mask;  // which of grad_input, grad_weight, grad_bias are outputs, in that order
+};
+
+// Double backward. With F(x, w) the convolution without bias, linear in each argument, the
+// backward gives gi = B_x(g, w) (the adjoint of F(., w)) and gw = B_w(g, x) (the adjoint of
+// F(x, .)), gb = the sum of g over batch and positions. For upstream gradients ggi, ggw, ggb:
+//   d/dg = F(ggi, w) + F(x, ggw) + ggb broadcast     (<ggi, B_x(g, w)> = <F(ggi, w), g>, ...)
+//   d/dx = B_x(g, ggw)                              (from <F(x, ggw), g>)
+//   d/dw = B_w(g, ggi)                              (from <F(ggi, w), g>)
+// all of them recorded convolutions and convolution backwards again.
+std::vector<Tensor> convolution_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  const auto& a = ctx.attrs<ConvBackwardAttrs>();
+  const kernels::ConvParams& p = a.conv.params;
+  Tensor ggi, ggw, ggb;
+  size_t k = 0;
+  if (a.mask[0]) ggi = gg[k++];
+  if (a.mask[1]) ggw = gg[k++];
+  if (a.mask[2]) ggb = gg[k++];
+  const Tensor g = ctx.saved(0);
+  const Tensor x = a.mask[1] ? ctx.saved(1) : Tensor();
+  const Tensor w = a.mask[0] ? ctx.saved(2) : Tensor();
+  Tensor dg, dx, dw;
+  if (ctx.needs_grad(0)) {
+    auto accumulate = [&dg](const Tensor& t) { dg = dg.defined() ? add(dg, t) : t; };
+    if (ggi.defined()) accumulate(forward_with_params("convolution_backward_backward", ggi, w, Tensor(), p));
+    if (ggw.defined()) accumulate(forward_with_params("convolution_backward_backward", x, ggw, Tensor(), p));
+    if (ggb.defined()) {
+      Shape bshape(g.dim(), 1);
+      bshape[1] = p.C_out;
+      accumulate(ggb.reshape(bshape).expand(g.shape()).contiguous());
+    }
+    if (!dg.defined()) dg = zeros_like(g);
+  }
+  if (ctx.needs_grad(1))
+    dx = ggw.defined() ? recorded_backward(g, Tensor(), ggw, a.conv, {true, false, false}).grad_input
+                       : zeros(a.conv.input_shape, g.dtype());
+  if (ctx.needs_grad(2))
+    dw = ggi.defined() ? recorded_backward(g, ggi, Tensor(), a.conv, {false, true, false}).grad_weight
+                       : zeros(a.conv.weight_shape, g.dtype());
+  return {dg, dx, dw};
+}
+
+const OpDef kConvolutionBackwardOp{"convolution_backward", "convolution_backward_backward",
+                                   "grad_output, input, weight", convolution_backward_backward_fn, nullptr, true};
+
+// The backward as a recorded entry (inputs grad_output, input, weight), so that under
+// create_graph its gradients can be differentiated again.
+ConvolutionGrads recorded_backward(const Tensor& g, const Tensor& input, const Tensor& weight, const ConvAttrs& a,
+                                   std::array<bool, 3> mask) {
+  ConvolutionGrads r = backward_with_params("convolution_backward", g.detach(), input.defined() ? input.detach() : input,
+                                            weight.defined() ? weight.detach() : weight, a.input_shape,
+                                            a.weight_shape, a.params, mask);
+  if (Recorder rec{kConvolutionBackwardOp, {g, input, weight}}) {
+    rec.set_attrs(ConvBackwardAttrs{a, mask});
+    rec.save({g, input, weight});
+    std::vector<Tensor> outputs;
+    for (const Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
+      if (t->defined()) outputs.push_back(*t);
+    rec.set_outputs(outputs);
+  }
+  return r;
+}
+
+}  // namespace
 
 namespace {
 
@@ -327,6 +404,13 @@ Tensor convolution_impl(const char* op, int dims, const Tensor& input, const Ten
     check_same_dtype(op, "bias", bias, dt);
   }
 
+  return forward_with_params(op, input, weight, bias, p);
+}
+
+// The forward once the arguments are checked: computes and records the entry.
+Tensor forward_with_params(const char* op, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                           const kernels::ConvParams& p) {
+  const DType dt = input.dtype();
   Tensor x = input.detach().contiguous(), w = weight.detach().contiguous();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor out = Tensor::empty(output_shape(p), dt);
@@ -420,6 +504,9 @@ ConvolutionGrads convolution_backward(const Tensor& grad_output, const Tensor& i
                               p, output_mask);
 }
 
-void register_conv_ops(Registry& r) { r.add(kConvolutionOp); }
+void register_conv_ops(Registry& r) {
+  r.add(kConvolutionOp);
+  r.add(kConvolutionBackwardOp);
+}
 
 }  // namespace tg

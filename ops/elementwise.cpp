@@ -58,33 +58,35 @@ Tensor scale_values(const Tensor& x, double s) {
 }
 
 // ---- backward ----
+// Written with the recorded ops themselves, so that under create_graph the gradients are
+// differentiable again (under plain backward nothing records and the ops are the kernels).
 
 std::vector<Tensor> add_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const double alpha = ctx.attrs<AlphaAttrs>().alpha;
   Tensor da, db;
   if (ctx.needs_grad(0)) da = sum_to(g[0], ctx.input_shape(0));
-  if (ctx.needs_grad(1)) db = sum_to(alpha == 1.0 ? g[0] : scale_values(g[0], alpha), ctx.input_shape(1));
+  if (ctx.needs_grad(1)) db = sum_to(alpha == 1.0 ? g[0] : mul(g[0], alpha), ctx.input_shape(1));
   return {da, db};
 }
 
 std::vector<Tensor> mul_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   Tensor da, db;
-  if (ctx.needs_grad(0)) da = sum_to(mul_values(g[0], ctx.saved(1)), ctx.input_shape(0));
-  if (ctx.needs_grad(1)) db = sum_to(mul_values(g[0], ctx.saved(0)), ctx.input_shape(1));
+  if (ctx.needs_grad(0)) da = sum_to(mul(g[0], ctx.saved(1)), ctx.input_shape(0));
+  if (ctx.needs_grad(1)) db = sum_to(mul(g[0], ctx.saved(0)), ctx.input_shape(1));
   return {da, db};
 }
 
 std::vector<Tensor> div_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor& b = ctx.saved(1);
+  const Tensor b = ctx.saved(1);
   Tensor da, db;
-  Tensor g_over_b = div_values(g[0], b);
+  Tensor g_over_b = div(g[0], b);
   if (ctx.needs_grad(0)) da = sum_to(g_over_b, ctx.input_shape(0));
-  if (ctx.needs_grad(1)) db = sum_to(scale_values(mul_values(g_over_b, div_values(ctx.saved(0), b)), -1.0), ctx.input_shape(1));
+  if (ctx.needs_grad(1)) db = sum_to(neg(mul(g_over_b, div(ctx.saved(0), b))), ctx.input_shape(1));
   return {da, db};
 }
 
 std::vector<Tensor> scale_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  return {scale_values(g[0], ctx.attrs<ScalarAttrs>().value)};
+  return {mul(g[0], ctx.attrs<ScalarAttrs>().value)};
 }
 
 std::vector<Tensor> add_scalar_backward(const BackwardContext&, const std::vector<Tensor>& g) { return {g[0]}; }
@@ -138,12 +140,12 @@ std::vector<SampleCase> add_scalar_samples() {
 
 }  // namespace
 
-const OpDef kAddOp{"add", "add_backward", "self, other", add_backward, add_samples};
-const OpDef kSubOp{"sub", "sub_backward", "self, other", add_backward, sub_samples};  // add with alpha = -alpha
-const OpDef kMulOp{"mul", "mul_backward", "self, other", mul_backward, mul_samples};
-const OpDef kDivOp{"div", "div_backward", "self, other", div_backward, div_samples};
-const OpDef kMulScalarOp{"mul_scalar", "mul_scalar_backward", "self", scale_backward, scale_samples};
-const OpDef kAddScalarOp{"add_scalar", "add_scalar_backward", "self", add_scalar_backward, add_scalar_samples};
+const OpDef kAddOp{"add", "add_backward", "self, other", add_backward, add_samples, true};
+const OpDef kSubOp{"sub", "sub_backward", "self, other", add_backward, sub_samples, true};  // add with alpha = -alpha
+const OpDef kMulOp{"mul", "mul_backward", "self, other", mul_backward, mul_samples, true};
+const OpDef kDivOp{"div", "div_backward", "self, other", div_backward, div_samples, true};
+const OpDef kMulScalarOp{"mul_scalar", "mul_scalar_backward", "self", scale_backward, scale_samples, true};
+const OpDef kAddScalarOp{"add_scalar", "add_scalar_backward", "self", add_scalar_backward, add_scalar_samples, true};
 
 namespace {
 Tensor add_with_alpha(const OpDef& op, const Tensor& a, const Tensor& b, double alpha) {

@@ -3,9 +3,13 @@
 #include "group_norm.h"
 
 #include "../framework/checked_math.h"
+#include "../framework/recompute.h"
 #include "../framework/tape.h"
+#include "elementwise.h"
 #include "group_norm_kernels.h"
+#include "reduce.h"
 #include "samples.h"
+#include "unary.h"
 
 namespace tg {
 
@@ -45,10 +49,31 @@ T* ptr_or_null(Tensor& t) {
 struct GroupNormAttrs {
   int64_t N, C, HxW, group;
   bool has_weight;
+  double eps;
 };
+
+// group_norm in recorded ops, for double backward by recomputation (framework/recompute.h):
+// each (item, group) is normalised with its biased variance, then channels are scaled and
+// shifted.
+std::vector<Tensor> group_norm_composite(const std::vector<Tensor>& in, const GroupNormAttrs& a) {
+  const Tensor& x = in[0];
+  Tensor groups = x.reshape({a.N, a.group, -1});
+  Tensor centred = sub(groups, mean(groups, {2}, true));
+  Tensor xhat = mul(centred, rsqrt(add(mean(mul(centred, centred), {2}, true), a.eps)));
+  Tensor y = xhat.reshape({a.N, a.C, a.HxW});
+  if (in[1].defined()) y = mul(y, in[1].reshape({a.C, 1}));
+  if (in[2].defined()) y = add(y, in[2].reshape({a.C, 1}));
+  return {y.reshape(x.shape())};
+}
 
 std::vector<Tensor> group_norm_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& a = ctx.attrs<GroupNormAttrs>();
+  if (ctx.create_graph()) {
+    // The bias is not saved (nothing reads it); y is affine in it, so zeros stand in.
+    Tensor bias = ctx.needs_grad(2) ? zeros(ctx.input_shape(2), ctx.input_dtype(2)) : Tensor();
+    return recomputed_backward(ctx, {ctx.saved(0), a.has_weight ? ctx.saved(3) : Tensor(), bias}, g,
+                               [a](const std::vector<Tensor>& in) { return group_norm_composite(in, a); });
+  }
   Tensor weight = a.has_weight ? ctx.saved(3) : Tensor();
   GroupNormGrads grads = native_group_norm_backward(g[0], ctx.saved(0), ctx.saved(1), ctx.saved(2), weight, a.N, a.C,
                                                     a.HxW, a.group,
@@ -74,7 +99,7 @@ std::vector<SampleCase> group_norm_samples() {
 }  // namespace
 
 const OpDef kGroupNormOp{"group_norm", "native_group_norm_backward", "input, weight, bias", group_norm_backward_fn,
-                         group_norm_samples};
+                         group_norm_samples, true};
 
 GroupNormResult native_group_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t N,
                                   int64_t C, int64_t HxW, int64_t group, double eps) {
@@ -141,7 +166,7 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
   const int64_t HxW = N * C == 0 ? 0 : input.numel() / (N * C);
   GroupNormResult r = native_group_norm(input, weight, bias, N, C, HxW, num_groups, eps);
   if (Recorder rec{kGroupNormOp, {input, weight, bias}}) {
-    rec.set_attrs(GroupNormAttrs{N, C, HxW, num_groups, weight.defined()});
+    rec.set_attrs(GroupNormAttrs{N, C, HxW, num_groups, weight.defined(), eps});
     rec.save({input, r.mean, r.rstd, weight});
     rec.set_outputs({r.output});
   }

@@ -71,6 +71,24 @@ T diff_loss_derivative(T d, Kind kind, T beta) {
 
 std::vector<Tensor> diff_loss_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto a = ctx.attrs<DiffLossAttrs>();
+  if (ctx.create_graph()) {
+    // dl/dd = d * c1 + c0 with constants c1, c0 read off d (mse: 2, 0; l1: 0, sign d;
+    // smooth_l1: 1/beta, 0 inside |d| < beta and 0, sign d outside), in recorded ops.
+    const Tensor d = sub(ctx.saved(0), ctx.saved(1));
+    Tensor c1 = pointwise_unary(d.detach(), "loss_backward", [a](auto v) {
+      using T = decltype(v);
+      return a.kind == Kind::Mse ? T(2) : (a.kind == Kind::SmoothL1 && std::abs(v) < T(a.beta) ? T(1 / a.beta) : T(0));
+    });
+    Tensor c0 = pointwise_unary(d.detach(), "loss_backward", [a](auto v) {
+      using T = decltype(v);
+      return a.kind == Kind::Mse || (a.kind == Kind::SmoothL1 && std::abs(v) < T(a.beta)) ? T(0) : sign_of(v);
+    });
+    const Tensor dd = mul(g[0], add(mul(d, c1), c0));
+    Tensor da, db;
+    if (ctx.needs_grad(0)) da = sum_to(dd, ctx.input_shape(0));
+    if (ctx.needs_grad(1)) db = sum_to(neg(dd), ctx.input_shape(1));
+    return {da, db};
+  }
   Tensor d = pointwise_binary(ctx.saved(0), ctx.saved(1), "loss_backward", [](auto x, auto y) { return x - y; });
   Tensor dd = pointwise_binary(g[0], d, "loss_backward", [a](auto gv, auto dv) {
     return gv * diff_loss_derivative(dv, a.kind, static_cast<decltype(dv)>(a.beta));
@@ -152,10 +170,10 @@ std::vector<SampleCase> bce_samples() {
 
 }  // namespace
 
-const OpDef kMseLossOp{"mse_loss", "mse_loss_backward", "self, target", diff_loss_backward, mse_samples};
-const OpDef kL1LossOp{"l1_loss", "l1_loss_backward", "self, target", diff_loss_backward, l1_samples};
+const OpDef kMseLossOp{"mse_loss", "mse_loss_backward", "self, target", diff_loss_backward, mse_samples, true};
+const OpDef kL1LossOp{"l1_loss", "l1_loss_backward", "self, target", diff_loss_backward, l1_samples, true};
 const OpDef kSmoothL1LossOp{"smooth_l1_loss", "smooth_l1_loss_backward", "self, target", diff_loss_backward,
-                            smooth_l1_samples};
+                            smooth_l1_samples, true};
 const OpDef kBceWithLogitsOp{"binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits_backward",
                              "self, target, pos_weight", bce_backward, bce_samples};
 

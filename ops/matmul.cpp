@@ -160,8 +160,13 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
     Shape full = with_matrix_dims(batch, t.shape());
     return t.expand(full).contiguous().reshape({nb, t.size(-2), t.size(-1)});
   };
-  Tensor g3 = batched(g[0]);
   Tensor da, db;
+  if (ctx.create_graph()) {  // the same products as recorded ops, differentiable again
+    if (ctx.needs_grad(0)) da = sum_to(matmul(g[0], ctx.saved(1).transpose(-1, -2)), sa);
+    if (ctx.needs_grad(1)) db = sum_to(matmul(ctx.saved(0).transpose(-1, -2), g[0]), sb);
+    return {da, db};
+  }
+  Tensor g3 = batched(g[0]);
   if (ctx.needs_grad(0))
     da = sum_to(batched_gemm(g3, batched(ctx.saved(1)), false, true).reshape(with_matrix_dims(batch, sa)), sa);
   if (ctx.needs_grad(1))
@@ -172,17 +177,26 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
 std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const int64_t out_f = ctx.input_shape(1)[0], in_f = ctx.input_shape(1)[1];
   const int64_t rows = shape_numel(ctx.input_shape(0)) / std::max<int64_t>(in_f, 1);
-  Tensor g2 = g[0].contiguous();
   Tensor dx, dw, db;
+  if (ctx.create_graph()) {  // the same products as recorded ops, differentiable again
+    Tensor g2 = g[0].reshape({rows, out_f});
+    if (ctx.needs_grad(0)) dx = matmul(g2, ctx.saved(1)).reshape(ctx.input_shape(0));
+    if (ctx.needs_grad(1)) dw = matmul(g2.transpose(0, 1), ctx.saved(0).reshape({rows, in_f}));
+    if (ctx.needs_grad(2)) db = sum_to(g2, {out_f});
+    return {dx, dw, db};
+  }
+  Tensor g2 = g[0].contiguous();
   dispatch_floating(g2.dtype(), "linear_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (ctx.needs_grad(0)) {
       dx = Tensor::empty(ctx.input_shape(0), g2.dtype());
-      gemm<T>(g2.data<T>(), ctx.saved(1).data<T>(), dx.data<T>(), rows, out_f, in_f, false, false);
+      Tensor w = ctx.saved(1).contiguous();
+      gemm<T>(g2.data<T>(), w.data<T>(), dx.data<T>(), rows, out_f, in_f, false, false);
     }
     if (ctx.needs_grad(1)) {
       dw = Tensor::empty({out_f, in_f}, g2.dtype());
-      gemm<T>(g2.data<T>(), ctx.saved(0).data<T>(), dw.data<T>(), out_f, rows, in_f, true, false);
+      Tensor x = ctx.saved(0).contiguous();
+      gemm<T>(g2.data<T>(), x.data<T>(), dw.data<T>(), out_f, rows, in_f, true, false);
     }
     if (ctx.needs_grad(2)) db = sum_to(g2.reshape({rows, out_f}), {out_f});
   });
@@ -212,8 +226,8 @@ std::vector<SampleCase> linear_samples() {
 
 }  // namespace
 
-const OpDef kMatmulOp{"matmul", "matmul_backward", "self, other", matmul_backward, matmul_samples};
-const OpDef kLinearOp{"linear", "linear_backward", "input, weight, bias", linear_backward, linear_samples};
+const OpDef kMatmulOp{"matmul", "matmul_backward", "self, other", matmul_backward, matmul_samples, true};
+const OpDef kLinearOp{"linear", "linear_backward", "input, weight, bias", linear_backward, linear_samples, true};
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   TG_CHECK(a.defined() && b.defined(), "matmul: expected two defined tensors");
@@ -270,7 +284,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     gemm<T>(xc.data<T>(), wc.data<T>(), o, rows, in_f, out_f, false, true, bias.defined());
   });
   if (Recorder rec{kLinearOp, {x, weight, bias}}) {
-    rec.save({rec.needs_grad(1) ? xc : Tensor(), rec.needs_grad(0) ? wc : Tensor()});
+    // The tensors themselves (not the contiguous copies), so that under create_graph their
+    // gradients flow back; backward makes them contiguous, which costs nothing when they are.
+    rec.save({rec.needs_grad(1) ? x : Tensor(), rec.needs_grad(0) ? weight : Tensor()});
     rec.set_outputs({out});
   }
   return out;

@@ -14,8 +14,12 @@
 #include <vector>
 
 #include "../framework/parallel.h"
+#include "../framework/recompute.h"
 #include "../framework/tape.h"
+#include "elementwise.h"
+#include "reduce.h"
 #include "samples.h"
+#include "unary.h"
 #include "vec_math.h"
 
 namespace tg {
@@ -25,7 +29,21 @@ namespace {
 struct LayerNormAttrs {
   int64_t N;
   bool has_weight;
+  double eps;
 };
+
+// layer_norm in recorded ops, for double backward by recomputation (framework/recompute.h):
+// the rows of N elements are normalised with their biased variance, then scaled and shifted.
+std::vector<Tensor> layer_norm_composite(const std::vector<Tensor>& in, int64_t N, double eps) {
+  const Tensor& x = in[0];
+  const int64_t R = N == 0 ? 0 : x.numel() / N;
+  Tensor rows = x.reshape({R, N});
+  Tensor centred = sub(rows, mean(rows, {1}, true));
+  Tensor xhat = mul(centred, rsqrt(add(mean(mul(centred, centred), {1}, true), eps))).reshape(x.shape());
+  if (in[1].defined()) xhat = mul(xhat, in[1]);
+  if (in[2].defined()) xhat = add(xhat, in[2]);
+  return {xhat};
+}
 
 template <class T>
 void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean, double* rstd, int64_t R, int64_t N,
@@ -105,8 +123,15 @@ void layer_norm_backward(const T* g, const T* x, const T* w, const double* mean,
 }
 
 std::vector<Tensor> layer_norm_bw(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
-  const Tensor& x = ctx.saved(0);
-  const Tensor w = ctx.attrs<LayerNormAttrs>().has_weight ? ctx.saved(1) : Tensor();
+  const LayerNormAttrs a = ctx.attrs<LayerNormAttrs>();
+  if (ctx.create_graph()) {
+    // The bias is not saved (nothing reads it); y is affine in it, so zeros stand in.
+    Tensor bias = ctx.needs_grad(2) ? zeros(ctx.input_shape(2), ctx.input_dtype(2)) : Tensor();
+    return recomputed_backward(ctx, {ctx.saved(0), a.has_weight ? ctx.saved(1) : Tensor(), bias}, grads,
+                               [a](const std::vector<Tensor>& in) { return layer_norm_composite(in, a.N, a.eps); });
+  }
+  const Tensor x = ctx.saved(0).contiguous();
+  const Tensor w = a.has_weight ? ctx.saved(1).contiguous() : Tensor();
   const Tensor& mean = ctx.saved(2);
   const Tensor& rstd = ctx.saved(3);
   const int64_t N = ctx.attrs<LayerNormAttrs>().N;
@@ -136,7 +161,7 @@ std::vector<SampleCase> layer_norm_samples() {
 }  // namespace
 
 const OpDef kLayerNormOp{"layer_norm", "layer_norm_backward", "input, weight, bias", layer_norm_bw,
-                         layer_norm_samples};
+                         layer_norm_samples, true};
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
@@ -169,8 +194,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                           y.data<T>(), mean.data<double>(), rstd.data<double>(), R, N, eps);
   });
   if (Recorder rec{kLayerNormOp, {x, weight, bias}}) {
-    rec.save({xc, wc, mean, rstd});
-    rec.set_attrs(LayerNormAttrs{N, wc.defined()});
+    // x and weight themselves (not the contiguous copies) so that create_graph can follow their
+    // history; backward makes them contiguous, which costs nothing when they are.
+    rec.save({x, weight, mean, rstd});
+    rec.set_attrs(LayerNormAttrs{N, wc.defined(), eps});
     rec.set_outputs({y});
   }
   return y;

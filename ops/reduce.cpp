@@ -9,6 +9,7 @@
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
+#include "elementwise.h"
 #include "samples.h"
 
 namespace tg {
@@ -82,7 +83,7 @@ std::vector<Tensor> sum_backward(const BackwardContext& ctx, const std::vector<T
   const auto& a = ctx.attrs<ReduceAttrs>();
   const Shape& in_shape = ctx.input_shape(0);
   Tensor grad = g[0];
-  if (a.scale != 1.0) grad = grad.clone().mul_(a.scale);
+  if (a.scale != 1.0) grad = mul(grad, a.scale);
   // Put the reduced dims back as size-1 dims, then broadcast over them.
   grad = grad.reshape(reduced_shape(in_shape, a.dims, /*keepdim=*/true));
   return {grad.expand(in_shape).contiguous()};
@@ -121,8 +122,8 @@ std::vector<SampleCase> mean_samples() { return reduce_samples(true); }
 
 }  // namespace
 
-const OpDef kSumOp{"sum", "sum_backward", "self", sum_backward, sum_samples};
-const OpDef kMeanOp{"mean", "mean_backward", "self", sum_backward, mean_samples};
+const OpDef kSumOp{"sum", "sum_backward", "self", sum_backward, sum_samples, true};
+const OpDef kMeanOp{"mean", "mean_backward", "self", sum_backward, mean_samples, true};
 
 Tensor sum(const Tensor& x) { return reduce(kSumOp, x, {}, false, false); }
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {

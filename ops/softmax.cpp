@@ -9,7 +9,10 @@
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
+#include "elementwise.h"
+#include "reduce.h"
 #include "samples.h"
+#include "unary.h"
 #include "vec_math.h"
 
 namespace tg {
@@ -104,7 +107,13 @@ Layout layout_of(const Shape& shape, int64_t dim) {
 }
 
 std::vector<Tensor> backward_impl(const BackwardContext& ctx, const std::vector<Tensor>& g, bool log) {
-  const Tensor& y = ctx.saved(0);
+  const Tensor y = ctx.saved(0);
+  if (ctx.create_graph()) {  // the kernel's formulas in recorded ops
+    if (y.dim() == 0) return {mul(g[0], 0.0)};  // one element: softmax 1, log_softmax 0
+    const std::vector<int64_t> dim{ctx.attrs<SoftmaxAttrs>().dim};
+    if (log) return {sub(g[0], mul(exp(y), sum(g[0], dim, true)))};      // g - e^y sum g
+    return {mul(y, sub(g[0], sum(mul(g[0], y), dim, true)))};           // y (g - sum g y)
+  }
   Layout l = layout_of(y.shape(), ctx.attrs<SoftmaxAttrs>().dim);
   Tensor gc = g[0].contiguous();
   Tensor dx = Tensor::empty(y.shape(), y.dtype());
@@ -134,8 +143,9 @@ std::vector<SampleCase> log_softmax_samples() { return samples(true); }
 
 }  // namespace
 
-const OpDef kSoftmaxOp{"softmax", "softmax_backward", "self", softmax_bw, softmax_samples};
-const OpDef kLogSoftmaxOp{"log_softmax", "log_softmax_backward", "self", log_softmax_bw, log_softmax_samples};
+const OpDef kSoftmaxOp{"softmax", "softmax_backward", "self", softmax_bw, softmax_samples, true};
+const OpDef kLogSoftmaxOp{"log_softmax", "log_softmax_backward", "self", log_softmax_bw, log_softmax_samples,
+                            true};
 
 namespace {
 Tensor softmax_impl(const OpDef& op, const Tensor& x, int64_t dim_in, bool log) {

@@ -34,30 +34,46 @@ std::vector<Tensor> grad_times(const std::vector<Tensor>& g, const Tensor& s, co
   return {pointwise_binary(g[0], s, op, df)};
 }
 
+// Each backward has two spellings of one formula: a fused kernel for plain backward, and
+// recorded ops under create_graph, so that the gradient can be differentiated again. (Masks
+// and signs are constants: their derivative is zero almost everywhere.)
+
 std::vector<Tensor> pow_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const double p = ctx.attrs<PowAttrs>().exponent;
   if (p == 0.0) return {zeros(ctx.input_shape(0), ctx.input_dtype(0))};
+  if (ctx.create_graph()) return {mul(g[0], mul(pow(ctx.saved(0), p - 1.0), p))};
   return grad_times(g, ctx.saved(0), "pow_backward", [p](auto gv, auto x) {
     using T = decltype(x);
     return gv * static_cast<T>(p) * std::pow(x, static_cast<T>(p - 1.0));
   });
 }
 std::vector<Tensor> exp_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  if (ctx.create_graph()) return {mul(g[0], ctx.saved(0))};
   return grad_times(g, ctx.saved(0), "exp_backward", [](auto gv, auto y) { return gv * y; });
 }
 std::vector<Tensor> log_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  if (ctx.create_graph()) return {div(g[0], ctx.saved(0))};
   return grad_times(g, ctx.saved(0), "log_backward", [](auto gv, auto x) { return gv / x; });
 }
 std::vector<Tensor> sqrt_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  if (ctx.create_graph()) return {div(g[0], mul(ctx.saved(0), 2.0))};
   return grad_times(g, ctx.saved(0), "sqrt_backward", [](auto gv, auto y) { return gv / (y + y); });
 }
 std::vector<Tensor> rsqrt_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  if (ctx.create_graph()) return {mul(g[0], mul(pow(ctx.saved(0), 3.0), -0.5))};
   return grad_times(g, ctx.saved(0), "rsqrt_backward", [](auto gv, auto y) {
     using T = decltype(y);
     return T(-0.5) * gv * y * y * y;
   });
 }
 std::vector<Tensor> abs_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  if (ctx.create_graph()) {
+    Tensor sign = pointwise_unary(ctx.saved(0).detach(), "abs_backward", [](auto x) {
+      using T = decltype(x);
+      return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+    });
+    return {mul(g[0], sign)};
+  }
   return grad_times(g, ctx.saved(0), "abs_backward", [](auto gv, auto x) {
     using T = decltype(x);
     return x > T(0) ? gv : (x < T(0) ? -gv : T(0));
@@ -65,6 +81,13 @@ std::vector<Tensor> abs_backward(const BackwardContext& ctx, const std::vector<T
 }
 std::vector<Tensor> clamp_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto a = ctx.attrs<ClampAttrs>();
+  if (ctx.create_graph()) {
+    Tensor inside = pointwise_unary(ctx.saved(0).detach(), "clamp_backward", [a](auto x) {
+      using T = decltype(x);
+      return (x >= static_cast<T>(a.lo) && x <= static_cast<T>(a.hi)) ? T(1) : T(0);
+    });
+    return {mul(g[0], inside)};
+  }
   return grad_times(g, ctx.saved(0), "clamp_backward", [a](auto gv, auto x) {
     using T = decltype(x);
     return (x >= static_cast<T>(a.lo) && x <= static_cast<T>(a.hi)) ? gv : T(0);
@@ -135,13 +158,13 @@ void record(const OpDef& op, const Tensor& x, const Tensor& y, const Tensor& sav
 
 }  // namespace
 
-const OpDef kPowOp{"pow", "pow_backward", "self", pow_backward, pow_samples};
-const OpDef kExpOp{"exp", "exp_backward", "self", exp_backward, exp_samples};
-const OpDef kLogOp{"log", "log_backward", "self", log_backward, log_samples};
-const OpDef kSqrtOp{"sqrt", "sqrt_backward", "self", sqrt_backward, sqrt_samples};
-const OpDef kRsqrtOp{"rsqrt", "rsqrt_backward", "self", rsqrt_backward, rsqrt_samples};
-const OpDef kAbsOp{"abs", "abs_backward", "self", abs_backward, abs_samples};
-const OpDef kClampOp{"clamp", "clamp_backward", "self", clamp_backward, clamp_samples};
+const OpDef kPowOp{"pow", "pow_backward", "self", pow_backward, pow_samples, true};
+const OpDef kExpOp{"exp", "exp_backward", "self", exp_backward, exp_samples, true};
+const OpDef kLogOp{"log", "log_backward", "self", log_backward, log_samples, true};
+const OpDef kSqrtOp{"sqrt", "sqrt_backward", "self", sqrt_backward, sqrt_samples, true};
+const OpDef kRsqrtOp{"rsqrt", "rsqrt_backward", "self", rsqrt_backward, rsqrt_samples, true};
+const OpDef kAbsOp{"abs", "abs_backward", "self", abs_backward, abs_samples, true};
+const OpDef kClampOp{"clamp", "clamp_backward", "self", clamp_backward, clamp_samples, true};
 
 Tensor pow(const Tensor& x, double p) {
   Tensor y;

@@ -65,7 +65,19 @@ std::array<int64_t, 4> checked_input_size(const char* op, const Tensor& input) {
 }  // namespace
 
 const OpDef kUpsampleBilinear2dOp{"upsample_bilinear2d", "upsample_bilinear2d_backward", "input",
-                                  upsample_backward_fn, upsample_samples};
+                                  upsample_backward_fn, upsample_samples, true};
+
+namespace {
+// The backward is linear in grad_out, and its adjoint is the forward: that is its gradient,
+// so double backward of upsampling is upsampling again.
+std::vector<Tensor> upsample_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  const auto& a = ctx.attrs<UpsampleAttrs>();
+  return {upsample_bilinear2d(gg[0], a.output_size, a.align_corners, a.scales_h, a.scales_w)};
+}
+}  // namespace
+
+const OpDef kUpsampleBilinear2dBackwardOp{"upsample_bilinear2d_backward", "upsample_bilinear2d_backward_backward",
+                                          "grad_output", upsample_backward_backward_fn, nullptr, true};
 
 Tensor upsample_bilinear2d(const Tensor& input, std::array<int64_t, 2> output_size, bool align_corners,
                            std::optional<double> scales_h, std::optional<double> scales_w) {
@@ -115,6 +127,10 @@ Tensor upsample_bilinear2d_backward(const Tensor& grad_out, std::array<int64_t, 
                                              input_size[2], input_size[3], output_size[0], output_size[1],
                                              align_corners, scales_h.value_or(0.0), scales_w.value_or(0.0));
   });
+  if (Recorder rec{kUpsampleBilinear2dBackwardOp, {grad_out}}) {  // under create_graph, say
+    rec.set_attrs(UpsampleAttrs{output_size, input_size, align_corners, scales_h, scales_w});
+    rec.set_outputs({grad_in});
+  }
   return grad_in;
 }
 
@@ -139,6 +155,9 @@ Tensor interpolate(const Tensor& input, double scale_factor, bool align_corners)
   return upsample_bilinear2d(input, out, align_corners, scale_factor, scale_factor);
 }
 
-void register_upsample_ops(Registry& r) { r.add(kUpsampleBilinear2dOp); }
+void register_upsample_ops(Registry& r) {
+  r.add(kUpsampleBilinear2dOp);
+  r.add(kUpsampleBilinear2dBackwardOp);
+}
 
 }  // namespace tg

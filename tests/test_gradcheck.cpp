@@ -111,3 +111,69 @@ TEST(Gradcheck, RejectsFloat32Inputs) {
 
 }  // namespace
 }  // namespace tg
+
+namespace tg {
+namespace {
+
+// y = x^2 twice: once with a backward 2 g x that records (right second derivative 2 g), once
+// with one that uses x as a constant (its second derivative in x is lost: 0 instead of 2 g).
+std::vector<Tensor> square_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {mul(mul(g[0], ctx.saved(0)), 2.0)};
+}
+std::vector<Tensor> square_backward_constant_x(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {mul(mul(g[0], ctx.saved(0).detach()), 2.0)};
+}
+const OpDef kSquare{"square_test", "square_test_backward", "self", square_backward, nullptr, true};
+const OpDef kSquareConstX{"square_const_x", "square_const_x_backward", "self", square_backward_constant_x, nullptr,
+                          true};
+
+Tensor square_with(const OpDef& op, const Tensor& x) {
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = mul(x, x);
+  }
+  if (Recorder rec{op, {x}}) {
+    rec.save({x});
+    rec.set_outputs({y});
+  }
+  return y;
+}
+
+TEST(Gradgradcheck, PassesARightSecondDerivativeAndCatchesALostOne) {
+  Tensor x = randn({4}, DType::Float64);
+  x.requires_grad_();
+  EXPECT_TRUE(gradgradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{square_with(kSquare, in[0])}; },
+                            {x}));
+  // First derivatives are right, so gradcheck passes; the second derivative is wrong.
+  auto bad = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{square_with(kSquareConstX, in[0])}; };
+  EXPECT_TRUE(gradcheck(bad, {x}));
+  GradcheckResult r = gradgradcheck(bad, {x});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("gradgradcheck"), std::string::npos) << r.message;
+}
+
+TEST(DoubleBackward, HessianVectorProductOfACubicIsExact) {
+  // f(x) = sum(x^3): grad = 3 x^2, Hessian = diag(6 x), so H v = 6 x v.
+  Tensor x = from_vector(std::vector<double>{1.0, -2.0, 0.5}, {3});
+  x.requires_grad_();
+  Tensor v = from_vector(std::vector<double>{0.25, 1.0, -4.0}, {3});
+  Tensor f = sum(mul(mul(x, x), x));
+  std::vector<Tensor> g = grad({f}, {x}, {}, false, true, /*create_graph=*/true);
+  ASSERT_TRUE(g[0].requires_grad());
+  EXPECT_EQ(g[0].to_vector<double>(), (std::vector<double>{3.0, 12.0, 0.75}));
+  std::vector<Tensor> hv = grad({sum(mul(g[0], v))}, {x});
+  EXPECT_EQ(hv[0].to_vector<double>(), (std::vector<double>{1.5, -12.0, -12.0}));
+  // backward(create_graph) leaves a .grad() that is itself differentiable.
+  Tensor y = from_vector(std::vector<double>{2.0}, {1});
+  y.requires_grad_();
+  sum(mul(mul(y, y), y)).backward(Tensor(), false, /*create_graph=*/true);
+  ASSERT_TRUE(y.grad().requires_grad());
+  Tensor gy = y.grad();
+  y.zero_grad();
+  sum(gy).backward();  // d/dy (3 y^2) = 6 y
+  EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{12.0}));
+}
+
+}  // namespace
+}  // namespace tg

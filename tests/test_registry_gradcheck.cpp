@@ -5,6 +5,8 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "test_util.h"
+
 #include <cmath>
 
 namespace tg {
@@ -41,6 +43,26 @@ TEST_P(RegistryGradcheck, Float64FiniteDifferences) {
   manual_seed(1234 + s.index);
   std::vector<Tensor> inputs = sample.make_inputs(DType::Float64);
   GradcheckResult r = gradcheck(sample.run, inputs);
+  EXPECT_TRUE(r.ok) << s.op->name << " / " << sample.name << ": " << r.message;
+}
+
+// Second derivatives by finite differences of the first, for every op that declares its
+// backward twice differentiable; an op that does not is refused by create_graph (tested below).
+class RegistryGradgradcheck : public ::testing::TestWithParam<OpSample> {};
+
+std::vector<OpSample> twice_differentiable_samples() {
+  std::vector<OpSample> out;
+  for (const OpSample& s : all_samples())
+    if (s.op->twice_differentiable) out.push_back(s);
+  return out;
+}
+
+TEST_P(RegistryGradgradcheck, Float64SecondDerivatives) {
+  const OpSample& s = GetParam();
+  SampleCase sample = s.op->samples()[s.index];
+  manual_seed(4321 + s.index);
+  std::vector<Tensor> inputs = sample.make_inputs(DType::Float64);
+  GradcheckResult r = gradgradcheck(sample.run, inputs);
   EXPECT_TRUE(r.ok) << s.op->name << " / " << sample.name << ": " << r.message;
 }
 
@@ -135,13 +157,38 @@ TEST_P(RegistryGradcheck, EachInputAloneGetsTheSameGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, RegistryGradcheck, ::testing::ValuesIn(all_samples()), test_name);
+INSTANTIATE_TEST_SUITE_P(TwiceDifferentiableOps, RegistryGradgradcheck,
+                         ::testing::ValuesIn(twice_differentiable_samples()), test_name);
+
+// create_graph reaching an op whose backward cannot be differentiated again is an error naming
+// the op, never a silent zero.
+TEST(Registry, CreateGraphThroughAnOpThatIsNotTwiceDifferentiableIsAnError) {
+  std::vector<const OpDef*> once;
+  for (const OpDef* op : registry().ops())
+    if (!op->twice_differentiable && op->samples && !op->samples().empty()) once.push_back(op);
+  if (once.empty()) GTEST_SKIP() << "every registered op is twice differentiable";
+  const OpDef* op = once.front();
+  SampleCase sample = op->samples().front();
+  std::vector<Tensor> inputs = sample.make_inputs(DType::Float64);
+  std::vector<Tensor> outs = sample.run(inputs), roots, seeds, wrt;
+  for (const Tensor& o : outs)
+    if (o.requires_grad()) {
+      roots.push_back(o);
+      seeds.push_back(ones_like(o));
+    }
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) wrt.push_back(t);
+  const std::string msg = error_of([&] { grad(roots, wrt, seeds, false, true, /*create_graph=*/true); });
+  EXPECT_NE(msg.find(op->backward_name), std::string::npos) << msg;
+  EXPECT_NE(msg.find("create_graph"), std::string::npos) << msg;
+}
 
 TEST(Registry, ListsEveryOpWithItsBackwardAndInputs) {
   const OpDef* mul_op = registry().find("mul");
   ASSERT_NE(mul_op, nullptr);
   EXPECT_STREQ(mul_op->backward_name, "mul_backward");
   EXPECT_STREQ(mul_op->inputs, "self, other");
-  EXPECT_NE(registry().table().find("linear                      linear_backward"), std::string::npos)
+  EXPECT_NE(registry().table().find("linear_backward"), std::string::npos)
       << registry().table();
   EXPECT_EQ(registry().find("no_such_op"), nullptr);
   for (const OpDef* op : registry().ops()) EXPECT_NE(op->backward, nullptr) << op->name;

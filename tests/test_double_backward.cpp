@@ -1,0 +1,101 @@
+// Double backward against PyTorch: Hessian-vector products and a gradient penalty of a small
+// MLP (tools/fixtures/hvp.py, torch.autograd.grad with create_graph=True), float64 to 1e-10
+// relative; and the engine's create_graph rules.
+#include <gtest/gtest.h>
+
+#include <tapegrad/tapegrad.h>
+
+#include "golden.h"
+#include "test_util.h"
+
+namespace tg {
+namespace {
+
+Tensor fixture(const std::string& name) { return load_npy(testing::data_path("hvp/" + name + ".npy")); }
+
+struct Mlp {
+  Tensor w1 = fixture("w1"), b1 = fixture("b1"), w2 = fixture("w2"), b2 = fixture("b2");
+  Tensor t = fixture("t");
+  Mlp() {
+    for (Tensor* p : {&w1, &b1, &w2, &b2}) p->requires_grad_();
+  }
+  std::vector<Tensor> params() const { return {w1, b1, w2, b2}; }
+  Tensor loss(const Tensor& x) const {
+    Tensor o = linear(tanh(linear(x, w1, b1)), w2, b2);
+    return add(mse_loss(softmax(o, -1), t), mean(gelu(o)));
+  }
+};
+
+const char* const kNames[] = {"w1", "b1", "w2", "b2"};
+
+// Float64 throughout: the only differences from PyTorch are rounding in sums of a few terms.
+constexpr double kRtol = 1e-10, kAtol = 1e-12;
+
+TEST(DoubleBackwardGolden, MlpHessianVectorProductMatchesPyTorch) {
+  Mlp m;
+  Tensor loss = m.loss(fixture("x"));
+  testing::expect_close(loss, fixture("loss"), kRtol, kAtol, "loss");
+  std::vector<Tensor> g = grad({loss}, m.params(), {}, false, false, /*create_graph=*/true);
+  Tensor dot;
+  for (size_t i = 0; i < g.size(); ++i) {
+    testing::expect_close(g[i], fixture(std::string("grad_") + kNames[i]), kRtol, kAtol, kNames[i]);
+    ASSERT_TRUE(g[i].requires_grad()) << kNames[i];
+    Tensor term = sum(mul(g[i], fixture(std::string("v_") + kNames[i])));
+    dot = dot.defined() ? add(dot, term) : term;
+  }
+  std::vector<Tensor> hv = grad({dot}, m.params());
+  for (size_t i = 0; i < hv.size(); ++i)
+    testing::expect_close(hv[i], fixture(std::string("hv_") + kNames[i]), kRtol, kAtol, kNames[i]);
+}
+
+TEST(DoubleBackwardGolden, MlpGradientPenaltyMatchesPyTorch) {
+  Mlp m;
+  Tensor x = fixture("x");
+  x.requires_grad_();
+  Tensor gx = grad({m.loss(x)}, {x}, {}, false, false, /*create_graph=*/true)[0];
+  Tensor penalty = sum(mul(gx, gx));
+  testing::expect_close(penalty, fixture("penalty"), kRtol, kAtol, "penalty");
+  penalty.backward();
+  for (size_t i = 0; i < 4; ++i)
+    testing::expect_close(m.params()[i].grad(), fixture(std::string("penalty_grad_") + kNames[i]), kRtol, kAtol,
+                          kNames[i]);
+}
+
+TEST(DoubleBackward, WithoutCreateGraphGradientsCarryNoHistory) {
+  Tensor x = randn({3}, DType::Float64);
+  x.requires_grad_();
+  std::vector<Tensor> g = grad({sum(mul(x, x))}, {x});
+  EXPECT_FALSE(g[0].requires_grad());
+  Tensor y = mul(x, x);
+  sum(y).backward();
+  EXPECT_FALSE(x.grad().requires_grad());
+}
+
+TEST(DoubleBackward, ThirdDerivativeOfACubic) {
+  // d^3/dx^3 x^3 = 6, through three create_graph levels of mul.
+  Tensor x = full({1}, 1.5, DType::Float64);
+  x.requires_grad_();
+  Tensor y = mul(mul(x, x), x);
+  Tensor d1 = grad({sum(y)}, {x}, {}, false, false, true)[0];   // 3 x^2
+  Tensor d2 = grad({sum(d1)}, {x}, {}, false, false, true)[0];  // 6 x
+  Tensor d3 = grad({sum(d2)}, {x})[0];                          // 6
+  EXPECT_DOUBLE_EQ(d1.item(), 3 * 1.5 * 1.5);
+  EXPECT_DOUBLE_EQ(d2.item(), 9.0);
+  EXPECT_DOUBLE_EQ(d3.item(), 6.0);
+}
+
+TEST(DoubleBackward, SavedTensorChangedInPlaceIsStillCaught) {
+  Tensor x = randn({3}, DType::Float64);
+  x.requires_grad_();
+  Tensor a = mul(x, 2.0);
+  Tensor y = mul(a, a);
+  {
+    NoGradGuard no_grad;
+    a.mul_(3.0);
+  }
+  const std::string msg = error_of([&] { grad({sum(y)}, {x}, {}, false, false, true); });
+  EXPECT_NE(msg.find("modified in place"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace tg
