@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "grad_mode.h"
 #include "random.h"
 #include "tape.h"
 
@@ -44,6 +45,7 @@ GradcheckResult check_sample_float32(const std::string& what, const SampleCase& 
                                      const OpCheckOptions& options) {
   return guarded(what, "float32 vs float64", [&]() -> GradcheckResult {
     const std::string check = "float32 vs float64";
+    EnableGradGuard grad_on;  // called under a NoGradGuard, nothing would be recorded or checked
     manual_seed(seed);
     std::vector<Tensor> in64 = sample.make_inputs(DType::Float64);
     std::vector<Tensor> in32;
@@ -121,6 +123,7 @@ GradcheckResult check_sample_each_input_alone(const std::string& what, const Sam
                                               const OpCheckOptions&) {
   return guarded(what, "each input alone", [&]() -> GradcheckResult {
     const std::string check = "each input alone";
+    EnableGradGuard grad_on;
     manual_seed(seed);
     std::vector<Tensor> all = sample.make_inputs(DType::Float64);
     std::vector<Tensor> outs = sample.run(all);
