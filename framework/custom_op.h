@@ -32,6 +32,9 @@
 //
 // Saved tensors are kept as tape entries keep theirs: changing one in place after forward is
 // an error at backward, and they are freed after backward unless retain_graph is set.
+// Pass tensors the op depends on as inputs rather than capturing them in the callables: a
+// capture is invisible to the tape (no gradient reaches it), and a captured tensor with history
+// would be kept alive by the definition, with all its tape.
 #pragma once
 
 #include <any>

@@ -186,10 +186,10 @@ OpCheckResult check_samples(const std::string& op_name, const std::vector<Sample
   };
   for (size_t i = 0; i < samples.size(); ++i) {
     const std::string what = op_name + " / " + samples[i].name;
-    note(check_sample_gradcheck(what, samples[i], gradcheck_seed(i), options));
-    if (options.check_float32) note(check_sample_float32(what, samples[i], float32_seed(i), options));
+    note(check_sample_gradcheck(what, samples[i], OpCheckSeeds::gradcheck(i), options));
+    if (options.check_float32) note(check_sample_float32(what, samples[i], OpCheckSeeds::float32(i), options));
     if (options.check_each_input_alone)
-      note(check_sample_each_input_alone(what, samples[i], each_input_seed(i), options));
+      note(check_sample_each_input_alone(what, samples[i], OpCheckSeeds::each_input(i), options));
     ++result.samples;
   }
   if (samples.empty()) {

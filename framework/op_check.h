@@ -56,9 +56,11 @@ OpCheckResult check_samples(const std::string& op_name, const std::vector<Sample
 // A registered op, on the sample cases of its OpDef.
 OpCheckResult check_op(const OpDef& op, const OpCheckOptions& options = {});
 
-// The seeds check_samples gives sample i (those the registry test has always used).
-inline uint64_t gradcheck_seed(size_t sample_index) { return 1234 + sample_index; }
-inline uint64_t float32_seed(size_t sample_index) { return 99 + sample_index; }
-inline uint64_t each_input_seed(size_t sample_index) { return 7 + sample_index; }
+// The seeds check_samples gives sample i's checks (those the registry test has always used).
+struct OpCheckSeeds {
+  static uint64_t gradcheck(size_t sample_index) { return 1234 + sample_index; }
+  static uint64_t float32(size_t sample_index) { return 99 + sample_index; }
+  static uint64_t each_input(size_t sample_index) { return 7 + sample_index; }
+};
 
 }  // namespace tg

@@ -41,13 +41,13 @@ std::string what(const OpSample& s) { return std::string(s.op->name) + " / " + s
 
 TEST_P(RegistryGradcheck, Float64FiniteDifferences) {
   const OpSample& s = GetParam();
-  GradcheckResult r = check_sample_gradcheck(what(s), s.op->samples()[s.index], gradcheck_seed(s.index));
+  GradcheckResult r = check_sample_gradcheck(what(s), s.op->samples()[s.index], OpCheckSeeds::gradcheck(s.index));
   EXPECT_TRUE(r.ok) << r.message;
 }
 
 TEST_P(RegistryGradcheck, Float32MatchesFloat64) {
   const OpSample& s = GetParam();
-  GradcheckResult r = check_sample_float32(what(s), s.op->samples()[s.index], float32_seed(s.index));
+  GradcheckResult r = check_sample_float32(what(s), s.op->samples()[s.index], OpCheckSeeds::float32(s.index));
   EXPECT_TRUE(r.ok) << r.message;
 }
 
@@ -55,7 +55,7 @@ TEST_P(RegistryGradcheck, Float32MatchesFloat64) {
 // (reading only what it saved for it) and get the same values as with every input requiring grad.
 TEST_P(RegistryGradcheck, EachInputAloneGetsTheSameGradient) {
   const OpSample& s = GetParam();
-  GradcheckResult r = check_sample_each_input_alone(what(s), s.op->samples()[s.index], each_input_seed(s.index));
+  GradcheckResult r = check_sample_each_input_alone(what(s), s.op->samples()[s.index], OpCheckSeeds::each_input(s.index));
   EXPECT_TRUE(r.ok) << r.message;
 }
 
