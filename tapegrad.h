@@ -4,6 +4,7 @@
 
 #include "framework/check.h"
 #include "framework/checked_math.h"
+#include "framework/custom_op.h"
 #include "framework/dtype.h"
 #include "framework/dump.h"
 #include "framework/grad_mode.h"
@@ -15,6 +16,7 @@
 #include "framework/idx.h"
 #include "framework/safetensors.h"
 #include "framework/gradcheck.h"
+#include "framework/op_check.h"
 #include "framework/parallel.h"
 #include "framework/random.h"
 #include "framework/registry.h"

@@ -1,6 +1,6 @@
 // The generic test: every registered op, every sample case, checked by finite differences in
-// float64, and its float32 path checked against the float64 result. A newly registered op is
-// covered here without a test of its own.
+// float64, its float32 path checked against the float64 result, and its output mask. A newly
+// registered op is covered here without a test of its own.
 #include <gtest/gtest.h>
 
 #include <tapegrad/tapegrad.h>
@@ -37,13 +37,14 @@ std::string test_name(const ::testing::TestParamInfo<OpSample>& info) {
 
 class RegistryGradcheck : public ::testing::TestWithParam<OpSample> {};
 
+// The checks themselves live in the library (framework/op_check.h), so that a user's op is
+// checked by the same code (tg::check_custom_op); here they run once per (op, sample).
+std::string what(const OpSample& s) { return std::string(s.op->name) + " / " + s.name; }
+
 TEST_P(RegistryGradcheck, Float64FiniteDifferences) {
   const OpSample& s = GetParam();
-  SampleCase sample = s.op->samples()[s.index];
-  manual_seed(1234 + s.index);
-  std::vector<Tensor> inputs = sample.make_inputs(DType::Float64);
-  GradcheckResult r = gradcheck(sample.run, inputs);
-  EXPECT_TRUE(r.ok) << s.op->name << " / " << sample.name << ": " << r.message;
+  GradcheckResult r = check_sample_gradcheck(what(s), s.op->samples()[s.index], OpCheckSeeds::gradcheck(s.index));
+  EXPECT_TRUE(r.ok) << r.message;
 }
 
 // Second derivatives by finite differences of the first, for every op that declares its
@@ -68,92 +69,16 @@ TEST_P(RegistryGradgradcheck, Float64SecondDerivatives) {
 
 TEST_P(RegistryGradcheck, Float32MatchesFloat64) {
   const OpSample& s = GetParam();
-  SampleCase sample = s.op->samples()[s.index];
-  manual_seed(99 + s.index);
-  std::vector<Tensor> in64 = sample.make_inputs(DType::Float64);
-  std::vector<Tensor> in32;
-  for (const Tensor& t : in64) {
-    if (!t.defined() || !is_floating(t.dtype())) {
-      in32.push_back(t);
-      continue;
-    }
-    Tensor c = t.detach().to(DType::Float32);
-    if (t.requires_grad()) c.requires_grad_();
-    in32.push_back(c);
-  }
-  std::vector<Tensor> out64 = sample.run(in64), out32 = sample.run(in32);
-  ASSERT_EQ(out64.size(), out32.size());
-  // float32 carries ~7 digits; these small samples lose at most a few of them.
-  const double rtol = 1e-4, atol = 1e-5;
-  std::vector<Tensor> roots32, roots64, seeds32, seeds64;
-  for (size_t i = 0; i < out64.size(); ++i) {
-    ASSERT_EQ(out32[i].dtype(), DType::Float32) << "output " << i << " of the float32 run is not float32";
-    std::vector<double> a = out32[i].to(DType::Float64).to_vector<double>(), b = out64[i].to_vector<double>();
-    for (size_t k = 0; k < a.size(); ++k)
-      ASSERT_LE(std::abs(a[k] - b[k]), atol + rtol * std::abs(b[k])) << "output " << i << " element " << k;
-    if (!out64[i].requires_grad()) continue;
-    Tensor seed = randn(out64[i].shape(), DType::Float64);
-    roots64.push_back(out64[i]);
-    seeds64.push_back(seed);
-    roots32.push_back(out32[i]);
-    seeds32.push_back(seed.to(DType::Float32));
-  }
-  if (roots64.empty()) return;
-  backward(roots64, seeds64);
-  backward(roots32, seeds32);
-  for (size_t k = 0; k < in64.size(); ++k) {
-    if (!in64[k].defined() || !in64[k].requires_grad()) continue;
-    ASSERT_TRUE(in32[k].grad().defined()) << "input " << k;
-    ASSERT_EQ(in32[k].grad().dtype(), DType::Float32);
-    std::vector<double> a = in32[k].grad().to(DType::Float64).to_vector<double>(),
-                        b = in64[k].grad().to_vector<double>();
-    double scale = 0;
-    for (double v : b) scale = std::max(scale, std::abs(v));
-    for (size_t e = 0; e < a.size(); ++e)
-      ASSERT_LE(std::abs(a[e] - b[e]), 1e-4 * (1 + scale)) << "gradient of input " << k << " element " << e;
-  }
+  GradcheckResult r = check_sample_float32(what(s), s.op->samples()[s.index], OpCheckSeeds::float32(s.index));
+  EXPECT_TRUE(r.ok) << r.message;
 }
 
 // The output mask: with only input k requiring grad, backward must compute that gradient alone
 // (reading only what it saved for it) and get the same values as with every input requiring grad.
 TEST_P(RegistryGradcheck, EachInputAloneGetsTheSameGradient) {
   const OpSample& s = GetParam();
-  SampleCase sample = s.op->samples()[s.index];
-  manual_seed(7 + s.index);
-  std::vector<Tensor> all = sample.make_inputs(DType::Float64);
-  std::vector<Tensor> outs = sample.run(all);
-  std::vector<Tensor> roots, seeds;
-  for (const Tensor& o : outs) {
-    if (!o.requires_grad()) continue;
-    roots.push_back(o);
-    seeds.push_back(randn(o.shape(), DType::Float64));
-  }
-  if (roots.empty()) return;
-  backward(roots, seeds);
-  for (size_t k = 0; k < all.size(); ++k) {
-    if (!all[k].defined() || !all[k].requires_grad()) continue;
-    std::vector<Tensor> only_k;
-    for (size_t j = 0; j < all.size(); ++j) {
-      if (!all[j].defined() || !is_floating(all[j].dtype())) {
-        only_k.push_back(all[j]);
-        continue;
-      }
-      Tensor c = all[j].detach();
-      if (j == k) c.requires_grad_();
-      only_k.push_back(c);
-    }
-    std::vector<Tensor> outs_k = sample.run(only_k);
-    std::vector<Tensor> roots_k;
-    for (const Tensor& o : outs_k)
-      if (o.requires_grad()) roots_k.push_back(o);
-    ASSERT_EQ(roots_k.size(), roots.size()) << "input " << k;
-    backward(roots_k, seeds);
-    ASSERT_TRUE(only_k[k].grad().defined()) << "input " << k;
-    std::vector<double> a = only_k[k].grad().to_vector<double>(), b = all[k].grad().to_vector<double>();
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t e = 0; e < a.size(); ++e)
-      ASSERT_NEAR(a[e], b[e], 1e-12 * (1 + std::abs(b[e]))) << "input " << k << " element " << e;
-  }
+  GradcheckResult r = check_sample_each_input_alone(what(s), s.op->samples()[s.index], OpCheckSeeds::each_input(s.index));
+  EXPECT_TRUE(r.ok) << r.message;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, RegistryGradcheck, ::testing::ValuesIn(all_samples()), test_name);
