@@ -123,7 +123,7 @@ void FunctionContext::save_for_backward(const std::vector<Tensor>& tensors) {
   }
 }
 
-const Tensor& FunctionContext::saved(int slot) const {
+Tensor FunctionContext::saved(int slot) const {
   check_backward("saved");
   TG_CHECK(slot >= 0 && slot < static_cast<int>(call_->saved_names.size()), op_name(), " backward: no saved tensor in slot ",
            slot, " (forward saved ", call_->saved_names.size(), ")");
@@ -138,7 +138,7 @@ const Tensor& FunctionContext::saved(int slot) const {
   }
 }
 
-const Tensor& FunctionContext::saved(const std::string& name) const {
+Tensor FunctionContext::saved(const std::string& name) const {
   check_backward("saved");
   for (size_t i = 0; i < call_->saved_names.size(); ++i)
     if (call_->saved_names[i] == name) return saved(static_cast<int>(i));
@@ -318,8 +318,15 @@ const std::string& CustomOp::name() const { return def_->name; }
 const std::vector<std::string>& CustomOp::input_names() const { return def_->input_names; }
 const OpDef& CustomOp::op_def() const { return def_->op; }
 
+CustomOp& CustomOp::twice_differentiable(bool yes) {
+  def_->op.twice_differentiable = yes;
+  return *this;
+}
+
 OpCheckResult check_custom_op(const CustomOp& op, const OpCheckOptions& options) {
-  return check_samples(op.name(), op.samples(), options);
+  OpCheckOptions o = options;
+  o.check_second_derivatives = o.check_second_derivatives || op.op_def().twice_differentiable;
+  return check_samples(op.name(), op.samples(), o);
 }
 
 }  // namespace tg

@@ -90,8 +90,8 @@ class FunctionContext {
 
   // Backward: the saved tensors (undefined where an undefined tensor was saved). Throws when
   // the name or slot was never saved, or when the tensor was changed in place after it was.
-  const Tensor& saved(const std::string& name) const;
-  const Tensor& saved(int slot) const;
+  Tensor saved(const std::string& name) const;
+  Tensor saved(int slot) const;
   std::vector<Tensor> saved_tensors() const;  // every slot, in order
   // Backward (or later in forward): a value set in forward; throws on a missing key or wrong type.
   template <class T>
@@ -146,6 +146,12 @@ class CustomOp {
   CustomOp& add_sample(std::string name, std::function<std::vector<Tensor>(DType)> make_inputs,
                        std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run = nullptr);
   std::vector<SampleCase> samples() const;
+
+  // Declares that backward computes its gradients with recorded ops (tg::mul, tg::matmul, ...;
+  // not raw loops over data<T>()), so that backward(create_graph = true) may differentiate
+  // through it again; check_custom_op then gradgradchecks the samples too. Without it,
+  // create_graph reaching the op is an error, never a silent zero.
+  CustomOp& twice_differentiable(bool yes = true);
 
   const std::string& name() const;
   const std::vector<std::string>& input_names() const;

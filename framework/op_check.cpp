@@ -41,6 +41,17 @@ GradcheckResult check_sample_gradcheck(const std::string& what, const SampleCase
   });
 }
 
+GradcheckResult check_sample_gradgradcheck(const std::string& what, const SampleCase& sample, uint64_t seed,
+                                           const OpCheckOptions& options) {
+  return guarded(what, "gradgradcheck", [&]() -> GradcheckResult {
+    manual_seed(seed);
+    std::vector<Tensor> inputs = sample.make_inputs(DType::Float64);
+    GradcheckResult r = gradgradcheck(sample.run, inputs, options.gradcheck);
+    if (!r.ok) r.message = what + ": " + r.message;
+    return r;
+  });
+}
+
 GradcheckResult check_sample_float32(const std::string& what, const SampleCase& sample, uint64_t seed,
                                      const OpCheckOptions& options) {
   return guarded(what, "float32 vs float64", [&]() -> GradcheckResult {
@@ -190,6 +201,8 @@ OpCheckResult check_samples(const std::string& op_name, const std::vector<Sample
     if (options.check_float32) note(check_sample_float32(what, samples[i], OpCheckSeeds::float32(i), options));
     if (options.check_each_input_alone)
       note(check_sample_each_input_alone(what, samples[i], OpCheckSeeds::each_input(i), options));
+    if (options.check_second_derivatives)
+      note(check_sample_gradgradcheck(what, samples[i], OpCheckSeeds::gradgradcheck(i), options));
     ++result.samples;
   }
   if (samples.empty()) {
@@ -201,7 +214,9 @@ OpCheckResult check_samples(const std::string& op_name, const std::vector<Sample
 }
 
 OpCheckResult check_op(const OpDef& op, const OpCheckOptions& options) {
-  return check_samples(op.name, op.samples ? op.samples() : std::vector<SampleCase>{}, options);
+  OpCheckOptions o = options;
+  o.check_second_derivatives = o.check_second_derivatives || op.twice_differentiable;
+  return check_samples(op.name, op.samples ? op.samples() : std::vector<SampleCase>{}, o);
 }
 
 }  // namespace tg

@@ -30,6 +30,9 @@ struct OpCheckOptions {
   double float32_atol = 1e-5;
   double float32_grad_tol = 1e-4;    // gradients: |f32 - f64| <= tol * (1 + max |f64|)
   bool check_each_input_alone = true;
+  // gradgradcheck on every sample too; check_op and check_custom_op turn it on for an op that
+  // declares itself twice differentiable.
+  bool check_second_derivatives = false;
 };
 
 struct OpCheckResult {
@@ -46,6 +49,8 @@ GradcheckResult check_sample_gradcheck(const std::string& what, const SampleCase
                                        const OpCheckOptions& options = {});
 GradcheckResult check_sample_float32(const std::string& what, const SampleCase& sample, uint64_t seed,
                                      const OpCheckOptions& options = {});
+GradcheckResult check_sample_gradgradcheck(const std::string& what, const SampleCase& sample, uint64_t seed,
+                                           const OpCheckOptions& options = {});
 GradcheckResult check_sample_each_input_alone(const std::string& what, const SampleCase& sample, uint64_t seed,
                                               const OpCheckOptions& options = {});
 
@@ -61,6 +66,7 @@ struct OpCheckSeeds {
   static uint64_t gradcheck(size_t sample_index) { return 1234 + sample_index; }
   static uint64_t float32(size_t sample_index) { return 99 + sample_index; }
   static uint64_t each_input(size_t sample_index) { return 7 + sample_index; }
+  static uint64_t gradgradcheck(size_t sample_index) { return 4321 + sample_index; }
 };
 
 }  // namespace tg

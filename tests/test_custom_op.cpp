@@ -8,6 +8,8 @@
 #include <cmath>
 #include <memory>
 
+#include "test_util.h"
+
 namespace tg {
 namespace {
 
@@ -429,6 +431,58 @@ TEST(CheckOp, ABuiltInOpPassesTheSameChecks) {
   OpCheckResult r = check_op(*op);
   EXPECT_TRUE(r.ok) << r.message;
   EXPECT_GT(r.samples, 0);
+}
+
+}  // namespace
+}  // namespace tg
+
+namespace tg {
+namespace {
+
+// Double backward through a user's op: its backward is written with recorded ops, and the op
+// says so; then create_graph differentiates through it and check_custom_op gradgradchecks it.
+TEST(CustomOpDoubleBackward, ADeclaredOpIsGradgradcheckedAndGivesTheHessian) {
+  CustomOp op = make_scaled_softplus(1.5);
+  op.twice_differentiable();
+  OpCheckResult r = check_custom_op(op);
+  EXPECT_TRUE(r.ok) << r.message;
+  // d2/dx2 of 1.5 softplus(x) = 1.5 sigmoid(x) (1 - sigmoid(x)).
+  Tensor x = from_vector(std::vector<double>{0.3, -1.2}, {2});
+  x.requires_grad_();
+  Tensor g = grad({sum(op(x))}, {x}, {}, false, false, /*create_graph=*/true)[0];
+  Tensor h = grad({sum(g)}, {x})[0];
+  const std::vector<double> hv = values(h);
+  for (int i = 0; i < 2; ++i) {
+    const double xi = i == 0 ? 0.3 : -1.2, s = 1 / (1 + std::exp(-xi));
+    EXPECT_NEAR(hv[i], 1.5 * s * (1 - s), 1e-12);
+  }
+}
+
+TEST(CustomOpDoubleBackward, AnUndeclaredOpRefusesCreateGraph) {
+  CustomOp op = make_scaled_softplus(1.5);
+  Tensor x = leaf({3});
+  const std::string msg = error_of([&] { grad({sum(op(x))}, {x}, {}, false, false, /*create_graph=*/true); });
+  EXPECT_NE(msg.find("scaled_softplus_backward"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("create_graph"), std::string::npos) << msg;
+}
+
+// A backward that uses the saved input as a constant: first derivatives right, second wrong.
+TEST(CustomOpDoubleBackward, GradgradcheckCatchesABackwardThatLosesTheSecondDerivative) {
+  CustomOp op(
+      "square_const", {"x"},
+      [](FunctionContext& ctx, const std::vector<Tensor>& in) {
+        ctx.save("x", in[0]);
+        return std::vector<Tensor>{mul(in[0], in[0])};
+      },
+      [](FunctionContext& ctx, const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{mul(g[0], mul(ctx.saved("x").detach(), 2.0))};
+      });
+  op.add_sample("vector", [](DType dt) { return std::vector<Tensor>{leaf({4}, dt)}; });
+  EXPECT_TRUE(check_custom_op(op).ok);
+  op.twice_differentiable();
+  OpCheckResult r = check_custom_op(op);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("gradgradcheck"), std::string::npos) << r.message;
 }
 
 }  // namespace
