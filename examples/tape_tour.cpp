@@ -7,6 +7,7 @@
 //   ./build/examples/tape_tour [--dot tape.dot]
 #include <tapegrad/tapegrad.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -64,6 +65,26 @@ int main(int argc, char** argv) {
   std::cout << (check.ok ? "gradcheck passed: the tape's gradients match finite differences\n"
                          : "gradcheck FAILED: " + check.message + "\n");
 
-  std::cout << "\n== 5. The registry: every forward op with its backward ==\n" << registry().table();
-  return check.ok ? 0 : 1;
+  std::cout << "\n== 5. Gradients of gradients: a Hessian-vector product ==\n"
+               "backward with create_graph = true records the backward pass itself, so the gradient g\n"
+               "is a function on the tape too; differentiating <g, v> gives H v without forming H.\n";
+  std::vector<Tensor> params{w1, b1, w2, b2};
+  std::vector<Tensor> g = grad({model(params)[0]}, params, {}, false, false, /*create_graph=*/true);
+  Tensor v = randn(w1.shape(), DType::Float64);  // a direction in w1 only
+  Tensor hv = grad({sum(mul(g[0], v))}, {w1})[0];
+  // Check it against finite differences of the gradient along v: (g(w1 + e v) - g(w1 - e v)) / 2e.
+  auto grad_w1_at = [&](double step) {
+    Tensor w = add(w1.detach(), mul(v, step));
+    w.requires_grad_();
+    return grad({model({w, b1, w2, b2})[0]}, {w})[0];
+  };
+  const double e = 1e-5;
+  Tensor fd = mul(sub(grad_w1_at(e), grad_w1_at(-e)), 1.0 / (2 * e));
+  const double err = max(abs(sub(hv, fd))).item();
+  const bool hvp_ok = err < 1e-6;
+  std::cout << "|H v| = " << std::sqrt(sum(mul(hv, hv)).item()) << ", largest difference from finite differences "
+            << err << (hvp_ok ? " (ok)\n" : " (FAILED)\n");
+
+  std::cout << "\n== 6. The registry: every forward op with its backward ==\n" << registry().table();
+  return check.ok && hvp_ok ? 0 : 1;
 }
