@@ -61,6 +61,32 @@ TEST(DoubleBackwardGolden, MlpGradientPenaltyMatchesPyTorch) {
                           kNames[i]);
 }
 
+// conv 3x3 -> GroupNorm(2) -> bilinear x2 -> conv 1x1 -> mse: every one of the three is twice
+// differentiable (convolution by its own backward, group_norm by recomputation, upsampling by
+// its adjoint), and so the Hessian-vector product matches PyTorch's.
+TEST(DoubleBackwardGolden, ConvGroupNormUpsampleHessianVectorProductMatchesPyTorch) {
+  const char* const names[] = {"cw1", "cb1", "gw", "gb", "cw2", "cb2"};
+  std::vector<Tensor> p;
+  for (const char* n : names) {
+    p.push_back(fixture(n));
+    p.back().requires_grad_();
+  }
+  Tensor h = conv2d(fixture("conv_x"), p[0], p[1], {1, 1}, {1, 1});
+  h = group_norm(h, 2, p[2], p[3]);
+  h = upsample_bilinear2d(h, {10, 8}, false);
+  Tensor loss = mse_loss(conv2d(h, p[4], p[5]), fixture("conv_t"));
+  testing::expect_close(loss, fixture("conv_loss"), kRtol, kAtol, "loss");
+  std::vector<Tensor> g = grad({loss}, p, {}, false, false, /*create_graph=*/true);
+  Tensor dot;
+  for (size_t i = 0; i < g.size(); ++i) {
+    Tensor term = sum(mul(g[i], fixture(std::string("v_") + names[i])));
+    dot = dot.defined() ? add(dot, term) : term;
+  }
+  std::vector<Tensor> hv = grad({dot}, p);
+  for (size_t i = 0; i < hv.size(); ++i)
+    testing::expect_close(hv[i], fixture(std::string("hv_") + names[i]), kRtol, kAtol, names[i]);
+}
+
 TEST(DoubleBackward, WithoutCreateGraphGradientsCarryNoHistory) {
   Tensor x = randn({3}, DType::Float64);
   x.requires_grad_();
