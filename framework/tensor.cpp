@@ -184,6 +184,7 @@ Tensor Tensor::detach() const {
   impl->strides = impl_->strides;
   impl->offset = impl_->offset;
   impl->dtype = impl_->dtype;
+  impl->history_epoch = kUntrackedEpoch;
   return Tensor(std::move(impl));
 }
 
@@ -204,7 +205,10 @@ void Tensor::retain_grad() {
   std::weak_ptr<TensorImpl> weak = impl_;
   register_hook([weak](const Tensor& g) {
     if (auto impl = weak.lock()) {
-      if (impl->grad) Tensor(impl->grad).add_(g);
+      if (impl->grad) {
+        Tensor acc(impl->grad);
+        detail::raw_add_(acc, g);  // accumulation is the engine's, never recorded
+      }
       else impl->grad = g.clone().impl_ptr();
     }
     return Tensor();
@@ -250,50 +254,40 @@ void detail::copy_into_new(Tensor& dst, const Tensor& src) {
   apply_inplace(dst, src, "copy_", [](auto, auto s) { return s; }, /*bump=*/false);
 }
 
-Tensor& Tensor::fill_(double value) {
-  check_defined("fill_");
-  dispatch_all(dtype(), [&](auto tag) {
+void detail::raw_fill_(Tensor& dst, double value) {
+  dispatch_all(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T v = static_cast<T>(value);
-    T* d = data<T>();
-    for_each_row<1>(shape(), {strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
+    T* d = dst.data<T>();
+    for_each_row<1>(dst.shape(), {dst.strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
       for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] = v;
     });
   });
-  bump_version();
-  return *this;
+  dst.bump_version();
 }
 
-Tensor& Tensor::copy_(const Tensor& src) {
-  check_defined("copy_");
-  TG_CHECK(src.defined(), "copy_: the source tensor is undefined");
-  apply_inplace(*this, src, "copy_", [](auto, auto s) { return s; });
-  return *this;
+void detail::raw_copy_(Tensor& dst, const Tensor& src) {
+  apply_inplace(dst, src, "copy_", [](auto, auto s) { return s; });
 }
 
-Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  check_defined("add_");
-  TG_CHECK(other.defined(), "add_: the other tensor is undefined");
+void detail::raw_add_(Tensor& dst, const Tensor& other, double alpha) {
   if (alpha == 1.0) {
-    apply_inplace(*this, other, "add_", [](auto d, auto s) { return d + s; });
+    apply_inplace(dst, other, "add_", [](auto d, auto s) { return d + s; });
   } else {
-    apply_inplace(*this, other, "add_", [alpha](auto d, auto s) { return d + static_cast<decltype(d)>(alpha) * s; });
+    apply_inplace(dst, other, "add_", [alpha](auto d, auto s) { return d + static_cast<decltype(d)>(alpha) * s; });
   }
-  return *this;
 }
 
-Tensor& Tensor::mul_(double factor) {
-  check_defined("mul_");
-  dispatch_all(dtype(), [&](auto tag) {
+void detail::raw_mul_(Tensor& dst, double factor) {
+  dispatch_all(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T f = static_cast<T>(factor);
-    T* d = data<T>();
-    for_each_row<1>(shape(), {strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
+    T* d = dst.data<T>();
+    for_each_row<1>(dst.shape(), {dst.strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
       for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] *= f;
     });
   });
-  bump_version();
-  return *this;
+  dst.bump_version();
 }
 
 // ---- factories ----
@@ -303,7 +297,7 @@ Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 
 Tensor full(const Shape& shape, double value, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype);
-  t.fill_(value);
+  detail::raw_fill_(t, value);
   return t;
 }
 

@@ -21,6 +21,7 @@ Tensor alias(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
   impl->strides = std::move(strides);
   impl->offset = offset;
   impl->dtype = base.dtype();
+  impl->history_epoch = base.impl()->history_epoch;  // a view of a stale base is stale too
   return Tensor(std::move(impl));
 }
 
