@@ -5,6 +5,8 @@
 //   copy_:  self = src            dself = 0          dsrc = sum_to(g, src).to(src's dtype)
 //   add_:   self += alpha*other   dself = g          dother = sum_to(alpha*g, other).to(other's dtype)
 //   mul_:   self *= f             dself = f*g
+//   copy_slices (a view v of base b changed in place, PyTorch's CopySlices):
+//           b' = b with v's region replaced by v'   db = g, zero in the region   dv' = g in the region
 #include "inplace.h"
 
 #include "grad_mode.h"
@@ -55,6 +57,38 @@ std::vector<Tensor> mul_inplace_backward(const BackwardContext& ctx, const std::
   return {ctx.needs_grad(0) ? scaled(g[0], ctx.attrs<FactorAttrs>().factor) : Tensor()};
 }
 
+// Where the view sits in its (contiguous) base: the view's geometry, its offset relative to
+// the base's. The base's gradient is contiguous in the base's shape, so the same geometry finds
+// the region in it.
+struct ViewGeometry {
+  Shape shape, strides;
+  int64_t offset;
+};
+
+Tensor region_of(const Tensor& t, const ViewGeometry& v) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.impl()->storage;
+  impl->shape = v.shape;
+  impl->strides = v.strides;
+  impl->offset = t.offset() + v.offset;
+  impl->dtype = t.dtype();
+  impl->history_epoch = kUntrackedEpoch;
+  return Tensor(std::move(impl));
+}
+
+std::vector<Tensor> copy_slices_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const auto& v = ctx.attrs<ViewGeometry>();
+  Tensor gc = g[0].contiguous();
+  Tensor dbase, dview;
+  if (ctx.needs_grad(0)) {
+    dbase = gc.clone();
+    Tensor r = region_of(dbase, v);
+    detail::raw_fill_(r, 0.0);
+  }
+  if (ctx.needs_grad(1)) dview = region_of(gc, v).clone();
+  return {dbase, dview};
+}
+
 // ---- sample cases: each changes a clone of its input (a leaf may not be changed) ----
 
 using Inputs = std::vector<Tensor>;
@@ -103,15 +137,51 @@ std::vector<SampleCase> mul_samples() {
            }}};
 }
 
+std::vector<SampleCase> copy_slices_samples() {
+  return {{"[3,4] columns 1:3 *= 2", [](DType dt) { return Inputs{sample({3, 4}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             Tensor v = y.narrow(1, 1, 2);
+             v.mul_(2.0);
+             return Inputs{y, v};
+           }},
+          {"[3,4]: column 2 = src, row 1 += src[0] / 2", [](DType dt) { return Inputs{sample({3, 4}, dt), sample({3}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             y.transpose(0, 1).select(0, 2).copy_(x[1]);
+             y.narrow(0, 1, 1).add_(x[1].narrow(0, 0, 1), 0.5);
+             return Inputs{y};
+           }}};
+}
+
 const OpDef kFillOp{"fill_", "fill__backward", "self", fill_backward, fill_samples};
 const OpDef kCopyOp{"copy_", "copy__backward", "self, src", copy_backward, copy_samples};
 const OpDef kAddInplaceOp{"add_", "add__backward", "self, other", add_inplace_backward, add_samples};
 const OpDef kMulInplaceOp{"mul_", "mul__backward", "self", mul_inplace_backward, mul_samples};
+const OpDef kCopySlicesOp{"copy_slices", "copy_slices_backward", "base, view", copy_slices_backward,
+                          copy_slices_samples};
+
+// After `self` got its new history (grad_fn set, epoch current): when self is a view, its base's
+// history becomes a copy_slices entry; then the storage's epoch moves on, leaving every other
+// handle to this memory stale, and self (and its base) current.
+void finish_rebase(Tensor& self, const char* op) {
+  TensorImpl* impl = self.impl();
+  if (impl->view_base) {
+    Tensor base(impl->view_base);
+    Recorder cs{kCopySlicesOp, {base, self}};
+    cs.set_attrs(ViewGeometry{self.shape(), self.strides(), self.offset() - base.offset()});
+    impl->storage->bump_history_epoch(op);
+    cs.set_outputs({base});
+  } else {
+    impl->storage->bump_history_epoch(op);
+  }
+  impl->history_epoch = impl->storage->history_epoch();
+}
 
 // Makes `self` the output of the entry `rec` recorded with self's old history as input.
 void rebase(Recorder& rec, Tensor& self, const char* op) {
-  self.impl()->storage->bump_history_epoch(op);
-  rec.set_outputs({self});  // grad_fn, output_nr, and the new epoch
+  rec.set_outputs({self});  // grad_fn, output_nr
+  finish_rebase(self, op);
 }
 
 Tensor& fill_impl(Tensor& self, double value, const char* op) {
@@ -126,7 +196,8 @@ Tensor& fill_impl(Tensor& self, double value, const char* op) {
 }  // namespace
 
 const std::vector<const OpDef*>& inplace_op_defs() {
-  static const std::vector<const OpDef*> defs = {&kFillOp, &kCopyOp, &kAddInplaceOp, &kMulInplaceOp};
+  static const std::vector<const OpDef*> defs = {&kFillOp, &kCopyOp, &kAddInplaceOp, &kMulInplaceOp,
+                                                 &kCopySlicesOp};
   return defs;
 }
 
@@ -154,6 +225,9 @@ bool detail::check_inplace(const Tensor& self, const char* op, const std::vector
            "change under NoGradGuard, as the optimizers and init functions do");
   bool record = self.requires_grad();
   for (const Tensor& t : others) record = record || (t.defined() && t.requires_grad());
+  // A view of a tensor that requires grad: the base's history must learn of the change.
+  const Tensor base(self.impl()->view_base);
+  record = record || base.requires_grad();
   if (!record) return false;
   TG_CHECK(is_floating(self.dtype()), op, ": cannot record an in-place change of a ", dtype_name(self.dtype()),
            " tensor from a tensor that requires grad (only floating tensors carry gradients); detach() the "
@@ -162,6 +236,18 @@ bool detail::check_inplace(const Tensor& self, const char* op, const std::vector
     TG_CHECK(self.strides()[d] != 0 || self.shape()[d] <= 1, op, ": cannot record an in-place change of a tensor "
              "of shape ", format_shape(self.shape()), " whose elements share memory (stride 0 in dim ", d,
              ", as from expand()); clone() it first");
+  if (base.defined()) {
+    check_history_current(base, op);
+    TG_CHECK(!(base.is_leaf() && base.requires_grad()), op, ": a view of a leaf tensor that requires grad cannot be "
+             "changed in place while grad mode is on; make the change under NoGradGuard, as the optimizers and init "
+             "functions do");
+    TG_CHECK(!base.requires_grad() || self.requires_grad(), op, ": this view of a tensor that requires grad was "
+             "taken under NoGradGuard, so it has no history of its own to change in place with grad mode on; take "
+             "the view with grad mode on, or make the change under NoGradGuard");
+    TG_CHECK(base.is_contiguous(), op, ": in-place change of a view of a non-contiguous tensor of shape ",
+             format_shape(base.shape()), " is not supported with grad mode on; clone() the view first or use "
+             "NoGradGuard");
+  }
   return true;
 }
 
@@ -187,11 +273,11 @@ Tensor& detail::InplaceOp::commit(const Tensor& out) {
   raw_copy_(self_, out);
   if (!record_) return self_;
   TensorImpl* impl = self_.impl();
-  impl->storage->bump_history_epoch(op_);
   impl->requires_grad = true;
   impl->grad_fn = out.grad_fn();
   impl->output_nr = out.output_nr();
   impl->history_epoch = impl->storage->history_epoch();
+  finish_rebase(self_, op_);
   return self_;
 }
 

@@ -42,6 +42,9 @@ struct TensorImpl {
   // The storage's history epoch this handle's history matches (kUntrackedEpoch: a detach()ed
   // handle, which claims no history and so can never hold a stale one).
   uint64_t history_epoch = 0;
+  // For a view: the tensor it views (the root, never itself a view), whose history a recorded
+  // in-place change of the view rebases (CopySlices). Null for a tensor that is not a view.
+  std::shared_ptr<TensorImpl> view_base;
 };
 
 constexpr uint64_t kUntrackedEpoch = ~uint64_t{0};
