@@ -6,11 +6,16 @@
 //     (y.copy_(w) with w requiring grad), is recorded: the op's entry takes the tensor's old
 //     history as its input, and the tensor is rebased onto the entry (grad_fn, output_nr), so
 //     gradients are exactly those of the out-of-place program.
-//   - Views do not track their base. A recorded in-place op bumps the storage's history epoch;
-//     every other handle to that memory (the base of the view changed, the views of the base
-//     changed, sibling views) then holds history that no longer matches its values, and using
-//     it as an op input, a backward root or a grad() input is a tg::Error. Where PyTorch
-//     rebases the base (CopySlices) we refuse, but we never give a silently wrong gradient.
+//   - A view (TensorImpl::view_base points at the tensor it views) changed this way rebases its
+//     base too (PyTorch's CopySlices): the base's history becomes a copy_slices entry that
+//     passes the base's gradient through outside the view's region and sends the region to the
+//     view's new entry. Refused instead: a view of a leaf that requires grad, and a view taken
+//     under NoGradGuard of a tensor that requires grad (it has no history to change).
+//   - Every other handle to the memory (sibling views, views of a changed base) is not
+//     regenerated as in PyTorch: a recorded in-place op bumps the storage's history epoch, and
+//     a handle whose history is older is refused as an op input, a backward root or a grad()
+//     input, naming the in-place op. A refusal, never a silently wrong gradient. detach()ed
+//     handles claim no history and are exempt.
 //   - Under NoGradGuard nothing is checked or recorded: the kernels run as they always did.
 #pragma once
 
@@ -21,7 +26,8 @@
 
 namespace tg {
 
-// The OpDefs of Tensor's in-place methods (fill_, copy_, add_, mul_), for the registry.
+// The OpDefs of Tensor's in-place methods (fill_, copy_, add_, mul_) and of copy_slices and
+// as_strided (a view's base rebased, a stale view regenerated), for the registry.
 const std::vector<const OpDef*>& inplace_op_defs();
 
 namespace detail {
