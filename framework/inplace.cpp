@@ -7,6 +7,8 @@
 //   mul_:   self *= f             dself = f*g
 //   copy_slices (a view v of base b changed in place, PyTorch's CopySlices):
 //           b' = b with v's region replaced by v'   db = g, zero in the region   dv' = g in the region
+//   as_strided (a stale view taken again from its base b):
+//           v = the region of b                     db = g scattered into zeros at the region
 #include "inplace.h"
 
 #include "grad_mode.h"
@@ -89,6 +91,14 @@ std::vector<Tensor> copy_slices_backward(const BackwardContext& ctx, const std::
   return {dbase, dview};
 }
 
+// A stale view's history taken again from its base: the region of the base.
+std::vector<Tensor> as_strided_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  Tensor dbase = zeros(ctx.input_shape(0), ctx.input_dtype(0));
+  Tensor r = region_of(dbase, ctx.attrs<ViewGeometry>());
+  detail::raw_copy_(r, g[0]);
+  return {dbase};
+}
+
 // ---- sample cases: each changes a clone of its input (a leaf may not be changed) ----
 
 using Inputs = std::vector<Tensor>;
@@ -154,12 +164,56 @@ std::vector<SampleCase> copy_slices_samples() {
            }}};
 }
 
+std::vector<SampleCase> as_strided_samples() {
+  return {{"[3,4]: row 0 and column 1 after column 1 *= -2", [](DType dt) { return Inputs{sample({3, 4}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             Tensor row = y.select(0, 0), col = y.select(1, 1);
+             col.mul_(-2.0);
+             return Inputs{row, y.select(1, 1)};  // row's history is taken again
+           }},
+          {"[2,3]: a view after its base *= 3", [](DType dt) { return Inputs{sample({2, 3}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             Tensor v = y.transpose(0, 1).narrow(0, 1, 2);
+             y.mul_(3.0);
+             return Inputs{v};
+           }}};
+}
+
 const OpDef kFillOp{"fill_", "fill__backward", "self", fill_backward, fill_samples};
 const OpDef kCopyOp{"copy_", "copy__backward", "self, src", copy_backward, copy_samples};
 const OpDef kAddInplaceOp{"add_", "add__backward", "self, other", add_inplace_backward, add_samples};
 const OpDef kMulInplaceOp{"mul_", "mul__backward", "self", mul_inplace_backward, mul_samples};
 const OpDef kCopySlicesOp{"copy_slices", "copy_slices_backward", "base, view", copy_slices_backward,
                           copy_slices_samples};
+const OpDef kAsStridedOp{"as_strided", "as_strided_backward", "base", as_strided_backward, as_strided_samples};
+
+bool is_current(const TensorImpl& impl) {
+  return impl.history_epoch == kUntrackedEpoch || impl.history_epoch == impl.storage->history_epoch();
+}
+
+// A stale view of a current, contiguous base gets its history again as the region of the base
+// (PyTorch regenerates a view's grad_fn the same way). False when that is not possible: not a
+// view, a leaf view that requires grad (its own parameter), or a base that is itself stale.
+bool regenerate_view_history(const Tensor& view) {
+  TensorImpl& impl = *view.impl();
+  if (!impl.view_base || (impl.requires_grad && !impl.grad_fn)) return false;
+  const Tensor base(impl.view_base);
+  if (!is_current(*base.impl()) || !base.is_contiguous()) return false;
+  if (base.requires_grad()) {
+    EnableGradGuard grad_mode;  // the view has this history whatever the mode it is used in
+    Recorder rec{kAsStridedOp, {base}};
+    rec.set_attrs(ViewGeometry{view.shape(), view.strides(), view.offset() - base.offset()});
+    rec.set_outputs({view});  // grad_fn, output_nr, requires_grad and the current epoch
+  } else {
+    impl.requires_grad = false;
+    impl.grad_fn = nullptr;
+    impl.output_nr = 0;
+    impl.history_epoch = impl.storage->history_epoch();
+  }
+  return true;
+}
 
 // After `self` got its new history (grad_fn set, epoch current): when self is a view, its base's
 // history becomes a copy_slices entry; then the storage's epoch moves on, leaving every other
@@ -197,7 +251,7 @@ Tensor& fill_impl(Tensor& self, double value, const char* op) {
 
 const std::vector<const OpDef*>& inplace_op_defs() {
   static const std::vector<const OpDef*> defs = {&kFillOp, &kCopyOp, &kAddInplaceOp, &kMulInplaceOp,
-                                                 &kCopySlicesOp};
+                                                 &kCopySlicesOp, &kAsStridedOp};
   return defs;
 }
 
@@ -206,13 +260,13 @@ const std::vector<const OpDef*>& inplace_op_defs() {
 void detail::check_history_current(const Tensor& t, const char* op) {
   if (!t.defined()) return;
   const TensorImpl& impl = *t.impl();
-  if (impl.history_epoch == kUntrackedEpoch || impl.history_epoch == impl.storage->history_epoch()) return;
+  if (is_current(impl) || regenerate_view_history(t)) return;
   const char* by = impl.storage->last_rebase_op();
   TG_CHECK(false, op, ": a tensor of shape ", format_shape(impl.shape), " shares memory with a tensor that ",
-           by ? by : "an in-place op", " changed in place (with grad mode on) after this one got its history: a "
-           "view and its base, or two views of one tensor. Its recorded history no longer matches its values, "
-           "so it cannot be used for gradients. Compute it again after the in-place change, or clone() the view "
-           "before changing it.");
+           by ? by : "an in-place op", " changed in place (with grad mode on) after this one got its history, and "
+           "it is not a view whose history can be taken again from its base. Its recorded history no longer "
+           "matches its values, so it cannot be used for gradients. Compute it again after the in-place change, "
+           "or clone() before changing it.");
 }
 
 bool detail::check_inplace(const Tensor& self, const char* op, const std::vector<Tensor>& others) {

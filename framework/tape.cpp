@@ -336,8 +336,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   capture.grads.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    TG_CHECK(t.defined() && t.requires_grad(), "grad: input ", i, " does not require grad");
     detail::check_history_current(t, "grad");
+    TG_CHECK(t.defined() && t.requires_grad(), "grad: input ", i, " does not require grad");
     if (t.grad_fn())
       capture.outputs[t.grad_fn().get()].push_back({t.output_nr(), i});
     else
