@@ -11,11 +11,13 @@
 //     passes the base's gradient through outside the view's region and sends the region to the
 //     view's new entry. Refused instead: a view of a leaf that requires grad, and a view taken
 //     under NoGradGuard of a tensor that requires grad (it has no history to change).
-//   - Every other handle to the memory (sibling views, views of a changed base) is not
-//     regenerated as in PyTorch: a recorded in-place op bumps the storage's history epoch, and
-//     a handle whose history is older is refused as an op input, a backward root or a grad()
-//     input, naming the in-place op. A refusal, never a silently wrong gradient. detach()ed
-//     handles claim no history and are exempt.
+//   - Every other handle to the memory holds history older than its values. A recorded in-place
+//     op bumps the storage's history epoch, and a handle whose history predates it is checked
+//     where history is read (op inputs, backward roots, grad() inputs): a view of a current,
+//     contiguous base gets its history again as the base's region (as_strided, as PyTorch
+//     regenerates a view's grad_fn); anything else (the tensor a detach() came from, a leaf
+//     view that requires grad) is a tg::Error naming the in-place op. A refusal, never a
+//     silently wrong gradient. detach()ed handles claim no history and are exempt.
 //   - Under NoGradGuard nothing is checked or recorded: the kernels run as they always did.
 #pragma once
 

@@ -24,8 +24,8 @@ class Storage {
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
   // Bumped when a recorded in-place op gives one handle to this memory a new history. Every
-  // other handle (a view, its base, a sibling view) then holds history that no longer matches
-  // the values, and the tape refuses it as an op input (see TensorImpl::history_epoch).
+  // other handle (a view, a sibling view) then holds history that no longer matches the values,
+  // which the tape regenerates or refuses where it is read (framework/inplace.h).
   uint64_t history_epoch() const { return history_epoch_.load(std::memory_order_relaxed); }
   const char* last_rebase_op() const { return last_rebase_op_.load(std::memory_order_relaxed); }
   void bump_history_epoch(const char* op) {
