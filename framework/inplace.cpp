@@ -257,6 +257,10 @@ const std::vector<const OpDef*>& inplace_op_defs() {
 
 // ---- the rules ----
 
+void detail::refresh_view_history(const Tensor& t) {
+  if (t.defined() && !is_current(*t.impl())) regenerate_view_history(t);
+}
+
 void detail::check_history_current(const Tensor& t, const char* op) {
   if (!t.defined()) return;
   const TensorImpl& impl = *t.impl();
@@ -331,6 +335,7 @@ Tensor& detail::InplaceOp::commit(const Tensor& out) {
   impl->grad_fn = out.grad_fn();
   impl->output_nr = out.output_nr();
   impl->history_epoch = impl->storage->history_epoch();
+  if (impl->retains_grad) retain_grad_hook(self_.impl_ptr());
   finish_rebase(self_, op_);
   return self_;
 }

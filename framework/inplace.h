@@ -34,6 +34,10 @@ const std::vector<const OpDef*>& inplace_op_defs();
 
 namespace detail {
 
+// Gives a stale view its history again from its base when that is possible (see above);
+// otherwise leaves it as it is. Tensor's history accessors call this.
+void refresh_view_history(const Tensor& t);
+
 // Throws when `t`'s recorded history no longer matches its values: another handle to its
 // memory was changed in place by a recorded op after `t` got its history. `op` names the user.
 void check_history_current(const Tensor& t, const char* op);

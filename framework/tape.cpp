@@ -127,6 +127,7 @@ void Recorder::set_outputs(const std::vector<Tensor>& outputs) {
     impl->grad_fn = node_;
     impl->output_nr = static_cast<int>(i);
     impl->history_epoch = impl->storage->history_epoch();
+    if (impl->retains_grad) detail::retain_grad_hook(outputs[i].impl_ptr());  // rebased in place
     node_->output_meta_.push_back({impl->shape, impl->dtype});
   }
 }

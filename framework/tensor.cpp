@@ -5,6 +5,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "inplace.h"
 #include "strided_loop.h"
 #include "tape.h"
 
@@ -132,7 +133,19 @@ void Tensor::bump_version() const {
 
 // ---- autograd state ----
 
-bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+namespace {
+// A view whose history went stale (its memory changed in place through another handle) is
+// given its history again when asked for it, as PyTorch regenerates a view's grad_fn.
+void refresh_history(const std::shared_ptr<TensorImpl>& impl) {
+  if (impl && impl->history_epoch != kUntrackedEpoch && impl->history_epoch != impl->storage->history_epoch())
+    detail::refresh_view_history(Tensor(impl));
+}
+}  // namespace
+
+bool Tensor::requires_grad() const {
+  refresh_history(impl_);
+  return impl_ && impl_->requires_grad;
+}
 
 Tensor& Tensor::requires_grad_(bool requires) {
   check_defined("requires_grad_");
@@ -144,7 +157,10 @@ Tensor& Tensor::requires_grad_(bool requires) {
   return *this;
 }
 
-bool Tensor::is_leaf() const { return impl_ && impl_->grad_fn == nullptr; }
+bool Tensor::is_leaf() const {
+  refresh_history(impl_);
+  return impl_ && impl_->grad_fn == nullptr;
+}
 
 Tensor Tensor::grad() const {
   check_defined("grad");
@@ -167,10 +183,14 @@ void Tensor::zero_grad() {
 
 const std::shared_ptr<Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<Node> none;
+  refresh_history(impl_);
   return impl_ ? impl_->grad_fn : none;
 }
 
-int Tensor::output_nr() const { return impl_ ? impl_->output_nr : 0; }
+int Tensor::output_nr() const {
+  refresh_history(impl_);
+  return impl_ ? impl_->output_nr : 0;
+}
 
 void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
   tg::backward({*this}, {grad_output}, retain_graph);
@@ -200,16 +220,25 @@ void Tensor::register_hook(GradHook hook) {
 void Tensor::retain_grad() {
   check_defined("retain_grad");
   TG_CHECK(requires_grad(), "retain_grad: cannot retain the gradient of a tensor that does not require grad");
-  if (is_leaf()) return;
+  if (is_leaf() || impl_->retains_grad) return;
+  impl_->retains_grad = true;
+  detail::retain_grad_hook(impl_);
+}
+
+void detail::retain_grad_hook(const std::shared_ptr<TensorImpl>& owner) {
   // A weak reference: the entry must not keep its own output alive (that would be a cycle).
-  std::weak_ptr<TensorImpl> weak = impl_;
-  register_hook([weak](const Tensor& g) {
-    if (auto impl = weak.lock()) {
-      if (impl->grad) {
-        Tensor acc(impl->grad);
-        detail::raw_add_(acc, g);  // accumulation is the engine's, never recorded
-      }
-      else impl->grad = g.clone().impl_ptr();
+  // The hook sits on the entry the tensor has now; an in-place op that rebases the tensor moves
+  // it (a new hook), and this one then stands down, as PyTorch moves retains_grad.
+  std::weak_ptr<TensorImpl> weak = owner;
+  const Node* entry = owner->grad_fn.get();
+  owner->grad_fn->add_output_hook(owner->output_nr, [weak, entry](const Tensor& g) {
+    auto impl = weak.lock();
+    if (!impl || impl->grad_fn.get() != entry) return Tensor();
+    if (impl->grad) {
+      Tensor acc(impl->grad);
+      raw_add_(acc, g);  // accumulation is the engine's, never recorded
+    } else {
+      impl->grad = g.clone().impl_ptr();
     }
     return Tensor();
   });

@@ -39,6 +39,7 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;     // the tape entry that produced this tensor (null: leaf)
   int output_nr = 0;                 // which output of grad_fn this is
   std::vector<GradHook> hooks;       // leaf hooks; non-leaf hooks live on grad_fn
+  bool retains_grad = false;         // retain_grad() was called (non-leaf)
   // The storage's history epoch this handle's history matches (kUntrackedEpoch: a detach()ed
   // handle, which claims no history and so can never hold a stale one).
   uint64_t history_epoch = 0;
@@ -164,6 +165,8 @@ void raw_fill_(Tensor& dst, double value);
 void raw_copy_(Tensor& dst, const Tensor& src);
 void raw_add_(Tensor& dst, const Tensor& other, double alpha = 1.0);
 void raw_mul_(Tensor& dst, double factor);
+// retain_grad's hook, on the entry `owner` has now (again after an in-place op rebased it).
+void retain_grad_hook(const std::shared_ptr<TensorImpl>& owner);
 }  // namespace detail
 
 // ---- template definitions ----

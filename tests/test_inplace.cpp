@@ -286,7 +286,8 @@ TEST(InplaceViews, ViewsOfAChangedBaseAreRegenerated) {
   Tensor y = mul(x, 2.0);
   Tensor v = y.select(0, 1);  // history: select of y before the change
   y.mul_(3.0);
-  v.backward(ones({2}, DType::Float64));  // as a root, too
+  EXPECT_EQ(std::string(v.grad_fn()->op().name), "as_strided");  // asking is enough
+  v.backward(ones({2}, DType::Float64));
   const std::vector<double> got = x.grad().to_vector<double>();
   ASSERT_EQ(got.size(), 4u);
   EXPECT_EQ(got[0], 0.0);
@@ -296,9 +297,11 @@ TEST(InplaceViews, ViewsOfAChangedBaseAreRegenerated) {
   Tensor plain = zeros({2, 2}, DType::Float64);
   Tensor row = plain.select(0, 0);
   Tensor w = leaf({5, 6}, {2});
-  plain.select(0, 1).copy_(w);  // plain joins the graph; row's history (none) is taken again
-  EXPECT_FALSE(row.requires_grad());
-  EXPECT_EQ(mul(row, w).requires_grad(), true);
+  plain.select(0, 1).copy_(w);  // plain joins the graph, and so does its view row (as PyTorch)
+  EXPECT_TRUE(row.requires_grad());
+  EXPECT_EQ(std::string(row.grad_fn()->op().name), "as_strided");
+  sum(mul(row, w)).backward();  // row = [0, 0] whatever w is
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{0, 0}));
 }
 
 // What cannot be regenerated is refused, never a wrong gradient: another tensor sharing the
@@ -399,6 +402,19 @@ TEST(Inplace, OtherShapesAndDtypesAreChecked) {
             "floating tensors carry gradients); detach() the source or use NoGradGuard");
   i.copy_(x.detach());
   EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3}));
+}
+
+// retain_grad follows the tensor onto its new entry, as in PyTorch: .grad() is the gradient of
+// the changed values.
+TEST(Inplace, RetainGradMovesWithTheRebase) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul(x, 2.0);
+  y.retain_grad();
+  y.mul_(3.0);
+  relu_(y);
+  sum(mul(y, y)).backward();  // y = [6, 12]
+  EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{12, 24}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{72, 144}));
 }
 
 // The engine's own accumulation into .grad() is never recorded or refused.
