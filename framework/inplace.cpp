@@ -193,12 +193,20 @@ bool is_current(const TensorImpl& impl) {
   return impl.history_epoch == kUntrackedEpoch || impl.history_epoch == impl.storage->history_epoch();
 }
 
+// Elements that share memory (stride 0, as from expand()).
+bool overlaps(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[d] == 0 && t.shape()[d] > 1) return true;
+  return false;
+}
+
 // A stale view of a current, contiguous base gets its history again as the region of the base
 // (PyTorch regenerates a view's grad_fn the same way). False when that is not possible: not a
-// view, a leaf view that requires grad (its own parameter), or a base that is itself stale.
+// view, a leaf view that requires grad (its own parameter), a base that is itself stale, or an
+// expanded view (its region's gradient would need summing; refused rather than approximated).
 bool regenerate_view_history(const Tensor& view) {
   TensorImpl& impl = *view.impl();
-  if (!impl.view_base || (impl.requires_grad && !impl.grad_fn)) return false;
+  if (!impl.view_base || (impl.requires_grad && !impl.grad_fn) || overlaps(view)) return false;
   const Tensor base(impl.view_base);
   if (!is_current(*base.impl()) || !base.is_contiguous()) return false;
   if (base.requires_grad()) {
@@ -290,10 +298,8 @@ bool detail::check_inplace(const Tensor& self, const char* op, const std::vector
   TG_CHECK(is_floating(self.dtype()), op, ": cannot record an in-place change of a ", dtype_name(self.dtype()),
            " tensor from a tensor that requires grad (only floating tensors carry gradients); detach() the "
            "source or use NoGradGuard");
-  for (int64_t d = 0; d < self.dim(); ++d)
-    TG_CHECK(self.strides()[d] != 0 || self.shape()[d] <= 1, op, ": cannot record an in-place change of a tensor "
-             "of shape ", format_shape(self.shape()), " whose elements share memory (stride 0 in dim ", d,
-             ", as from expand()); clone() it first");
+  TG_CHECK(!overlaps(self), op, ": cannot record an in-place change of a tensor of shape ",
+           format_shape(self.shape()), " whose elements share memory (as from expand()); clone() it first");
   if (base.defined()) {
     check_history_current(base, op);
     TG_CHECK(!(base.is_leaf() && base.requires_grad()), op, ": a view of a leaf tensor that requires grad cannot be "
