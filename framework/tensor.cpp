@@ -154,6 +154,9 @@ Tensor& Tensor::requires_grad_(bool requires) {
   TG_CHECK(!requires || is_floating(impl_->dtype), "requires_grad_: only floating tensors can require grad, got ",
            dtype_name(impl_->dtype));
   impl_->requires_grad = requires;
+  // A leaf of its own: no longer a view whose history follows its base (and no cycle through
+  // its base's entries, which may come to hold it as a leaf edge).
+  if (requires) impl_->view_base.reset();
   return *this;
 }
 
