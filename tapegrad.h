@@ -14,6 +14,7 @@
 #include "framework/named_tensors.h"
 #include "framework/optim.h"
 #include "framework/idx.h"
+#include "framework/inplace.h"
 #include "framework/safetensors.h"
 #include "framework/gradcheck.h"
 #include "framework/op_check.h"

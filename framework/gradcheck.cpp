@@ -74,6 +74,7 @@ struct Checker {
   // Central difference of the outputs along direction `dir` of input k: (f(x+eps d) - f(x-eps d)) / 2eps.
   std::vector<double> directional_difference(size_t k, const Tensor& dir) {
     Tensor x = inputs[k];
+    NoGradGuard no_grad;  // the inputs are leaves that require grad: perturbed outside the tape
     Tensor saved = x.clone();
     x.add_(dir, opt.eps);
     std::vector<double> plus = flatten(run_no_grad());

@@ -23,10 +23,22 @@ class Storage {
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Bumped when a recorded in-place op gives one handle to this memory a new history. Every
+  // other handle (a view, a sibling view) then holds history that no longer matches the values,
+  // which the tape regenerates or refuses where it is read (framework/inplace.h).
+  uint64_t history_epoch() const { return history_epoch_.load(std::memory_order_relaxed); }
+  const char* last_rebase_op() const { return last_rebase_op_.load(std::memory_order_relaxed); }
+  void bump_history_epoch(const char* op) {
+    last_rebase_op_.store(op, std::memory_order_relaxed);
+    history_epoch_.fetch_add(1, std::memory_order_relaxed);
+  }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   std::atomic<uint64_t> version_{0};
+  std::atomic<uint64_t> history_epoch_{0};
+  std::atomic<const char*> last_rebase_op_{nullptr};
 };
 
 struct MemoryStats {

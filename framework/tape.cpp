@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "grad_mode.h"
+#include "inplace.h"
 
 namespace tg {
 
@@ -26,7 +27,7 @@ Tensor history_free(const Tensor& t) {
 Tensor sum_gradients_values(const Tensor& a, const Tensor& b) {
   NoGradGuard no_grad;
   Tensor out = a.clone();
-  out.add_(b);
+  detail::raw_add_(out, b);  // the engine's accumulation: never recorded, never refused
   return out;
 }
 
@@ -115,6 +116,10 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 }
 
 Recorder::Recorder(const OpDef& op, std::vector<Tensor> inputs) {
+  if (!GradMode::is_enabled()) return;
+  // Before any_requires_grad: a stale tensor that does not require grad may be one that should
+  // (its view was filled from a tensor that does), and its gradient would be lost in silence.
+  for (const Tensor& t : inputs) detail::check_history_current(t, op.name);
   if (!any_requires_grad(inputs)) return;
   node_ = std::make_shared<Node>(&op, g_next_sequence_nr.fetch_add(1));
   node_->edges_.resize(inputs.size());
@@ -169,6 +174,8 @@ void Recorder::set_outputs(const std::vector<Tensor>& outputs) {
     impl->requires_grad = true;
     impl->grad_fn = node_;
     impl->output_nr = static_cast<int>(i);
+    impl->history_epoch = impl->storage->history_epoch();
+    if (impl->retains_grad) detail::retain_grad_hook(outputs[i].impl_ptr());  // rebased in place
     node_->output_meta_.push_back({impl->shape, impl->dtype});
     for (SavedTensor& s : node_->saved_)  // saved before it became an output of this entry
       if (s.origin == impl) s.output_nr_of_self = static_cast<int>(i);
@@ -249,7 +256,8 @@ struct Engine {
         leaf->grad = g.contiguous().impl_ptr() == g.impl_ptr() ? g.clone().impl_ptr() : g.contiguous().impl_ptr();
       }
     } else {
-      Tensor(leaf->grad).add_(g);
+      Tensor acc(leaf->grad);
+      detail::raw_add_(acc, g);
     }
   }
 
@@ -359,6 +367,7 @@ struct Engine {
     for (size_t i = 0; i < roots.size(); ++i) {
       const Tensor& root = roots[i];
       TG_CHECK(root.defined(), "backward: output ", i, " is undefined");
+      detail::check_history_current(root, "backward");
       TG_CHECK(root.requires_grad(), "backward: output ", i,
                " does not require grad and has no grad_fn (was it computed under NoGradGuard, or from "
                "tensors that do not require grad?)");
@@ -421,6 +430,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   capture.grads.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
+    detail::check_history_current(t, "grad");
     TG_CHECK(t.defined() && t.requires_grad(), "grad: input ", i, " does not require grad");
     if (t.grad_fn())
       capture.outputs[t.grad_fn().get()].push_back({t.output_nr(), i});

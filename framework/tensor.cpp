@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "checked_math.h"
+#include "inplace.h"
 #include "strided_loop.h"
 #include "tape.h"
 
@@ -144,7 +145,19 @@ void Tensor::bump_version() const {
 
 // ---- autograd state ----
 
-bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+namespace {
+// A view whose history went stale (its memory changed in place through another handle) is
+// given its history again when asked for it, as PyTorch regenerates a view's grad_fn.
+void refresh_history(const std::shared_ptr<TensorImpl>& impl) {
+  if (impl && impl->history_epoch != kUntrackedEpoch && impl->history_epoch != impl->storage->history_epoch())
+    detail::refresh_view_history(Tensor(impl));
+}
+}  // namespace
+
+bool Tensor::requires_grad() const {
+  refresh_history(impl_);
+  return impl_ && impl_->requires_grad;
+}
 
 Tensor& Tensor::requires_grad_(bool requires) {
   check_defined("requires_grad_");
@@ -153,10 +166,16 @@ Tensor& Tensor::requires_grad_(bool requires) {
   TG_CHECK(!requires || is_floating(impl_->dtype), "requires_grad_: only floating tensors can require grad, got ",
            dtype_name(impl_->dtype));
   impl_->requires_grad = requires;
+  // A leaf of its own: no longer a view whose history follows its base (and no cycle through
+  // its base's entries, which may come to hold it as a leaf edge).
+  if (requires) impl_->view_base.reset();
   return *this;
 }
 
-bool Tensor::is_leaf() const { return impl_ && impl_->grad_fn == nullptr; }
+bool Tensor::is_leaf() const {
+  refresh_history(impl_);
+  return impl_ && impl_->grad_fn == nullptr;
+}
 
 Tensor Tensor::grad() const {
   check_defined("grad");
@@ -179,10 +198,14 @@ void Tensor::zero_grad() {
 
 const std::shared_ptr<Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<Node> none;
+  refresh_history(impl_);
   return impl_ ? impl_->grad_fn : none;
 }
 
-int Tensor::output_nr() const { return impl_ ? impl_->output_nr : 0; }
+int Tensor::output_nr() const {
+  refresh_history(impl_);
+  return impl_ ? impl_->output_nr : 0;
+}
 
 void Tensor::backward(const Tensor& grad_output, bool retain_graph, bool create_graph) const {
   tg::backward({*this}, {grad_output}, retain_graph, create_graph);
@@ -196,6 +219,7 @@ Tensor Tensor::detach() const {
   impl->strides = impl_->strides;
   impl->offset = impl_->offset;
   impl->dtype = impl_->dtype;
+  impl->history_epoch = kUntrackedEpoch;
   return Tensor(std::move(impl));
 }
 
@@ -211,13 +235,25 @@ void Tensor::register_hook(GradHook hook) {
 void Tensor::retain_grad() {
   check_defined("retain_grad");
   TG_CHECK(requires_grad(), "retain_grad: cannot retain the gradient of a tensor that does not require grad");
-  if (is_leaf()) return;
+  if (is_leaf() || impl_->retains_grad) return;
+  impl_->retains_grad = true;
+  detail::retain_grad_hook(impl_);
+}
+
+void detail::retain_grad_hook(const std::shared_ptr<TensorImpl>& owner) {
   // A weak reference: the entry must not keep its own output alive (that would be a cycle).
-  std::weak_ptr<TensorImpl> weak = impl_;
-  register_hook([weak](const Tensor& g) {
-    if (auto impl = weak.lock()) {
-      if (impl->grad) Tensor(impl->grad).add_(g);
-      else impl->grad = g.clone().impl_ptr();
+  // The hook sits on the entry the tensor has now; an in-place op that rebases the tensor moves
+  // it (a new hook), and this one then stands down, as PyTorch moves retains_grad.
+  std::weak_ptr<TensorImpl> weak = owner;
+  const Node* entry = owner->grad_fn.get();
+  owner->grad_fn->add_output_hook(owner->output_nr, [weak, entry](const Tensor& g) {
+    auto impl = weak.lock();
+    if (!impl || impl->grad_fn.get() != entry) return Tensor();
+    if (impl->grad) {
+      Tensor acc(impl->grad);
+      raw_add_(acc, g);  // accumulation is the engine's, never recorded
+    } else {
+      impl->grad = g.clone().impl_ptr();
     }
     return Tensor();
   });
@@ -262,50 +298,40 @@ void detail::copy_into_new(Tensor& dst, const Tensor& src) {
   apply_inplace(dst, src, "copy_", [](auto, auto s) { return s; }, /*bump=*/false);
 }
 
-Tensor& Tensor::fill_(double value) {
-  check_defined("fill_");
-  dispatch_all(dtype(), [&](auto tag) {
+void detail::raw_fill_(Tensor& dst, double value) {
+  dispatch_all(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T v = static_cast<T>(value);
-    T* d = data<T>();
-    for_each_row<1>(shape(), {strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
+    T* d = dst.data<T>();
+    for_each_row<1>(dst.shape(), {dst.strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
       for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] = v;
     });
   });
-  bump_version();
-  return *this;
+  dst.bump_version();
 }
 
-Tensor& Tensor::copy_(const Tensor& src) {
-  check_defined("copy_");
-  TG_CHECK(src.defined(), "copy_: the source tensor is undefined");
-  apply_inplace(*this, src, "copy_", [](auto, auto s) { return s; });
-  return *this;
+void detail::raw_copy_(Tensor& dst, const Tensor& src) {
+  apply_inplace(dst, src, "copy_", [](auto, auto s) { return s; });
 }
 
-Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  check_defined("add_");
-  TG_CHECK(other.defined(), "add_: the other tensor is undefined");
+void detail::raw_add_(Tensor& dst, const Tensor& other, double alpha) {
   if (alpha == 1.0) {
-    apply_inplace(*this, other, "add_", [](auto d, auto s) { return d + s; });
+    apply_inplace(dst, other, "add_", [](auto d, auto s) { return d + s; });
   } else {
-    apply_inplace(*this, other, "add_", [alpha](auto d, auto s) { return d + static_cast<decltype(d)>(alpha) * s; });
+    apply_inplace(dst, other, "add_", [alpha](auto d, auto s) { return d + static_cast<decltype(d)>(alpha) * s; });
   }
-  return *this;
 }
 
-Tensor& Tensor::mul_(double factor) {
-  check_defined("mul_");
-  dispatch_all(dtype(), [&](auto tag) {
+void detail::raw_mul_(Tensor& dst, double factor) {
+  dispatch_all(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T f = static_cast<T>(factor);
-    T* d = data<T>();
-    for_each_row<1>(shape(), {strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
+    T* d = dst.data<T>();
+    for_each_row<1>(dst.shape(), {dst.strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
       for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] *= f;
     });
   });
-  bump_version();
-  return *this;
+  dst.bump_version();
 }
 
 // ---- factories ----
@@ -315,7 +341,7 @@ Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 
 Tensor full(const Shape& shape, double value, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype);
-  t.fill_(value);
+  detail::raw_fill_(t, value);
   return t;
 }
 

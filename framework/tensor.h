@@ -39,7 +39,16 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;     // the tape entry that produced this tensor (null: leaf)
   int output_nr = 0;                 // which output of grad_fn this is
   std::vector<GradHook> hooks;       // leaf hooks; non-leaf hooks live on grad_fn
+  bool retains_grad = false;         // retain_grad() was called (non-leaf)
+  // The storage's history epoch this handle's history matches (kUntrackedEpoch: a detach()ed
+  // handle, which claims no history and so can never hold a stale one).
+  uint64_t history_epoch = 0;
+  // For a view: the tensor it views (the root, never itself a view), whose history a recorded
+  // in-place change of the view rebases (CopySlices). Null for a tensor that is not a view.
+  std::shared_ptr<TensorImpl> view_base;
 };
+
+constexpr uint64_t kUntrackedEpoch = ~uint64_t{0};
 
 class Tensor {
  public:
@@ -103,10 +112,13 @@ class Tensor {
   Tensor clone() const;
   Tensor to(DType dtype) const;
 
-  // In-place writes: not recorded on the tape; they bump the version counter so that a
-  // saved tensor changed before backward is caught.
+  // In-place writes. They bump the version counter so that a saved tensor changed before
+  // backward is caught. With grad mode on they follow PyTorch's rules (framework/inplace.h):
+  // refused on a leaf that requires grad (use NoGradGuard), recorded on the tape when this
+  // tensor has history or the op's other input requires grad. More in ops/: sub_, div_,
+  // mul_ by a tensor, clamp_, masked_fill_, relu_.
   Tensor& fill_(double value);
-  Tensor& zero_() { return fill_(0.0); }
+  Tensor& zero_();
   Tensor& copy_(const Tensor& src);  // src broadcast to this shape, converted to this dtype
   Tensor& add_(const Tensor& other, double alpha = 1.0);  // this += alpha * other (broadcast)
   Tensor& mul_(double factor);
@@ -147,6 +159,14 @@ bool same_shape(const Tensor& a, const Tensor& b);
 namespace detail {
 // copy_ for a tensor that was just allocated: no version bump, so fresh copies start at 0.
 void copy_into_new(Tensor& dst, const Tensor& src);
+// The in-place kernels alone: no autograd rules, never recorded (they bump the version). For
+// the engine's own gradient accumulation and the in-place methods' unrecorded path.
+void raw_fill_(Tensor& dst, double value);
+void raw_copy_(Tensor& dst, const Tensor& src);
+void raw_add_(Tensor& dst, const Tensor& other, double alpha = 1.0);
+void raw_mul_(Tensor& dst, double factor);
+// retain_grad's hook, on the entry `owner` has now (again after an in-place op rebased it).
+void retain_grad_hook(const std::shared_ptr<TensorImpl>& owner);
 }  // namespace detail
 
 // ---- template definitions ----

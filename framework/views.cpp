@@ -16,13 +16,17 @@ namespace tg {
 
 namespace {
 
-Tensor alias(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+// view = false for an alias of a fresh copy (reshape of a non-contiguous tensor): not a view
+// of anything the user holds.
+Tensor alias(const Tensor& base, Shape shape, Shape strides, int64_t offset, bool view = true) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.impl()->storage;
   impl->shape = std::move(shape);
   impl->strides = std::move(strides);
   impl->offset = offset;
   impl->dtype = base.dtype();
+  impl->history_epoch = base.impl()->history_epoch;  // a view of a stale base is stale too
+  if (view) impl->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ptr();
   return Tensor(std::move(impl));
 }
 
@@ -252,7 +256,7 @@ Tensor Tensor::reshape(const Shape& requested) const {
   check_defined("reshape");
   Shape shape = infer_view_shape(requested, numel(), "reshape");
   Tensor source = is_contiguous() ? *this : contiguous().detach();
-  Tensor out = alias(source, shape, contiguous_strides(shape), source.offset());
+  Tensor out = alias(source, shape, contiguous_strides(shape), source.offset(), /*view=*/is_contiguous());
   record_unary(kReshapeOp, *this, out);
   return out;
 }

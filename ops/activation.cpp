@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "../framework/inplace.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "elementwise_kernel.h"
@@ -197,6 +198,11 @@ Tensor sigmoid(const Tensor& x) {
     rec.set_outputs({y});
   }
   return y;
+}
+
+Tensor& relu_(Tensor& x) {
+  detail::InplaceOp op{x, "relu_"};
+  return op.commit(relu(op.old_value()));  // relu saves its result, not the overwritten input
 }
 
 Tensor tanh(const Tensor& x) {

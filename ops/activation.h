@@ -8,6 +8,7 @@
 namespace tg {
 
 Tensor relu(const Tensor& x);
+Tensor& relu_(Tensor& x);  // in place (framework/inplace.h); backward masks by the result
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 // PyTorch's gelu: approximate = "none" (exact, x * Phi(x) with erf) or "tanh"

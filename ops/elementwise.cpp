@@ -8,6 +8,7 @@
 #include "elementwise.h"
 
 #include "../framework/tape.h"
+#include "../framework/inplace.h"
 #include "../framework/views.h"
 #include "elementwise_kernel.h"
 #include "samples.h"
@@ -204,6 +205,21 @@ Tensor add(const Tensor& x, double s) {
   });
   if (Recorder rec{kAddScalarOp, {x}}) rec.set_outputs({out});
   return out;
+}
+
+// In place, as the out-of-place op: mul and div save self for other's gradient, so they get a
+// copy of self's old value when other requires grad.
+Tensor& sub_(Tensor& x, const Tensor& other, double alpha) {
+  detail::InplaceOp op{x, "sub_", {other}};
+  return op.commit(sub(op.old_value(), other, alpha));
+}
+Tensor& mul_(Tensor& x, const Tensor& other) {
+  detail::InplaceOp op{x, "mul_", {other}};
+  return op.commit(mul(op.old_value(other.requires_grad()), other));
+}
+Tensor& div_(Tensor& x, const Tensor& other) {
+  detail::InplaceOp op{x, "div_", {other}};
+  return op.commit(div(op.old_value(other.requires_grad()), other));
 }
 
 void register_elementwise_ops(Registry& r) {

@@ -13,6 +13,12 @@ Tensor neg(const Tensor& x);
 Tensor add(const Tensor& x, double s);  // x + s
 Tensor mul(const Tensor& x, double s);  // x * s
 
+// In place (framework/inplace.h has the autograd rules; Tensor has add_ and mul_ by a scalar).
+// other broadcasts to x's shape, never the other way.
+Tensor& sub_(Tensor& x, const Tensor& other, double alpha = 1.0);  // x -= alpha * other
+Tensor& mul_(Tensor& x, const Tensor& other);
+Tensor& div_(Tensor& x, const Tensor& other);
+
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -2,6 +2,7 @@
 // time: std::cout << tg::registry().table();
 #include "registry.h"
 
+#include "../framework/inplace.h"
 #include "../framework/views.h"
 
 namespace tg {
@@ -34,6 +35,7 @@ namespace {
 Registry& build_builtin_registry() {
   static Registry r;
   for (const OpDef* op : view_op_defs()) r.add(*op);
+  for (const OpDef* op : inplace_op_defs()) r.add(*op);
   register_elementwise_ops(r);
   register_matmul_ops(r);
   register_reduce_ops(r);

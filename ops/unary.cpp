@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../framework/inplace.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "pointwise.h"
@@ -221,6 +222,19 @@ Tensor div(const Tensor& x, double s) { return mul(x, 1.0 / s); }
 Tensor reciprocal(const Tensor& x) { return pow(x, -1.0); }
 Tensor div(double s, const Tensor& x) { return mul(reciprocal(x), s); }
 Tensor square(const Tensor& x) { return pow(x, 2.0); }
+
+Tensor& sub_(Tensor& x, double s) {
+  detail::InplaceOp op{x, "sub_"};
+  return op.commit(sub(op.old_value(), s));
+}
+Tensor& div_(Tensor& x, double s) {
+  detail::InplaceOp op{x, "div_"};
+  return op.commit(div(op.old_value(), s));
+}
+Tensor& clamp_(Tensor& x, std::optional<double> min, std::optional<double> max) {
+  detail::InplaceOp op{x, "clamp_"};
+  return op.commit(clamp(op.old_value(/*copy=*/true), min, max));  // clamp's mask needs the input
+}
 
 void register_unary_ops(Registry& r) {
   for (const OpDef* op : {&kPowOp, &kExpOp, &kLogOp, &kSqrtOp, &kRsqrtOp, &kAbsOp, &kClampOp}) r.add(*op);

@@ -27,6 +27,11 @@ Tensor div(double s, const Tensor& x);   // s / x
 Tensor reciprocal(const Tensor& x);      // 1 / x
 Tensor square(const Tensor& x);          // x * x
 
+// In place (framework/inplace.h has the autograd rules).
+Tensor& sub_(Tensor& x, double s);
+Tensor& div_(Tensor& x, double s);
+Tensor& clamp_(Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+
 inline Tensor operator/(double s, const Tensor& x) { return div(s, x); }
 
 }  // namespace tg

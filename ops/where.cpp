@@ -2,6 +2,7 @@
 //   where: out = cond ? a : b     da = sum_to(g * cond)    db = sum_to(g * !cond)   (saves cond)
 #include "where.h"
 
+#include "../framework/inplace.h"
 #include "../framework/tape.h"
 #include "../framework/views.h"
 #include "elementwise_kernel.h"
@@ -106,6 +107,11 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   TG_CHECK(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape(), "masked_fill: mask of shape ",
            format_shape(mask.shape()), " does not broadcast to self's shape ", format_shape(x.shape()));
   return where(mask, scalar_like(x, value), x);
+}
+
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, double value) {
+  detail::InplaceOp op{x, "masked_fill_", {mask}};
+  return op.commit(masked_fill(op.old_value(), mask, value));
 }
 
 void register_where_ops(Registry& r) { r.add(kWhereOp); }

@@ -25,5 +25,6 @@ Tensor ne(const Tensor& a, double s);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // x with `value` where mask is true; mask broadcasts to x's shape. The gradient is zero there.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, double value);  // in place (framework/inplace.h)
 
 }  // namespace tg

@@ -1,0 +1,389 @@
+// Tensor's in-place methods under autograd, and the machinery the in-place ops in ops/ share.
+// The rules are in inplace.h.
+//
+//   fill_:  self = v              dself = 0
+//   copy_:  self = src            dself = 0          dsrc = sum_to(g, src).to(src's dtype)
+//   add_:   self += alpha*other   dself = g          dother = sum_to(alpha*g, other).to(other's dtype)
+//   mul_:   self *= f             dself = f*g
+//   copy_slices (a view v of base b changed in place, PyTorch's CopySlices):
+//           b' = b with v's region replaced by v'   db = g, zero in the region   dv' = g in the region
+//   as_strided (a stale view taken again from its base b):
+//           v = the region of b                     db = g scattered into zeros at the region
+#include "inplace.h"
+
+#include "grad_mode.h"
+#include "random.h"
+#include "tape.h"
+#include "views.h"
+
+namespace tg {
+
+namespace {
+
+struct AlphaAttrs {
+  double alpha;
+};
+struct FactorAttrs {
+  double factor;
+};
+
+Tensor scaled(const Tensor& g, double s) {
+  Tensor out = g.clone();
+  detail::raw_mul_(out, s);
+  return out;
+}
+
+// ---- backward ----
+
+std::vector<Tensor> fill_backward(const BackwardContext& ctx, const std::vector<Tensor>&) {
+  return {ctx.needs_grad(0) ? zeros(ctx.input_shape(0), ctx.input_dtype(0)) : Tensor()};
+}
+
+std::vector<Tensor> copy_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  Tensor dself, dsrc;
+  if (ctx.needs_grad(0)) dself = zeros(ctx.input_shape(0), ctx.input_dtype(0));
+  if (ctx.needs_grad(1)) dsrc = sum_to(g[0], ctx.input_shape(1)).to(ctx.input_dtype(1));
+  return {dself, dsrc};
+}
+
+std::vector<Tensor> add_inplace_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const double alpha = ctx.attrs<AlphaAttrs>().alpha;
+  Tensor dself, dother;
+  if (ctx.needs_grad(0)) dself = g[0];
+  if (ctx.needs_grad(1))
+    dother = sum_to(alpha == 1.0 ? g[0] : scaled(g[0], alpha), ctx.input_shape(1)).to(ctx.input_dtype(1));
+  return {dself, dother};
+}
+
+std::vector<Tensor> mul_inplace_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {ctx.needs_grad(0) ? scaled(g[0], ctx.attrs<FactorAttrs>().factor) : Tensor()};
+}
+
+// Where the view sits in its (contiguous) base: the view's geometry, its offset relative to
+// the base's. The base's gradient is contiguous in the base's shape, so the same geometry finds
+// the region in it.
+struct ViewGeometry {
+  Shape shape, strides;
+  int64_t offset;
+};
+
+Tensor region_of(const Tensor& t, const ViewGeometry& v) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.impl()->storage;
+  impl->shape = v.shape;
+  impl->strides = v.strides;
+  impl->offset = t.offset() + v.offset;
+  impl->dtype = t.dtype();
+  impl->history_epoch = kUntrackedEpoch;
+  return Tensor(std::move(impl));
+}
+
+std::vector<Tensor> copy_slices_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const auto& v = ctx.attrs<ViewGeometry>();
+  Tensor gc = g[0].contiguous();
+  Tensor dbase, dview;
+  if (ctx.needs_grad(0)) {
+    dbase = gc.clone();
+    Tensor r = region_of(dbase, v);
+    detail::raw_fill_(r, 0.0);
+  }
+  if (ctx.needs_grad(1)) dview = region_of(gc, v).clone();
+  return {dbase, dview};
+}
+
+// A stale view's history taken again from its base: the region of the base.
+std::vector<Tensor> as_strided_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  Tensor dbase = zeros(ctx.input_shape(0), ctx.input_dtype(0));
+  Tensor r = region_of(dbase, ctx.attrs<ViewGeometry>());
+  detail::raw_copy_(r, g[0]);
+  return {dbase};
+}
+
+// ---- sample cases: each changes a clone of its input (a leaf may not be changed) ----
+
+using Inputs = std::vector<Tensor>;
+Tensor sample(const Shape& shape, DType dt) {
+  Tensor t = randn(shape, dt);
+  t.requires_grad_();
+  return t;
+}
+
+std::vector<SampleCase> fill_samples() {
+  return {{"[2,3]", [](DType dt) { return Inputs{sample({2, 3}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             y.fill_(0.5);
+             return Inputs{y};
+           }}};
+}
+std::vector<SampleCase> copy_samples() {
+  return {{"[3] into [2,3]", [](DType dt) { return Inputs{sample({2, 3}, dt), sample({3}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             y.copy_(x[1]);
+             return Inputs{y};
+           }}};
+}
+std::vector<SampleCase> add_samples() {
+  return {{"[2,3] += 0.7 * [3]", [](DType dt) { return Inputs{sample({2, 3}, dt), sample({3}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             y.add_(x[1], 0.7);
+             return Inputs{y};
+           }},
+          {"self += self", [](DType dt) { return Inputs{sample({2, 3}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             y.add_(y);
+             return Inputs{y};
+           }}};
+}
+std::vector<SampleCase> mul_samples() {
+  return {{"[2,3] *= -1.5, twice", [](DType dt) { return Inputs{sample({2, 3}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             y.mul_(-1.5).mul_(2.0);
+             return Inputs{y};
+           }}};
+}
+
+std::vector<SampleCase> copy_slices_samples() {
+  return {{"[3,4] columns 1:3 *= 2", [](DType dt) { return Inputs{sample({3, 4}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             Tensor v = y.narrow(1, 1, 2);
+             v.mul_(2.0);
+             return Inputs{y, v};
+           }},
+          {"[3,4]: column 2 = src, row 1 += src[0] / 2", [](DType dt) { return Inputs{sample({3, 4}, dt), sample({3}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             y.transpose(0, 1).select(0, 2).copy_(x[1]);
+             y.narrow(0, 1, 1).add_(x[1].narrow(0, 0, 1), 0.5);
+             return Inputs{y};
+           }}};
+}
+
+std::vector<SampleCase> as_strided_samples() {
+  return {{"[3,4]: row 0 and column 1 after column 1 *= -2", [](DType dt) { return Inputs{sample({3, 4}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             Tensor row = y.select(0, 0), col = y.select(1, 1);
+             col.mul_(-2.0);
+             return Inputs{row, y.select(1, 1)};  // row's history is taken again
+           }},
+          {"[2,3]: a view after its base *= 3", [](DType dt) { return Inputs{sample({2, 3}, dt)}; },
+           [](const Inputs& x) {
+             Tensor y = x[0].clone();
+             Tensor v = y.transpose(0, 1).narrow(0, 1, 2);
+             y.mul_(3.0);
+             return Inputs{v};
+           }}};
+}
+
+const OpDef kFillOp{"fill_", "fill__backward", "self", fill_backward, fill_samples};
+const OpDef kCopyOp{"copy_", "copy__backward", "self, src", copy_backward, copy_samples};
+const OpDef kAddInplaceOp{"add_", "add__backward", "self, other", add_inplace_backward, add_samples};
+const OpDef kMulInplaceOp{"mul_", "mul__backward", "self", mul_inplace_backward, mul_samples};
+const OpDef kCopySlicesOp{"copy_slices", "copy_slices_backward", "base, view", copy_slices_backward,
+                          copy_slices_samples};
+const OpDef kAsStridedOp{"as_strided", "as_strided_backward", "base", as_strided_backward, as_strided_samples};
+
+bool is_current(const TensorImpl& impl) {
+  return impl.history_epoch == kUntrackedEpoch || impl.history_epoch == impl.storage->history_epoch();
+}
+
+// Elements that share memory (stride 0, as from expand()).
+bool overlaps(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[d] == 0 && t.shape()[d] > 1) return true;
+  return false;
+}
+
+// A stale view of a current, contiguous base gets its history again as the region of the base
+// (PyTorch regenerates a view's grad_fn the same way). False when that is not possible: not a
+// view, a leaf view that requires grad (its own parameter), a base that is itself stale, or an
+// expanded view (its region's gradient would need summing; refused rather than approximated).
+bool regenerate_view_history(const Tensor& view) {
+  TensorImpl& impl = *view.impl();
+  if (!impl.view_base || (impl.requires_grad && !impl.grad_fn) || overlaps(view)) return false;
+  const Tensor base(impl.view_base);
+  if (!is_current(*base.impl()) || !base.is_contiguous()) return false;
+  if (base.requires_grad()) {
+    EnableGradGuard grad_mode;  // the view has this history whatever the mode it is used in
+    Recorder rec{kAsStridedOp, {base}};
+    rec.set_attrs(ViewGeometry{view.shape(), view.strides(), view.offset() - base.offset()});
+    rec.set_outputs({view});  // grad_fn, output_nr, requires_grad and the current epoch
+  } else {
+    impl.requires_grad = false;
+    impl.grad_fn = nullptr;
+    impl.output_nr = 0;
+    impl.history_epoch = impl.storage->history_epoch();
+  }
+  return true;
+}
+
+// After `self` got its new history (grad_fn set, epoch current): when self is a view, its base's
+// history becomes a copy_slices entry; then the storage's epoch moves on, leaving every other
+// handle to this memory stale, and self (and its base) current.
+void finish_rebase(Tensor& self, const char* op) {
+  TensorImpl* impl = self.impl();
+  if (impl->view_base) {
+    Tensor base(impl->view_base);
+    Recorder cs{kCopySlicesOp, {base, self}};
+    cs.set_attrs(ViewGeometry{self.shape(), self.strides(), self.offset() - base.offset()});
+    impl->storage->bump_history_epoch(op);
+    cs.set_outputs({base});
+  } else {
+    impl->storage->bump_history_epoch(op);
+  }
+  impl->history_epoch = impl->storage->history_epoch();
+}
+
+// Makes `self` the output of the entry `rec` recorded with self's old history as input.
+void rebase(Recorder& rec, Tensor& self, const char* op) {
+  rec.set_outputs({self});  // grad_fn, output_nr
+  finish_rebase(self, op);
+}
+
+Tensor& fill_impl(Tensor& self, double value, const char* op) {
+  TG_CHECK(self.defined(), op, ": the tensor is undefined");
+  detail::check_inplace(self, op, {});
+  Recorder rec{kFillOp, {self}};
+  detail::raw_fill_(self, value);
+  if (rec) rebase(rec, self, op);
+  return self;
+}
+
+}  // namespace
+
+const std::vector<const OpDef*>& inplace_op_defs() {
+  static const std::vector<const OpDef*> defs = {&kFillOp, &kCopyOp, &kAddInplaceOp, &kMulInplaceOp,
+                                                 &kCopySlicesOp, &kAsStridedOp};
+  return defs;
+}
+
+// ---- the rules ----
+
+void detail::refresh_view_history(const Tensor& t) {
+  if (t.defined() && !is_current(*t.impl())) regenerate_view_history(t);
+}
+
+void detail::check_history_current(const Tensor& t, const char* op) {
+  if (!t.defined()) return;
+  const TensorImpl& impl = *t.impl();
+  if (is_current(impl) || regenerate_view_history(t)) return;
+  const char* by = impl.storage->last_rebase_op();
+  TG_CHECK(false, op, ": a tensor of shape ", format_shape(impl.shape), " shares memory with a tensor that ",
+           by ? by : "an in-place op", " changed in place (with grad mode on) after this one got its history, and "
+           "it is not a view whose history can be taken again from its base. Its recorded history no longer "
+           "matches its values, so it cannot be used for gradients. Compute it again after the in-place change, "
+           "or clone() before changing it.");
+}
+
+bool detail::check_inplace(const Tensor& self, const char* op, const std::vector<Tensor>& others) {
+  if (!GradMode::is_enabled()) return false;
+  TG_CHECK(self.defined(), op, ": the tensor is undefined");
+  check_history_current(self, op);
+  for (const Tensor& t : others) check_history_current(t, op);
+  TG_CHECK(!(self.is_leaf() && self.requires_grad()), op, ": a leaf tensor that requires grad cannot be changed in "
+           "place while grad mode is on (its gradient would be taken at values it no longer holds); make the "
+           "change under NoGradGuard, as the optimizers and init functions do");
+  bool record = self.requires_grad();
+  for (const Tensor& t : others) record = record || (t.defined() && t.requires_grad());
+  // A view of a tensor that requires grad: the base's history must learn of the change.
+  const Tensor base(self.impl()->view_base);
+  record = record || base.requires_grad();
+  if (!record) return false;
+  TG_CHECK(is_floating(self.dtype()), op, ": cannot record an in-place change of a ", dtype_name(self.dtype()),
+           " tensor from a tensor that requires grad (only floating tensors carry gradients); detach() the "
+           "source or use NoGradGuard");
+  TG_CHECK(!overlaps(self), op, ": cannot record an in-place change of a tensor of shape ",
+           format_shape(self.shape()), " whose elements share memory (as from expand()); clone() it first");
+  if (base.defined()) {
+    check_history_current(base, op);
+    TG_CHECK(!(base.is_leaf() && base.requires_grad()), op, ": a view of a leaf tensor that requires grad cannot be "
+             "changed in place while grad mode is on; make the change under NoGradGuard, as the optimizers and init "
+             "functions do");
+    TG_CHECK(!base.requires_grad() || self.requires_grad(), op, ": this view of a tensor that requires grad was "
+             "taken under NoGradGuard, so it has no history of its own to change in place with grad mode on; take "
+             "the view with grad mode on, or make the change under NoGradGuard");
+    TG_CHECK(base.is_contiguous(), op, ": in-place change of a view of a non-contiguous tensor of shape ",
+             format_shape(base.shape()), " is not supported with grad mode on; clone() the view first or use "
+             "NoGradGuard");
+  }
+  return true;
+}
+
+detail::InplaceOp::InplaceOp(Tensor& self, const char* op, std::vector<Tensor> others)
+    : self_(self), op_(op), record_(check_inplace(self, op, others)) {}
+
+Tensor detail::InplaceOp::old_value(bool copy) const {
+  if (!record_) return self_;
+  Tensor old = copy ? self_.detach().clone() : self_.detach();
+  TensorImpl* impl = old.impl();
+  impl->requires_grad = self_.requires_grad();
+  impl->grad_fn = self_.grad_fn();
+  impl->output_nr = self_.output_nr();
+  impl->history_epoch = impl->storage->history_epoch();
+  return old;
+}
+
+Tensor& detail::InplaceOp::commit(const Tensor& out) {
+  TG_CHECK(out.shape() == self_.shape() && out.dtype() == self_.dtype(), op_, ": the result has shape ",
+           format_shape(out.shape()), " ", dtype_name(out.dtype()), ", which cannot be written into self of shape ",
+           format_shape(self_.shape()), " ", dtype_name(self_.dtype()));
+  TG_CHECK(!record_ || out.grad_fn() != nullptr, op_, ": internal error: the recorded result has no history");
+  raw_copy_(self_, out);
+  if (!record_) return self_;
+  TensorImpl* impl = self_.impl();
+  impl->requires_grad = true;
+  impl->grad_fn = out.grad_fn();
+  impl->output_nr = out.output_nr();
+  impl->history_epoch = impl->storage->history_epoch();
+  if (impl->retains_grad) retain_grad_hook(self_.impl_ptr());
+  finish_rebase(self_, op_);
+  return self_;
+}
+
+// ---- Tensor's in-place methods ----
+
+Tensor& Tensor::fill_(double value) { return fill_impl(*this, value, "fill_"); }
+Tensor& Tensor::zero_() { return fill_impl(*this, 0.0, "zero_"); }
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_defined("copy_");
+  TG_CHECK(src.defined(), "copy_: the source tensor is undefined");
+  detail::check_inplace(*this, "copy_", {src});
+  Recorder rec{kCopyOp, {*this, src}};
+  detail::raw_copy_(*this, src);
+  if (rec) rebase(rec, *this, "copy_");
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_defined("add_");
+  TG_CHECK(other.defined(), "add_: the other tensor is undefined");
+  detail::check_inplace(*this, "add_", {other});
+  Recorder rec{kAddInplaceOp, {*this, other}};
+  detail::raw_add_(*this, other, alpha);
+  if (rec) {
+    rec.set_attrs(AlphaAttrs{alpha});
+    rebase(rec, *this, "add_");
+  }
+  return *this;
+}
+
+Tensor& Tensor::mul_(double factor) {
+  check_defined("mul_");
+  detail::check_inplace(*this, "mul_", {});
+  Recorder rec{kMulInplaceOp, {*this}};
+  detail::raw_mul_(*this, factor);
+  if (rec) {
+    rec.set_attrs(FactorAttrs{factor});
+    rebase(rec, *this, "mul_");
+  }
+  return *this;
+}
+
+}  // namespace tg
