@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TAPEGRAD_WITH_CHECKS=1 bash tools/install_deps.sh
+# ccache keys on paths relative to the checkout, so clones in other folders (CI's) share it.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 build=${TAPEGRAD_SANITIZE_BUILD_DIR:-build-sanitize}
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_SANITIZE=address,undefined \
   -DTAPEGRAD_BUILD_FUZZ=ON -DTAPEGRAD_BUILD_TESTS=ON -DTAPEGRAD_BUILD_EXAMPLES=ON -DTAPEGRAD_BUILD_BENCH=OFF
