@@ -90,6 +90,15 @@ tg::Tensor values(const tg::Shape& shape, tg::DType dt) {
 
 // out = a * b * ... when every product fits and stays under kMaxOutput, else nullopt (the call
 // is still made when the count overflows: refusing it is the library's job).
+// The sizes are non-negative and their product is below limit (counted without overflow: the
+// driver itself must not do what it hunts for in the library).
+bool product_below(const std::vector<int64_t>& sizes, int64_t limit) {
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    if (s < 0 || __builtin_mul_overflow(n, s, &n)) return false;
+  return n < limit;
+}
+
 bool too_big(const std::vector<int64_t>& sizes) {
   int64_t n = 1;
   for (int64_t s : sizes) {
@@ -204,8 +213,7 @@ void fuzz_upsample(Reader& r, tg::DType dt) {
       const std::array<int64_t, 4> in{r.param(), r.param(), r.param(), r.param()};
       if (too_big({in[0], in[1], in[2], in[3]})) return;
       tg::Tensor g = values(small_shape(r, 4, 0, 8), dt);
-      if (r.flag() && !too_big({in[0], in[1], out[0], out[1]}) && in[0] >= 0 && in[1] >= 0 &&
-          in[0] * in[1] * out[0] * out[1] < kMaxElements)
+      if (r.flag() && product_below({in[0], in[1], out[0], out[1]}, kMaxElements))
         g = values({in[0], in[1], out[0], out[1]}, dt);
       tg::upsample_bilinear2d_backward(g, out, in, align);
     }

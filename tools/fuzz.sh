@@ -18,7 +18,7 @@ drivers=("$build"/fuzz/fuzz_*)
 [ -x "${drivers[0]}" ] || { echo "fuzz: no drivers in $build/fuzz; run tools/sanitize.sh first" >&2; exit 1; }
 work=$(mktemp -d /tmp/tapegrad_fuzz.XXXXXX)
 # Inputs per driver in CI mode: about a minute each on a 2-core machine running two at once.
-declare -A ci_runs=([npy]=500000 [safetensors]=350000 [op_args]=180000 [idx]=10000)
+declare -A ci_runs=([npy]=1400000 [safetensors]=900000 [op_args]=700000 [idx]=170000)
 run_one() {
   local driver=$1 work=$2
   local name; name=$(basename "$driver"); name=${name#fuzz_}
