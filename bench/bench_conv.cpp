@@ -1,5 +1,5 @@
 // Convolutions, forward and forward + backward (through the tape, gradients for input, weight
-// and bias), for the cases of issue 5, and the machine's GEMM throughput in the same program so
+// and bias), for the shapes of bench/README.md's table, and the machine's GEMM throughput in the same program so
 // the 3x3 forward's GFLOP/s can be read against it. tools/bench_vs_torch.py has the same cases
 // in PyTorch under the same names.
 #include "bench_common.h"

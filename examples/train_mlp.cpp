@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   int64_t batch_size = 128, hidden = 256, limit = 0;
   double lr = 1e-3, weight_decay = 1e-4, clip = 5.0;
   uint64_t seed = 0;
-  std::string data_dir = tg::kFashionMnistDir;
+  std::string data_dir = tg::data::kFashionMnistDir;
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", batch_size, "samples per step")->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "peak learning rate (AdamW)")->check(CLI::PositiveNumber);

@@ -58,7 +58,7 @@ double accuracy(tg::Module& model, const tg::Tensor& images, const tg::Tensor& l
 }
 
 // One epoch of Adam steps on freshly distorted batches; returns the mean loss.
-double train_epoch(tg::Module& model, tg::Optimizer& opt, const tg::ImageDataset& train, int64_t batch,
+double train_epoch(tg::Module& model, tg::Optimizer& opt, const tg::data::ImageDataset& train, int64_t batch,
                    tg::Generator& shuffle, tg::Generator& distort, const std::string& label) {
   const int64_t n = train.images.size(0), steps = (n + batch - 1) / batch;
   std::vector<int64_t> order = tg::randperm(n, &shuffle).to_vector<int64_t>();
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   int64_t batch_size = 128, hidden = 50, loc_hidden = 32, limit = 0;
   double lr = 1e-3, loc_lr = 1e-4;
   uint64_t seed = 0;
-  std::string data_dir = tg::kFashionMnistDir, sheet = "stn_sheet.png";
+  std::string data_dir = tg::data::kFashionMnistDir, sheet = "stn_sheet.png";
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", batch_size, "samples per step")->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "Adam learning rate of the classifiers")->check(CLI::PositiveNumber);

@@ -1,4 +1,4 @@
-// IDX files, the format of MNIST and Fashion-MNIST: a big-endian header (two zero bytes, a
+// IDX files, the format of MNIST and Fashion-MNIST (data/fashion_mnist.h loads the dataset): a big-endian header (two zero bytes, a
 // type code, the number of dims, then each dim as uint32) followed by the raw elements in C
 // order. Files may be gzip-compressed (as distributed) or raw; the reader tells them apart by
 // the gzip magic, not by the file name.
@@ -31,19 +31,5 @@ Tensor load_idx_images(const std::string& path);
 
 // Labels: an IDX file of shape (N) as int64, shape [N].
 Tensor load_idx_labels(const std::string& path);
-
-// Where Debian's dataset-fashion-mnist package installs the four gzip IDX files.
-inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
-
-struct ImageDataset {
-  Tensor images;  // float32 [N, 28, 28] in [0, 1]
-  Tensor labels;  // int64 [N], each in [0, 10)
-};
-
-// Loads Fashion-MNIST's "train" (60000 items) or "test" (10000) split from data_dir, which holds
-// {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz (the names of the original distribution).
-// A missing file gives a message that says to `apt-get install dataset-fashion-mnist`; images
-// and labels that disagree in count, or a label outside [0, 10), throw tg::Error.
-ImageDataset load_fashion_mnist(const std::string& split, const std::string& data_dir = kFashionMnistDir);
 
 }  // namespace tg

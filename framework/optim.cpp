@@ -76,7 +76,7 @@ void check_nonneg(const char* opt, const char* what, double v) {
   TG_CHECK(v >= 0 && std::isfinite(v), opt, ": invalid ", what, " value: ", v);
 }
 
-std::vector<Tensor> values_of(const NamedTensors& named) {
+std::vector<Tensor> values_of(const StateDict& named) {
   std::vector<Tensor> out;
   for (auto& e : named) out.push_back(e.second);
   return out;
@@ -171,8 +171,8 @@ const std::map<std::string, Tensor>& Optimizer::state(size_t i) const {
   return state_[i];
 }
 
-NamedTensors Optimizer::state_dict() const {
-  NamedTensors out;
+StateDict Optimizer::state_dict() const {
+  StateDict out;
   for (size_t i = 0; i < state_.size(); ++i)
     for (auto& e : state_[i]) out.emplace_back("state." + std::to_string(i) + "." + e.first, e.second.clone());
   for (size_t g = 0; g < groups_.size(); ++g)
@@ -181,7 +181,7 @@ NamedTensors Optimizer::state_dict() const {
   return out;
 }
 
-void Optimizer::load_state_dict(const NamedTensors& state) {
+void Optimizer::load_state_dict(const StateDict& state) {
   const std::vector<Tensor> params = all_params();
   // Parse and check everything before changing anything: a bad dict leaves the optimizer as it was.
   std::vector<std::map<std::string, Tensor>> new_state(state_.size());
@@ -227,7 +227,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
 // ---- SGD ----
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions o) { add_param_group(std::move(params), o); }
-SGD::SGD(const NamedTensors& named, SGDOptions o) : SGD(values_of(named), o) {}
+SGD::SGD(const StateDict& named, SGDOptions o) : SGD(values_of(named), o) {}
 
 void SGD::add_param_group(std::vector<Tensor> params, SGDOptions o) {
   check_nonneg("SGD", "learning rate", o.lr);
@@ -265,7 +265,7 @@ void SGD::step() {
 // ---- Adam, AdamW ----
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions o) { add_param_group(std::move(params), o); }
-Adam::Adam(const NamedTensors& named, AdamOptions o) : Adam(values_of(named), o) {}
+Adam::Adam(const StateDict& named, AdamOptions o) : Adam(values_of(named), o) {}
 
 void Adam::add_param_group(std::vector<Tensor> params, AdamOptions o) {
   const char* n = decoupled_ ? "AdamW" : "Adam";
@@ -306,7 +306,7 @@ void Adam::step() {
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions o) : Adam(true) { add_param_group(std::move(params), o); }
-AdamW::AdamW(const NamedTensors& named, AdamOptions o) : AdamW(values_of(named), o) {}
+AdamW::AdamW(const StateDict& named, AdamOptions o) : AdamW(values_of(named), o) {}
 
 // ---- clip_grad_norm_ ----
 

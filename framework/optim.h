@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "named_tensors.h"
+#include "state_dict.h"
 #include "tensor.h"
 
 namespace tg {
@@ -39,10 +39,10 @@ class Optimizer {
   void set_lr(double lr);  // every group
 
   // "state.<i>.<key>" for each parameter's buffers (copies), then "param_groups.<g>.<hyper>".
-  NamedTensors state_dict() const;
+  StateDict state_dict() const;
   // Restores buffers and hyperparameters; the parameter count and each buffer's shape must
   // match this optimizer's. Keys this optimizer does not know are an error.
-  void load_state_dict(const NamedTensors& state);
+  void load_state_dict(const StateDict& state);
 
   // The buffers of parameter i ("momentum_buffer", "exp_avg", "step", ...), empty before its first update.
   const std::map<std::string, Tensor>& state(size_t param_index) const;
@@ -74,7 +74,7 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
-  SGD(const NamedTensors& named_params, SGDOptions options);
+  SGD(const StateDict& named_params, SGDOptions options);
   void add_param_group(std::vector<Tensor> params, SGDOptions options);
   std::string name() const override { return "SGD"; }
   void step() override;
@@ -91,7 +91,7 @@ struct AdamOptions {
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);
-  Adam(const NamedTensors& named_params, AdamOptions options);
+  Adam(const StateDict& named_params, AdamOptions options);
   void add_param_group(std::vector<Tensor> params, AdamOptions options);
   std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
   void step() override;
@@ -106,7 +106,7 @@ class Adam : public Optimizer {
 class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, AdamOptions options = with_default_decay());
-  AdamW(const NamedTensors& named_params, AdamOptions options = with_default_decay());
+  AdamW(const StateDict& named_params, AdamOptions options = with_default_decay());
   static AdamOptions with_default_decay() {
     AdamOptions o;
     o.weight_decay = 1e-2;

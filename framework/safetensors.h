@@ -9,12 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "state_dict.h"
 #include "tensor.h"
 
 namespace tg {
 
-// A state dict: names (PyTorch's: "0.weight", "bn.running_mean", ...) and tensors, in order.
-using StateDict = std::vector<std::pair<std::string, Tensor>>;
 // safetensors' free-form string map (the "__metadata__" header entry).
 using SafetensorsMetadata = std::map<std::string, std::string>;
 

@@ -140,8 +140,8 @@ Tensor get_valid_ratio(const Tensor& mask, DType dtype) {
 
 DeformableTransformerEncoder::DeformableTransformerEncoder(
     int64_t num_layers, const std::function<std::shared_ptr<DeformableTransformerEncoderLayer>()>& make_layer) {
-  layers_module = add_module("layers", std::make_shared<Sequential>());
-  for (int64_t i = 0; i < num_layers; ++i) layers.push_back(layers_module->push_back(make_layer()));
+  layers = add_module("layers", std::make_shared<ModuleList<DeformableTransformerEncoderLayer>>());
+  for (int64_t i = 0; i < num_layers; ++i) layers->append(make_layer());
 }
 
 Tensor DeformableTransformerEncoder::forward(const Tensor& src, const Tensor& spatial_shapes,
@@ -149,7 +149,7 @@ Tensor DeformableTransformerEncoder::forward(const Tensor& src, const Tensor& sp
                                              const Tensor& pos, const Tensor& padding_mask) {
   Tensor reference_points = get_reference_points(spatial_shapes, valid_ratios);
   Tensor out = src;
-  for (auto& layer : layers)
+  for (const auto& layer : *layers)
     out = layer->forward(out, pos, reference_points, spatial_shapes, level_start_index, padding_mask);
   return out;
 }
@@ -158,8 +158,8 @@ DeformableTransformerDecoder::DeformableTransformerDecoder(
     int64_t num_layers, const std::function<std::shared_ptr<DeformableTransformerDecoderLayer>()>& make_layer,
     bool return_intermediate_)
     : return_intermediate(return_intermediate_) {
-  layers_module = add_module("layers", std::make_shared<Sequential>());
-  for (int64_t i = 0; i < num_layers; ++i) layers.push_back(layers_module->push_back(make_layer()));
+  layers = add_module("layers", std::make_shared<ModuleList<DeformableTransformerDecoderLayer>>());
+  for (int64_t i = 0; i < num_layers; ++i) layers->append(make_layer());
 }
 
 DecoderOutput DeformableTransformerDecoder::forward(const Tensor& tgt, const Tensor& reference_points_in,
@@ -176,9 +176,9 @@ DecoderOutput DeformableTransformerDecoder::forward(const Tensor& tgt, const Ten
   // (N, 1, L, 2|4): boxes scale their centre by the ratios and their size by the same ratios.
   Tensor ratios = valid_ratios.unsqueeze(1);
   if (reference_points.size(2) == 4) ratios = cat({ratios, ratios}, -1);
-  for (size_t i = 0; i < layers.size(); ++i) {
+  for (size_t i = 0; i < layers->size(); ++i) {
     Tensor ref_input = reference_points.unsqueeze(2) * ratios;
-    out = layers[i]->forward(out, query_pos, ref_input, src, spatial_shapes, level_start_index, src_padding_mask);
+    out = (*layers)[i]->forward(out, query_pos, ref_input, src, spatial_shapes, level_start_index, src_padding_mask);
     if (refine) reference_points = refine(static_cast<int64_t>(i), out, reference_points).detach();
     if (return_intermediate) {
       intermediate.push_back(out);

@@ -15,6 +15,7 @@
 #include "attention.h"
 #include "layers_norm_dropout_embedding.h"
 #include "ms_deform_attn_layer.h"
+#include "module_list.h"
 #include "sequential.h"
 
 namespace tg {
@@ -99,15 +100,14 @@ Tensor get_valid_ratio(const Tensor& mask, DType dtype);
 
 class DeformableTransformerEncoder : public Module {
  public:
-  // num_layers layers built by make_layer(i), registered as "layers.<i>".
+  // num_layers layers, each built by a call of make_layer(), registered as "layers.<i>".
   DeformableTransformerEncoder(int64_t num_layers,
                                const std::function<std::shared_ptr<DeformableTransformerEncoderLayer>()>& make_layer);
   std::string name() const override { return "DeformableTransformerEncoder"; }
   Tensor forward(const Tensor& src, const Tensor& spatial_shapes, const Tensor& level_start_index,
                  const Tensor& valid_ratios, const Tensor& pos = Tensor(), const Tensor& padding_mask = Tensor());
 
-  std::shared_ptr<Sequential> layers_module;
-  std::vector<std::shared_ptr<DeformableTransformerEncoderLayer>> layers;
+  std::shared_ptr<ModuleList<DeformableTransformerEncoderLayer>> layers;
 };
 
 struct DecoderOutput {
@@ -132,8 +132,7 @@ class DeformableTransformerDecoder : public Module {
   // reference_points = refine(i, output, reference_points), detached before the next layer.
   std::function<Tensor(int64_t, const Tensor&, const Tensor&)> refine;
 
-  std::shared_ptr<Sequential> layers_module;
-  std::vector<std::shared_ptr<DeformableTransformerDecoderLayer>> layers;
+  std::shared_ptr<ModuleList<DeformableTransformerDecoderLayer>> layers;
   bool return_intermediate;
 };
 

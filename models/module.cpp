@@ -52,7 +52,7 @@ std::shared_ptr<Module> Module::child(const std::string& name) const {
   throw Error(this->name() + ": no child module named \"" + name + "\"");
 }
 
-void Module::collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const {
+void Module::collect(const std::string& prefix, bool params, bool buffers, StateDict& out) const {
   if (params)
     for (const auto& p : params_) out.emplace_back(prefix + p.first, p.second);
   if (buffers)
@@ -62,17 +62,17 @@ void Module::collect(const std::string& prefix, bool params, bool buffers, Named
 
 namespace {
 // A tensor registered twice (weight tying) is listed once, under its first name, as PyTorch does.
-NamedTensors unique(const NamedTensors& all) {
+StateDict unique(const StateDict& all) {
   std::set<const TensorImpl*> seen;
-  NamedTensors out;
+  StateDict out;
   for (const auto& e : all)
     if (seen.insert(e.second.impl()).second) out.push_back(e);
   return out;
 }
 }  // namespace
 
-NamedTensors Module::named_parameters() const {
-  NamedTensors all;
+StateDict Module::named_parameters() const {
+  StateDict all;
   collect("", true, false, all);
   return unique(all);
 }
@@ -83,19 +83,19 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
-NamedTensors Module::named_buffers() const {
-  NamedTensors all;
+StateDict Module::named_buffers() const {
+  StateDict all;
   collect("", false, true, all);
   return unique(all);
 }
 
-NamedTensors Module::state_dict() const {
-  NamedTensors all;
+StateDict Module::state_dict() const {
+  StateDict all;
   collect("", true, true, all);
   return all;
 }
 
-LoadStateDictReport Module::load_state_dict(const NamedTensors& state, bool strict) {
+LoadStateDictReport Module::load_state_dict(const StateDict& state, bool strict) {
   return tg::load_state_dict(state_dict(), state, strict);
 }
 

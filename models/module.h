@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "../framework/named_tensors.h"
+#include "../framework/state_dict.h"
 #include "../framework/safetensors.h"
 #include "../framework/tensor.h"
 
@@ -42,15 +42,15 @@ class Module {
   Tensor operator()(const Tensor& x) { return forward(x); }
 
   // Recursive views, in registration order: own entries first, then each child's (PyTorch's order).
-  NamedTensors named_parameters() const;
+  StateDict named_parameters() const;
   std::vector<Tensor> parameters() const;
-  NamedTensors named_buffers() const;
+  StateDict named_buffers() const;
   // Parameters and buffers of each module, then its children: PyTorch's state_dict order.
-  NamedTensors state_dict() const;
+  StateDict state_dict() const;
   // Copies values into the registered tensors through tg::load_state_dict (framework/safetensors.h):
   // shapes and dtypes must match; strict: every key of the module must be present and no other
   // key may be. On error nothing is copied; the report lists missing and unexpected keys.
-  LoadStateDictReport load_state_dict(const NamedTensors& state, bool strict = true);
+  LoadStateDictReport load_state_dict(const StateDict& state, bool strict = true);
 
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   std::shared_ptr<Module> child(const std::string& name) const;  // throws when absent
@@ -78,10 +78,10 @@ class Module {
 
  private:
   void check_new_name(const std::string& name, const char* what) const;
-  void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
+  void collect(const std::string& prefix, bool params, bool buffers, StateDict& out) const;
 
-  NamedTensors params_;
-  NamedTensors buffers_;
+  StateDict params_;
+  StateDict buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

@@ -2,7 +2,7 @@
 // they were most of the time of softmax, cross_entropy and gelu (PyTorch calls Sleef's vector
 // versions). The float overloads below are branch-free straight-line code, so the compiler
 // turns a loop over them into AVX-512 code; the double overloads are std::exp / std::erf, so
-// float64 (gradcheck, golden float64 fixtures) is as exact as before.
+// float64 (gradcheck, golden float64 fixtures) keeps the correctly rounded library results.
 //
 // Accuracy of the float versions against double-precision references, over all 2^32 floats:
 // vec_exp at most 1.03 ulp, vec_erf at most 1.23 ulp (tests/test_vec_math.cpp checks a sweep).

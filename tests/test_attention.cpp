@@ -18,7 +18,7 @@ TEST(MultiheadAttention, MatchesPyTorchOutputsWeightsAndGradients) {
     // two projections, a softmax and a matmul (2e-5 relative, 2e-6 absolute).
     const double rtol = dt == DType::Float64 ? 1e-10 : 2e-5, atol = dt == DType::Float64 ? 1e-12 : 2e-6;
     MultiheadAttention mha(c.json["embed_dim"], c.json["num_heads"], 0.0, true, c.json["batch_first"], dt);
-    NamedTensors state;
+    StateDict state;
     for (const auto& [name, param] : mha.named_parameters()) state.push_back({name, c.tensor("param." + name)});
     mha.load_state_dict(state);
 

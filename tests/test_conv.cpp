@@ -1,7 +1,7 @@
 // Convolutions on tensors and the tape: PyTorch's golden fixtures (tools/fixtures/conv.py), every
 // output mask of the kernel API convolution_backward, empty problems, what the tape saves and
 // float64 gradchecks. The kernels' paths (thread counts, Inf and NaN) are in test_conv_kernels.cpp,
-// the bad inputs of issue 5 in test_conv_errors.cpp.
+// the bad inputs in test_conv_errors.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,5 @@
-// Every bad input of issue 5: each throws tg::Error naming the op, the argument, what was
+// Bad inputs of the convolutions (shapes, groups, stride/padding/dilation, output_padding,
+// the kernel API): each throws tg::Error naming the op, the argument, what was
 // expected and what was given.
 #include <gtest/gtest.h>
 

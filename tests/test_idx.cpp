@@ -39,7 +39,7 @@ void write_gzip(const std::string& path, const std::string& bytes) {
 
 TEST(Idx, SubsetTrainMatchesTheGeneratorsFacts) {
   const auto facts = expected_facts()["train"];
-  ImageDataset ds = load_fashion_mnist("train", subset_dir());
+  data::ImageDataset ds = data::load_fashion_mnist("train", subset_dir());
   ASSERT_EQ(ds.images.shape(), (Shape{512, 28, 28}));
   ASSERT_EQ(ds.images.dtype(), DType::Float32);
   ASSERT_EQ(ds.labels.shape(), (Shape{512}));
@@ -71,7 +71,7 @@ TEST(Idx, SubsetTrainMatchesTheGeneratorsFacts) {
 
 TEST(Idx, SubsetTestSplit) {
   const auto facts = expected_facts()["t10k"];
-  ImageDataset ds = load_fashion_mnist("test", subset_dir());
+  data::ImageDataset ds = data::load_fashion_mnist("test", subset_dir());
   ASSERT_EQ(ds.images.shape(), (Shape{256, 28, 28}));
   ASSERT_EQ(ds.labels.shape(), (Shape{256}));
   std::vector<int64_t> labels = ds.labels.to_vector<int64_t>();
@@ -212,26 +212,26 @@ TEST(Idx, ShortGzipStreamCostsWhatItHoldsNotWhatItsHeaderClaims) {
 }
 
 TEST(Idx, FashionMnistHelperErrors) {
-  expect_error_with([&] { load_fashion_mnist("train", "/nonexistent/fashion"); },
+  expect_error_with([&] { data::load_fashion_mnist("train", "/nonexistent/fashion"); },
                {"/nonexistent/fashion/train-images-idx3-ubyte.gz", "apt-get install dataset-fashion-mnist"});
-  expect_error_with([&] { load_fashion_mnist("validation", subset_dir()); }, {"\"train\" or \"test\"", "validation"});
+  expect_error_with([&] { data::load_fashion_mnist("validation", subset_dir()); }, {"\"train\" or \"test\"", "validation"});
 
   // Images and labels that disagree in count, then a label outside the 10 classes.
   const std::string dir = fresh_temp_dir("idx_helper");
   write_gzip(dir + "/train-images-idx3-ubyte.gz", idx_bytes(0x08, {2, 2, 2}, std::vector<uint8_t>(8, 1)));
   write_gzip(dir + "/train-labels-idx1-ubyte.gz", idx_bytes(0x08, {3}, {1, 2, 3}));
-  expect_error_with([&] { load_fashion_mnist("train", dir); }, {"has 2 images but", "has 3 labels"});
+  expect_error_with([&] { data::load_fashion_mnist("train", dir); }, {"has 2 images but", "has 3 labels"});
   write_gzip(dir + "/train-labels-idx1-ubyte.gz", idx_bytes(0x08, {2}, {1, 10}));
-  expect_error_with([&] { load_fashion_mnist("train", dir); }, {"label 1 is 10", "[0, 10)"});
+  expect_error_with([&] { data::load_fashion_mnist("train", dir); }, {"label 1 is 10", "[0, 10)"});
   fs::remove_all(dir);
 }
 
 // The full dataset, when Debian's package is installed (it is on the project's machines).
 TEST(Idx, FullFashionMnistWhenInstalled) {
-  if (!fs::exists(std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz")) {
+  if (!fs::exists(std::string(data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz")) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   }
-  ImageDataset test = load_fashion_mnist("test");
+  data::ImageDataset test = data::load_fashion_mnist("test");
   EXPECT_EQ(test.images.shape(), (Shape{10000, 28, 28}));
   EXPECT_EQ(test.labels.shape(), (Shape{10000}));
   // Fashion-MNIST's test split is balanced: 1000 items of each class.
@@ -239,7 +239,7 @@ TEST(Idx, FullFashionMnistWhenInstalled) {
   for (int64_t l : test.labels.to_vector<int64_t>()) hist[static_cast<size_t>(l)]++;
   EXPECT_EQ(hist, std::vector<int64_t>(10, 1000));
   // The committed subset is the first 256 items of the full split.
-  ImageDataset sub = load_fashion_mnist("test", subset_dir());
+  data::ImageDataset sub = data::load_fashion_mnist("test", subset_dir());
   expect_close(test.images.narrow(0, 0, 256), sub.images, 0, 0, "subset images");
   expect_close(test.labels.narrow(0, 0, 256), sub.labels, 0, 0, "subset labels");
 }

@@ -361,7 +361,7 @@ TEST(InplaceViews, AViewTakenUnderNoGradGuardIsRefused) {
             "NoGradGuard");
 }
 
-// Without grad (nothing requires grad, or NoGradGuard) views and bases are written as before.
+// Without grad (nothing requires grad, or NoGradGuard) views and bases are written without any history check or entry.
 TEST(InplaceViews, UnrecordedChangesThroughViewsLeaveHistoriesAlone) {
   Tensor buf = zeros({2, 2}, DType::Float64);
   buf.select(0, 1).fill_(2.0);

@@ -6,6 +6,8 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "io_test_util.h"
+
 using namespace tg;
 
 namespace {
@@ -29,7 +31,7 @@ struct Net : Module {
   Tensor forward(const Tensor& x) override { return layers->forward(x) * scale; }
 };
 
-std::vector<std::string> keys(const NamedTensors& t) {
+std::vector<std::string> keys(const StateDict& t) {
   std::vector<std::string> out;
   for (auto& e : t) out.push_back(e.first);
   return out;
@@ -110,13 +112,13 @@ TEST(Module, LoadStateDictCopiesValuesAndChecks) {
   for (size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(sa[i].second.to_vector<float>(), sb[i].second.to_vector<float>());
   EXPECT_NE(sa[2].second.impl(), sb[2].second.impl());  // copied, not shared
 
-  NamedTensors missing(sa.begin() + 1, sa.end());
+  StateDict missing(sa.begin() + 1, sa.end());
   EXPECT_THROW(b.load_state_dict(missing), Error);
   b.load_state_dict(missing, /*strict=*/false);
-  NamedTensors extra = sa;
+  StateDict extra = sa;
   extra.emplace_back("layers.9.weight", zeros({1}));
   EXPECT_THROW(b.load_state_dict(extra), Error);
-  NamedTensors wrong_shape = sa;
+  StateDict wrong_shape = sa;
   wrong_shape[0].second = zeros({5});
   EXPECT_THROW(b.load_state_dict(wrong_shape), Error);
 }
@@ -133,6 +135,27 @@ TEST(Module, RegistrationErrors) {
   EXPECT_THROW(bad.twice(), Error);
   EXPECT_THROW(bad.dotted(), Error);
   EXPECT_THROW(bad.forward(zeros({1})), Error);  // no single-tensor forward
+}
+
+TEST(Module, ModuleListNamesItsChildrenByIndexAndKeepsTheirType) {
+  struct Stack : Module {
+    std::shared_ptr<ModuleList<Block>> blocks = add_module("blocks", std::make_shared<ModuleList<Block>>());
+    std::string name() const override { return "Stack"; }
+  } stack;
+  for (int i = 0; i < 3; ++i) stack.blocks->append(std::make_shared<Block>());
+  ASSERT_EQ(stack.blocks->size(), 3u);
+  std::vector<std::string> names;
+  for (const auto& [name, t] : stack.state_dict()) names.push_back(name);
+  // PyTorch's order: a module's own tensors, then its children's.
+  EXPECT_EQ(names.front(), "blocks.0.running_mean");
+  EXPECT_EQ(names.back(), "blocks.2.linear2.weight");
+  // Typed: each element is a Block, called without a cast, and it is the registered child.
+  Tensor x = ones({2, 4});
+  for (const auto& block : *stack.blocks) x = block->forward(x);
+  EXPECT_EQ(x.shape(), (Shape{2, 4}));
+  EXPECT_EQ(stack.blocks->child("1").get(), (*stack.blocks)[1].get());
+  tg::testing::expect_error_with([&] { (void)(*stack.blocks)[3]; }, {"ModuleList", "index 3", "3 modules"});
+  tg::testing::expect_error_with([&] { stack.blocks->append(std::shared_ptr<Block>()); }, {"ModuleList::append", "null"});
 }
 
 TEST(Module, TiedWeightsAreCountedOnce) {

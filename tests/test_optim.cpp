@@ -84,7 +84,7 @@ TEST(Optim, TrajectoriesMatchPyTorch) {
     auto opt = make_optimizer(c, params);
     run_steps(c, *opt, params, 0, c.json["steps"]);
     // The final state carries PyTorch's names and values (step, exp_avg, momentum_buffer, ...).
-    NamedTensors state = opt->state_dict();
+    StateDict state = opt->state_dict();
     for (auto& [key, file] : c.json["state"].items()) {
       bool found = false;
       for (auto& [name, value] : state)
@@ -104,7 +104,7 @@ TEST(Optim, StateDictRoundTripResumesTheTrajectory) {
     std::vector<Tensor> params = fresh_params(c);
     auto opt = make_optimizer(c, params);
     run_steps(c, *opt, params, 0, 3);
-    NamedTensors saved = opt->state_dict();
+    StateDict saved = opt->state_dict();
     // A new optimizer over copies of the parameters, with default hyperparameters that the
     // state dict must overwrite.
     std::vector<Tensor> resumed = {params[0].detach().clone().requires_grad_(), params[1].detach().clone().requires_grad_()};

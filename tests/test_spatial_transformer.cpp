@@ -11,10 +11,10 @@
 namespace tg {
 namespace {
 
-ImageDataset subset() { return load_fashion_mnist("train", tg::testing::data_path("fashion_mnist_subset")); }
+data::ImageDataset subset() { return data::load_fashion_mnist("train", tg::testing::data_path("fashion_mnist_subset")); }
 
 TEST(SpatialTransformer, StartsFromTheIdentityTransform) {
-  ImageDataset d = subset();
+  data::ImageDataset d = subset();
   Tensor x = d.images.narrow(0, 0, 16).contiguous();
   manual_seed(0);
   SpatialTransformerClassifier model;
@@ -24,7 +24,7 @@ TEST(SpatialTransformer, StartsFromTheIdentityTransform) {
 }
 
 TEST(SpatialTransformer, DistortionWithoutRangeIsTheIdentityAndOtherwiseMovesPixels) {
-  ImageDataset d = subset();
+  data::ImageDataset d = subset();
   Tensor x = d.images.narrow(0, 0, 8).contiguous();
   Generator gen(3);
   tg::testing::expect_close(random_affine_distort(x, gen, 0, 1, 1, 0), x, 0, 1e-5, "undistorted");
@@ -35,7 +35,7 @@ TEST(SpatialTransformer, DistortionWithoutRangeIsTheIdentityAndOtherwiseMovesPix
 }
 
 TEST(SpatialTransformer, GradientReachesTheLocalisationNetwork) {
-  ImageDataset d = subset();
+  data::ImageDataset d = subset();
   Generator gen(4);
   Tensor x = random_affine_distort(d.images.narrow(0, 0, 32).contiguous(), gen);
   manual_seed(1);
@@ -49,7 +49,7 @@ TEST(SpatialTransformer, GradientReachesTheLocalisationNetwork) {
 }
 
 TEST(SpatialTransformer, LossFallsOnTheDistortedSubset) {
-  ImageDataset d = subset();
+  data::ImageDataset d = subset();
   const int64_t n = d.images.size(0);
   ASSERT_EQ(n, 512);
   Generator gen(5);

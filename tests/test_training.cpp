@@ -20,7 +20,7 @@ double full_batch_loss(Module& model, const Tensor& x, const Tensor& y) {
 }  // namespace
 
 TEST(Training, MLPLearnsTheFashionMnistSubset) {
-  ImageDataset train = load_fashion_mnist("train", tg::testing::data_path("fashion_mnist_subset"));
+  data::ImageDataset train = data::load_fashion_mnist("train", tg::testing::data_path("fashion_mnist_subset"));
   const int64_t n = train.images.size(0);
   ASSERT_EQ(n, 512);
   Tensor x = train.images.reshape({n, 784});

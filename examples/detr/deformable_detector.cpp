@@ -26,13 +26,12 @@ ConvBackbone::ConvBackbone(const std::vector<int64_t>& channels, Generator* gen)
   TG_CHECK(!channels.empty(), "ConvBackbone: expected at least one level");
   stem_ = add_module("stem", std::make_shared<Sequential>());
   add_conv_norm_relu(*stem_, 1, channels[0], 2, gen);
-  auto stages = add_module("stages", std::make_shared<ModuleList>());
+  stages_ = add_module("stages", std::make_shared<ModuleList<Sequential>>());
   int64_t in = channels[0];
   for (int64_t c : channels) {
-    auto s = stages->append(std::make_shared<Sequential>());
+    auto s = stages_->append(std::make_shared<Sequential>());
     add_conv_norm_relu(*s, in, c, 2, gen);  // halves the side
     add_conv_norm_relu(*s, c, c, 1, gen);
-    stages_.push_back(s);
     in = c;
   }
 }
@@ -40,7 +39,7 @@ ConvBackbone::ConvBackbone(const std::vector<int64_t>& channels, Generator* gen)
 std::vector<Tensor> ConvBackbone::levels(const Tensor& images) {
   Tensor x = stem_->forward(images);
   std::vector<Tensor> out;
-  for (const auto& stage : stages_) {
+  for (const auto& stage : *stages_) {
     x = stage->forward(x);
     out.push_back(x);
   }
@@ -57,18 +56,17 @@ DeformableDetector::DeformableDetector(DeformableDetectorOptions options, Genera
   TG_CHECK(o_.num_queries > 0 && o_.num_classes > 0, "DeformableDetector: expected queries and classes > 0");
   TG_CHECK(d % 32 == 0, "DeformableDetector: d_model (", d, ") must be a multiple of 32 for GroupNorm(32)");
   backbone_ = add_module("backbone", std::make_shared<ConvBackbone>(o_.channels, gen));
-  auto lateral = add_module("fpn_lateral", std::make_shared<ModuleList>());
-  auto smooth = add_module("fpn_output", std::make_shared<ModuleList>());
-  auto proj = add_module("input_proj", std::make_shared<ModuleList>());
+  lateral_ = add_module("fpn_lateral", std::make_shared<ModuleList<Conv2d>>());
+  fpn_output_ = add_module("fpn_output", std::make_shared<ModuleList<Conv2d>>());
+  input_proj_ = add_module("input_proj", std::make_shared<ModuleList<Sequential>>());
   for (int64_t c : o_.channels) {
-    lateral_.push_back(lateral->append(std::make_shared<Conv2d>(c, d, IntList{1}, IntList{1}, IntList{0}, IntList{1}, 1,
-                                                                true, DType::Float32, gen)));
-    fpn_output_.push_back(smooth->append(std::make_shared<Conv2d>(d, d, IntList{3}, IntList{1}, IntList{1}, IntList{1},
-                                                                  1, true, DType::Float32, gen)));
-    auto p = proj->append(std::make_shared<Sequential>());
+    lateral_->append(
+        std::make_shared<Conv2d>(c, d, IntList{1}, IntList{1}, IntList{0}, IntList{1}, 1, true, DType::Float32, gen));
+    fpn_output_->append(
+        std::make_shared<Conv2d>(d, d, IntList{3}, IntList{1}, IntList{1}, IntList{1}, 1, true, DType::Float32, gen));
+    auto p = input_proj_->append(std::make_shared<Sequential>());
     p->push_back(std::make_shared<Conv2d>(d, d, IntList{1}, IntList{1}, IntList{0}, IntList{1}, 1, true, DType::Float32, gen));
     p->push_back(std::make_shared<GroupNorm>(32, d));
-    input_proj_.push_back(p);
   }
   position_ = add_module("position", std::make_shared<PositionEmbeddingSine>(d / 2, 10000, /*normalize=*/true));
   DeformableTransformerOptions t;
@@ -110,9 +108,9 @@ DetectorOutput DeformableDetector::detect(const Tensor& images) {
   Tensor merged;
   for (size_t l = feats.size(); l-- > 0;) {
     const int64_t H = feats[l].size(2), W = feats[l].size(3);
-    Tensor lateral = lateral_[l]->forward(feats[l]);  // (N, d, H, W)
+    Tensor lateral = (*lateral_)[l]->forward(feats[l]);  // (N, d, H, W)
     merged = merged.defined() ? lateral + upsample_bilinear2d(merged, {H, W}, /*align_corners=*/false) : lateral;
-    srcs[l] = input_proj_[l]->forward(fpn_output_[l]->forward(merged));
+    srcs[l] = (*input_proj_)[l]->forward((*fpn_output_)[l]->forward(merged));
   }
   for (size_t l = 0; l < feats.size(); ++l) {
     masks.push_back(zeros({N, srcs[l].size(2), srcs[l].size(3)}, DType::Int64));  // no padding: equal canvases

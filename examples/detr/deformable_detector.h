@@ -43,7 +43,7 @@ class ConvBackbone : public Module {
 
  private:
   std::shared_ptr<Sequential> stem_;
-  std::vector<std::shared_ptr<Sequential>> stages_;
+  std::shared_ptr<ModuleList<Sequential>> stages_;
 };
 
 class DeformableDetector : public Detector {
@@ -56,9 +56,9 @@ class DeformableDetector : public Detector {
  private:
   DeformableDetectorOptions o_;
   std::shared_ptr<ConvBackbone> backbone_;
-  std::vector<std::shared_ptr<Conv2d>> lateral_;         // "fpn_lateral.<l>": 1x1, channels[l] -> d_model
-  std::vector<std::shared_ptr<Conv2d>> fpn_output_;      // "fpn_output.<l>": 3x3 smoothing of the merged level
-  std::vector<std::shared_ptr<Sequential>> input_proj_;  // "input_proj.<l>.0" (1x1) and ".1" (GroupNorm(32))
+  std::shared_ptr<ModuleList<Conv2d>> lateral_;         // "fpn_lateral.<l>": 1x1, channels[l] -> d_model
+  std::shared_ptr<ModuleList<Conv2d>> fpn_output_;      // "fpn_output.<l>": 3x3 smoothing of the merged level
+  std::shared_ptr<ModuleList<Sequential>> input_proj_;  // "input_proj.<l>.0" (1x1) and ".1" (GroupNorm(32))
   std::shared_ptr<PositionEmbeddingSine> position_;
   std::shared_ptr<DeformableTransformer> transformer_;
   Tensor query_embed_;  // (Q, 2 d_model): [query_pos | tgt], as nn.Embedding(Q, 2 d).weight

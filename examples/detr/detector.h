@@ -17,16 +17,6 @@
 
 namespace tg::detr {
 
-// PyTorch's nn.ModuleList: children named 0, 1, ... ("encoder.0.linear1.weight").
-struct ModuleList : Module {
-  std::string name() const override { return "ModuleList"; }
-  template <class M>
-  std::shared_ptr<M> append(std::shared_ptr<M> m) {
-    return add_module(std::to_string(size++), m);
-  }
-  int64_t size = 0;
-};
-
 // Deformable DETR's inverse_sigmoid: log(x / (1 - x)) with both clamped to eps (recorded).
 Tensor inverse_sigmoid(const Tensor& x, double eps = 1e-5);
 

@@ -56,12 +56,10 @@ PatchDetr::PatchDetr(PatchDetrOptions options, Generator* gen) : o_(options) {
   patch_embed_ = add_module("patch_embed", std::make_shared<Linear>(o_.patch * o_.patch, d, true, DType::Float32, gen));
   pos_embed_ = register_parameter("pos_embed", normal({tokens, d}, 0.0, 0.02, DType::Float32, gen));
   query_embed_ = register_parameter("query_embed", normal({o_.num_queries, d}, 0.0, 1.0, DType::Float32, gen));
-  auto encoder = add_module("encoder", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < o_.encoder_layers; ++i)
-    encoder_.push_back(encoder->append(std::make_shared<EncoderLayer>(d, o_.heads, o_.ffn, gen)));
-  auto decoder = add_module("decoder", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < o_.decoder_layers; ++i)
-    decoder_.push_back(decoder->append(std::make_shared<DecoderLayer>(d, o_.heads, o_.ffn, gen)));
+  encoder_ = add_module("encoder", std::make_shared<ModuleList<EncoderLayer>>());
+  for (int64_t i = 0; i < o_.encoder_layers; ++i) encoder_->append(std::make_shared<EncoderLayer>(d, o_.heads, o_.ffn, gen));
+  decoder_ = add_module("decoder", std::make_shared<ModuleList<DecoderLayer>>());
+  for (int64_t i = 0; i < o_.decoder_layers; ++i) decoder_->append(std::make_shared<DecoderLayer>(d, o_.heads, o_.ffn, gen));
   reference_points_ = add_module("reference_points", std::make_shared<Linear>(d, 2, true, DType::Float32, gen));
   class_embed_ = add_module("class_embed", std::make_shared<Linear>(d, o_.num_classes + 1, true, DType::Float32, gen));
   bbox_embed_ = add_module("bbox_embed", std::make_shared<Sequential>());
@@ -82,10 +80,10 @@ DetectorOutput PatchDetr::detect(const Tensor& images) {
   Tensor patches = images.reshape({B, G, P, G, P}).permute({0, 1, 3, 2, 4}).reshape({B, G * G, P * P});
   Tensor pos = pos_embed_.unsqueeze(0);
   Tensor memory = patch_embed_->forward(patches);
-  for (auto& layer : encoder_) memory = layer->run(memory, pos);
+  for (const auto& layer : *encoder_) memory = layer->run(memory, pos);
   Tensor query_pos = query_embed_.unsqueeze(0).expand({B, -1, -1});
   Tensor tgt = zeros({B, o_.num_queries, o_.d_model});
-  for (auto& layer : decoder_) tgt = layer->run(tgt, query_pos, memory, pos);
+  for (const auto& layer : *decoder_) tgt = layer->run(tgt, query_pos, memory, pos);
   // Deformable DETR's reference points: each query owns a learned point (from its embedding) and
   // the box head predicts the centre relative to it, in logit space. Queries then start spread
   // over the image instead of all predicting the same box, which speeds up DETR's slow start.

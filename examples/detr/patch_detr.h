@@ -37,8 +37,8 @@ class PatchDetr : public Detector {
   std::shared_ptr<Linear> patch_embed_;
   Tensor pos_embed_;    // [tokens, d] learned positions of the patches
   Tensor query_embed_;  // [queries, d] learned object queries (DETR's query_pos)
-  std::vector<std::shared_ptr<EncoderLayer>> encoder_;
-  std::vector<std::shared_ptr<DecoderLayer>> decoder_;
+  std::shared_ptr<ModuleList<EncoderLayer>> encoder_;
+  std::shared_ptr<ModuleList<DecoderLayer>> decoder_;
   std::shared_ptr<Linear> reference_points_;
   std::shared_ptr<Linear> class_embed_;
   std::shared_ptr<Sequential> bbox_embed_;

@@ -50,7 +50,7 @@ std::vector<float> resize_bilinear(const float* src, int64_t h, int64_t w, int64
   return out;
 }
 
-SceneGenerator::SceneGenerator(ImageDataset items, SceneOptions options, uint64_t seed)
+SceneGenerator::SceneGenerator(data::ImageDataset items, SceneOptions options, uint64_t seed)
     : items_(std::move(items)), options_(options), seed_(seed) {
   TG_CHECK(items_.images.defined() && items_.images.dim() == 3 && items_.images.size(0) > 0,
            "scenes: expected a non-empty dataset of [N, H, W] images");

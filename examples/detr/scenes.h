@@ -37,12 +37,12 @@ class SceneGenerator {
  public:
   // Throws tg::Error when the options cannot make a scene (canvas smaller than an item, ...)
   // or the dataset is empty.
-  SceneGenerator(ImageDataset items, SceneOptions options, uint64_t seed);
+  SceneGenerator(data::ImageDataset items, SceneOptions options, uint64_t seed);
   Scene scene(int64_t index) const;
   const SceneOptions& options() const { return options_; }
 
  private:
-  ImageDataset items_;
+  data::ImageDataset items_;
   SceneOptions options_;
   uint64_t seed_;
 };

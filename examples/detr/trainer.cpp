@@ -122,8 +122,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   const std::string ckpt = (fs::path(o.out) / "checkpoint.safetensors").string();
   const std::string csv = (fs::path(o.out) / "history.csv").string();
 
-  ImageDataset train_items = load_fashion_mnist("train", o.data_dir);
-  ImageDataset val_items = load_fashion_mnist("test", o.data_dir);
+  data::ImageDataset train_items = data::load_fashion_mnist("train", o.data_dir);
+  data::ImageDataset val_items = data::load_fashion_mnist("test", o.data_dir);
   SceneGenerator train(train_items, o.scenes, o.seed), val(val_items, o.scenes, o.seed + 1);
 
   std::unique_ptr<Detector> model = make_detector(o);

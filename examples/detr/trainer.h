@@ -28,7 +28,7 @@ struct TrainOptions {
   int64_t batch_size = 16;
   int threads = 2;
   uint64_t seed = 0;
-  std::string data_dir = kFashionMnistDir;
+  std::string data_dir = data::kFashionMnistDir;
   std::string out = "detr_run";
   bool resume = false;     // continue from out/checkpoint.safetensors
   bool eval_only = false;  // evaluate out/checkpoint.safetensors; write no checkpoint

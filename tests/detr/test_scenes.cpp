@@ -8,12 +8,12 @@
 namespace tg::detr {
 namespace {
 
-ImageDataset subset(const std::string& split) {
-  return load_fashion_mnist(split, tg::testing::data_path("fashion_mnist_subset"));
+data::ImageDataset subset(const std::string& split) {
+  return data::load_fashion_mnist(split, tg::testing::data_path("fashion_mnist_subset"));
 }
 
 TEST(DetrScenes, DeterministicFromSeedAndIndex) {
-  ImageDataset train = subset("train");
+  data::ImageDataset train = subset("train");
   SceneGenerator a(train, {}, 5), b(train, {}, 5), c(train, {}, 6);
   for (int64_t i : {0, 1, 17, 1000}) {
     Scene x = a.scene(i), y = b.scene(i);
@@ -32,7 +32,7 @@ TEST(DetrScenes, DeterministicFromSeedAndIndex) {
 }
 
 TEST(DetrScenes, BoxesAreTightAndCoverEveryPixel) {
-  ImageDataset train = subset("train");
+  data::ImageDataset train = subset("train");
   SceneOptions opt;
   SceneGenerator gen(train, opt, 1);
   std::vector<int> count_seen(5, 0);
@@ -97,14 +97,14 @@ TEST(DetrScenes, ResizeBilinearKeepsConstantsAndHalvesExactly) {
 }
 
 TEST(DetrScenes, RejectsImpossibleOptions) {
-  ImageDataset train = subset("train");
+  data::ImageDataset train = subset("train");
   SceneOptions opt;
   opt.max_side = 80;  // larger than the 64 canvas
   EXPECT_THROW(SceneGenerator(train, opt, 0), Error);
   opt = {};
   opt.min_items = 0;
   EXPECT_THROW(SceneGenerator(train, opt, 0), Error);
-  EXPECT_THROW(load_fashion_mnist("train", "/nonexistent"), Error);
+  EXPECT_THROW(data::load_fashion_mnist("train", "/nonexistent"), Error);
 }
 
 }  // namespace
