@@ -1,5 +1,6 @@
 // grid_sample and affine_grid: validation, dtype dispatch and the tape. The kernels (and the
-// maths) are in grid_sample_kernels.cpp.
+// maths) are in grid_sample_kernels.cpp, the second-order one in grid_sample_double_backward.cpp.
+// Double backward (create_graph): see grid_sample_backward_backward_fn.
 #include "grid_sample.h"
 
 #include <cmath>
