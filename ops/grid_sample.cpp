@@ -1,5 +1,6 @@
 // grid_sample and affine_grid: validation, dtype dispatch and the tape. The kernels (and the
-// maths) are in grid_sample_kernels.cpp.
+// maths) are in grid_sample_kernels.cpp, the second-order one in grid_sample_double_backward.cpp.
+// Double backward (create_graph): see grid_sample_backward_backward_fn.
 #include "grid_sample.h"
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include "../framework/checked_math.h"
 #include "../framework/random.h"
 #include "../framework/tape.h"
+#include "elementwise.h"
 #include "samples.h"
 
 namespace tg {
@@ -48,6 +50,18 @@ void check_input_and_grid(const char* op, const Tensor& input, const Tensor& gri
            dtype_name(input.dtype()), " and ", dtype_name(grid.dtype()));
 }
 
+// grad_output of the backward kernels: defined, [N, C, Ho, Wo], input's dtype. After
+// check_input_and_grid.
+void check_grad_output(const char* op, const Tensor& grad_output, const Tensor& input, const Tensor& grid) {
+  const Shape out_shape{input.size(0), input.size(1), grid.size(1), grid.size(2)};
+  checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
+  TG_CHECK(grad_output.defined(), op, ": expected grad_output of shape ", format_shape(out_shape), ", got undefined");
+  TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output of shape [N, C, Ho, Wo] = ",
+           format_shape(out_shape), ", got ", format_shape(grad_output.shape()));
+  TG_CHECK(grad_output.dtype() == input.dtype(), op, ": expected grad_output of dtype ", dtype_name(input.dtype()),
+           ", got ", dtype_name(grad_output.dtype()));
+}
+
 // The backward on validated, contiguous tensors. input is read only for a bilinear or bicubic
 // grad_grid, so it may be undefined otherwise; its shape comes from input_shape.
 GridSampleGrads run_backward(const char* op, const Tensor& grad_output, const Tensor& input, const Shape& input_shape,
@@ -69,13 +83,25 @@ GridSampleGrads run_backward(const char* op, const Tensor& grad_output, const Te
   return grads;
 }
 
+GridSampleGrads recorded_backward(const char* op, const Tensor& grad_output, const Tensor& input,
+                                  const Shape& input_shape, const Tensor& grid, const GridSampleAttrs& a,
+                                  std::array<bool, 2> mask);
+Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
+                        GridSamplePadding padding, bool align_corners);
+
 std::vector<Tensor> grid_sample_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const bool want_input = ctx.needs_grad(0), want_grid = ctx.needs_grad(1);
   const GridSampleAttrs& a = ctx.attrs<GridSampleAttrs>();
   // Saved: 0 grid (always), 1 input (only when grad_grid reads it, see grid_sample_impl).
   const bool reads_input = want_grid && a.mode != GridSampleMode::Nearest;
-  GridSampleGrads grads = run_backward(ctx.op_name(), g[0].contiguous(), reads_input ? ctx.saved(1) : Tensor(),
-                                       ctx.input_shape(0), ctx.saved(0), a, want_input, want_grid);
+  const Tensor input = reads_input ? ctx.saved(1) : Tensor();
+  // Under create_graph the backward is itself a recorded entry (grid_sampler_2d_backward), so
+  // the gradients can be differentiated again; otherwise the kernel runs unrecorded.
+  GridSampleGrads grads =
+      ctx.create_graph()
+          ? recorded_backward(ctx.op_name(), g[0], input, ctx.input_shape(0), ctx.saved(0), a, {want_input, want_grid})
+          : run_backward(ctx.op_name(), g[0].contiguous(), input.defined() ? input.contiguous() : input,
+                         ctx.input_shape(0), ctx.saved(0).contiguous(), a, want_input, want_grid);
   return {grads.grad_input, grads.grad_grid};
 }
 
@@ -129,6 +155,16 @@ std::vector<SampleCase> grid_sample_samples() {
        run(M::Bicubic, P::Zeros, true)},
       {"bicubic, border, N 2, C 1, 4x4 -> 2x2", make(2, 1, 4, 4, 2, 2, false, false),
        run(M::Bicubic, P::Border, false)},
+      // Appended (the seeds go by index): with the cases above, bilinear has every padding
+      // with align_corners both ways, for the generic gradgradcheck.
+      {"bilinear, zeros, align_corners, points outside, N 1, C 2, 4x3 -> 2x3", make(1, 2, 4, 3, 2, 3, true, true),
+       run(M::Bilinear, P::Zeros, true)},
+      {"bilinear, border, N 2, C 2, 3x5 -> 2x2", make(2, 2, 3, 5, 2, 2, false, false),
+       run(M::Bilinear, P::Border, false)},
+      {"nearest, reflection, align_corners, N 1, C 2, 4x4 -> 2x3", make(1, 2, 4, 4, 2, 3, true, false),
+       run(M::Nearest, P::Reflection, true)},
+      {"bicubic, reflection, align_corners, points outside, N 1, C 1, 5x4 -> 2x2", make(1, 1, 5, 4, 2, 2, true, true),
+       run(M::Bicubic, P::Reflection, true)},
   };
 }
 
@@ -164,11 +200,104 @@ std::vector<SampleCase> affine_grid_samples() {
 }  // namespace
 
 const OpDef kGridSampleOp{"grid_sample", "grid_sampler_2d_backward", "input, grid", grid_sample_backward_fn,
-                          grid_sample_samples};
+                          grid_sample_samples, true};
 const OpDef kAffineGridOp{"affine_grid", "affine_grid_generator_backward", "theta", affine_grid_backward_fn,
                           affine_grid_samples};
 
 namespace {
+
+// What the recorded backward entry needs besides its saved tensors.
+struct GridSampleBackwardAttrs {
+  GridSampleAttrs fwd;
+  std::array<bool, 2> mask;  // which of grad_input, grad_grid are the entry's outputs, in that order
+};
+
+// Double backward: the backward of grid_sampler_2d_backward, for upstream gradients gg_input
+// (of grad_input) and gg_grid (of grad_grid). With go = grad_output and x = input, the backward
+// computes grad_input = the scatter of go with the weights (the adjoint of sampling, so linear
+// in go and free of x) and grad_grid = sum over channels of go times d sample / d grid. So
+//   <gg_input, grad_input> = <go, grid_sample(gg_input, grid)>, whose gradients are
+//       d/dgo = grid_sample(gg_input, grid),  d/dgrid = grad_grid of the backward with gg_input
+//       in place of x (both recorded ops again, so differentiable once more), d/dx = 0;
+//   <gg_grid, grad_grid> gives d/dgo, d/dx and d/dgrid (the Hessian of the weights in the grid:
+//       the cross term within a cell for bilinear), all three from one kernel,
+//       grid_sampler_2d_double_backward (formulas in grid_sample_double_backward.cpp).
+// Nearest's grad_grid is identically zero, and its weights are piecewise constant in the
+// grid: only d/dgo from gg_input remains.
+std::vector<Tensor> grid_sample_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  const auto& a = ctx.attrs<GridSampleBackwardAttrs>();
+  const char* op = "grid_sampler_2d_backward_backward";
+  Tensor gg_input, gg_grid;
+  size_t k = 0;
+  if (a.mask[0]) gg_input = gg[k++];
+  if (a.mask[1]) gg_grid = gg[k++];
+  const bool smooth = a.fwd.mode != GridSampleMode::Nearest;
+  // Saved: 0 grad_output, 1 input (only when grad_grid reads it), 2 grid.
+  const Tensor go = ctx.saved(0), grid = ctx.saved(2);
+  const Tensor x = a.mask[1] && smooth ? ctx.saved(1) : Tensor();
+  const bool want_go = ctx.needs_grad(0), want_x = ctx.needs_grad(1), want_grid = ctx.needs_grad(2);
+  Tensor d_go, d_x, d_grid;
+  auto accumulate = [](Tensor& sum, const Tensor& t) { sum = sum.defined() ? add(sum, t) : t; };
+  if (gg_input.defined()) {
+    if (want_go) accumulate(d_go, grid_sample_impl(op, gg_input, grid, a.fwd.mode, a.fwd.padding, a.fwd.align_corners));
+    if (want_grid && smooth)
+      accumulate(d_grid, recorded_backward(op, go, gg_input, gg_input.shape(), grid, a.fwd, {false, true}).grad_grid);
+  }
+  if (x.defined() && (want_go || want_x || want_grid)) {
+    GridSampleDoubleGrads r = grid_sampler_2d_double_backward(
+        go, x, grid, gg_grid, static_cast<int64_t>(a.fwd.mode), static_cast<int64_t>(a.fwd.padding),
+        a.fwd.align_corners, {want_go, want_x, want_grid});
+    if (want_go) accumulate(d_go, r.grad_grad_output);
+    if (want_x) d_x = r.grad_input;
+    if (want_grid) accumulate(d_grid, r.grad_grid);
+  }
+  const DType dt = go.dtype();
+  if (want_go && !d_go.defined()) d_go = zeros(go.shape(), dt);
+  if (want_x && !d_x.defined()) d_x = zeros(ctx.input_shape(1), dt);
+  if (want_grid && !d_grid.defined()) d_grid = zeros(ctx.input_shape(2), dt);
+  return {d_go, d_x, d_grid};
+}
+
+// The third derivative is not implemented: reaching this entry's backward is an error (with
+// create_graph the tape refuses it first, as the OpDef says it is not twice differentiable).
+std::vector<Tensor> grid_sample_double_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>&) {
+  TG_ERROR(ctx.op_name(), "_backward: expected at most second derivatives of grid_sample, got a request for a third "
+           "(the backward of grid_sampler_2d_double_backward, grid_sample's second-order term in the grid, is not "
+           "implemented)");
+}
+
+}  // namespace
+
+const OpDef kGridSampleBackwardOp{"grid_sampler_2d_backward", "grid_sampler_2d_backward_backward",
+                                  "grad_output, input, grid", grid_sample_backward_backward_fn, nullptr, true};
+const OpDef kGridSampleDoubleBackwardOp{"grid_sampler_2d_double_backward",
+                                        "grid_sampler_2d_double_backward_backward",
+                                        "grad_output, input, grid, gg_grid",
+                                        grid_sample_double_backward_backward_fn, nullptr, false};
+
+namespace {
+
+// The backward as a recorded entry (inputs grad_output, input, grid; outputs the gradients
+// `mask` asks for), so that under create_graph its gradients can be differentiated again.
+// input is read (and linked) only for a bilinear or bicubic grad_grid; input_shape gives its
+// shape otherwise.
+GridSampleGrads recorded_backward(const char* op, const Tensor& grad_output, const Tensor& input,
+                                  const Shape& input_shape, const Tensor& grid, const GridSampleAttrs& a,
+                                  std::array<bool, 2> mask) {
+  const Tensor reads = mask[1] && a.mode != GridSampleMode::Nearest ? input : Tensor();
+  GridSampleGrads r = run_backward(op, grad_output.detach().contiguous(),
+                                   reads.defined() ? reads.detach().contiguous() : Tensor(), input_shape,
+                                   grid.detach().contiguous(), a, mask[0], mask[1]);
+  if (Recorder rec{kGridSampleBackwardOp, {grad_output, reads, grid}}) {
+    rec.set_attrs(GridSampleBackwardAttrs{a, mask});
+    rec.save({grad_output, reads, grid});
+    std::vector<Tensor> outputs;
+    for (const Tensor* t : {&r.grad_input, &r.grad_grid})
+      if (t->defined()) outputs.push_back(*t);
+    rec.set_outputs(outputs);
+  }
+  return r;
+}
 
 Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
                         GridSamplePadding padding, bool align_corners) {
@@ -189,7 +318,9 @@ Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid,
   if (Recorder rec{kGridSampleOp, {input, grid}}) {
     // grad_input needs only grid (and grad_output); grad_grid needs input as well, except
     // nearest's, which is zero.
-    rec.save({gr, rec.needs_grad(1) && mode != GridSampleMode::Nearest ? in : Tensor()});
+    // Saved as given, not the contiguous copies: under create_graph, the backward's gradients
+    // must flow back into input and grid (the backward calls contiguous()).
+    rec.save({grid, rec.needs_grad(1) && mode != GridSampleMode::Nearest ? input : Tensor()});
     rec.set_attrs(GridSampleAttrs{mode, padding, align_corners});
     rec.set_outputs({out});
   }
@@ -218,15 +349,51 @@ GridSampleGrads grid_sampler_2d_backward(const Tensor& grad_output, const Tensor
   const char* op = "grid_sampler_2d_backward";
   const GridSampleAttrs a{checked_mode(op, interpolation_mode), checked_padding(op, padding_mode), align_corners};
   check_input_and_grid(op, input, grid);
-  const Shape out_shape{input.size(0), input.size(1), grid.size(1), grid.size(2)};
-  checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
-  TG_CHECK(grad_output.defined(), op, ": expected grad_output of shape ", format_shape(out_shape), ", got undefined");
-  TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output of shape [N, C, Ho, Wo] = ",
-           format_shape(out_shape), ", got ", format_shape(grad_output.shape()));
-  TG_CHECK(grad_output.dtype() == input.dtype(), op, ": expected grad_output of dtype ", dtype_name(input.dtype()),
-           ", got ", dtype_name(grad_output.dtype()));
-  return run_backward(op, grad_output.contiguous(), input.contiguous(), input.shape(),
-                      grid.contiguous(), a, output_mask[0], output_mask[1]);
+  check_grad_output(op, grad_output, input, grid);
+  return recorded_backward(op, grad_output, input, input.shape(), grid, a, output_mask);
+}
+
+GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output, const Tensor& input,
+                                                      const Tensor& grid, const Tensor& gg_grid,
+                                                      int64_t interpolation_mode, int64_t padding_mode,
+                                                      bool align_corners, std::array<bool, 3> output_mask) {
+  const char* op = "grid_sampler_2d_double_backward";
+  const GridSampleMode mode = checked_mode(op, interpolation_mode);
+  const GridSamplePadding padding = checked_padding(op, padding_mode);
+  check_input_and_grid(op, input, grid);
+  check_grad_output(op, grad_output, input, grid);
+  TG_CHECK(gg_grid.defined(), op, ": expected gg_grid of grid's shape ", format_shape(grid.shape()),
+           ", got undefined");
+  TG_CHECK(gg_grid.shape() == grid.shape(), op, ": expected gg_grid of grid's shape ", format_shape(grid.shape()),
+           ", got ", format_shape(gg_grid.shape()));
+  TG_CHECK(gg_grid.dtype() == grid.dtype(), op, ": expected gg_grid of dtype ", dtype_name(grid.dtype()), ", got ",
+           dtype_name(gg_grid.dtype()));
+  const DType dt = input.dtype();
+  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t Ho = grid.size(1), Wo = grid.size(2);
+  GridSampleDoubleGrads r;
+  if (output_mask[0]) r.grad_grad_output = Tensor::empty(grad_output.shape(), dt);
+  if (output_mask[1]) r.grad_input = Tensor::empty(input.shape(), dt);
+  if (output_mask[2]) r.grad_grid = Tensor::empty(grid.shape(), dt);
+  if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return r;
+  const Tensor go = grad_output.detach().contiguous(), x = input.detach().contiguous();
+  const Tensor gr = grid.detach().contiguous(), gg = gg_grid.detach().contiguous();
+  dispatch_floating(dt, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    kernels::grid_sample_2d_double_backward<T>(go.data<T>(), x.data<T>(), gr.data<T>(), gg.data<T>(),
+                                               ptr(r.grad_grad_output), ptr(r.grad_input), ptr(r.grad_grid), N, C,
+                                               H, W, Ho, Wo, mode, padding, align_corners);
+  });
+  // Recorded (when a third derivative is asked for through it) only so that the tape raises
+  // instead of treating these gradients as constants: its own backward is not implemented.
+  if (Recorder rec{kGridSampleDoubleBackwardOp, {grad_output, input, grid, gg_grid}}) {
+    std::vector<Tensor> outputs;
+    for (const Tensor* t : {&r.grad_grad_output, &r.grad_input, &r.grad_grid})
+      if (t->defined()) outputs.push_back(*t);
+    rec.set_outputs(outputs);
+  }
+  return r;
 }
 
 Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool align_corners) {
@@ -274,6 +441,8 @@ Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector
 
 void register_grid_sample_ops(Registry& r) {
   r.add(kGridSampleOp);
+  r.add(kGridSampleBackwardOp);
+  r.add(kGridSampleDoubleBackwardOp);
   r.add(kAffineGridOp);
 }
 

@@ -36,7 +36,7 @@
 //     multiplier is 0.
 //
 // Threading: OpenMP, no atomics. Every output element is produced by exactly one thread,
-// in an order that does not depend on the number of threads, so all four kernels give
+// in an order that does not depend on the number of threads, so all five kernels give
 // bit-identical results for any thread count (see the .cpp for how the scatter-add of
 // grad_input is split).
 #pragma once
@@ -62,6 +62,20 @@ void grid_sample_2d_backward(const T* grad_output, const T* input, const T* grid
                              T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t Ho,
                              int64_t Wo, GridSampleMode mode, GridSamplePadding padding,
                              bool align_corners);
+
+// The second-order terms that come from gg_grid (N, Ho, Wo, 2), the upstream gradient of
+// grad_grid (grid_sample_double_backward.cpp has the formulas): the gradients of
+// <gg_grid, grad_grid> with respect to grad_output (grad_grad_output, (N, C, Ho, Wo)), input
+// (grad_input, (N, C, H, W)) and grid (grad_grid, (N, Ho, Wo, 2)). Nearest's grad_grid is
+// identically zero, and so are these. nullptr for one that is not needed; input may be
+// nullptr when only grad_input is asked for. All are overwritten, not accumulated into; same
+// threading guarantee as the others.
+template <class T>
+void grid_sample_2d_double_backward(const T* grad_output, const T* input, const T* grid,
+                                    const T* gg_grid, T* grad_grad_output, T* grad_input,
+                                    T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W,
+                                    int64_t Ho, int64_t Wo, GridSampleMode mode,
+                                    GridSamplePadding padding, bool align_corners);
 
 // grid (N, H, W, 2) = theta (N, 2, 3) applied to the base grid (x_w, y_h, 1), where x_w and
 // y_h are linspace(-1, 1) over W and H (scaled by (W - 1) / W when !align_corners; a size
