@@ -235,8 +235,8 @@ std::vector<SampleCase> max_pool_double_backward_samples() {
 }
 
 std::vector<SampleCase> avg_pool2d_backward_samples() {
-  return {{"[1,2,3,3] grad -> [1,2,6,5], k3 s2 p1 ceil_mode, count_include_pad false",
-           [](DType dt) { return Inputs{sample_tensor({1, 2, 3, 3}, dt)}; },
+  return {{"[1,2,4,3] grad -> [1,2,6,5], k3 s2 p1 ceil_mode, count_include_pad false",
+           [](DType dt) { return Inputs{sample_tensor({1, 2, 4, 3}, dt)}; },
            [](const Inputs& x) {
              return Inputs{avg_pool2d_backward(x[0], {1, 2, 6, 5}, {3}, {2}, {1}, true, false, std::nullopt)};
            }}};
