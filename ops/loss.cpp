@@ -223,7 +223,16 @@ std::vector<SampleCase> bce_samples() {
            [](const Inputs& x) { return Inputs{binary_cross_entropy_with_logits(x[0], x[1], x[2], Reduction::None)}; }},
           {"[2,3] mean, no pos_weight",
            [](DType dt) { return Inputs{sample_tensor({2, 3}, dt), sample_uniform({2, 3}, dt, 0.0, 1.0)}; },
-           [](const Inputs& x) { return Inputs{binary_cross_entropy_with_logits(x[0], x[1])}; }}};
+           [](const Inputs& x) { return Inputs{binary_cross_entropy_with_logits(x[0], x[1])}; }},
+          {"[2,3] sum, logits 0 and +-8, pos_weight [2,3]",
+           [](DType dt) {
+             Tensor x = from_vector(std::vector<double>{0.0, 8.0, -8.0, 0.7, -1.3, 2.1}, {2, 3}).to(dt);
+             x.requires_grad_();
+             return Inputs{x, sample_uniform({2, 3}, dt, 0.0, 1.0), sample_uniform({2, 3}, dt, 0.5, 2.0)};
+           },
+           [](const Inputs& x) {
+             return Inputs{binary_cross_entropy_with_logits(x[0], x[1], x[2], Reduction::Sum)};
+           }}};
 }
 
 }  // namespace

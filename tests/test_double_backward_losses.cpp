@@ -185,9 +185,10 @@ TEST(DoubleBackwardLosses, PoolingGradientsAreLinearInTheOutputGradient) {
   EXPECT_FALSE(g_plain.requires_grad());
 }
 
-TEST(DoubleBackwardLosses, CrossEntropyDoubleBackwardKeepsNoLogitsAlive) {
-  // The logits' history reaches the double backward through the entry's edge: logits computed
-  // by an op (not a leaf) still get their second derivative.
+TEST(DoubleBackwardLosses, CrossEntropyOfComputedLogitsMatchesLogSoftmaxAndNll) {
+  // cross_entropy saves the log-probabilities, not the logits: their history reaches the double
+  // backward through the entry's edge (BackwardContext::input_history), so logits computed by
+  // an op (not a leaf) get their second derivative, the same as through the unfused ops.
   Tensor w = randn({3, 4}, DType::Float64), x = randn({5, 4}, DType::Float64);
   w.requires_grad_();
   Tensor t = from_vector(std::vector<int64_t>{0, 2, 1, 1, 0}, {5});
