@@ -108,6 +108,16 @@ Tensor BackwardContext::saved(int i) const {
   return s.tensor;
 }
 
+Tensor BackwardContext::input_history(int i, const Tensor& stand_in) const {
+  TG_CHECK(!stand_in.defined() || stand_in.shape() == input_shape(i), node_.op_->backward_name,
+           ": internal error: a stand-in of shape ", format_shape(stand_in.shape()), " for input ", i, " of shape ",
+           format_shape(input_shape(i)));
+  if (!create_graph_ || !needs_grad(i)) return stand_in;
+  const Edge& e = node_.edges_[i];
+  if (e.fn) return with_history(stand_in, e.fn, e.output_nr);
+  return Tensor(e.leaf);
+}
+
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!GradMode::is_enabled()) return false;
   for (const Tensor& t : inputs)

@@ -97,6 +97,12 @@ class BackwardContext {
   // create_graph it carries its history (its gradient flows back where the original's would),
   // otherwise none.
   Tensor saved(int i) const;
+  // Under create_graph, a tensor whose gradient flows where input i's does, for a backward
+  // that records an op of the input whose own backward never reads that input's values (it
+  // saves its output, as log_softmax): the input itself when it is a leaf, else `stand_in` (of
+  // the input's shape) linked to the input's producer. So an op need not keep its input alive
+  // for double backward. Without create_graph, or when input i needs no gradient: stand_in.
+  Tensor input_history(int i, const Tensor& stand_in) const;
   // Whether this backward is being recorded (create_graph): then the gradients must come from
   // recorded ops, which happens by itself when a backward calls ops rather than raw kernels.
   bool create_graph() const { return create_graph_; }

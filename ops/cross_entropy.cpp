@@ -11,14 +11,23 @@
 // ignore_index (checked against torch 1.13 by the golden fixtures); all ignored: NaN.
 // d loss_i / d logit_c = a_i (p_c - [c == t_i]) + b_i (C p_c - 1), with a_i, b_i the weights
 // of the two terms times the incoming gradient.
+//
+// Double backward: with W[i, c] = a_i [c == t_i] + b_i (the weights above without the incoming
+// gradient, 0 on ignored lanes), loss_i = -sum_c W[i, c] logp[i, c] and its gradient is
+// g_i (p W_i - W) with W_i = sum_c W[i, c]. Under create_graph that is spelled in recorded ops
+// from logp recorded as log_softmax of the logits (log_softmax_from_output: the logits'
+// values are not needed, so they are not saved), twice differentiable through log_softmax.
 #include <cmath>
 #include <limits>
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
+#include "elementwise.h"
 #include "loss.h"
+#include "reduce.h"
 #include "samples.h"
 #include "softmax.h"
+#include "unary.h"
 #include "vec_math.h"
 
 namespace tg {
@@ -33,10 +42,43 @@ struct CrossEntropyAttrs {
   double smooth_denominator;  // #valid for mean, else 1
 };
 
+// The recorded backward (create_graph): g (p sum_c W - W), see the top of the file.
+std::vector<Tensor> recorded_backward(const BackwardContext& ctx, const Tensor& grad, const Tensor& logp_saved,
+                                      const Tensor& target) {
+  const auto a = ctx.attrs<CrossEntropyAttrs>();
+  const Tensor logp = logp_saved.detach();
+  const int64_t N = logp.size(0), C = logp.size(1), K = logp.numel() / std::max<int64_t>(N * C, 1);
+  Tensor w = zeros(logp.shape(), logp.dtype());
+  dispatch_floating(logp.dtype(), "cross_entropy_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t* t = target.data<int64_t>();
+    T* pw = w.data<T>();
+    for (int64_t l = 0; l < N * K; ++l) {
+      if (t[l] == a.ignore_index) continue;
+      const int64_t n = l / K, k = l % K;
+      T* wl = pw + n * C * K + k;
+      const double b = a.eps / static_cast<double>(C) / a.smooth_denominator;
+      if (b != 0)
+        for (int64_t c = 0; c < C; ++c) wl[c * K] = static_cast<T>(b);
+      wl[t[l] * K] = static_cast<T>((1.0 - a.eps) / a.nll_denominator + b);
+    }
+  });
+  // logp as log_softmax of the logits: the logits' history on logp's values (of its shape).
+  const Tensor logits = ctx.input_history(0, logp.reshape(ctx.input_shape(0))).reshape(logp.shape());
+  const Tensor lp = log_softmax_from_output(logits, logp, 1);
+  const Tensor w_sum = sum(w, {1}, /*keepdim=*/true);
+  Shape lane_shape = logp.shape();
+  lane_shape[1] = 1;
+  const Tensor g = a.reduction == Reduction::None ? grad.reshape(lane_shape) : grad;  // else 0-d
+  const Tensor dx = mul(g, sub(mul(exp(lp), w_sum), w));
+  return {dx.reshape(ctx.input_shape(0))};
+}
+
 std::vector<Tensor> cross_entropy_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto a = ctx.attrs<CrossEntropyAttrs>();
   const Tensor& logp = ctx.saved(0);
   const Tensor& target = ctx.saved(1);
+  if (ctx.create_graph()) return recorded_backward(ctx, g[0], logp, target);
   const int64_t N = logp.size(0), C = logp.size(1), K = logp.numel() / std::max<int64_t>(N * C, 1);
   Tensor gc = g[0].contiguous();
   Tensor dx = Tensor::empty(logp.shape(), logp.dtype());
@@ -96,13 +138,18 @@ std::vector<SampleCase> cross_entropy_samples() {
            [targets](const Inputs& x) {
              CrossEntropyOptions o{Reduction::Sum, -100, 0.0};
              return Inputs{cross_entropy(x[0], targets({3, 0, 2}, {3}), o)};
+           }},
+          {"(5) unbatched, none, smoothing 0.3", [](DType dt) { return Inputs{sample_tensor({5}, dt)}; },
+           [](const Inputs& x) {
+             CrossEntropyOptions o{Reduction::None, -100, 0.3};
+             return Inputs{cross_entropy(x[0], from_vector(std::vector<int64_t>{2}, {}), o)};
            }}};
 }
 
 }  // namespace
 
 const OpDef kCrossEntropyOp{"cross_entropy", "cross_entropy_backward", "self", cross_entropy_backward,
-                            cross_entropy_samples};
+                            cross_entropy_samples, true};
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
   const char* op = "cross_entropy";

@@ -182,9 +182,26 @@ void check_affine_size(const char* op, const std::vector<int64_t>& size) {
   checked_numel({size[0], size[2], size[3], 2}, op, "the grid shape [N, H, W, 2] of size");
 }
 
+// Under create_graph g[0] carries history and affine_grid_generator_backward records itself:
+// it is linear in the grad and its adjoint is affine_grid, so affine_grid is twice
+// differentiable (its second derivative in theta is zero).
 std::vector<Tensor> affine_grid_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const AffineGridAttrs& a = ctx.attrs<AffineGridAttrs>();
-  return {affine_grid_generator_backward(g[0], a.size, a.align_corners)};
+  return {affine_grid_generator_backward(ctx.create_graph() ? g[0] : g[0].detach(), a.size, a.align_corners)};
+}
+
+std::vector<Tensor> affine_grid_generator_backward_backward_fn(const BackwardContext& ctx,
+                                                               const std::vector<Tensor>& gg) {
+  const AffineGridAttrs& a = ctx.attrs<AffineGridAttrs>();
+  return {affine_grid(gg[0], a.size, a.align_corners)};
+}
+
+std::vector<SampleCase> affine_grid_generator_backward_samples() {
+  return {{"N 2, 3x4 grad, align_corners",
+           [](DType dt) { return std::vector<Tensor>{sample_tensor({2, 3, 4, 2}, dt)}; },
+           [](const std::vector<Tensor>& x) {
+             return std::vector<Tensor>{affine_grid_generator_backward(x[0], {2, 1, 3, 4}, true)};
+           }}};
 }
 
 std::vector<SampleCase> affine_grid_samples() {
@@ -202,7 +219,11 @@ std::vector<SampleCase> affine_grid_samples() {
 const OpDef kGridSampleOp{"grid_sample", "grid_sampler_2d_backward", "input, grid", grid_sample_backward_fn,
                           grid_sample_samples, true};
 const OpDef kAffineGridOp{"affine_grid", "affine_grid_generator_backward", "theta", affine_grid_backward_fn,
-                          affine_grid_samples};
+                          affine_grid_samples, true};
+const OpDef kAffineGridGeneratorBackwardOp{"affine_grid_generator_backward",
+                                           "affine_grid_generator_backward_backward", "grad_grid",
+                                           affine_grid_generator_backward_backward_fn,
+                                           affine_grid_generator_backward_samples, true};
 
 namespace {
 
@@ -431,11 +452,15 @@ Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector
            format_shape(grid_shape), ", got ", grad_grid.defined() ? format_shape(grad_grid.shape()) : "undefined");
   Tensor g = grad_grid.contiguous();
   Tensor grad_theta = Tensor::empty({N, 2, 3}, g.dtype());
-  if (N == 0) return grad_theta;  // as in affine_grid: no per-row tables for an empty grid
-  dispatch_floating(g.dtype(), op, [&](auto tag) {
+  // N = 0: as in affine_grid, no per-row tables for an empty grid.
+  if (N > 0) dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::affine_grid_2d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, H, W, align_corners);
   });
+  if (Recorder rec{kAffineGridGeneratorBackwardOp, {grad_grid}}) {  // under create_graph, say
+    rec.set_attrs(AffineGridAttrs{size, align_corners});
+    rec.set_outputs({grad_theta});
+  }
   return grad_theta;
 }
 
@@ -444,6 +469,7 @@ void register_grid_sample_ops(Registry& r) {
   r.add(kGridSampleBackwardOp);
   r.add(kGridSampleDoubleBackwardOp);
   r.add(kAffineGridOp);
+  r.add(kAffineGridGeneratorBackwardOp);
 }
 
 }  // namespace tg

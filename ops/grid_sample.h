@@ -62,7 +62,8 @@ GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output,
 Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool align_corners = false);
 
 // The kernel API of affine_grid's backward: grad_theta (N, 2, 3) for grad_grid (N, H, W, 2).
-// Not recorded.
+// Linear in grad_grid; recorded when grad_grid requires grad (double backward, create_graph),
+// its own gradient being affine_grid.
 Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector<int64_t>& size, bool align_corners);
 
 }  // namespace tg

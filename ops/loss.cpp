@@ -7,12 +7,16 @@
 //   smooth_l1_loss:  l = d^2/(2 beta) if |d|<beta else |d| - beta/2   dl/dd = d/beta or sign(d)
 //   bce_with_logits: l = (1-y) x + w(y) sp(-x),  w = 1 + (pw-1) y,  sp(z) = log(1+e^z)
 //                    dl/dx = (1-y) - w sigmoid(-x)   dl/dy = -x + (pw-1) sp(-x)   dl/dpw = y sp(-x)
+// Under create_graph the losses' gradients come from recorded ops: the diff losses' formula,
+// and for bce the loss itself recomputed in recorded ops (with sp(-x) a recorded op of its own,
+// log1p_exp_neg, smooth and stable at any x) and differentiated by recomputed_backward.
 #include "loss.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "../framework/parallel.h"
+#include "../framework/recompute.h"
 #include "../framework/tape.h"
 #include "../framework/views.h"
 #include "activation.h"
@@ -23,6 +27,8 @@
 #include "unary.h"
 
 namespace tg {
+
+Tensor log1p_exp_neg(const Tensor& x);  // log(1 + e^-x), recorded; bce's create_graph backward
 
 Tensor apply_reduction(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
@@ -99,10 +105,62 @@ std::vector<Tensor> diff_loss_backward(const BackwardContext& ctx, const std::ve
   return {da, db};
 }
 
+// sp(-x) = log(1 + e^-x), computed stably; d/dx = -sigmoid(-x). Internal to bce's recorded
+// backward: its own backward is recorded sigmoid, so it is twice differentiable.
+template <class T>
+T log1p_exp_neg_value(T x) {
+  return std::max(-x, T(0)) + std::log1p(std::exp(-std::abs(x)));
+}
+std::vector<Tensor> log1p_exp_neg_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  if (ctx.create_graph()) return {mul(g[0], neg(sigmoid(neg(ctx.saved(0)))))};
+  return {pointwise_binary(g[0], ctx.saved(0), "log1p_exp_neg_backward", [](auto gv, auto xv) {
+    using T = decltype(xv);
+    const T s = xv >= T(0) ? std::exp(-xv) / (T(1) + std::exp(-xv)) : T(1) / (T(1) + std::exp(xv));  // sigmoid(-x)
+    return -gv * s;
+  })};
+}
+std::vector<SampleCase> log1p_exp_neg_samples() {
+  return {{"[2,5], values N(0, 9)",
+           [](DType dt) {
+             Tensor t = mul(sample_tensor({2, 5}, dt, false), 3.0);
+             t.requires_grad_();
+             return std::vector<Tensor>{t};
+           },
+           [](const std::vector<Tensor>& x) { return std::vector<Tensor>{log1p_exp_neg(x[0])}; }}};
+}
+}  // namespace
+
+const OpDef kLog1pExpNegOp{"log1p_exp_neg", "log1p_exp_neg_backward", "self", log1p_exp_neg_backward,
+                           log1p_exp_neg_samples, true};
+
+Tensor log1p_exp_neg(const Tensor& x) {
+  TG_CHECK(x.defined() && is_floating(x.dtype()), "log1p_exp_neg: expected a defined floating tensor");
+  Tensor out = pointwise_unary(x.detach(), "log1p_exp_neg", [](auto v) { return log1p_exp_neg_value(v); });
+  if (Recorder rec{kLog1pExpNegOp, {x}}) {
+    rec.save({x});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+namespace {
+
 std::vector<Tensor> bce_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor& x = ctx.saved(0);
-  const Tensor& y = ctx.saved(1);
-  const Tensor pw = ctx.attrs<BceAttrs>().has_pos_weight ? ctx.saved(2) : Tensor();  // absent: 1
+  const bool has_pw = ctx.attrs<BceAttrs>().has_pos_weight;
+  if (ctx.create_graph()) {
+    // The unreduced loss in recorded ops, from the inputs themselves (saved with history):
+    // (1 - y) x + (1 + (pw - 1) y) sp(-x), pw broadcast as in the forward.
+    const Tensor pos_weight = has_pw ? ctx.saved(3) : Tensor();
+    return recomputed_backward(ctx, {ctx.saved(0), ctx.saved(1), pos_weight}, g, [](const std::vector<Tensor>& in) {
+      const Tensor &x = in[0], &y = in[1];
+      const Tensor sp = log1p_exp_neg(x);
+      const Tensor w = in[2].defined() ? add(mul(sub(in[2], 1.0), y), 1.0) : Tensor();
+      return std::vector<Tensor>{add(mul(rsub(y, 1.0), x), w.defined() ? mul(w, sp) : sp)};
+    });
+  }
+  const Tensor x = ctx.saved(0).contiguous();  // free when the inputs were contiguous
+  const Tensor y = ctx.saved(1).contiguous();
+  const Tensor pw = has_pw ? ctx.saved(2) : Tensor();  // absent: 1
   const Tensor gx = g[0].contiguous();
   Tensor dx, dy, dpw;
   dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits_backward", [&](auto tag) {
@@ -165,7 +223,16 @@ std::vector<SampleCase> bce_samples() {
            [](const Inputs& x) { return Inputs{binary_cross_entropy_with_logits(x[0], x[1], x[2], Reduction::None)}; }},
           {"[2,3] mean, no pos_weight",
            [](DType dt) { return Inputs{sample_tensor({2, 3}, dt), sample_uniform({2, 3}, dt, 0.0, 1.0)}; },
-           [](const Inputs& x) { return Inputs{binary_cross_entropy_with_logits(x[0], x[1])}; }}};
+           [](const Inputs& x) { return Inputs{binary_cross_entropy_with_logits(x[0], x[1])}; }},
+          {"[2,3] sum, logits 0 and +-8, pos_weight [2,3]",
+           [](DType dt) {
+             Tensor x = from_vector(std::vector<double>{0.0, 8.0, -8.0, 0.7, -1.3, 2.1}, {2, 3}).to(dt);
+             x.requires_grad_();
+             return Inputs{x, sample_uniform({2, 3}, dt, 0.0, 1.0), sample_uniform({2, 3}, dt, 0.5, 2.0)};
+           },
+           [](const Inputs& x) {
+             return Inputs{binary_cross_entropy_with_logits(x[0], x[1], x[2], Reduction::Sum)};
+           }}};
 }
 
 }  // namespace
@@ -175,7 +242,7 @@ const OpDef kL1LossOp{"l1_loss", "l1_loss_backward", "self, target", diff_loss_b
 const OpDef kSmoothL1LossOp{"smooth_l1_loss", "smooth_l1_loss_backward", "self, target", diff_loss_backward,
                             smooth_l1_samples, true};
 const OpDef kBceWithLogitsOp{"binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits_backward",
-                             "self, target, pos_weight", bce_backward, bce_samples};
+                             "self, target, pos_weight", bce_backward, bce_samples, true};
 
 namespace {
 Tensor diff_loss_op(const OpDef& op, const Tensor& a, const Tensor& b, Reduction reduction, Kind kind, double beta) {
@@ -239,7 +306,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
     }
   });
   if (Recorder rec{kBceWithLogitsOp, {input, target, pos_weight}}) {
-    rec.save({x, y, pw});
+    // input and target themselves (not the contiguous copies, which alias them when they are
+    // contiguous) and pos_weight as given, for their history under create_graph; the expanded
+    // pos_weight for the kernel.
+    rec.save({input, target, pw, pos_weight});
     rec.set_attrs(BceAttrs{pw.defined()});
     rec.set_outputs({out});
   }
@@ -262,7 +332,7 @@ Tensor sigmoid_focal_loss(const Tensor& inputs, const Tensor& targets, double al
 }
 
 void register_loss_ops(Registry& r) {
-  for (const OpDef* op : {&kMseLossOp, &kL1LossOp, &kSmoothL1LossOp, &kBceWithLogitsOp}) r.add(*op);
+  for (const OpDef* op : {&kMseLossOp, &kL1LossOp, &kSmoothL1LossOp, &kBceWithLogitsOp, &kLog1pExpNegOp}) r.add(*op);
 }
 
 }  // namespace tg

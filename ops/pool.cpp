@@ -3,6 +3,13 @@
 //   max_pool2d:          dx = grad scattered to the argmax        (saves the int64 indices)
 //   avg_pool2d:          dx = grad / divisor spread over the window  (saves nothing)
 //   adaptive_avg_pool2d: dx = grad / window size over the window     (saves nothing)
+//
+// Twice differentiable: each backward is linear in grad, and under create_graph it is
+// recorded as an op of its own whose backward is its adjoint, itself recorded:
+//   max_pool2d_with_indices_backward (scatter to the indices) <-> max_pool_double_backward
+//   (gather at the indices); avg_pool2d_backward -> avg_pool2d; adaptive likewise. The
+// second derivative in the input is zero (pooling is piecewise linear); the gradient of the
+// gradient in grad_output is the forward pooling of the new direction, as in PyTorch.
 #include "pool.h"
 
 #include <algorithm>
@@ -106,8 +113,11 @@ void check_grad_output(const char* op, const Tensor& grad_output, const Shape& e
 
 // ---- the tape ---------------------------------------------------------------------------
 
+// Under create_graph g[0] carries history and the backward records itself (an op of its own,
+// see below); otherwise it runs the kernel alone, as before.
 std::vector<Tensor> max_pool2d_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  return {max_pool2d_with_indices_backward(g[0].detach(), ctx.input_shape(0), ctx.saved(0))};
+  return {max_pool2d_with_indices_backward(ctx.create_graph() ? g[0] : g[0].detach(), ctx.input_shape(0),
+                                           ctx.saved(0))};
 }
 
 struct AvgPoolAttrs {
@@ -118,12 +128,38 @@ struct AvgPoolAttrs {
 
 std::vector<Tensor> avg_pool2d_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& a = ctx.attrs<AvgPoolAttrs>();
-  return {avg_pool2d_backward(g[0].detach(), ctx.input_shape(0), a.kernel_size, a.stride, a.padding, a.ceil_mode,
+  return {avg_pool2d_backward(ctx.create_graph() ? g[0] : g[0].detach(), ctx.input_shape(0), a.kernel_size, a.stride, a.padding, a.ceil_mode,
                               a.count_include_pad, a.divisor_override)};
 }
 
 std::vector<Tensor> adaptive_avg_pool2d_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  return {adaptive_avg_pool2d_backward(g[0].detach(), ctx.input_shape(0))};
+  return {adaptive_avg_pool2d_backward(ctx.create_graph() ? g[0] : g[0].detach(), ctx.input_shape(0))};
+}
+
+// ---- the backward ops, recorded under create_graph ----------------------------------------
+
+// y[o] = x[indices[o]] per plane: the adjoint of the max backward's scatter.
+Tensor max_pool_double_backward(const Tensor& x, const Tensor& indices);
+
+// max_pool2d_with_indices_backward(g) scatters g: its gradient in g gathers at the indices.
+std::vector<Tensor> max_pool2d_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  return {max_pool_double_backward(gg[0], ctx.saved(0))};
+}
+
+// max_pool_double_backward(x) gathers x: its gradient in x scatters to the indices.
+std::vector<Tensor> max_pool_double_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {max_pool2d_with_indices_backward(g[0], ctx.input_shape(0), ctx.saved(0))};
+}
+
+std::vector<Tensor> avg_pool2d_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  const auto& a = ctx.attrs<AvgPoolAttrs>();
+  return {avg_pool2d(gg[0], a.kernel_size, a.stride, a.padding, a.ceil_mode, a.count_include_pad, a.divisor_override)};
+}
+
+std::vector<Tensor> adaptive_avg_pool2d_backward_backward_fn(const BackwardContext& ctx,
+                                                             const std::vector<Tensor>& gg) {
+  const Tensor& g = gg[0];
+  return {adaptive_avg_pool2d(g, {ctx.input_shape(0)[ctx.input_shape(0).size() - 2], ctx.input_shape(0).back()})};
 }
 
 // ---- sample cases -----------------------------------------------------------------------
@@ -175,13 +211,59 @@ std::vector<SampleCase> adaptive_avg_pool2d_samples() {
           make("[1,2,5,5] -> [1] (global)", {1, 2, 5, 5}, {1})};
 }
 
+// The backward ops on their own: linear in grad_output, checked against their adjoints.
+Tensor sample_max_indices() {  // of a [1,2,4,4] input pooled k2 s2: one position per window
+  return from_vector(std::vector<int64_t>{0, 3, 9, 14, 5, 2, 13, 10}, {1, 2, 2, 2});
+}
+
+std::vector<SampleCase> max_pool2d_backward_samples() {
+  return {{"[1,2,2,2] grad -> [1,2,4,4], k2 windows",
+           [](DType dt) { return Inputs{sample_tensor({1, 2, 2, 2}, dt)}; },
+           [](const Inputs& x) { return Inputs{max_pool2d_with_indices_backward(x[0], {1, 2, 4, 4}, sample_max_indices())}; }},
+          {"[1,1,2,2] grad, a shared argmax and a -1 (skipped)",
+           [](DType dt) { return Inputs{sample_tensor({1, 1, 2, 2}, dt)}; },
+           [](const Inputs& x) {
+             Tensor idx = from_vector(std::vector<int64_t>{4, 4, -1, 7}, {1, 1, 2, 2});
+             return Inputs{max_pool2d_with_indices_backward(x[0], {1, 1, 3, 3}, idx)};
+           }}};
+}
+
+std::vector<SampleCase> max_pool_double_backward_samples() {
+  return {{"[1,2,4,4] gathered at k2 argmaxes",
+           [](DType dt) { return Inputs{sample_tensor({1, 2, 4, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{max_pool_double_backward(x[0], sample_max_indices())}; }}};
+}
+
+std::vector<SampleCase> avg_pool2d_backward_samples() {
+  return {{"[1,2,4,3] grad -> [1,2,6,5], k3 s2 p1 ceil_mode, count_include_pad false",
+           [](DType dt) { return Inputs{sample_tensor({1, 2, 4, 3}, dt)}; },
+           [](const Inputs& x) {
+             return Inputs{avg_pool2d_backward(x[0], {1, 2, 6, 5}, {3}, {2}, {1}, true, false, std::nullopt)};
+           }}};
+}
+
+std::vector<SampleCase> adaptive_avg_pool2d_backward_samples() {
+  return {{"[2,3,4] grad -> [2,7,5]", [](DType dt) { return Inputs{sample_tensor({2, 3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{adaptive_avg_pool2d_backward(x[0], {2, 7, 5})}; }}};
+}
+
 }  // namespace
 
 const OpDef kMaxPool2dOp{"max_pool2d", "max_pool2d_with_indices_backward", "input", max_pool2d_backward_fn,
-                         max_pool2d_samples};
-const OpDef kAvgPool2dOp{"avg_pool2d", "avg_pool2d_backward", "input", avg_pool2d_backward_fn, avg_pool2d_samples};
+                         max_pool2d_samples, true};
+const OpDef kAvgPool2dOp{"avg_pool2d", "avg_pool2d_backward", "input", avg_pool2d_backward_fn, avg_pool2d_samples,
+                         true};
 const OpDef kAdaptiveAvgPool2dOp{"adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "input",
-                                 adaptive_avg_pool2d_backward_fn, adaptive_avg_pool2d_samples};
+                                 adaptive_avg_pool2d_backward_fn, adaptive_avg_pool2d_samples, true};
+const OpDef kMaxPool2dBackwardOp{"max_pool2d_with_indices_backward", "max_pool2d_with_indices_backward_backward",
+                                 "grad_output", max_pool2d_backward_backward_fn, max_pool2d_backward_samples, true};
+const OpDef kMaxPoolDoubleBackwardOp{"max_pool_double_backward", "max_pool_double_backward_backward", "self",
+                                     max_pool_double_backward_backward_fn, max_pool_double_backward_samples, true};
+const OpDef kAvgPool2dBackwardOp{"avg_pool2d_backward", "avg_pool2d_backward_backward", "grad_output",
+                                 avg_pool2d_backward_backward_fn, avg_pool2d_backward_samples, true};
+const OpDef kAdaptiveAvgPool2dBackwardOp{"adaptive_avg_pool2d_backward", "adaptive_avg_pool2d_backward_backward",
+                                         "grad_output", adaptive_avg_pool2d_backward_backward_fn,
+                                         adaptive_avg_pool2d_backward_samples, true};
 
 // ---- max pooling ------------------------------------------------------------------------
 
@@ -235,8 +317,35 @@ Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Shape& 
     using T = typename decltype(tag)::type;
     kernels::max_pool2d_backward<T>(g.data<T>(), ip, grad_input.data<T>(), p);
   });
+  if (Recorder rec{kMaxPool2dBackwardOp, {grad_output}}) {  // under create_graph, say
+    rec.save({idx});
+    rec.set_outputs({grad_input});
+  }
   return grad_input;
 }
+
+namespace {
+// Internal: indices come from a max_pool2d_with_indices_backward that checked them.
+Tensor max_pool_double_backward(const Tensor& x, const Tensor& indices) {
+  const char* op = "max_pool_double_backward";
+  check_floating(op, "self", x);
+  Tensor xc = x.detach().contiguous(), idx = indices.contiguous();
+  kernels::Pool2dParams p;
+  p.NC = planes_of(x.shape());
+  p.H = x.size(-2), p.W = x.size(-1);
+  p.Ho = idx.size(-2), p.Wo = idx.size(-1);
+  Tensor y = Tensor::empty(idx.shape(), x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::max_pool2d_gather<T>(xc.data<T>(), idx.data<int64_t>(), y.data<T>(), p);
+  });
+  if (Recorder rec{kMaxPoolDoubleBackwardOp, {x}}) {
+    rec.save({idx});
+    rec.set_outputs({y});
+  }
+  return y;
+}
+}  // namespace
 
 // ---- average pooling --------------------------------------------------------------------
 
@@ -273,6 +382,10 @@ Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_size, c
     kernels::avg_pool2d_backward<T>(g.data<T>(), grad_input.data<T>(), p, count_include_pad,
                                     divisor_override.value_or(0));
   });
+  if (Recorder rec{kAvgPool2dBackwardOp, {grad_output}}) {  // under create_graph, say
+    rec.set_attrs(AvgPoolAttrs{kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override});
+    rec.set_outputs({grad_input});
+  }
   return grad_input;
 }
 
@@ -321,11 +434,14 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& inpu
     using T = typename decltype(tag)::type;
     kernels::adaptive_avg_pool2d_backward<T>(g.data<T>(), grad_input.data<T>(), NC, H, W, g.size(-2), g.size(-1));
   });
+  if (Recorder rec{kAdaptiveAvgPool2dBackwardOp, {grad_output}}) rec.set_outputs({grad_input});  // create_graph
   return grad_input;
 }
 
 void register_pool_ops(Registry& r) {
-  for (const OpDef* op : {&kMaxPool2dOp, &kAvgPool2dOp, &kAdaptiveAvgPool2dOp}) r.add(*op);
+  for (const OpDef* op : {&kMaxPool2dOp, &kAvgPool2dOp, &kAdaptiveAvgPool2dOp, &kMaxPool2dBackwardOp,
+                          &kMaxPoolDoubleBackwardOp, &kAvgPool2dBackwardOp, &kAdaptiveAvgPool2dBackwardOp})
+    r.add(*op);
 }
 
 }  // namespace tg

@@ -35,8 +35,11 @@ Tensor avg_pool2d(const Tensor& input, const IntList& kernel_size, const IntList
 // [floor(oh H / Ho), ceil((oh + 1) H / Ho)) and the same along W.
 Tensor adaptive_avg_pool2d(const Tensor& input, const IntList& output_size);
 
-// The kernel API (no recording): input gradients for grad_output of the forward's output shape.
+// The backward kernels: input gradients for grad_output of the forward's output shape.
 // input_size is the forward input's shape; indices are max_pool2d_with_indices' (-1: skipped).
+// Each is linear in grad_output and recorded when grad_output requires grad (double backward,
+// create_graph): its own gradient is its adjoint (a gather at the indices, avg_pool2d,
+// adaptive_avg_pool2d).
 Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Shape& input_size, const Tensor& indices);
 Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_size, const IntList& kernel_size,
                            const IntList& stride, const IntList& padding, bool ceil_mode, bool count_include_pad,

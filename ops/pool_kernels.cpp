@@ -156,6 +156,16 @@ void max_pool2d_backward(const T* grad_y, const int64_t* indices, T* grad_x, con
   }
 }
 
+template <class T>
+void max_pool2d_gather(const T* x, const int64_t* indices, T* y, const Pool2dParams& p) {
+  const int64_t out_plane = p.Ho * p.Wo, in_plane = p.H * p.W, n = p.NC * out_plane;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t plane = i / out_plane;
+    y[i] = indices[i] >= 0 ? x[plane * in_plane + indices[i]] : T(0);
+  }
+}
+
 // ---- average pooling --------------------------------------------------------------------
 
 template <class T>
@@ -284,6 +294,7 @@ void adaptive_avg_pool2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
 #define TG_INSTANTIATE_POOL(T)                                                                                   \
   template void max_pool2d_forward<T>(const T*, T*, int64_t*, const Pool2dParams&);                              \
   template void max_pool2d_backward<T>(const T*, const int64_t*, T*, const Pool2dParams&);                       \
+  template void max_pool2d_gather<T>(const T*, const int64_t*, T*, const Pool2dParams&);                         \
   template void avg_pool2d_forward<T>(const T*, T*, const Pool2dParams&, bool, int64_t);                         \
   template void avg_pool2d_backward<T>(const T*, T*, const Pool2dParams&, bool, int64_t);                        \
   template void adaptive_avg_pool2d_forward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);      \

@@ -25,7 +25,8 @@
 // can differ from PyTorch's by an ulp).
 //
 // Backward: max scatters grad_y to the saved indices; average spreads grad_y / divisor over
-// the window it read. Each thread owns whole planes of grad_x and walks its outputs in order:
+// the window it read. Double backward: max gathers at the indices (max_pool2d_gather); the
+// average ones are linear in grad_y, and their adjoint is the forward. Each thread owns whole planes of grad_x and walks its outputs in order:
 // no atomics, the same bits for any thread count.
 //
 // No validation here: the Tensor-level ops (ops/pool.cpp) check ranks, sizes and parameters
@@ -53,6 +54,12 @@ void max_pool2d_forward(const T* x, T* y, int64_t* indices, const Pool2dParams& 
 // Overwrites grad_x (NC, H, W): grad_x[plane][indices[o]] += grad_y[o], indices < 0 skipped.
 template <class T>
 void max_pool2d_backward(const T* grad_y, const int64_t* indices, T* grad_x, const Pool2dParams& p);
+
+// The adjoint of max_pool2d_backward (its double backward): overwrites y (NC, Ho, Wo) with
+// y[o] = x[plane][indices[o]], 0 where indices[o] < 0. Each output read independently: the
+// same bits for any thread count.
+template <class T>
+void max_pool2d_gather(const T* x, const int64_t* indices, T* y, const Pool2dParams& p);
 
 // divisor_override: 0 means none. p.dH, p.dW must be 1.
 template <class T>

@@ -168,6 +168,19 @@ Tensor softmax_impl(const OpDef& op, const Tensor& x, int64_t dim_in, bool log) 
 }
 }  // namespace
 
+Tensor log_softmax_from_output(const Tensor& x, const Tensor& y, int64_t dim_in) {
+  TG_CHECK(x.defined() && y.defined() && x.shape() == y.shape() && x.dtype() == y.dtype(),
+           "log_softmax_from_output: expected x and y of one shape and dtype");
+  const int64_t dim = x.dim() == 0 ? 0 : wrap_dim(dim_in, x.dim(), "log_softmax_from_output");
+  Tensor out = y.detach().contiguous();
+  if (Recorder rec{kLogSoftmaxOp, {x}}) {
+    rec.save({out});
+    rec.set_attrs(SoftmaxAttrs{dim});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(kSoftmaxOp, x, dim, false); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(kLogSoftmaxOp, x, dim, true); }
 

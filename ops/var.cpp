@@ -1,11 +1,14 @@
 // var. Shape legend: the reduced dims moved last, x is an (outer, R) matrix; per row, in double:
 //   mean = sum x / R,  var = sum (x - mean)^2 / (R - correction)
 //   dx   = g * 2 (x - mean) / (R - correction)          (saves x; the mean is recomputed)
+// Under create_graph dx is the same formula in recorded ops (sub, mean, mul), from x itself
+// (saved with its history), so var is twice differentiable.
 #include <algorithm>
 #include <numeric>
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
+#include "elementwise.h"
 #include "reduce.h"
 #include "samples.h"
 
@@ -32,7 +35,15 @@ void for_each_row_mean(const T* x, int64_t outer, int64_t R, Fn fn) {
 
 std::vector<Tensor> var_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& a = ctx.attrs<VarAttrs>();
-  const Tensor& x = ctx.saved(0);
+  const Tensor x = ctx.saved(0);
+  if (ctx.create_graph()) {
+    int64_t R = 1;
+    for (int64_t d : a.dims) R *= x.size(d);
+    const double denom = static_cast<double>(R) - a.correction;
+    const Tensor centered = x.dim() == 0 ? sub(x, x) : sub(x, mean(x, a.dims, /*keepdim=*/true));
+    const Tensor gk = g[0].reshape(reduced_shape(x.shape(), a.dims, /*keepdim=*/true));
+    return {mul(mul(centered, gk), 2.0 / denom)};
+  }
   Tensor m = reduced_dims_last(x, a.dims);
   const int64_t R = std::max<int64_t>(m.dim() == 2 ? m.size(1) : 1, 1);
   const int64_t outer = x.numel() / R;
@@ -67,12 +78,14 @@ std::vector<SampleCase> var_samples() {
           {"[2,3,4] dims (0,2) correction 0 keepdim", [](DType dt) { return Inputs{sample_tensor({2, 3, 4}, dt)}; },
            [](const Inputs& x) { return Inputs{var(x[0], {0, 2}, 0.0, true)}; }},
           {"[3,5] dim 1", [](DType dt) { return Inputs{sample_tensor({3, 5}, dt)}; },
-           [](const Inputs& x) { return Inputs{var(x[0], {1})}; }}};
+           [](const Inputs& x) { return Inputs{var(x[0], {1})}; }},
+          {"[4,3] transposed (strided), dim 1", [](DType dt) { return Inputs{sample_tensor({4, 3}, dt)}; },
+           [](const Inputs& x) { return Inputs{var(x[0].transpose(0, 1), {1})}; }}};
 }
 
 }  // namespace
 
-const OpDef kVarOp{"var", "var_backward", "self", var_backward, var_samples};
+const OpDef kVarOp{"var", "var_backward", "self", var_backward, var_samples, true};
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims_in, double correction, bool keepdim) {
   TG_CHECK(x.defined(), "var: the tensor is undefined");
@@ -98,7 +111,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims_in, double correcti
     });
   });
   if (Recorder rec{kVarOp, {x}}) {
-    rec.save({x.detach().contiguous()});
+    rec.save({x});  // x itself, for its history under create_graph; backward reads any strides
     rec.set_attrs(VarAttrs{dims, correction});
     rec.set_outputs({out});
   }
