@@ -54,8 +54,9 @@ struct Checker {
     }
     for (size_t k : wrt) wrt_tensors.push_back(inputs[k]);
     std::vector<Tensor> grads(wrt.size());
-    if (roots.empty()) return grads;
-    grads = grad(roots, wrt_tensors, seeds, /*retain_graph=*/false, /*allow_unused=*/true);
+    // No output depends on a checked input (a constant function, such as fill_'s gradient in
+    // gradgradcheck): the Jacobian is zero.
+    if (!roots.empty()) grads = grad(roots, wrt_tensors, seeds, /*retain_graph=*/false, /*allow_unused=*/true);
     for (size_t j = 0; j < grads.size(); ++j)
       if (!grads[j].defined()) grads[j] = zeros_like(inputs[wrt[j]]);
     return grads;

@@ -9,6 +9,14 @@
 //           b' = b with v's region replaced by v'   db = g, zero in the region   dv' = g in the region
 //   as_strided (a stale view taken again from its base b):
 //           v = the region of b                     db = g scattered into zeros at the region
+//
+// Every backward is linear in g and is written with recorded ops (sum_to, to, and the linear
+// maps below, each the other's or its own adjoint), so all of these are twice differentiable:
+//   inplace_scale:         g -> s*g                      backward: inplace_scale by s again
+//   as_strided_scatter:    g -> zeros(base), region = g  backward: as_strided_copy
+//   as_strided_copy:       g -> g's region (a copy)      backward: as_strided_scatter
+//   copy_slices_backward:  g -> g, region zeroed         backward: copy_slices_backward again
+// Under plain backward nothing records: they are the kernels the backward always used.
 #include "inplace.h"
 
 #include "grad_mode.h"
@@ -27,11 +35,7 @@ struct FactorAttrs {
   double factor;
 };
 
-Tensor scaled(const Tensor& g, double s) {
-  Tensor out = g.clone();
-  detail::raw_mul_(out, s);
-  return out;
-}
+Tensor scaled(const Tensor& g, double s);  // recorded (inplace_scale)
 
 // ---- backward ----
 
@@ -78,25 +82,36 @@ Tensor region_of(const Tensor& t, const ViewGeometry& v) {
   return Tensor(std::move(impl));
 }
 
+// The recorded linear maps of the region (defined after their OpDefs, below).
+Tensor region_scatter(const Tensor& g, const Shape& base_shape, const ViewGeometry& v);  // as_strided_scatter
+Tensor region_gather(const Tensor& g, const ViewGeometry& v);                            // as_strided_copy
+Tensor region_zeroed(const Tensor& g, const ViewGeometry& v);                            // copy_slices_backward
+
 std::vector<Tensor> copy_slices_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& v = ctx.attrs<ViewGeometry>();
-  Tensor gc = g[0].contiguous();
   Tensor dbase, dview;
-  if (ctx.needs_grad(0)) {
-    dbase = gc.clone();
-    Tensor r = region_of(dbase, v);
-    detail::raw_fill_(r, 0.0);
-  }
-  if (ctx.needs_grad(1)) dview = region_of(gc, v).clone();
+  if (ctx.needs_grad(0)) dbase = region_zeroed(g[0], v);
+  if (ctx.needs_grad(1)) dview = region_gather(g[0], v);
   return {dbase, dview};
 }
 
 // A stale view's history taken again from its base: the region of the base.
 std::vector<Tensor> as_strided_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  Tensor dbase = zeros(ctx.input_shape(0), ctx.input_dtype(0));
-  Tensor r = region_of(dbase, ctx.attrs<ViewGeometry>());
-  detail::raw_copy_(r, g[0]);
-  return {dbase};
+  return {region_scatter(g[0], ctx.input_shape(0), ctx.attrs<ViewGeometry>())};
+}
+
+// The backward of the backward ops.
+std::vector<Tensor> scale_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {scaled(g[0], ctx.attrs<FactorAttrs>().factor)};
+}
+std::vector<Tensor> region_scatter_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {region_gather(g[0], ctx.attrs<ViewGeometry>())};
+}
+std::vector<Tensor> region_gather_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {region_scatter(g[0], ctx.input_shape(0), ctx.attrs<ViewGeometry>())};
+}
+std::vector<Tensor> region_zeroed_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {region_zeroed(g[0], ctx.attrs<ViewGeometry>())};
 }
 
 // ---- sample cases: each changes a clone of its input (a leaf may not be changed) ----
@@ -181,13 +196,67 @@ std::vector<SampleCase> as_strided_samples() {
            }}};
 }
 
-const OpDef kFillOp{"fill_", "fill__backward", "self", fill_backward, fill_samples};
-const OpDef kCopyOp{"copy_", "copy__backward", "self, src", copy_backward, copy_samples};
-const OpDef kAddInplaceOp{"add_", "add__backward", "self, other", add_inplace_backward, add_samples};
-const OpDef kMulInplaceOp{"mul_", "mul__backward", "self", mul_inplace_backward, mul_samples};
+const OpDef kFillOp{"fill_", "fill__backward", "self", fill_backward, fill_samples, true};
+const OpDef kCopyOp{"copy_", "copy__backward", "self, src", copy_backward, copy_samples, true};
+const OpDef kAddInplaceOp{"add_", "add__backward", "self, other", add_inplace_backward, add_samples, true};
+const OpDef kMulInplaceOp{"mul_", "mul__backward", "self", mul_inplace_backward, mul_samples, true};
 const OpDef kCopySlicesOp{"copy_slices", "copy_slices_backward", "base, view", copy_slices_backward,
-                          copy_slices_samples};
-const OpDef kAsStridedOp{"as_strided", "as_strided_backward", "base", as_strided_backward, as_strided_samples};
+                          copy_slices_samples, true};
+const OpDef kAsStridedOp{"as_strided", "as_strided_backward", "base", as_strided_backward, as_strided_samples,
+                         true};
+// The backward ops above, recorded under create_graph (no samples: the in-place ops' samples
+// reach them through gradgradcheck).
+const OpDef kScaleOp{"inplace_scale", "inplace_scale_backward", "grad_output", scale_backward, nullptr, true};
+const OpDef kRegionScatterOp{"as_strided_scatter", "as_strided_scatter_backward", "grad_output",
+                             region_scatter_backward, nullptr, true};
+const OpDef kRegionGatherOp{"as_strided_copy", "as_strided_copy_backward", "grad_output", region_gather_backward,
+                            nullptr, true};
+const OpDef kRegionZeroedOp{"copy_slices_backward", "copy_slices_backward_backward", "grad_output",
+                            region_zeroed_backward, nullptr, true};
+
+Tensor scaled(const Tensor& g, double s) {
+  Tensor out = g.detach().clone();
+  detail::raw_mul_(out, s);
+  if (Recorder rec{kScaleOp, {g}}) {
+    rec.set_attrs(FactorAttrs{s});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+Tensor region_scatter(const Tensor& g, const Shape& base_shape, const ViewGeometry& v) {
+  Tensor out = zeros(base_shape, g.dtype());
+  Tensor r = region_of(out, v);
+  detail::raw_copy_(r, g.detach());
+  if (Recorder rec{kRegionScatterOp, {g}}) {
+    rec.set_attrs(v);
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+Tensor region_gather(const Tensor& g, const ViewGeometry& v) {
+  Tensor gc = g.detach().contiguous();  // the geometry is that of a contiguous base
+  Tensor out = Tensor::empty(v.shape, g.dtype());
+  detail::copy_into_new(out, region_of(gc, v));
+  if (Recorder rec{kRegionGatherOp, {g}}) {
+    rec.set_attrs(v);
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+Tensor region_zeroed(const Tensor& g, const ViewGeometry& v) {
+  Tensor d = g.detach();
+  Tensor out = d.is_contiguous() ? d.clone() : d.contiguous();
+  Tensor r = region_of(out, v);
+  detail::raw_fill_(r, 0.0);
+  if (Recorder rec{kRegionZeroedOp, {g}}) {
+    rec.set_attrs(v);
+    rec.set_outputs({out});
+  }
+  return out;
+}
 
 bool is_current(const TensorImpl& impl) {
   return impl.history_epoch == kUntrackedEpoch || impl.history_epoch == impl.storage->history_epoch();
@@ -258,8 +327,10 @@ Tensor& fill_impl(Tensor& self, double value, const char* op) {
 }  // namespace
 
 const std::vector<const OpDef*>& inplace_op_defs() {
-  static const std::vector<const OpDef*> defs = {&kFillOp, &kCopyOp, &kAddInplaceOp, &kMulInplaceOp,
-                                                 &kCopySlicesOp, &kAsStridedOp};
+  static const std::vector<const OpDef*> defs = {&kFillOp,         &kCopyOp,          &kAddInplaceOp,
+                                                 &kMulInplaceOp,   &kCopySlicesOp,    &kAsStridedOp,
+                                                 &kScaleOp,        &kRegionScatterOp, &kRegionGatherOp,
+                                                 &kRegionZeroedOp};
   return defs;
 }
 

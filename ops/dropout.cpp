@@ -3,6 +3,7 @@
 #include "dropout.h"
 
 #include "../framework/tape.h"
+#include "elementwise.h"
 #include "pointwise.h"
 #include "samples.h"
 
@@ -11,6 +12,9 @@ namespace tg {
 namespace {
 
 std::vector<Tensor> dropout_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  // Under create_graph: the recorded mul by the saved mask (a constant, scale or 0), so the
+  // gradient is differentiable again in g.
+  if (ctx.create_graph()) return {mul(g[0], ctx.saved(0))};
   return {pointwise_binary(g[0], ctx.saved(0), "dropout_backward", [](auto gv, auto m) { return gv * m; })};
 }
 
@@ -25,7 +29,7 @@ std::vector<SampleCase> dropout_samples() {
 
 }  // namespace
 
-const OpDef kDropoutOp{"dropout", "dropout_backward", "self", dropout_backward, dropout_samples};
+const OpDef kDropoutOp{"dropout", "dropout_backward", "self", dropout_backward, dropout_samples, true};
 
 Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   TG_CHECK(x.defined(), "dropout: the tensor is undefined");

@@ -9,6 +9,7 @@
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
+#include "elementwise.h"
 #include "samples.h"
 
 #ifdef _OPENMP
@@ -23,12 +24,12 @@ struct EmbeddingAttrs {
   int64_t padding_idx;  // -1: none (already wrapped to [0, V) otherwise)
 };
 
-std::vector<Tensor> embedding_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
-  const Tensor& idx = ctx.saved(0);
-  const int64_t pad = ctx.attrs<EmbeddingAttrs>().padding_idx;
-  const int64_t V = ctx.input_shape(0)[0], D = ctx.input_shape(0)[1], n = idx.numel();
-  Tensor g = grads[0].contiguous();
-  Tensor dw = zeros({V, D}, ctx.input_dtype(0));
+// dW = zeros(V, D) with the rows of g added at the indices (the padding row skipped).
+// Deterministic without atomics: each thread owns a range of rows of dW and adds in index order.
+Tensor embedding_backward_values(const Tensor& grad, const Tensor& idx, int64_t V, int64_t pad) {
+  const int64_t D = grad.dim() > 0 ? grad.size(grad.dim() - 1) : 1, n = idx.numel();
+  Tensor g = grad.detach().contiguous();
+  Tensor dw = zeros({V, D}, grad.dtype());
   dispatch_floating(dw.dtype(), "embedding_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t* ip = idx.data<int64_t>();
@@ -52,7 +53,35 @@ std::vector<Tensor> embedding_backward(const BackwardContext& ctx, const std::ve
       }
     }
   });
-  return {dw};
+  return dw;
+}
+
+Tensor embedding_backward_op(const Tensor& grad, const Tensor& idx, int64_t V, int64_t pad);
+
+// A recorded op (embedding_backward), so that under create_graph the weight's gradient is
+// differentiable again; under plain backward nothing records and it is the kernel alone.
+std::vector<Tensor> embedding_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
+  return {embedding_backward_op(grads[0], ctx.saved(0), ctx.input_shape(0)[0],
+                                ctx.attrs<EmbeddingAttrs>().padding_idx)};
+}
+
+// embedding_backward is linear in g; its adjoint reads the rows back: embedding(gg, indices),
+// with the rows at the padding index zeroed (they received nothing).
+std::vector<Tensor> embedding_backward_backward(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  const Tensor idx = ctx.saved(0);
+  const int64_t pad = ctx.attrs<EmbeddingAttrs>().padding_idx;
+  Tensor out = embedding(gg[0], idx);
+  if (pad < 0) return {out};
+  Shape mshape = idx.shape();
+  mshape.push_back(1);
+  Tensor mask = Tensor::empty(mshape, gg[0].dtype());
+  dispatch_floating(mask.dtype(), "embedding_backward_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t* ip = idx.data<int64_t>();
+    T* m = mask.data<T>();
+    for (int64_t i = 0; i < idx.numel(); ++i) m[i] = ip[i] == pad ? T(0) : T(1);
+  });
+  return {mul(out, mask)};
 }
 
 std::vector<SampleCase> embedding_samples() {
@@ -61,13 +90,30 @@ std::vector<SampleCase> embedding_samples() {
            [](const std::vector<Tensor>& x) {
              return std::vector<Tensor>{embedding(x[0], from_vector(std::vector<int64_t>{0, 2, 2, 4, 1, 2}, {2, 3}))};
            }}};
+  // No padding_idx case: its gradient is zero at the padding row by definition (as PyTorch's),
+  // which finite differences cannot see. tests/test_double_backward_index.cpp checks it, first
+  // and second order, against PyTorch.
   // No padding_idx case: its row's gradient is zero by design, not the true derivative, so
   // finite differences disagree; tests/test_core_ops_golden.cpp checks it against PyTorch.
 }
 
 }  // namespace
 
-const OpDef kEmbeddingOp{"embedding", "embedding_backward", "weight", embedding_backward, embedding_samples};
+const OpDef kEmbeddingOp{"embedding", "embedding_backward", "weight", embedding_backward, embedding_samples, true};
+const OpDef kEmbeddingBackwardOp{"embedding_backward", "embedding_backward_backward", "grad_output",
+                                 embedding_backward_backward, nullptr, true};
+
+namespace {
+Tensor embedding_backward_op(const Tensor& grad, const Tensor& idx, int64_t V, int64_t pad) {
+  Tensor dw = embedding_backward_values(grad, idx, V, pad);
+  if (Recorder rec{kEmbeddingBackwardOp, {grad}}) {
+    rec.save({idx});
+    rec.set_attrs(EmbeddingAttrs{pad});
+    rec.set_outputs({dw});
+  }
+  return dw;
+}
+}  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
   const char* op = "embedding";
@@ -108,6 +154,9 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   return out;
 }
 
-void register_embedding_ops(Registry& r) { r.add(kEmbeddingOp); }
+void register_embedding_ops(Registry& r) {
+  r.add(kEmbeddingOp);
+  r.add(kEmbeddingBackwardOp);
+}
 
 }  // namespace tg

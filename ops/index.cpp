@@ -1,4 +1,5 @@
-// index_select and gather. Their backward is a scatter-add, made deterministic without atomics
+// index_select and gather. Their backward is a scatter-add (a recorded op, so that create_graph
+// can differentiate it again: its own backward is index_select / gather), made deterministic without atomics
 // by giving each thread output slices of its own:
 //   index_select: x as (outer, D, inner), index (n). Threads split `outer`; inside, the n
 //                 picks are added in index order.
@@ -40,13 +41,13 @@ void check_non_negative(const Tensor& idx, int64_t size, const char* op, int64_t
              size);
 }
 
-std::vector<Tensor> index_select_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
-  const int64_t dim = ctx.attrs<IndexAttrs>().dim;
-  const Tensor& idx = ctx.saved(0);
-  Layout l = layout_of(ctx.input_shape(0), dim);
+// zeros(shape) with g's slices added at index along dim: the kernel of index_select's
+// backward, deterministic (threads split `outer`, the picks are added in index order).
+Tensor index_add_zeros_values(const Tensor& grad, const Shape& shape, int64_t dim, const Tensor& idx) {
+  Layout l = layout_of(shape, dim);
   const int64_t n = idx.numel();
-  Tensor g = grads[0].contiguous();
-  Tensor dx = zeros(ctx.input_shape(0), ctx.input_dtype(0));
+  Tensor g = grad.detach().contiguous();
+  Tensor dx = zeros(shape, grad.dtype());
   dispatch_floating(dx.dtype(), "index_select_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t* ip = idx.data<int64_t>();
@@ -60,7 +61,25 @@ std::vector<Tensor> index_select_backward(const BackwardContext& ctx, const std:
         for (int64_t k = 0; k < l.inner; ++k) dst[k] += src[k];
       }
   });
-  return {dx};
+  return dx;
+}
+
+Tensor index_add_zeros(const Tensor& grad, const Shape& shape, int64_t dim, const Tensor& idx);
+
+// index_select's backward is a recorded op (index_add into zeros), so that under create_graph
+// its gradient is differentiable again: it is linear in g, and its adjoint is index_select.
+// Under plain backward nothing records, and it is the kernel alone.
+std::vector<Tensor> index_select_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
+  return {index_add_zeros(grads[0], ctx.input_shape(0), ctx.attrs<IndexAttrs>().dim, ctx.saved(0))};
+}
+
+std::vector<Tensor> index_add_zeros_backward(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  return {index_select(gg[0], ctx.attrs<IndexAttrs>().dim, ctx.saved(0))};
+}
+
+// scatter_add into zeros (gather's and max/min's backward) is linear in src; its adjoint is gather.
+std::vector<Tensor> scatter_add_backward(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  return {gather(gg[0], ctx.attrs<IndexAttrs>().dim, ctx.saved(0))};
 }
 
 // Calls fn(fibre_index_offset, fibre_x_offset) for each fibre of a contiguous index of shape
@@ -109,8 +128,9 @@ std::vector<SampleCase> gather_samples() {
 
 }  // namespace
 
-Tensor scatter_add_along(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src) {
-  Tensor g = src.contiguous();
+namespace {
+Tensor scatter_add_values(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src) {
+  Tensor g = src.detach().contiguous();
   Tensor dx = zeros(shape, src.dtype());
   if (idx.numel() == 0) return dx;
   const Shape istr = contiguous_strides(idx.shape()), xstr = dx.strides();
@@ -127,9 +147,38 @@ Tensor scatter_add_along(const Shape& shape, int64_t dim, const Tensor& idx, con
   return dx;
 }
 
+}  // namespace
+
 const OpDef kIndexSelectOp{"index_select", "index_select_backward", "self", index_select_backward,
-                           index_select_samples};
-const OpDef kGatherOp{"gather", "gather_backward", "self", gather_backward, gather_samples};
+                           index_select_samples, true};
+const OpDef kGatherOp{"gather", "gather_backward", "self", gather_backward, gather_samples, true};
+// The backward ops, recorded (under create_graph) so that they can be differentiated again.
+const OpDef kIndexAddZerosOp{"index_select_backward", "index_select_backward_backward", "grad_output",
+                             index_add_zeros_backward, nullptr, true};
+const OpDef kScatterAddOp{"scatter_add", "scatter_add_backward", "src", scatter_add_backward, nullptr, true};
+
+namespace {
+Tensor index_add_zeros(const Tensor& grad, const Shape& shape, int64_t dim, const Tensor& idx) {
+  Tensor dx = index_add_zeros_values(grad, shape, dim, idx);
+  if (Recorder rec{kIndexAddZerosOp, {grad}}) {
+    rec.save({idx});
+    rec.set_attrs(IndexAttrs{dim});
+    rec.set_outputs({dx});
+  }
+  return dx;
+}
+}  // namespace
+
+Tensor scatter_add_along(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
+  Tensor idx = index.detach().contiguous();
+  Tensor dx = scatter_add_values(shape, dim, idx, src);
+  if (Recorder rec{kScatterAddOp, {src}}) {
+    rec.save({idx});
+    rec.set_attrs(IndexAttrs{dim});
+    rec.set_outputs({dx});
+  }
+  return dx;
+}
 
 Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index) {
   const char* op = "index_select";
@@ -204,6 +253,8 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index) {
 void register_index_ops(Registry& r) {
   r.add(kIndexSelectOp);
   r.add(kGatherOp);
+  r.add(kIndexAddZerosOp);
+  r.add(kScatterAddOp);
 }
 
 }  // namespace tg

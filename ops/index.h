@@ -12,8 +12,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // of dims and index.size(d) <= x.size(d) for d != dim.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 
-// Not recorded: zeros(shape) with src added at index along dim (index and src contiguous-able,
-// same shape, indices already checked). The backward of gather and of max/min over a dim.
+// zeros(shape) with src added at index along dim (index and src contiguous-able, same shape,
+// indices already checked). The backward of gather and of max/min over a dim. Recorded when
+// src requires grad (under create_graph): its gradient is gather(grad, dim, index).
+// Deterministic without atomics: the same bits at any thread count.
 Tensor scatter_add_along(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
 
 }  // namespace tg

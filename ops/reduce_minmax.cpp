@@ -4,10 +4,15 @@
 //
 //   max over a dim:  dx = g scattered to the saved indices          (saves the indices)
 //   max over all:    dx = g / k at each of the k elements equal to the max  (saves x and the max)
+//
+// Both are linear in g with weights that are constant almost everywhere in x, so they are twice
+// differentiable: the scatter is a recorded op whose backward gathers at the same indices, and
+// under create_graph max_all's gradient is g times a constant 0/(1/k) mask.
 #include <cmath>
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
+#include "elementwise.h"
 #include "index.h"
 #include "reduce.h"
 #include "samples.h"
@@ -66,9 +71,27 @@ std::vector<Tensor> dim_backward(const BackwardContext& ctx, const std::vector<T
   return {scatter_add_along(ctx.input_shape(0), a.dim, idx, g[0].reshape(idx.shape()))};
 }
 
+// The weights of max_all's gradient: 1/k at each of the k elements equal to the extreme, else 0.
+Tensor all_weights(const Tensor& x, const Tensor& best) {
+  Tensor w = Tensor::empty(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), "max_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = x.data<T>();
+    const T b = *best.data<T>();
+    T* d = w.data<T>();
+    int64_t k = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) k += (p[i] == b || (std::isnan(p[i]) && std::isnan(b)));
+    const T share = T(1) / static_cast<T>(k);
+    for (int64_t i = 0; i < x.numel(); ++i) d[i] = (p[i] == b || (std::isnan(p[i]) && std::isnan(b))) ? share : T(0);
+  });
+  return w;
+}
+
 std::vector<Tensor> all_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor& x = ctx.saved(0);
-  const Tensor& best = ctx.saved(1);
+  const Tensor x = ctx.saved(0).detach();
+  const Tensor best = ctx.saved(1).detach();
+  if (ctx.create_graph())  // g (a scalar) times constant weights: differentiable in g
+    return {mul(g[0].expand(x.shape()), all_weights(x, best))};
   Tensor dx = Tensor::empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), "max_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -88,24 +111,34 @@ std::vector<SampleCase> samples(bool is_max) {
   auto f = [is_max](const Tensor& x, int64_t dim, bool keep) {
     return is_max ? max(x, dim, keep).values : min(x, dim, keep).values;
   };
-  auto all = [is_max](const Tensor& x) { return is_max ? max(x) : min(x); };
-  // randn values: ties (where the derivative is undefined) have probability 0.
-  return {{"[3,4] dim 1", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+  // Distinct values: no finite-difference step moves the extreme to another element.
+  return {{"[3,4] dim 1", [](DType dt) { return Inputs{sample_distinct({3, 4}, dt)}; },
            [f](const Inputs& x) { return Inputs{f(x[0], 1, false)}; }},
-          {"[2,3,4] dim 0 keepdim", [](DType dt) { return Inputs{sample_tensor({2, 3, 4}, dt)}; },
+          {"[2,3,4] dim 0 keepdim", [](DType dt) { return Inputs{sample_distinct({2, 3, 4}, dt)}; },
            [f](const Inputs& x) { return Inputs{f(x[0], 0, true)}; }},
-          {"[3,4] all", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
-           [all](const Inputs& x) { return Inputs{all(x[0])}; }}};
+          {"[2,3,4] dim -1, transposed input", [](DType dt) { return Inputs{sample_distinct({2, 4, 3}, dt)}; },
+           [f](const Inputs& x) { return Inputs{f(x[0].transpose(1, 2), -1, false)}; }}};
+}
+std::vector<SampleCase> all_samples(bool is_max) {
+  auto all = [is_max](const Tensor& x) { return is_max ? max(x) : min(x); };
+  return {{"[3,4] all", [](DType dt) { return Inputs{sample_distinct({3, 4}, dt)}; },
+           [all](const Inputs& x) { return Inputs{all(x[0])}; }},
+          // x (x + 2) = (x + 1)^2 - 1 keeps sample_distinct's values (all above -1) distinct.
+          {"[2,3] all of x (x + 2) (the gradient depends on x)",
+           [](DType dt) { return Inputs{sample_distinct({2, 3}, dt)}; },
+           [all](const Inputs& x) { return Inputs{all(mul(x[0], add(x[0], 2.0)))}; }}};
 }
 std::vector<SampleCase> max_samples() { return samples(true); }
 std::vector<SampleCase> min_samples() { return samples(false); }
+std::vector<SampleCase> max_all_samples() { return all_samples(true); }
+std::vector<SampleCase> min_all_samples() { return all_samples(false); }
 
 }  // namespace
 
-const OpDef kMaxDimOp{"max", "max_backward", "self", dim_backward, max_samples};
-const OpDef kMinDimOp{"min", "min_backward", "self", dim_backward, min_samples};
-const OpDef kMaxAllOp{"max_all", "max_all_backward", "self", all_backward, nullptr};  // sampled under "max"
-const OpDef kMinAllOp{"min_all", "min_all_backward", "self", all_backward, nullptr};  // sampled under "min"
+const OpDef kMaxDimOp{"max", "max_backward", "self", dim_backward, max_samples, true};
+const OpDef kMinDimOp{"min", "min_backward", "self", dim_backward, min_samples, true};
+const OpDef kMaxAllOp{"max_all", "max_all_backward", "self", all_backward, max_all_samples, true};
+const OpDef kMinAllOp{"min_all", "min_all_backward", "self", all_backward, min_all_samples, true};
 
 namespace {
 void check_input(const Tensor& x, const char* op) {

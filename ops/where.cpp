@@ -37,6 +37,12 @@ Tensor mask_as(const Tensor& cond, DType dt) {
 std::vector<Tensor> where_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const Tensor& m = ctx.saved(0);  // 0/1 in the gradient's dtype
   Tensor da, db;
+  if (ctx.create_graph()) {  // where(m, g, 0) and where(m, 0, g): recorded, differentiable in g
+    const Tensor zero = scalar_like(g[0], 0.0);
+    if (ctx.needs_grad(0)) da = sum_to(where(m, g[0], zero), ctx.input_shape(0));
+    if (ctx.needs_grad(1)) db = sum_to(where(m, zero, g[0]), ctx.input_shape(1));
+    return {da, db};
+  }
   dispatch_floating(g[0].dtype(), "where_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (ctx.needs_grad(0))
@@ -65,7 +71,7 @@ std::vector<SampleCase> where_samples() {
 
 }  // namespace
 
-const OpDef kWhereOp{"where", "where_backward", "self, other", where_backward, where_samples};
+const OpDef kWhereOp{"where", "where_backward", "self, other", where_backward, where_samples, true};
 
 #define TG_COMPARISON(name, expr)                                                                  \
   Tensor name(const Tensor& a, const Tensor& b) {                                                  \
