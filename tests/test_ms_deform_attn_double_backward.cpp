@@ -239,6 +239,20 @@ TEST(MsDeformAttnDoubleBackward, EveryOutputMaskComputesExactlyWhatIsAsked) {
   }
 }
 
+TEST(MsDeformAttnDoubleBackward, Float32MatchesFloat64) {
+  const BigCase b = big_case(DType::Float64);
+  auto f32 = [](const Tensor& t) { return t.to(DType::Float32); };
+  const std::vector<Tensor> r64 = all_of(run_big(b, {true, true, true, true}));
+  const std::vector<Tensor> r32 = all_of(ms_deform_attn_double_backward(
+      f32(b.c.value), b.c.shapes, b.c.start, f32(b.c.loc), f32(b.c.attn), f32(b.go), f32(b.gg_value), f32(b.gg_loc),
+      f32(b.gg_attn)));
+  const char* names[] = {"d/dgrad_output", "d/dvalue", "d/dloc", "d/dattn"};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(r32[i].dtype(), DType::Float32);
+    expect_close(r32[i].to(DType::Float64), r64[i], 1e-4, 1e-3, names[i]);
+  }
+}
+
 // Under create_graph the first-order gradients come from the same kernel: the same bits.
 TEST(MsDeformAttnDoubleBackward, CreateGraphLeavesTheFirstOrderGradientsAsTheyWere) {
   for (DType dt : {DType::Float32, DType::Float64}) {
