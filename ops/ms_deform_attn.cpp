@@ -7,20 +7,16 @@
 #include "../framework/checked_math.h"
 #include "../framework/random.h"
 #include "../framework/tape.h"
+#include "ms_deform_attn_internal.h"
 #include "ms_deform_attn_kernels.h"
 #include "samples.h"
 
 namespace tg {
 
-namespace {
+namespace detail {
 
-// The sizes every tensor must agree on, read from value and sampling_locations.
-struct MsdaSizes {
-  int64_t bs, num_keys, heads, channels, levels, queries, points;
-};
-
-MsdaSizes check_inputs(const char* op, const Tensor& value, const Tensor& spatial_shapes,
-                       const Tensor& level_start_index, const Tensor& loc, const Tensor& attn) {
+MsdaSizes ms_deform_attn_check_inputs(const char* op, const Tensor& value, const Tensor& spatial_shapes,
+                                      const Tensor& level_start_index, const Tensor& loc, const Tensor& attn) {
   TG_CHECK(value.defined() && spatial_shapes.defined() && level_start_index.defined() && loc.defined() &&
                attn.defined(),
            op, ": expected value, spatial_shapes, level_start_index, sampling_locations and attention_weights");
@@ -65,10 +61,38 @@ MsdaSizes check_inputs(const char* op, const Tensor& value, const Tensor& spatia
   return s;
 }
 
+void ms_deform_attn_check_grad_output(const char* op, const MsdaSizes& s, const Tensor& value,
+                                      const Tensor& grad_output) {
+  const Shape out_shape{s.bs, s.queries, s.heads * s.channels};
+  TG_CHECK(grad_output.defined() && grad_output.shape() == out_shape, op, ": expected grad_output of shape ",
+           format_shape(out_shape), ", got ", grad_output.defined() ? format_shape(grad_output.shape()) : "undefined");
+  TG_CHECK(grad_output.dtype() == value.dtype(), op, ": expected grad_output of dtype ", dtype_name(value.dtype()),
+           ", got ", dtype_name(grad_output.dtype()));
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::MsdaSizes;
+
+MsdaSizes check_inputs(const char* op, const Tensor& value, const Tensor& spatial_shapes,
+                       const Tensor& level_start_index, const Tensor& loc, const Tensor& attn) {
+  return detail::ms_deform_attn_check_inputs(op, value, spatial_shapes, level_start_index, loc, attn);
+}
+
+// Saved by the forward: 0-4 the contiguous, history-free tensors the kernels read (value,
+// spatial_shapes, level_start_index, sampling_locations, attention_weights), which the
+// first-order backward uses exactly as it always has; 5-7 value, sampling_locations and
+// attention_weights as given, with their history, which a recorded backward (create_graph)
+// needs so that its gradients reach them. For contiguous inputs both share storage.
 std::vector<Tensor> ms_deform_attn_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const std::array<bool, 3> mask{ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)};
   MsDeformAttnGrads grads =
-      ms_deform_attn_backward(ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3), ctx.saved(4), g[0],
-                              {ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)});
+      ctx.create_graph()
+          ? detail::ms_deform_attn_recorded_backward(g[0], ctx.saved(5), ctx.saved(1), ctx.saved(2), ctx.saved(6),
+                                                     ctx.saved(7), mask)
+          : ms_deform_attn_backward(ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3), ctx.saved(4), g[0], mask);
   return {grads.grad_value, grads.grad_sampling_locations, grads.grad_attention_weights};
 }
 
@@ -112,15 +136,21 @@ std::vector<SampleCase> ms_deform_attn_samples() {
   auto run = [](const std::vector<Tensor>& x) {
     return std::vector<Tensor>{ms_deform_attn(x[0], x[1], x[2], x[3], x[4])};
   };
+  // (The registry test also gradgradchecks these: the locations' distance from the kinks keeps
+  // the finite differences of the first-order gradients, piecewise bilinear in them, valid.)
   return {{"bs 1, 1 level 3x4, 1 head, 2 channels, 2 points", make(1, 3, 1, 2, {{3, 4}}, 2), run},
-          {"bs 2, levels 4x3 + 2x2, 2 heads, 3 channels, 2 points", make(2, 2, 2, 3, {{4, 3}, {2, 2}}, 2), run}};
+          {"bs 2, levels 4x3 + 2x2, 2 heads, 3 channels, 2 points", make(2, 2, 2, 3, {{4, 3}, {2, 2}}, 2), run},
+          {"bs 1, levels 3x5 + 2x3 + 1x1, 2 heads, 2 channels, 3 points",
+           make(1, 2, 2, 2, {{3, 5}, {2, 3}, {1, 1}}, 3), run}};
 }
 
 }  // namespace
 
+// Twice differentiable: under create_graph the backward is the recorded ms_deform_attn_backward
+// entry of ms_deform_attn_double_backward.cpp.
 const OpDef kMsDeformAttnOp{"ms_deform_attn", "ms_deform_attn_backward",
                             "value, sampling_locations, attention_weights", ms_deform_attn_backward_fn,
-                            ms_deform_attn_samples};
+                            ms_deform_attn_samples, true};
 
 Tensor ms_deform_attn(const Tensor& value, const Tensor& spatial_shapes, const Tensor& level_start_index,
                       const Tensor& sampling_locations, const Tensor& attention_weights) {
@@ -137,7 +167,7 @@ Tensor ms_deform_attn(const Tensor& value, const Tensor& spatial_shapes, const T
                                        s.queries, s.points);
   });
   if (Recorder rec{kMsDeformAttnOp, {value, sampling_locations, attention_weights}}) {
-    rec.save({v, shapes, start, loc, attn});
+    rec.save({v, shapes, start, loc, attn, value, sampling_locations, attention_weights});
     rec.set_outputs({out});
   }
   return out;
@@ -149,11 +179,7 @@ MsDeformAttnGrads ms_deform_attn_backward(const Tensor& value, const Tensor& spa
                                           std::array<bool, 3> output_mask) {
   const char* op = "ms_deform_attn_backward";
   const MsdaSizes s = check_inputs(op, value, spatial_shapes, level_start_index, sampling_locations, attention_weights);
-  const Shape out_shape{s.bs, s.queries, s.heads * s.channels};
-  TG_CHECK(grad_output.defined() && grad_output.shape() == out_shape, op, ": expected grad_output of shape ",
-           format_shape(out_shape), ", got ", grad_output.defined() ? format_shape(grad_output.shape()) : "undefined");
-  TG_CHECK(grad_output.dtype() == value.dtype(), op, ": expected grad_output of dtype ", dtype_name(value.dtype()),
-           ", got ", dtype_name(grad_output.dtype()));
+  detail::ms_deform_attn_check_grad_output(op, s, value, grad_output);
   MsDeformAttnGrads grads;
   if (output_mask[0]) grads.grad_value = Tensor::empty(value.shape(), value.dtype());
   if (output_mask[1]) grads.grad_sampling_locations = Tensor::empty(sampling_locations.shape(), value.dtype());
@@ -172,6 +198,9 @@ MsDeformAttnGrads ms_deform_attn_backward(const Tensor& value, const Tensor& spa
   return grads;
 }
 
-void register_ms_deform_attn_ops(Registry& r) { r.add(kMsDeformAttnOp); }
+void register_ms_deform_attn_ops(Registry& r) {
+  r.add(kMsDeformAttnOp);
+  r.add(detail::kMsDeformAttnBackwardOp);
+}
 
 }  // namespace tg

@@ -67,4 +67,27 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
                              int64_t num_keys, int64_t heads, int64_t channels, int64_t levels,
                              int64_t queries, int64_t points);
 
+// Double backward (ms_deform_attn_double_backward_kernels.cpp, where the maths is written out):
+// the backward of ms_deform_attn_backward. Upstream gradients of its outputs, each null for zero:
+// gg_value (N, K, M, C), gg_sampling_locations (N, Q, M, L, P, 2), gg_attention_weights
+// (N, Q, M, L, P). Outputs, each null when not asked for, overwritten when given:
+//   grad_grad_output_rest (N, Q, M*C): the terms of d/dgrad_output that come from gg_loc and
+//       gg_attn. The remaining term, from gg_value, is the forward on gg_value (the caller adds
+//       ms_deform_attn(gg_value, ...)), so the kernel does not repeat it.
+//   grad_value (N, K, M, C), grad_sampling_locations (N, Q, M, L, P, 2),
+//   grad_attention_weights (N, Q, M, L, P): the full gradients of the three inputs.
+// Corners are picked, and points on a pixel border or outside a level handled, with the same
+// arithmetic as the first-order kernels. No atomics; bit-identical for every thread count:
+// grad_value is accumulated by the thread that owns its whole slice (n, m), queries in order.
+template <class T>
+void ms_deform_attn_double_backward(const T* value, const int64_t* spatial_shapes,
+                                    const int64_t* level_start_index, const T* sampling_locations,
+                                    const T* attention_weights, const T* grad_output,
+                                    const T* gg_value, const T* gg_sampling_locations,
+                                    const T* gg_attention_weights, T* grad_grad_output_rest,
+                                    T* grad_value, T* grad_sampling_locations,
+                                    T* grad_attention_weights, int64_t bs, int64_t num_keys,
+                                    int64_t heads, int64_t channels, int64_t levels,
+                                    int64_t queries, int64_t points);
+
 }  // namespace tg::kernels
