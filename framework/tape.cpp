@@ -6,7 +6,9 @@
 #include <cmath>
 #include <ostream>
 #include <unordered_map>
+#include <string>
 #include <unordered_set>
+#include <utility>
 
 #include "grad_mode.h"
 #include "inplace.h"
@@ -125,11 +127,35 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
+namespace {
+
+// The number of names in an OpDef::inputs list ("input, grid": 2) and whether the last is a
+// list of any length ("tensors...").
+std::pair<size_t, bool> declared_inputs(const char* names) {
+  size_t n = 0;
+  bool word = false;
+  for (const char* c = names; *c != '\0'; ++c) {
+    if (*c == ',') word = false;
+    else if (*c != ' ' && !word) word = true, ++n;
+  }
+  const std::string s(names);
+  return {n, s.size() >= 3 && s.compare(s.size() - 3, 3, "...") == 0};
+}
+
+}  // namespace
+
 Recorder::Recorder(const OpDef& op, std::vector<Tensor> inputs) {
   if (!GradMode::is_enabled()) return;
   // Before any_requires_grad: a stale tensor that does not require grad may be one that should
   // (its view was filled from a tensor that does), and its gradient would be lost in silence.
   for (const Tensor& t : inputs) detail::check_history_current(t, op.name);
+  // Checked on every call in grad mode, not only when recording, so a test of the op without
+  // gradients finds a mismatch too.
+  const std::pair<size_t, bool> declared_list = declared_inputs(op.inputs);
+  const size_t declared = declared_list.first;
+  TG_CHECK(declared_list.second ? inputs.size() + 1 >= declared : inputs.size() == declared, op.name,
+           ": internal error: recorded with ", inputs.size(), " inputs, but the op declares ", declared, " (",
+           op.inputs, ")");
   if (!any_requires_grad(inputs)) return;
   node_ = std::make_shared<Node>(&op, g_next_sequence_nr.fetch_add(1));
   node_->edges_.resize(inputs.size());
@@ -154,25 +180,35 @@ bool Recorder::needs_grad(int input) const {
          node_->edges_[input].needs_grad();
 }
 
+void Recorder::save(int slot, const Tensor& t) {
+  TG_CHECK(slot >= 0 && slot < 64, node_->op_->name, ": internal error: saved slot ", slot, " out of range");
+  if (static_cast<size_t>(slot) >= node_->saved_.size()) node_->saved_.resize(static_cast<size_t>(slot) + 1);
+  TG_CHECK(!node_->saved_[slot].tensor.defined(), node_->op_->name, ": internal error: saved slot ", slot,
+           " saved twice");
+  node_->saved_[slot] = make_saved(t);
+}
+
+SavedTensor Recorder::make_saved(const Tensor& t) const {
+  SavedTensor s;
+  s.tensor = history_free(t);
+  s.version = t.defined() ? t.version() : 0;
+  if (t.defined()) {
+    s.origin = t.impl();
+    if (t.grad_fn() == node_) {
+      s.output_nr_of_self = t.output_nr();  // saved after set_outputs
+    } else if (t.grad_fn()) {
+      s.fn = t.grad_fn();
+      s.output_nr = t.output_nr();
+    } else if (t.requires_grad()) {
+      s.leaf = t.impl_ptr();
+    }
+  }
+  return s;
+}
+
 void Recorder::save(std::vector<Tensor> tensors) {
   node_->saved_.clear();
-  for (const Tensor& t : tensors) {
-    SavedTensor s;
-    s.tensor = history_free(t);
-    s.version = t.defined() ? t.version() : 0;
-    if (t.defined()) {
-      s.origin = t.impl();
-      if (t.grad_fn() == node_) {
-        s.output_nr_of_self = t.output_nr();  // saved after set_outputs
-      } else if (t.grad_fn()) {
-        s.fn = t.grad_fn();
-        s.output_nr = t.output_nr();
-      } else if (t.requires_grad()) {
-        s.leaf = t.impl_ptr();
-      }
-    }
-    node_->saved_.push_back(std::move(s));
-  }
+  for (const Tensor& t : tensors) node_->saved_.push_back(make_saved(t));
 }
 
 void Recorder::set_outputs(const std::vector<Tensor>& outputs) {

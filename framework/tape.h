@@ -9,11 +9,14 @@
 //
 // How an op records itself (see ops/elementwise.cpp for the simplest examples):
 //
+//   enum MulSaved { kSelf, kOther };              // the op's saved slots, by name
 //   Tensor out = ...compute...;
 //   if (Recorder rec{kMulOp, {a, b}}) {          // false unless recording is needed
-//     rec.save({rec.needs_grad(1) ? a : Tensor(), rec.needs_grad(0) ? b : Tensor()});
+//     if (rec.needs_grad(1)) rec.save(kSelf, a);  // what backward needs, and only that
+//     if (rec.needs_grad(0)) rec.save(kOther, b);
 //     rec.set_outputs({out});
 //   }
+//   ... and in the backward: ctx.saved(kOther)
 #pragma once
 
 #include <any>
@@ -93,7 +96,8 @@ class BackwardContext {
 
   // Whether input i's gradient is wanted (the output mask of the specs).
   bool needs_grad(int input) const;
-  // Saved tensor i; throws when it was changed in place after it was saved. Under
+  // Saved tensor i (an op's slot name, see Recorder::save); throws when it was not saved or
+  // was changed in place after it was saved. Under
   // create_graph it carries its history (its gradient flows back where the original's would),
   // otherwise none.
   Tensor saved(int i) const;
@@ -121,14 +125,22 @@ class BackwardContext {
 };
 
 // Records one entry when recording is needed: grad mode on and some input requires grad.
-// Inputs are the op's differentiable inputs in OpDef::inputs order (undefined ones allowed).
+// Inputs are the op's differentiable inputs in OpDef::inputs order (undefined ones allowed);
+// their number must be the number of names in OpDef::inputs (at least the names before a last
+// "name..." for ops that take a list, such as cat's "tensors...").
 class Recorder {
  public:
   Recorder(const OpDef& op, std::vector<Tensor> inputs);
   explicit operator bool() const { return node_ != nullptr; }
 
   bool needs_grad(int input) const;
-  void save(std::vector<Tensor> tensors);  // undefined entries are allowed: nothing saved
+  // Saves t in slot `slot` for backward (ctx.saved(slot)). Slots are named by an enum of the op
+  // (enum GridSampleSaved { kInput, kGrid }), so forward and backward agree by name, not by
+  // the position in a list; saving a slot twice is an internal error.
+  void save(int slot, const Tensor& t);
+  // Saves a list whose length is only known at run time (slots 0, 1, ...), for ops whose
+  // saved tensors are one per input of a list, and for user-defined ops (named by the user).
+  void save(std::vector<Tensor> tensors);
   template <class A>
   void set_attrs(A attrs) {
     node_->attrs_ = std::move(attrs);
@@ -137,6 +149,7 @@ class Recorder {
   void set_outputs(const std::vector<Tensor>& outputs);
 
  private:
+  SavedTensor make_saved(const Tensor& t) const;
   std::shared_ptr<Node> node_;
 };
 

@@ -185,6 +185,11 @@ void fuzz_grid_sample(Reader& r, tg::DType dt) {
   tg::Tensor y = tg::grid_sampler_2d(x, grid, mode, padding, align);
   if (r.flag())
     tg::grid_sampler_2d_backward(tg::ones_like(y), x, grid, mode, padding, align, {r.flag(), r.flag()});
+  if (r.flag()) {  // the double backward, with a gg_grid of the grid's shape or of a fuzzed one
+    tg::Tensor gg = r.flag() ? tg::ones_like(grid) : values(small_shape(r, 4, 0, 8), dt);
+    tg::grid_sampler_2d_double_backward(tg::ones_like(y), x, grid, gg, mode, padding, align,
+                                        {r.flag(), r.flag(), r.flag()});
+  }
 }
 
 void fuzz_upsample(Reader& r, tg::DType dt) {
@@ -244,6 +249,14 @@ void fuzz_ms_deform_attn(Reader& r, tg::DType dt) {
   if (r.flag()) {
     tg::Tensor y = tg::ms_deform_attn(value, shapes, st, loc, attn);
     if (r.flag()) tg::ms_deform_attn_backward(value, shapes, st, loc, attn, tg::ones_like(y), {r.flag(), r.flag(), r.flag()});
+    if (r.flag()) {  // the double backward; each upstream gradient given, missing or misshapen
+      auto upstream = [&](const tg::Tensor& like) {
+        const uint8_t k = r.byte() % 3;
+        return k == 0 ? tg::ones_like(like) : k == 1 ? tg::Tensor() : values(small_shape(r, static_cast<size_t>(like.dim()), 0, 4), dt);
+      };
+      tg::ms_deform_attn_double_backward(value, shapes, st, loc, attn, tg::ones_like(y), upstream(value),
+                                         upstream(loc), upstream(attn), {r.flag(), r.flag(), r.flag(), r.flag()});
+    }
   } else {
     tg::ms_deform_attn_backward(value, shapes, st, loc, attn, values({bs, queries, heads * channels}, dt),
                                 {r.flag(), r.flag(), r.flag()});

@@ -46,7 +46,7 @@ std::vector<SampleCase> cat_samples() {
 }  // namespace
 
 // Twice differentiable: the backward is narrow (a view) and contiguous, both recorded ops.
-const OpDef kCatOp{"cat", "cat_backward", "tensors", cat_backward, cat_samples, true};
+const OpDef kCatOp{"cat", "cat_backward", "tensors...", cat_backward, cat_samples, true};
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
   const char* op = "cat";

@@ -250,3 +250,58 @@ TEST(Tape, RequiresGradOnlyOnLeavesAndFloats) {
 
 }  // namespace
 }  // namespace tg
+
+namespace tg {
+namespace {
+
+// An op of two declared inputs and its backward, written as every op is: saved slots named by
+// an enum, the backward reading them by name.
+enum TwoInputSaved { kFirst, kSecond };
+std::vector<Tensor> two_input_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {mul(g[0], ctx.saved(kSecond)), mul(g[0], ctx.saved(kFirst))};
+}
+const OpDef kTwoInputOp{"two_input_test_op", "two_input_test_op_backward", "a, b", two_input_backward, nullptr};
+const OpDef kListOp{"list_test_op", "list_test_op_backward", "first, rest...", two_input_backward, nullptr};
+
+TEST(Tape, TheRecorderChecksTheNumberOfInputsAgainstTheOpsDeclaration) {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({3, 4}, {2});
+  const std::string msg = error_of([&] { Recorder rec{kTwoInputOp, {a}}; });
+  EXPECT_NE(msg.find("two_input_test_op: internal error: recorded with 1 inputs, but the op declares 2 (a, b)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NO_THROW(Recorder(kTwoInputOp, {a, Tensor()}));  // an undefined input still counts
+  // A list input ("rest...") takes any number, none included.
+  EXPECT_NO_THROW(Recorder(kListOp, {a}));
+  EXPECT_NO_THROW(Recorder(kListOp, {a, b, a}));
+  EXPECT_NE(error_of([&] { Recorder rec{kListOp, {}}; }).find("declares 2"), std::string::npos);
+}
+
+TEST(Tape, SavedSlotsAreReadByNameInAnyOrderAndCheckedWhenMissingOrSavedTwice) {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({3, 4}, {2});
+  Tensor out = mul(a.detach(), b.detach());
+  {
+    Recorder rec{kTwoInputOp, {a, b}};
+    ASSERT_TRUE(rec);
+    rec.save(kSecond, b);  // the order of the saves does not matter
+    rec.save(kFirst, a);
+    EXPECT_NE(error_of([&] { rec.save(kFirst, a); }).find("saved slot 0 saved twice"), std::string::npos);
+    rec.set_outputs({out});
+  }
+  sum(out).backward();
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{3, 4}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{1, 2}));
+  // A backward that reads a slot its forward did not save: an internal error naming the op.
+  Tensor c = leaf({1, 2}, {2});
+  Tensor out2 = c.detach().clone();
+  {
+    Recorder rec{kTwoInputOp, {c, Tensor()}};
+    rec.save(kFirst, c);
+    rec.set_outputs({out2});
+  }
+  const std::string msg = error_of([&] { sum(out2).backward(); });
+  EXPECT_NE(msg.find("two_input_test_op_backward: internal error: saved tensor 1 was not saved"), std::string::npos)
+      << msg;
+}
+
+}  // namespace
+}  // namespace tg
