@@ -5,7 +5,7 @@
 //
 //   std::vector<Tensor> my_op_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
 //     if (ctx.create_graph())
-//       return recomputed_backward(ctx, {ctx.saved(0), ctx.saved(1)}, g, [](const std::vector<Tensor>& in) {
+//       return recomputed_backward(ctx, {ctx.saved(kInput), ctx.saved(kScale)}, g, [](const std::vector<Tensor>& in) {
 //         return std::vector<Tensor>{mul(in[0], exp(in[1]))};    // the op, in recorded ops
 //       });
 //     ...the fast kernel...

@@ -20,8 +20,11 @@ namespace tg {
 
 namespace {
 
+// The saved slot of relu, sigmoid and tanh (one enum: the three save their output).
+enum ActivationSaved { kOutput };
+
 std::vector<Tensor> relu_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor y = ctx.saved(0);
+  const Tensor y = ctx.saved(kOutput);
   if (ctx.create_graph()) {  // g times a constant mask: differentiable again in g
     Tensor mask = pointwise_unary(y.detach(), "relu_backward", [](auto v) { return v > decltype(v)(0) ? 1 : 0; });
     return {mul(g[0], mask)};
@@ -88,18 +91,18 @@ T gelu_tanh_derivative(T x) {
 // backward op, whose derivative gelu_backward_backward knows the second derivative).
 std::vector<Tensor> sigmoid_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   if (ctx.create_graph()) {
-    const Tensor y = ctx.saved(0);
+    const Tensor y = ctx.saved(kOutput);
     return {mul(g[0], mul(y, add(neg(y), 1.0)))};
   }
-  return {pointwise_binary(g[0], ctx.saved(0), "sigmoid_backward",
+  return {pointwise_binary(g[0], ctx.saved(kOutput), "sigmoid_backward",
                            [](auto gv, auto y) { return gv * y * (decltype(y)(1) - y); })};
 }
 std::vector<Tensor> tanh_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   if (ctx.create_graph()) {
-    const Tensor y = ctx.saved(0);
+    const Tensor y = ctx.saved(kOutput);
     return {mul(g[0], add(neg(mul(y, y)), 1.0))};
   }
-  return {pointwise_binary(g[0], ctx.saved(0), "tanh_backward",
+  return {pointwise_binary(g[0], ctx.saved(kOutput), "tanh_backward",
                            [](auto gv, auto y) { return gv * (decltype(y)(1) - y * y); })};
 }
 // The second derivative, for the recorded gelu_backward:
@@ -126,17 +129,21 @@ Tensor gelu_times_derivative(const Tensor& g, const Tensor& x, bool tanh_form) {
 
 Tensor recorded_gelu_backward(const Tensor& g, const Tensor& x, bool tanh_form);
 
+// The saved slots of gelu (kInput) and of its recorded backward gelu_backward (kGradOutput,
+// kInput: gelu's input again); one enum, as the two share a name.
+enum GeluSaved { kInput, kGradOutput };
+
 std::vector<Tensor> gelu_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const bool tanh_form = ctx.attrs<GeluAttrs>().tanh_form;
-  if (ctx.create_graph()) return {recorded_gelu_backward(g[0], ctx.saved(0), tanh_form)};
-  return {gelu_times_derivative(g[0], ctx.saved(0), tanh_form)};
+  if (ctx.create_graph()) return {recorded_gelu_backward(g[0], ctx.saved(kInput), tanh_form)};
+  return {gelu_times_derivative(g[0], ctx.saved(kInput), tanh_form)};
 }
 
 // gelu_backward (grad_output, self) -> grad_output * gelu'(self): its gradients are
 // d/dgrad_output = gelu'(self) and d/dself = grad_output * gelu''(self).
 std::vector<Tensor> gelu_backward_backward(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
   const bool tanh_form = ctx.attrs<GeluAttrs>().tanh_form;
-  const Tensor g = ctx.saved(0), x = ctx.saved(1);
+  const Tensor g = ctx.saved(kGradOutput), x = ctx.saved(kInput);
   Tensor dg, dx;
   if (ctx.needs_grad(0)) dg = recorded_gelu_backward(gg[0], x, tanh_form);
   if (ctx.needs_grad(1)) {
@@ -178,7 +185,8 @@ Tensor recorded_gelu_backward(const Tensor& g, const Tensor& x, bool tanh_form) 
   Tensor out = gelu_times_derivative(g, x, tanh_form);
   if (Recorder rec{kGeluBackwardOp, {g, x}}) {
     rec.set_attrs(GeluAttrs{tanh_form});
-    rec.save({g, x});
+    rec.save(kGradOutput, g);
+    rec.save(kInput, x);
     rec.set_outputs({out});
   }
   return out;
@@ -194,7 +202,7 @@ Tensor sigmoid(const Tensor& x) {
     return e / (T(1) + e);
   });
   if (Recorder rec{kSigmoidOp, {x}}) {
-    rec.save({y});
+    rec.save(kOutput, y);
     rec.set_outputs({y});
   }
   return y;
@@ -208,7 +216,7 @@ Tensor& relu_(Tensor& x) {
 Tensor tanh(const Tensor& x) {
   Tensor y = pointwise_unary(x, "tanh", [](auto v) { return std::tanh(v); });
   if (Recorder rec{kTanhOp, {x}}) {
-    rec.save({y});
+    rec.save(kOutput, y);
     rec.set_outputs({y});
   }
   return y;
@@ -221,7 +229,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   Tensor y = tanh_form ? pointwise_unary(x, "gelu", [](auto v) { return gelu_tanh(v); })
                        : pointwise_unary(x, "gelu", [](auto v) { return gelu_erf(v); });
   if (Recorder rec{kGeluOp, {x}}) {
-    rec.save({x});
+    rec.save(kInput, x);
     rec.set_attrs(GeluAttrs{tanh_form});
     rec.set_outputs({y});
   }
@@ -237,7 +245,7 @@ Tensor relu(const Tensor& x) {
     return map_unary<T>(x, [](T v) { return v > T(0) ? v : T(0); });
   });
   if (Recorder rec{kReluOp, {x}}) {
-    rec.save({y});
+    rec.save(kOutput, y);
     rec.set_outputs({y});
   }
   return y;

@@ -236,11 +236,15 @@ ConvolutionGrads recorded_backward(const Tensor& g, const Tensor& input, const T
 Tensor forward_with_params(const char* op, const Tensor& input, const Tensor& weight, const Tensor& bias,
                            const kernels::ConvParams& p);
 
+// The saved slots of convolution (kInput, kWeight) and of its recorded backward
+// convolution_backward (kGradOutput, kInput, kWeight); one enum, as the two share names.
+enum ConvSaved { kInput, kWeight, kGradOutput };
+
 std::vector<Tensor> convolution_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& a = ctx.attrs<ConvAttrs>();
   // Only what was saved: the input when the weight wants a gradient, the weight for the input.
-  const Tensor input = ctx.needs_grad(1) ? ctx.saved(0) : Tensor();
-  const Tensor weight = ctx.needs_grad(0) ? ctx.saved(1) : Tensor();
+  const Tensor input = ctx.needs_grad(1) ? ctx.saved(kInput) : Tensor();
+  const Tensor weight = ctx.needs_grad(0) ? ctx.saved(kWeight) : Tensor();
   const std::array<bool, 3> mask{ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)};
   ConvolutionGrads r = ctx.create_graph()
                            ? recorded_backward(g[0], input, weight, a, mask)
@@ -339,9 +343,9 @@ std::vector<Tensor> convolution_backward_backward_fn(const BackwardContext& ctx,
   if (a.mask[0]) ggi = gg[k++];
   if (a.mask[1]) ggw = gg[k++];
   if (a.mask[2]) ggb = gg[k++];
-  const Tensor g = ctx.saved(0);
-  const Tensor x = a.mask[1] ? ctx.saved(1) : Tensor();
-  const Tensor w = a.mask[0] ? ctx.saved(2) : Tensor();
+  const Tensor g = ctx.saved(kGradOutput);
+  const Tensor x = a.mask[1] ? ctx.saved(kInput) : Tensor();  // saved only then
+  const Tensor w = a.mask[0] ? ctx.saved(kWeight) : Tensor();
   Tensor dg, dx, dw;
   if (ctx.needs_grad(0)) {
     auto accumulate = [&dg](const Tensor& t) { dg = dg.defined() ? add(dg, t) : t; };
@@ -375,7 +379,9 @@ ConvolutionGrads recorded_backward(const Tensor& g, const Tensor& input, const T
                                             a.weight_shape, a.params, mask);
   if (Recorder rec{kConvolutionBackwardOp, {g, input, weight}}) {
     rec.set_attrs(ConvBackwardAttrs{a, mask});
-    rec.save({g, input, weight});
+    rec.save(kGradOutput, g);
+    if (input.defined()) rec.save(kInput, input);
+    if (weight.defined()) rec.save(kWeight, weight);
     std::vector<Tensor> outputs;
     for (const Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
       if (t->defined()) outputs.push_back(*t);
@@ -430,7 +436,8 @@ Tensor forward_with_params(const char* op, const Tensor& input, const Tensor& we
   }
   if (Recorder rec{kConvolutionOp, {input, weight, bias}}) {
     // grad_input needs only the weight, grad_weight only the input, grad_bias neither.
-    rec.save({rec.needs_grad(1) ? input : Tensor(), rec.needs_grad(0) ? weight : Tensor()});
+    if (rec.needs_grad(1)) rec.save(kInput, input);
+    if (rec.needs_grad(0)) rec.save(kWeight, weight);
     rec.set_attrs(ConvAttrs{p, input.shape(), weight.shape()});
     rec.set_outputs({out});
   }

@@ -74,10 +74,12 @@ std::vector<Tensor> recorded_backward(const BackwardContext& ctx, const Tensor& 
   return {dx.reshape(ctx.input_shape(0))};
 }
 
+enum CrossEntropySaved { kLogProbs, kTarget };
+
 std::vector<Tensor> cross_entropy_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto a = ctx.attrs<CrossEntropyAttrs>();
-  const Tensor& logp = ctx.saved(0);
-  const Tensor& target = ctx.saved(1);
+  const Tensor& logp = ctx.saved(kLogProbs);
+  const Tensor& target = ctx.saved(kTarget);
   if (ctx.create_graph()) return recorded_backward(ctx, g[0], logp, target);
   const int64_t N = logp.size(0), C = logp.size(1), K = logp.numel() / std::max<int64_t>(N * C, 1);
   Tensor gc = g[0].contiguous();
@@ -231,7 +233,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     out = full({}, value, x.dtype());
   }
   if (Recorder rec{kCrossEntropyOp, {logits}}) {
-    rec.save({logp, t});
+    rec.save(kLogProbs, logp);
+    rec.save(kTarget, t);
     rec.set_attrs(attrs);
     rec.set_outputs({out});
   }

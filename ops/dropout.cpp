@@ -11,11 +11,13 @@ namespace tg {
 
 namespace {
 
+enum DropoutSaved { kMask };
+
 std::vector<Tensor> dropout_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   // Under create_graph: the recorded mul by the saved mask (a constant, scale or 0), so the
   // gradient is differentiable again in g.
-  if (ctx.create_graph()) return {mul(g[0], ctx.saved(0))};
-  return {pointwise_binary(g[0], ctx.saved(0), "dropout_backward", [](auto gv, auto m) { return gv * m; })};
+  if (ctx.create_graph()) return {mul(g[0], ctx.saved(kMask))};
+  return {pointwise_binary(g[0], ctx.saved(kMask), "dropout_backward", [](auto gv, auto m) { return gv * m; })};
 }
 
 std::vector<SampleCase> dropout_samples() {
@@ -46,7 +48,7 @@ Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   });
   Tensor y = pointwise_binary(x, mask, "dropout", [](auto v, auto m) { return v * m; });
   if (Recorder rec{kDropoutOp, {x}}) {
-    rec.save({mask});
+    rec.save(kMask, mask);
     rec.set_outputs({y});
   }
   return y;

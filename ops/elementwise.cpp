@@ -70,19 +70,23 @@ std::vector<Tensor> add_backward(const BackwardContext& ctx, const std::vector<T
   return {da, db};
 }
 
+enum MulSaved { kSelf, kOther };
+
 std::vector<Tensor> mul_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   Tensor da, db;
-  if (ctx.needs_grad(0)) da = sum_to(mul(g[0], ctx.saved(1)), ctx.input_shape(0));
-  if (ctx.needs_grad(1)) db = sum_to(mul(g[0], ctx.saved(0)), ctx.input_shape(1));
+  if (ctx.needs_grad(0)) da = sum_to(mul(g[0], ctx.saved(kOther)), ctx.input_shape(0));
+  if (ctx.needs_grad(1)) db = sum_to(mul(g[0], ctx.saved(kSelf)), ctx.input_shape(1));
   return {da, db};
 }
 
+enum DivSaved { kNumerator, kDenominator };
+
 std::vector<Tensor> div_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor b = ctx.saved(1);
+  const Tensor b = ctx.saved(kDenominator);
   Tensor da, db;
   Tensor g_over_b = div(g[0], b);
   if (ctx.needs_grad(0)) da = sum_to(g_over_b, ctx.input_shape(0));
-  if (ctx.needs_grad(1)) db = sum_to(neg(mul(g_over_b, div(ctx.saved(0), b))), ctx.input_shape(1));
+  if (ctx.needs_grad(1)) db = sum_to(neg(mul(g_over_b, div(ctx.saved(kNumerator), b))), ctx.input_shape(1));
   return {da, db};
 }
 
@@ -168,7 +172,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = mul_values(a, b);
   if (Recorder rec{kMulOp, {a, b}}) {
     // Each side keeps the other factor, and only when that side needs its gradient.
-    rec.save({rec.needs_grad(1) ? a : Tensor(), rec.needs_grad(0) ? b : Tensor()});
+    if (rec.needs_grad(1)) rec.save(kSelf, a);
+    if (rec.needs_grad(0)) rec.save(kOther, b);
     rec.set_outputs({out});
   }
   return out;
@@ -178,7 +183,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   check_binary_operands(a, b, "div");
   Tensor out = div_values(a, b);
   if (Recorder rec{kDivOp, {a, b}}) {
-    rec.save({rec.needs_grad(1) ? a : Tensor(), b});
+    if (rec.needs_grad(1)) rec.save(kNumerator, a);
+    rec.save(kDenominator, b);
     rec.set_outputs({out});
   }
   return out;

@@ -60,15 +60,18 @@ Tensor embedding_backward_op(const Tensor& grad, const Tensor& idx, int64_t V, i
 
 // A recorded op (embedding_backward), so that under create_graph the weight's gradient is
 // differentiable again; under plain backward nothing records and it is the kernel alone.
+// The saved slot of embedding and embedding_backward (one enum: both save the indices).
+enum EmbeddingSaved { kIndices };
+
 std::vector<Tensor> embedding_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
-  return {embedding_backward_op(grads[0], ctx.saved(0), ctx.input_shape(0)[0],
+  return {embedding_backward_op(grads[0], ctx.saved(kIndices), ctx.input_shape(0)[0],
                                 ctx.attrs<EmbeddingAttrs>().padding_idx)};
 }
 
 // embedding_backward is linear in g; its adjoint reads the rows back: embedding(gg, indices),
 // with the rows at the padding index zeroed (they received nothing).
 std::vector<Tensor> embedding_backward_backward(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
-  const Tensor idx = ctx.saved(0);
+  const Tensor idx = ctx.saved(kIndices);
   const int64_t pad = ctx.attrs<EmbeddingAttrs>().padding_idx;
   Tensor out = embedding(gg[0], idx);
   if (pad < 0) return {out};
@@ -107,7 +110,7 @@ namespace {
 Tensor embedding_backward_op(const Tensor& grad, const Tensor& idx, int64_t V, int64_t pad) {
   Tensor dw = embedding_backward_values(grad, idx, V, pad);
   if (Recorder rec{kEmbeddingBackwardOp, {grad}}) {
-    rec.save({idx});
+    rec.save(kIndices, idx);
     rec.set_attrs(EmbeddingAttrs{pad});
     rec.set_outputs({dw});
   }
@@ -147,7 +150,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
     for (int64_t i = 0; i < n; ++i) std::copy(wp + ip[i] * D, wp + (ip[i] + 1) * D, o + i * D);
   });
   if (Recorder rec{kEmbeddingOp, {weight}}) {
-    rec.save({idx});
+    rec.save(kIndices, idx);
     rec.set_attrs(EmbeddingAttrs{pad});
     rec.set_outputs({out});
   }

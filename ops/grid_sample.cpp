@@ -89,19 +89,23 @@ GridSampleGrads recorded_backward(const char* op, const Tensor& grad_output, con
 Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
                         GridSamplePadding padding, bool align_corners);
 
+// The saved slots of grid_sample (kGrid always, kInput only when grad_grid reads it, see
+// grid_sample_impl) and of its recorded backward grid_sampler_2d_backward (kGradOutput and
+// kGrid always, kInput as for grid_sample); one enum, as the two share names.
+enum GridSampleSaved { kGrid, kInput, kGradOutput };
+
 std::vector<Tensor> grid_sample_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const bool want_input = ctx.needs_grad(0), want_grid = ctx.needs_grad(1);
   const GridSampleAttrs& a = ctx.attrs<GridSampleAttrs>();
-  // Saved: 0 grid (always), 1 input (only when grad_grid reads it, see grid_sample_impl).
   const bool reads_input = want_grid && a.mode != GridSampleMode::Nearest;
-  const Tensor input = reads_input ? ctx.saved(1) : Tensor();
+  const Tensor input = reads_input ? ctx.saved(kInput) : Tensor();
   // Under create_graph the backward is itself a recorded entry (grid_sampler_2d_backward), so
   // the gradients can be differentiated again; otherwise the kernel runs unrecorded.
   GridSampleGrads grads =
       ctx.create_graph()
-          ? recorded_backward(ctx.op_name(), g[0], input, ctx.input_shape(0), ctx.saved(0), a, {want_input, want_grid})
+          ? recorded_backward(ctx.op_name(), g[0], input, ctx.input_shape(0), ctx.saved(kGrid), a, {want_input, want_grid})
           : run_backward(ctx.op_name(), g[0].contiguous(), input.defined() ? input.contiguous() : input,
-                         ctx.input_shape(0), ctx.saved(0).contiguous(), a, want_input, want_grid);
+                         ctx.input_shape(0), ctx.saved(kGrid).contiguous(), a, want_input, want_grid);
   return {grads.grad_input, grads.grad_grid};
 }
 
@@ -253,9 +257,8 @@ std::vector<Tensor> grid_sample_backward_backward_fn(const BackwardContext& ctx,
   if (a.mask[0]) gg_input = gg[k++];
   if (a.mask[1]) gg_grid = gg[k++];
   const bool smooth = a.fwd.mode != GridSampleMode::Nearest;
-  // Saved: 0 grad_output, 1 input (only when grad_grid reads it), 2 grid.
-  const Tensor go = ctx.saved(0), grid = ctx.saved(2);
-  const Tensor x = a.mask[1] && smooth ? ctx.saved(1) : Tensor();
+  const Tensor go = ctx.saved(kGradOutput), grid = ctx.saved(kGrid);
+  const Tensor x = a.mask[1] && smooth ? ctx.saved(kInput) : Tensor();  // saved only then
   const bool want_go = ctx.needs_grad(0), want_x = ctx.needs_grad(1), want_grid = ctx.needs_grad(2);
   Tensor d_go, d_x, d_grid;
   auto accumulate = [](Tensor& sum, const Tensor& t) { sum = sum.defined() ? add(sum, t) : t; };
@@ -311,7 +314,9 @@ GridSampleGrads recorded_backward(const char* op, const Tensor& grad_output, con
                                    grid.detach().contiguous(), a, mask[0], mask[1]);
   if (Recorder rec{kGridSampleBackwardOp, {grad_output, reads, grid}}) {
     rec.set_attrs(GridSampleBackwardAttrs{a, mask});
-    rec.save({grad_output, reads, grid});
+    rec.save(kGradOutput, grad_output);
+    if (reads.defined()) rec.save(kInput, reads);
+    rec.save(kGrid, grid);
     std::vector<Tensor> outputs;
     for (const Tensor* t : {&r.grad_input, &r.grad_grid})
       if (t->defined()) outputs.push_back(*t);
@@ -341,7 +346,8 @@ Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid,
     // nearest's, which is zero.
     // Saved as given, not the contiguous copies: under create_graph, the backward's gradients
     // must flow back into input and grid (the backward calls contiguous()).
-    rec.save({grid, rec.needs_grad(1) && mode != GridSampleMode::Nearest ? input : Tensor()});
+    rec.save(kGrid, grid);
+    if (rec.needs_grad(1) && mode != GridSampleMode::Nearest) rec.save(kInput, input);
     rec.set_attrs(GridSampleAttrs{mode, padding, align_corners});
     rec.set_outputs({out});
   }

@@ -66,16 +66,18 @@ std::vector<Tensor> group_norm_composite(const std::vector<Tensor>& in, const Gr
   return {y.reshape(x.shape())};
 }
 
+enum GroupNormSaved { kInput, kMean, kRstd, kWeight };  // kWeight only when there is one
+
 std::vector<Tensor> group_norm_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& a = ctx.attrs<GroupNormAttrs>();
   if (ctx.create_graph()) {
     // The bias is not saved (nothing reads it); y is affine in it, so zeros stand in.
     Tensor bias = ctx.needs_grad(2) ? zeros(ctx.input_shape(2), ctx.input_dtype(2)) : Tensor();
-    return recomputed_backward(ctx, {ctx.saved(0), a.has_weight ? ctx.saved(3) : Tensor(), bias}, g,
+    return recomputed_backward(ctx, {ctx.saved(kInput), a.has_weight ? ctx.saved(kWeight) : Tensor(), bias}, g,
                                [a](const std::vector<Tensor>& in) { return group_norm_composite(in, a); });
   }
-  Tensor weight = a.has_weight ? ctx.saved(3) : Tensor();
-  GroupNormGrads grads = native_group_norm_backward(g[0], ctx.saved(0), ctx.saved(1), ctx.saved(2), weight, a.N, a.C,
+  Tensor weight = a.has_weight ? ctx.saved(kWeight) : Tensor();
+  GroupNormGrads grads = native_group_norm_backward(g[0], ctx.saved(kInput), ctx.saved(kMean), ctx.saved(kRstd), weight, a.N, a.C,
                                                     a.HxW, a.group,
                                                     {ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)});
   return {grads.grad_input, grads.grad_weight, grads.grad_bias};
@@ -167,7 +169,10 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
   GroupNormResult r = native_group_norm(input, weight, bias, N, C, HxW, num_groups, eps);
   if (Recorder rec{kGroupNormOp, {input, weight, bias}}) {
     rec.set_attrs(GroupNormAttrs{N, C, HxW, num_groups, weight.defined(), eps});
-    rec.save({input, r.mean, r.rstd, weight});
+    rec.save(kInput, input);
+    rec.save(kMean, r.mean);
+    rec.save(kRstd, r.rstd);
+    if (weight.defined()) rec.save(kWeight, weight);
     rec.set_outputs({r.output});
   }
   return r.output;

@@ -69,17 +69,21 @@ Tensor index_add_zeros(const Tensor& grad, const Shape& shape, int64_t dim, cons
 // index_select's backward is a recorded op (index_add into zeros), so that under create_graph
 // its gradient is differentiable again: it is linear in g, and its adjoint is index_select.
 // Under plain backward nothing records, and it is the kernel alone.
+// The saved slot of index_select, index_select_backward, gather and scatter_add (one enum:
+// the four save the same one tensor, and enumerators share the namespace).
+enum IndexSaved { kIndex };
+
 std::vector<Tensor> index_select_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
-  return {index_add_zeros(grads[0], ctx.input_shape(0), ctx.attrs<IndexAttrs>().dim, ctx.saved(0))};
+  return {index_add_zeros(grads[0], ctx.input_shape(0), ctx.attrs<IndexAttrs>().dim, ctx.saved(kIndex))};
 }
 
 std::vector<Tensor> index_add_zeros_backward(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
-  return {index_select(gg[0], ctx.attrs<IndexAttrs>().dim, ctx.saved(0))};
+  return {index_select(gg[0], ctx.attrs<IndexAttrs>().dim, ctx.saved(kIndex))};
 }
 
 // scatter_add into zeros (gather's and max/min's backward) is linear in src; its adjoint is gather.
 std::vector<Tensor> scatter_add_backward(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
-  return {gather(gg[0], ctx.attrs<IndexAttrs>().dim, ctx.saved(0))};
+  return {gather(gg[0], ctx.attrs<IndexAttrs>().dim, ctx.saved(kIndex))};
 }
 
 // Calls fn(fibre_index_offset, fibre_x_offset) for each fibre of a contiguous index of shape
@@ -105,7 +109,7 @@ void for_each_fibre(const Shape& is, const Shape& xs_strides, int64_t dim, bool 
 }
 
 std::vector<Tensor> gather_backward(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
-  return {scatter_add_along(ctx.input_shape(0), ctx.attrs<IndexAttrs>().dim, ctx.saved(0), grads[0])};
+  return {scatter_add_along(ctx.input_shape(0), ctx.attrs<IndexAttrs>().dim, ctx.saved(kIndex), grads[0])};
 }
 
 using Inputs = std::vector<Tensor>;
@@ -161,7 +165,7 @@ namespace {
 Tensor index_add_zeros(const Tensor& grad, const Shape& shape, int64_t dim, const Tensor& idx) {
   Tensor dx = index_add_zeros_values(grad, shape, dim, idx);
   if (Recorder rec{kIndexAddZerosOp, {grad}}) {
-    rec.save({idx});
+    rec.save(kIndex, idx);
     rec.set_attrs(IndexAttrs{dim});
     rec.set_outputs({dx});
   }
@@ -173,7 +177,7 @@ Tensor scatter_add_along(const Shape& shape, int64_t dim, const Tensor& index, c
   Tensor idx = index.detach().contiguous();
   Tensor dx = scatter_add_values(shape, dim, idx, src);
   if (Recorder rec{kScatterAddOp, {src}}) {
-    rec.save({idx});
+    rec.save(kIndex, idx);
     rec.set_attrs(IndexAttrs{dim});
     rec.set_outputs({dx});
   }
@@ -206,7 +210,7 @@ Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index) {
         std::copy(xp + (a * l.D + ip[i]) * l.inner, xp + (a * l.D + ip[i] + 1) * l.inner, o + (a * n + i) * l.inner);
   });
   if (Recorder rec{kIndexSelectOp, {x}}) {
-    rec.save({idx});
+    rec.save(kIndex, idx);
     rec.set_attrs(IndexAttrs{dim});
     rec.set_outputs({out});
   }
@@ -243,7 +247,7 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index) {
     });
   }
   if (Recorder rec{kGatherOp, {x}}) {
-    rec.save({idx});
+    rec.save(kIndex, idx);
     rec.set_attrs(IndexAttrs{dim});
     rec.set_outputs({out});
   }

@@ -75,12 +75,17 @@ T diff_loss_derivative(T d, Kind kind, T beta) {
   }
 }
 
+// The saved slots of the losses in this file: mse, l1 and smooth_l1 save kInput and kTarget,
+// log1p_exp_neg kInput, binary_cross_entropy_with_logits all four (one enum, as they share
+// names).
+enum LossSaved { kInput, kTarget, kPosWeightExpanded, kPosWeight };
+
 std::vector<Tensor> diff_loss_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto a = ctx.attrs<DiffLossAttrs>();
   if (ctx.create_graph()) {
     // dl/dd = d * c1 + c0 with constants c1, c0 read off d (mse: 2, 0; l1: 0, sign d;
     // smooth_l1: 1/beta, 0 inside |d| < beta and 0, sign d outside), in recorded ops.
-    const Tensor d = sub(ctx.saved(0), ctx.saved(1));
+    const Tensor d = sub(ctx.saved(kInput), ctx.saved(kTarget));
     Tensor c1 = pointwise_unary(d.detach(), "loss_backward", [a](auto v) {
       using T = decltype(v);
       return a.kind == Kind::Mse ? T(2) : (a.kind == Kind::SmoothL1 && std::abs(v) < T(a.beta) ? T(1 / a.beta) : T(0));
@@ -95,7 +100,7 @@ std::vector<Tensor> diff_loss_backward(const BackwardContext& ctx, const std::ve
     if (ctx.needs_grad(1)) db = sum_to(neg(dd), ctx.input_shape(1));
     return {da, db};
   }
-  Tensor d = pointwise_binary(ctx.saved(0), ctx.saved(1), "loss_backward", [](auto x, auto y) { return x - y; });
+  Tensor d = pointwise_binary(ctx.saved(kInput), ctx.saved(kTarget), "loss_backward", [](auto x, auto y) { return x - y; });
   Tensor dd = pointwise_binary(g[0], d, "loss_backward", [a](auto gv, auto dv) {
     return gv * diff_loss_derivative(dv, a.kind, static_cast<decltype(dv)>(a.beta));
   });
@@ -112,8 +117,8 @@ T log1p_exp_neg_value(T x) {
   return std::max(-x, T(0)) + std::log1p(std::exp(-std::abs(x)));
 }
 std::vector<Tensor> log1p_exp_neg_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  if (ctx.create_graph()) return {mul(g[0], neg(sigmoid(neg(ctx.saved(0)))))};
-  return {pointwise_binary(g[0], ctx.saved(0), "log1p_exp_neg_backward", [](auto gv, auto xv) {
+  if (ctx.create_graph()) return {mul(g[0], neg(sigmoid(neg(ctx.saved(kInput)))))};
+  return {pointwise_binary(g[0], ctx.saved(kInput), "log1p_exp_neg_backward", [](auto gv, auto xv) {
     using T = decltype(xv);
     const T s = xv >= T(0) ? std::exp(-xv) / (T(1) + std::exp(-xv)) : T(1) / (T(1) + std::exp(xv));  // sigmoid(-x)
     return -gv * s;
@@ -137,7 +142,7 @@ Tensor log1p_exp_neg(const Tensor& x) {
   TG_CHECK(x.defined() && is_floating(x.dtype()), "log1p_exp_neg: expected a defined floating tensor");
   Tensor out = pointwise_unary(x.detach(), "log1p_exp_neg", [](auto v) { return log1p_exp_neg_value(v); });
   if (Recorder rec{kLog1pExpNegOp, {x}}) {
-    rec.save({x});
+    rec.save(kInput, x);
     rec.set_outputs({out});
   }
   return out;
@@ -150,17 +155,17 @@ std::vector<Tensor> bce_backward(const BackwardContext& ctx, const std::vector<T
   if (ctx.create_graph()) {
     // The unreduced loss in recorded ops, from the inputs themselves (saved with history):
     // (1 - y) x + (1 + (pw - 1) y) sp(-x), pw broadcast as in the forward.
-    const Tensor pos_weight = has_pw ? ctx.saved(3) : Tensor();
-    return recomputed_backward(ctx, {ctx.saved(0), ctx.saved(1), pos_weight}, g, [](const std::vector<Tensor>& in) {
+    const Tensor pos_weight = has_pw ? ctx.saved(kPosWeight) : Tensor();
+    return recomputed_backward(ctx, {ctx.saved(kInput), ctx.saved(kTarget), pos_weight}, g, [](const std::vector<Tensor>& in) {
       const Tensor &x = in[0], &y = in[1];
       const Tensor sp = log1p_exp_neg(x);
       const Tensor w = in[2].defined() ? add(mul(sub(in[2], 1.0), y), 1.0) : Tensor();
       return std::vector<Tensor>{add(mul(rsub(y, 1.0), x), w.defined() ? mul(w, sp) : sp)};
     });
   }
-  const Tensor x = ctx.saved(0).contiguous();  // free when the inputs were contiguous
-  const Tensor y = ctx.saved(1).contiguous();
-  const Tensor pw = has_pw ? ctx.saved(2) : Tensor();  // absent: 1
+  const Tensor x = ctx.saved(kInput).contiguous();  // free when the inputs were contiguous
+  const Tensor y = ctx.saved(kTarget).contiguous();
+  const Tensor pw = has_pw ? ctx.saved(kPosWeightExpanded) : Tensor();  // absent: 1
   const Tensor gx = g[0].contiguous();
   Tensor dx, dy, dpw;
   dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits_backward", [&](auto tag) {
@@ -253,7 +258,8 @@ Tensor diff_loss_op(const OpDef& op, const Tensor& a, const Tensor& b, Reduction
     return diff_loss(x - y, kind, static_cast<decltype(x)>(beta));
   });
   if (Recorder rec{op, {a, b}}) {
-    rec.save({a, b});
+    rec.save(kInput, a);
+    rec.save(kTarget, b);
     rec.set_attrs(DiffLossAttrs{kind, beta});
     rec.set_outputs({out});
   }
@@ -309,7 +315,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
     // input and target themselves (not the contiguous copies, which alias them when they are
     // contiguous) and pos_weight as given, for their history under create_graph; the expanded
     // pos_weight for the kernel.
-    rec.save({input, target, pw, pos_weight});
+    rec.save(kInput, input);
+    rec.save(kTarget, target);
+    if (pw.defined()) rec.save(kPosWeightExpanded, pw);
+    if (pos_weight.defined()) rec.save(kPosWeight, pos_weight);
     rec.set_attrs(BceAttrs{pw.defined()});
     rec.set_outputs({out});
   }

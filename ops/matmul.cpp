@@ -151,6 +151,8 @@ Shape with_matrix_dims(Shape batch, const Shape& matrix_shape) {
   return batch;
 }
 
+enum MatmulSaved { kSelf, kOther };
+
 std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const Shape& sa = ctx.input_shape(0);
   const Shape& sb = ctx.input_shape(1);
@@ -162,17 +164,19 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
   };
   Tensor da, db;
   if (ctx.create_graph()) {  // the same products as recorded ops, differentiable again
-    if (ctx.needs_grad(0)) da = sum_to(matmul(g[0], ctx.saved(1).transpose(-1, -2)), sa);
-    if (ctx.needs_grad(1)) db = sum_to(matmul(ctx.saved(0).transpose(-1, -2), g[0]), sb);
+    if (ctx.needs_grad(0)) da = sum_to(matmul(g[0], ctx.saved(kOther).transpose(-1, -2)), sa);
+    if (ctx.needs_grad(1)) db = sum_to(matmul(ctx.saved(kSelf).transpose(-1, -2), g[0]), sb);
     return {da, db};
   }
   Tensor g3 = batched(g[0]);
   if (ctx.needs_grad(0))
-    da = sum_to(batched_gemm(g3, batched(ctx.saved(1)), false, true).reshape(with_matrix_dims(batch, sa)), sa);
+    da = sum_to(batched_gemm(g3, batched(ctx.saved(kOther)), false, true).reshape(with_matrix_dims(batch, sa)), sa);
   if (ctx.needs_grad(1))
-    db = sum_to(batched_gemm(batched(ctx.saved(0)), g3, true, false).reshape(with_matrix_dims(batch, sb)), sb);
+    db = sum_to(batched_gemm(batched(ctx.saved(kSelf)), g3, true, false).reshape(with_matrix_dims(batch, sb)), sb);
   return {da, db};
 }
+
+enum LinearSaved { kInput, kWeight };
 
 std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const int64_t out_f = ctx.input_shape(1)[0], in_f = ctx.input_shape(1)[1];
@@ -180,8 +184,8 @@ std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vecto
   Tensor dx, dw, db;
   if (ctx.create_graph()) {  // the same products as recorded ops, differentiable again
     Tensor g2 = g[0].reshape({rows, out_f});
-    if (ctx.needs_grad(0)) dx = matmul(g2, ctx.saved(1)).reshape(ctx.input_shape(0));
-    if (ctx.needs_grad(1)) dw = matmul(g2.transpose(0, 1), ctx.saved(0).reshape({rows, in_f}));
+    if (ctx.needs_grad(0)) dx = matmul(g2, ctx.saved(kWeight)).reshape(ctx.input_shape(0));
+    if (ctx.needs_grad(1)) dw = matmul(g2.transpose(0, 1), ctx.saved(kInput).reshape({rows, in_f}));
     if (ctx.needs_grad(2)) db = sum_to(g2, {out_f});
     return {dx, dw, db};
   }
@@ -190,12 +194,12 @@ std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vecto
     using T = typename decltype(tag)::type;
     if (ctx.needs_grad(0)) {
       dx = Tensor::empty(ctx.input_shape(0), g2.dtype());
-      Tensor w = ctx.saved(1).contiguous();
+      Tensor w = ctx.saved(kWeight).contiguous();
       gemm<T>(g2.data<T>(), w.data<T>(), dx.data<T>(), rows, out_f, in_f, false, false);
     }
     if (ctx.needs_grad(1)) {
       dw = Tensor::empty({out_f, in_f}, g2.dtype());
-      Tensor x = ctx.saved(0).contiguous();
+      Tensor x = ctx.saved(kInput).contiguous();
       gemm<T>(g2.data<T>(), x.data<T>(), dw.data<T>(), out_f, rows, in_f, true, false);
     }
     if (ctx.needs_grad(2)) db = sum_to(g2.reshape({rows, out_f}), {out_f});
@@ -246,7 +250,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   out_shape.insert(out_shape.end(), {a.size(-2), b.size(-1)});
   Tensor out = batched_gemm(ops.a, ops.b, false, false).reshape(out_shape);
   if (Recorder rec{kMatmulOp, {a, b}}) {
-    rec.save({rec.needs_grad(1) ? a : Tensor(), rec.needs_grad(0) ? b : Tensor()});
+    if (rec.needs_grad(1)) rec.save(kSelf, a);
+    if (rec.needs_grad(0)) rec.save(kOther, b);
     rec.set_outputs({out});
   }
   return out;
@@ -286,7 +291,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (Recorder rec{kLinearOp, {x, weight, bias}}) {
     // The tensors themselves (not the contiguous copies), so that under create_graph their
     // gradients flow back; backward makes them contiguous, which costs nothing when they are.
-    rec.save({rec.needs_grad(1) ? x : Tensor(), rec.needs_grad(0) ? weight : Tensor()});
+    if (rec.needs_grad(1)) rec.save(kInput, x);
+    if (rec.needs_grad(0)) rec.save(kWeight, weight);
     rec.set_outputs({out});
   }
   return out;

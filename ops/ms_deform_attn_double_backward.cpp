@@ -26,8 +26,16 @@ struct MsdaBackwardAttrs {
   std::array<bool, 3> mask;  // which of grad_value, grad_loc, grad_attn are the entry's outputs, in that order
 };
 
-// Saved: 0 grad_output, 1 value, 2 sampling_locations, 3 attention_weights (the entry's inputs,
-// with their history under create_graph), 4 spatial_shapes, 5 level_start_index.
+// Saved: the entry's inputs (with their history under create_graph), and the level tables.
+enum MsDeformAttnBackwardSaved {
+  kGradOutput,
+  kValue,
+  kSamplingLocations,
+  kAttentionWeights,
+  kSpatialShapes,
+  kLevelStartIndex
+};
+
 std::vector<Tensor> ms_deform_attn_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
   const auto& a = ctx.attrs<MsdaBackwardAttrs>();
   // The upstream gradients of the outputs the entry has, in order; the others are zero.
@@ -37,7 +45,8 @@ std::vector<Tensor> ms_deform_attn_backward_backward_fn(const BackwardContext& c
   if (a.mask[1]) gg_loc = gg[k++];
   if (a.mask[2]) gg_attn = gg[k++];
   MsDeformAttnDoubleGrads r = ms_deform_attn_double_backward(
-      ctx.saved(1), ctx.saved(4), ctx.saved(5), ctx.saved(2), ctx.saved(3), ctx.saved(0), gg_value, gg_loc, gg_attn,
+      ctx.saved(kValue), ctx.saved(kSpatialShapes), ctx.saved(kLevelStartIndex), ctx.saved(kSamplingLocations),
+      ctx.saved(kAttentionWeights), ctx.saved(kGradOutput), gg_value, gg_loc, gg_attn,
       {ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2), ctx.needs_grad(3)});
   return {r.grad_grad_output, r.grad_value, r.grad_sampling_locations, r.grad_attention_weights};
 }
@@ -69,7 +78,12 @@ MsDeformAttnGrads ms_deform_attn_recorded_backward(const Tensor& grad_output, co
                               attention_weights.detach(), grad_output.detach(), output_mask);
   if (Recorder rec{kMsDeformAttnBackwardOp, {grad_output, value, sampling_locations, attention_weights}}) {
     rec.set_attrs(MsdaBackwardAttrs{output_mask});
-    rec.save({grad_output, value, sampling_locations, attention_weights, spatial_shapes, level_start_index});
+    rec.save(kGradOutput, grad_output);
+    rec.save(kValue, value);
+    rec.save(kSamplingLocations, sampling_locations);
+    rec.save(kAttentionWeights, attention_weights);
+    rec.save(kSpatialShapes, spatial_shapes);
+    rec.save(kLevelStartIndex, level_start_index);
     std::vector<Tensor> outputs;
     for (const Tensor* t : {&r.grad_value, &r.grad_sampling_locations, &r.grad_attention_weights})
       if (t->defined()) outputs.push_back(*t);

@@ -122,18 +122,20 @@ void layer_norm_backward(const T* g, const T* x, const T* w, const double* mean,
   }
 }
 
+enum LayerNormSaved { kInput, kWeight, kMean, kRstd };  // kWeight only when there is one
+
 std::vector<Tensor> layer_norm_bw(const BackwardContext& ctx, const std::vector<Tensor>& grads) {
   const LayerNormAttrs a = ctx.attrs<LayerNormAttrs>();
   if (ctx.create_graph()) {
     // The bias is not saved (nothing reads it); y is affine in it, so zeros stand in.
     Tensor bias = ctx.needs_grad(2) ? zeros(ctx.input_shape(2), ctx.input_dtype(2)) : Tensor();
-    return recomputed_backward(ctx, {ctx.saved(0), a.has_weight ? ctx.saved(1) : Tensor(), bias}, grads,
+    return recomputed_backward(ctx, {ctx.saved(kInput), a.has_weight ? ctx.saved(kWeight) : Tensor(), bias}, grads,
                                [a](const std::vector<Tensor>& in) { return layer_norm_composite(in, a.N, a.eps); });
   }
-  const Tensor x = ctx.saved(0).contiguous();
-  const Tensor w = a.has_weight ? ctx.saved(1).contiguous() : Tensor();
-  const Tensor& mean = ctx.saved(2);
-  const Tensor& rstd = ctx.saved(3);
+  const Tensor x = ctx.saved(kInput).contiguous();
+  const Tensor w = a.has_weight ? ctx.saved(kWeight).contiguous() : Tensor();
+  const Tensor& mean = ctx.saved(kMean);
+  const Tensor& rstd = ctx.saved(kRstd);
   const int64_t N = ctx.attrs<LayerNormAttrs>().N;
   const int64_t R = N == 0 ? 0 : x.numel() / N;
   Tensor g = grads[0].contiguous();
@@ -196,7 +198,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   if (Recorder rec{kLayerNormOp, {x, weight, bias}}) {
     // x and weight themselves (not the contiguous copies) so that create_graph can follow their
     // history; backward makes them contiguous, which costs nothing when they are.
-    rec.save({x, weight, mean, rstd});
+    rec.save(kInput, x);
+    if (weight.defined()) rec.save(kWeight, weight);
+    rec.save(kMean, mean);
+    rec.save(kRstd, rstd);
     rec.set_attrs(LayerNormAttrs{N, wc.defined(), eps});
     rec.set_outputs({y});
   }

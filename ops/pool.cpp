@@ -113,11 +113,15 @@ void check_grad_output(const char* op, const Tensor& grad_output, const Shape& e
 
 // ---- the tape ---------------------------------------------------------------------------
 
+// The saved slot of max_pool2d, its recorded backward and that backward's adjoint (one enum:
+// the three save the argmax indices).
+enum MaxPoolSaved { kIndices };
+
 // Under create_graph g[0] carries history and the backward records itself (an op of its own,
 // see below); otherwise it runs the kernel alone, as before.
 std::vector<Tensor> max_pool2d_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   return {max_pool2d_with_indices_backward(ctx.create_graph() ? g[0] : g[0].detach(), ctx.input_shape(0),
-                                           ctx.saved(0))};
+                                           ctx.saved(kIndices))};
 }
 
 struct AvgPoolAttrs {
@@ -143,12 +147,12 @@ Tensor max_pool_double_backward(const Tensor& x, const Tensor& indices);
 
 // max_pool2d_with_indices_backward(g) scatters g: its gradient in g gathers at the indices.
 std::vector<Tensor> max_pool2d_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
-  return {max_pool_double_backward(gg[0], ctx.saved(0))};
+  return {max_pool_double_backward(gg[0], ctx.saved(kIndices))};
 }
 
 // max_pool_double_backward(x) gathers x: its gradient in x scatters to the indices.
 std::vector<Tensor> max_pool_double_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  return {max_pool2d_with_indices_backward(g[0], ctx.input_shape(0), ctx.saved(0))};
+  return {max_pool2d_with_indices_backward(g[0], ctx.input_shape(0), ctx.saved(kIndices))};
 }
 
 std::vector<Tensor> avg_pool2d_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
@@ -280,7 +284,7 @@ ValuesIndices max_pool2d_with_indices(const Tensor& input, const IntList& kernel
     kernels::max_pool2d_forward<T>(x.data<T>(), r.values.data<T>(), r.indices.data<int64_t>(), p);
   });
   if (Recorder rec{kMaxPool2dOp, {input}}) {
-    rec.save({r.indices});
+    rec.save(kIndices, r.indices);
     rec.set_outputs({r.values});
   }
   return r;
@@ -318,7 +322,7 @@ Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Shape& 
     kernels::max_pool2d_backward<T>(g.data<T>(), ip, grad_input.data<T>(), p);
   });
   if (Recorder rec{kMaxPool2dBackwardOp, {grad_output}}) {  // under create_graph, say
-    rec.save({idx});
+    rec.save(kIndices, idx);
     rec.set_outputs({grad_input});
   }
   return grad_input;
@@ -340,7 +344,7 @@ Tensor max_pool_double_backward(const Tensor& x, const Tensor& indices) {
     kernels::max_pool2d_gather<T>(xc.data<T>(), idx.data<int64_t>(), y.data<T>(), p);
   });
   if (Recorder rec{kMaxPoolDoubleBackwardOp, {x}}) {
-    rec.save({idx});
+    rec.save(kIndices, idx);
     rec.set_outputs({y});
   }
   return y;

@@ -65,9 +65,11 @@ Extremes extremes(const Tensor& x, int64_t dim, bool is_max, bool want_values, c
   return e;
 }
 
+enum DimMinMaxSaved { kIndices };
+
 std::vector<Tensor> dim_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto a = ctx.attrs<DimAttrs>();
-  const Tensor& idx = ctx.saved(0);  // keepdim shape
+  const Tensor& idx = ctx.saved(kIndices);  // keepdim shape
   return {scatter_add_along(ctx.input_shape(0), a.dim, idx, g[0].reshape(idx.shape()))};
 }
 
@@ -87,9 +89,11 @@ Tensor all_weights(const Tensor& x, const Tensor& best) {
   return w;
 }
 
+enum AllMinMaxSaved { kInput, kOutput };
+
 std::vector<Tensor> all_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor x = ctx.saved(0).detach();
-  const Tensor best = ctx.saved(1).detach();
+  const Tensor x = ctx.saved(kInput).detach();
+  const Tensor best = ctx.saved(kOutput).detach();
   if (ctx.create_graph())  // g (a scalar) times constant weights: differentiable in g
     return {mul(g[0].expand(x.shape()), all_weights(x, best))};
   Tensor dx = Tensor::empty(x.shape(), x.dtype());
@@ -155,7 +159,7 @@ ValuesIndices extreme_dim(const OpDef& op, const Tensor& x, int64_t dim_in, bool
   ValuesIndices r{e.values.reshape(out), e.indices.reshape(out)};
   if (is_floating(x.dtype())) {
     if (Recorder rec{op, {x}}) {
-      rec.save({e.indices});
+      rec.save(kIndices, e.indices);
       rec.set_attrs(DimAttrs{dim, keepdim});
       rec.set_outputs({r.values});
     }
@@ -171,7 +175,8 @@ Tensor extreme_all(const OpDef& op, const Tensor& x, bool is_max) {
   Tensor value = e.values.reshape({});
   if (is_floating(x.dtype())) {
     if (Recorder rec{op, {x}}) {
-      rec.save({x.detach().contiguous(), value});
+      rec.save(kInput, x.detach().contiguous());
+      rec.save(kOutput, value);
       rec.set_outputs({value});
     }
   }

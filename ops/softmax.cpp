@@ -106,8 +106,11 @@ Layout layout_of(const Shape& shape, int64_t dim) {
   return l;
 }
 
+// The saved slot of softmax and log_softmax (one enum: both save their output).
+enum SoftmaxSaved { kOutput };
+
 std::vector<Tensor> backward_impl(const BackwardContext& ctx, const std::vector<Tensor>& g, bool log) {
-  const Tensor y = ctx.saved(0);
+  const Tensor y = ctx.saved(kOutput);
   if (ctx.create_graph()) {  // the kernel's formulas in recorded ops
     if (y.dim() == 0) return {mul(g[0], 0.0)};  // one element: softmax 1, log_softmax 0
     const std::vector<int64_t> dim{ctx.attrs<SoftmaxAttrs>().dim};
@@ -160,7 +163,7 @@ Tensor softmax_impl(const OpDef& op, const Tensor& x, int64_t dim_in, bool log) 
     softmax_forward<T>(xc.data<T>(), y.data<T>(), l.outer, l.D, l.inner, log);
   });
   if (Recorder rec{op, {x}}) {
-    rec.save({y});
+    rec.save(kOutput, y);
     rec.set_attrs(SoftmaxAttrs{dim});
     rec.set_outputs({y});
   }
@@ -174,7 +177,7 @@ Tensor log_softmax_from_output(const Tensor& x, const Tensor& y, int64_t dim_in)
   const int64_t dim = x.dim() == 0 ? 0 : wrap_dim(dim_in, x.dim(), "log_softmax_from_output");
   Tensor out = y.detach().contiguous();
   if (Recorder rec{kLogSoftmaxOp, {x}}) {
-    rec.save({out});
+    rec.save(kOutput, out);
     rec.set_attrs(SoftmaxAttrs{dim});
     rec.set_outputs({out});
   }

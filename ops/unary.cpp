@@ -39,43 +39,47 @@ std::vector<Tensor> grad_times(const std::vector<Tensor>& g, const Tensor& s, co
 // recorded ops under create_graph, so that the gradient can be differentiated again. (Masks
 // and signs are constants: their derivative is zero almost everywhere.)
 
+// The saved slot of these one-input ops: each saves one tensor, its input (pow, log, abs,
+// clamp) or its output (exp, sqrt, rsqrt), so the two names are one slot.
+enum UnarySaved { kInput = 0, kOutput = 0 };
+
 std::vector<Tensor> pow_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const double p = ctx.attrs<PowAttrs>().exponent;
   if (p == 0.0) return {zeros(ctx.input_shape(0), ctx.input_dtype(0))};
-  if (ctx.create_graph()) return {mul(g[0], mul(pow(ctx.saved(0), p - 1.0), p))};
-  return grad_times(g, ctx.saved(0), "pow_backward", [p](auto gv, auto x) {
+  if (ctx.create_graph()) return {mul(g[0], mul(pow(ctx.saved(kInput), p - 1.0), p))};
+  return grad_times(g, ctx.saved(kInput), "pow_backward", [p](auto gv, auto x) {
     using T = decltype(x);
     return gv * static_cast<T>(p) * std::pow(x, static_cast<T>(p - 1.0));
   });
 }
 std::vector<Tensor> exp_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  if (ctx.create_graph()) return {mul(g[0], ctx.saved(0))};
-  return grad_times(g, ctx.saved(0), "exp_backward", [](auto gv, auto y) { return gv * y; });
+  if (ctx.create_graph()) return {mul(g[0], ctx.saved(kOutput))};
+  return grad_times(g, ctx.saved(kOutput), "exp_backward", [](auto gv, auto y) { return gv * y; });
 }
 std::vector<Tensor> log_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  if (ctx.create_graph()) return {div(g[0], ctx.saved(0))};
-  return grad_times(g, ctx.saved(0), "log_backward", [](auto gv, auto x) { return gv / x; });
+  if (ctx.create_graph()) return {div(g[0], ctx.saved(kInput))};
+  return grad_times(g, ctx.saved(kInput), "log_backward", [](auto gv, auto x) { return gv / x; });
 }
 std::vector<Tensor> sqrt_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  if (ctx.create_graph()) return {div(g[0], mul(ctx.saved(0), 2.0))};
-  return grad_times(g, ctx.saved(0), "sqrt_backward", [](auto gv, auto y) { return gv / (y + y); });
+  if (ctx.create_graph()) return {div(g[0], mul(ctx.saved(kOutput), 2.0))};
+  return grad_times(g, ctx.saved(kOutput), "sqrt_backward", [](auto gv, auto y) { return gv / (y + y); });
 }
 std::vector<Tensor> rsqrt_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  if (ctx.create_graph()) return {mul(g[0], mul(pow(ctx.saved(0), 3.0), -0.5))};
-  return grad_times(g, ctx.saved(0), "rsqrt_backward", [](auto gv, auto y) {
+  if (ctx.create_graph()) return {mul(g[0], mul(pow(ctx.saved(kOutput), 3.0), -0.5))};
+  return grad_times(g, ctx.saved(kOutput), "rsqrt_backward", [](auto gv, auto y) {
     using T = decltype(y);
     return T(-0.5) * gv * y * y * y;
   });
 }
 std::vector<Tensor> abs_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   if (ctx.create_graph()) {
-    Tensor sign = pointwise_unary(ctx.saved(0).detach(), "abs_backward", [](auto x) {
+    Tensor sign = pointwise_unary(ctx.saved(kInput).detach(), "abs_backward", [](auto x) {
       using T = decltype(x);
       return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
     });
     return {mul(g[0], sign)};
   }
-  return grad_times(g, ctx.saved(0), "abs_backward", [](auto gv, auto x) {
+  return grad_times(g, ctx.saved(kInput), "abs_backward", [](auto gv, auto x) {
     using T = decltype(x);
     return x > T(0) ? gv : (x < T(0) ? -gv : T(0));
   });
@@ -83,13 +87,13 @@ std::vector<Tensor> abs_backward(const BackwardContext& ctx, const std::vector<T
 std::vector<Tensor> clamp_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto a = ctx.attrs<ClampAttrs>();
   if (ctx.create_graph()) {
-    Tensor inside = pointwise_unary(ctx.saved(0).detach(), "clamp_backward", [a](auto x) {
+    Tensor inside = pointwise_unary(ctx.saved(kInput).detach(), "clamp_backward", [a](auto x) {
       using T = decltype(x);
       return (x >= static_cast<T>(a.lo) && x <= static_cast<T>(a.hi)) ? T(1) : T(0);
     });
     return {mul(g[0], inside)};
   }
-  return grad_times(g, ctx.saved(0), "clamp_backward", [a](auto gv, auto x) {
+  return grad_times(g, ctx.saved(kInput), "clamp_backward", [a](auto gv, auto x) {
     using T = decltype(x);
     return (x >= static_cast<T>(a.lo) && x <= static_cast<T>(a.hi)) ? gv : T(0);
   });
@@ -143,16 +147,16 @@ std::vector<SampleCase> clamp_samples() {
 
 // Records a one-input op that saves one tensor.
 template <class A>
-void record(const OpDef& op, const Tensor& x, const Tensor& y, const Tensor& saved, A attrs) {
+void record(const OpDef& op, const Tensor& x, const Tensor& y, UnarySaved slot, const Tensor& saved, A attrs) {
   if (Recorder rec{op, {x}}) {
-    rec.save({saved});
+    rec.save(slot, saved);
     rec.set_attrs(std::move(attrs));
     rec.set_outputs({y});
   }
 }
-void record(const OpDef& op, const Tensor& x, const Tensor& y, const Tensor& saved) {
+void record(const OpDef& op, const Tensor& x, const Tensor& y, UnarySaved slot, const Tensor& saved) {
   if (Recorder rec{op, {x}}) {
-    rec.save({saved});
+    rec.save(slot, saved);
     rec.set_outputs({y});
   }
 }
@@ -171,32 +175,32 @@ Tensor pow(const Tensor& x, double p) {
   Tensor y;
   if (p == 2.0) y = pointwise_unary(x, "pow", [](auto v) { return v * v; });
   else y = pointwise_unary(x, "pow", [p](auto v) { return std::pow(v, static_cast<decltype(v)>(p)); });
-  record(kPowOp, x, y, x, PowAttrs{p});
+  record(kPowOp, x, y, kInput, x, PowAttrs{p});
   return y;
 }
 Tensor exp(const Tensor& x) {
   Tensor y = pointwise_unary(x, "exp", [](auto v) { return std::exp(v); });
-  record(kExpOp, x, y, y);
+  record(kExpOp, x, y, kOutput, y);
   return y;
 }
 Tensor log(const Tensor& x) {
   Tensor y = pointwise_unary(x, "log", [](auto v) { return std::log(v); });
-  record(kLogOp, x, y, x);
+  record(kLogOp, x, y, kInput, x);
   return y;
 }
 Tensor sqrt(const Tensor& x) {
   Tensor y = pointwise_unary(x, "sqrt", [](auto v) { return std::sqrt(v); });
-  record(kSqrtOp, x, y, y);
+  record(kSqrtOp, x, y, kOutput, y);
   return y;
 }
 Tensor rsqrt(const Tensor& x) {
   Tensor y = pointwise_unary(x, "rsqrt", [](auto v) { return decltype(v)(1) / std::sqrt(v); });
-  record(kRsqrtOp, x, y, y);
+  record(kRsqrtOp, x, y, kOutput, y);
   return y;
 }
 Tensor abs(const Tensor& x) {
   Tensor y = pointwise_unary(x, "abs", [](auto v) { return std::abs(v); });
-  record(kAbsOp, x, y, x);
+  record(kAbsOp, x, y, kInput, x);
   return y;
 }
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
@@ -210,7 +214,7 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
     T r = v < static_cast<T>(lo) ? static_cast<T>(lo) : v;
     return r > static_cast<T>(hi) ? static_cast<T>(hi) : r;
   });
-  record(kClampOp, x, y, x, ClampAttrs{lo, hi});
+  record(kClampOp, x, y, kInput, x, ClampAttrs{lo, hi});
   return y;
 }
 Tensor clamp_min(const Tensor& x, double min) { return clamp(x, min, std::nullopt); }

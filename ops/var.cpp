@@ -33,9 +33,11 @@ void for_each_row_mean(const T* x, int64_t outer, int64_t R, Fn fn) {
   }
 }
 
+enum VarSaved { kInput };
+
 std::vector<Tensor> var_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto& a = ctx.attrs<VarAttrs>();
-  const Tensor x = ctx.saved(0);
+  const Tensor x = ctx.saved(kInput);
   if (ctx.create_graph()) {
     int64_t R = 1;
     for (int64_t d : a.dims) R *= x.size(d);
@@ -111,7 +113,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims_in, double correcti
     });
   });
   if (Recorder rec{kVarOp, {x}}) {
-    rec.save({x});  // x itself, for its history under create_graph; backward reads any strides
+    rec.save(kInput, x);  // x itself, for its history under create_graph; backward reads any strides
     rec.set_attrs(VarAttrs{dims, correction});
     rec.set_outputs({out});
   }

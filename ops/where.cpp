@@ -34,8 +34,10 @@ Tensor mask_as(const Tensor& cond, DType dt) {
   }).to(dt);
 }
 
+enum WhereSaved { kMask };
+
 std::vector<Tensor> where_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor& m = ctx.saved(0);  // 0/1 in the gradient's dtype
+  const Tensor& m = ctx.saved(kMask);  // 0/1 in the gradient's dtype
   Tensor da, db;
   if (ctx.create_graph()) {  // where(m, g, 0) and where(m, 0, g): recorded, differentiable in g
     const Tensor zero = scalar_like(g[0], 0.0);
@@ -102,7 +104,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     return map_binary<T>(picked_a, mb, op, [](T x, T y) { return x + y; });
   });
   if (Recorder rec{kWhereOp, {a, b}}) {
-    rec.save({m});
+    rec.save(kMask, m);
     rec.set_outputs({out});
   }
   return out;

@@ -213,7 +213,7 @@ TEST(Tape, TextDumpListsEntriesInRecordingOrder) {
   Tensor y = mean(relu(linear(x, w)));
   std::string text = tape_to_text(y);
   EXPECT_EQ(text,
-            "#0 linear  in: [4, 3] [2, 3]* -  -> out: [4, 2]  saved: [4, 3] -\n"
+            "#0 linear  in: [4, 3] [2, 3]* -  -> out: [4, 2]  saved: [4, 3]\n"
             "#1 relu  in: [4, 2](#0)  -> out: [4, 2]  saved: [4, 2]\n"
             "#2 mean  in: [4, 2](#1)  -> out: []  saved: nothing\n");
   std::string dot = tape_to_dot(y, {{w, "fc.weight"}});
