@@ -2,8 +2,8 @@
 // (queries = keys = 5440 over levels 64x64, 32x32, 16x16, 8x8) and a decoder shape (300
 // queries): bs 2, 8 heads, 32 channels, 4 points. PyTorch's side is Deformable-DETR's
 // pure-PyTorch reference (grid_sample per level): no CPU framework has a kernel for it. The
-// B1_H1 encoder case is a single slice (bs * heads = 1): the backward splits its queries into
-// chunks with private grad_value buffers, the path whose cost that split adds.
+// batch-1 encoder cases have few slices (bs * heads: 8, and 1 for one head): there the backward
+// may cut a slice's queries into chunks with private grad_value buffers, a cost measured here.
 #include "bench_common.h"
 
 namespace tg::bench {
@@ -45,6 +45,7 @@ const bool registered = [] {
     int64_t queries, bs, heads;
   };
   for (const MsdaShape& c : {MsdaShape{"encoder_B2_Q5440_H8", 5440, 2, 8}, MsdaShape{"decoder_B2_Q300_H8", 300, 2, 8},
+                             MsdaShape{"encoder_B1_Q5440_H8", 5440, 1, 8},
                              MsdaShape{"encoder_B1_Q5440_H1", 5440, 1, 1}}) {
     std::string suffix = std::string(c.name) + "_C32_L4_P4";
     add_case("ms_deform_attn_fwd/" + suffix, [c](benchmark::State& s) { msda_fwd(s, c.queries, c.bs, c.heads); });

@@ -21,7 +21,7 @@
 //
 // Work split: the slice is the unit of ownership. The backward hands out whole slices, so each
 // grad_value row has one writer (no atomics) and receives its contributions in query order;
-// only with few slices (under 16) is a slice cut into chunks of queries, the cut chosen from
+// only with few slices (under 8) is a slice cut into chunks of queries, the cut chosen from
 // the shapes alone, each chunk summed into its own buffer and the buffers added in chunk
 // order, so that the bits never depend on the thread count. The forward hands out slices, or
 // blocks of a slice's queries (each output row is one task's). Per query: the footprints of
@@ -584,10 +584,13 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
   // fewer slices get more chunks, up to kTargetTasks tasks in all, as long as a chunk's
   // corner updates (4 per sample) number at least kChunkCornersPerKey per key: every chunk
   // but the first accumulates into its own K x C buffer, zeroed and then added, which must
-  // stay small next to the chunk's own work. (Without grad_value nothing is added up and
-  // any cut gives the same bits; the same one is used.) Chunk 0 accumulates into grad_value
-  // itself; the buffers of chunks 1, 2, ... are then added to it in chunk order.
-  constexpr int64_t kTargetTasks = 16, kChunkCornersPerKey = 8;
+  // stay small next to the chunk's own work (that pass is memory-bound: measured on the
+  // one-slice encoder benchmark at 1 thread, 8 corners per key cost 34%, 16 cost 11%, 32 cost
+  // 4%). The same chunks run at 1 thread, so more of them would tax every run for the sake of
+  // many-core machines. (Without grad_value nothing is added up and any cut gives the same
+  // bits; the same one is used.) Chunk 0 accumulates into grad_value itself; the buffers of
+  // chunks 1, 2, ... are then added to it in chunk order.
+  constexpr int64_t kTargetTasks = 8, kChunkCornersPerKey = 32;
   int64_t chunks = 1;
   if (slices < kTargetTasks) {
     chunks = ceil_div(kTargetTasks, slices);

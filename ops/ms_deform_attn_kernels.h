@@ -33,7 +33,8 @@
 // results for any thread count. Memory: per thread, a few L*P-sized arrays and, when a slice is
 // sampled at least twice per key, a K x C copy of its value rows (forward) or of its value and
 // gradient rows (backward), which keeps one head's rows contiguous in cache; for a backward of
-// fewer than 16 slices, up to 16 K x C gradient buffers in all (see the backward). SIMD through GCC/Clang vector extensions: any target, AVX-512 at best.
+// fewer than 8 slices, up to 8 K x C gradient buffers in all (see the backward). SIMD through
+// GCC/Clang vector extensions: any target, AVX-512 at best.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +54,7 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
 // gradient is not computed. Every non-null buffer is overwritten.
 //
 // Determinism: grad_value is a scatter-add, done without atomics, bit-identical for every
-// thread count. A task owns a whole slice (N*M of them), or, with fewer than 16 slices, a chunk
+// thread count. A task owns a whole slice (N*M of them), or, with fewer than 8 slices, a chunk
 // of a slice's queries; the number of chunks depends on the shapes only. A slice's first chunk
 // accumulates into grad_value, each other chunk into its own K x C buffer, and the buffers are
 // added in chunk order. The forward and the other two gradients are bit-identical for every

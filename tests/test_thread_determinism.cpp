@@ -74,9 +74,9 @@ void check_msda(const MsdaCase& mc) {
                std::to_string(mc.channels) + " queries " + std::to_string(mc.queries));
   manual_seed(31);
   const int64_t levels = 2, points = 4;
-  Tensor ss = from_vector(std::vector<int64_t>{32, 32, 16, 16}, {levels, 2});
-  Tensor lsi = from_vector(std::vector<int64_t>{0, 1024}, {levels});
-  Tensor v = randn({mc.bs, 1280, mc.heads, mc.channels}, mc.dtype);
+  Tensor ss = from_vector(std::vector<int64_t>{16, 16, 8, 8}, {levels, 2});
+  Tensor lsi = from_vector(std::vector<int64_t>{0, 256}, {levels});
+  Tensor v = randn({mc.bs, 320, mc.heads, mc.channels}, mc.dtype);
   Tensor loc = rand({mc.bs, mc.queries, mc.heads, levels, points, 2}, mc.dtype);
   Tensor attn = rand({mc.bs, mc.queries, mc.heads, levels, points}, mc.dtype);
   Tensor g = randn({mc.bs, mc.queries, mc.heads * mc.channels}, mc.dtype);
@@ -95,11 +95,11 @@ void check_msda(const MsdaCase& mc) {
 // value): <grad_value, u> = <grad_output, forward(u)> for any u, here in float64.
 TEST(ThreadDeterminism, MsDeformAttnChunkedGradValueIsTheAdjoint) {
   manual_seed(30);
-  Tensor ss = from_vector(std::vector<int64_t>{32, 32, 16, 16}, {2, 2});
-  Tensor lsi = from_vector(std::vector<int64_t>{0, 1024}, {2});
+  Tensor ss = from_vector(std::vector<int64_t>{16, 16, 8, 8}, {2, 2});
+  Tensor lsi = from_vector(std::vector<int64_t>{0, 256}, {2});
   for (int64_t heads : {1, 3}) {
     const int64_t q = 3000, C = 8;
-    Tensor v = randn({1, 1280, heads, C}, DType::Float64), u = randn({1, 1280, heads, C}, DType::Float64);
+    Tensor v = randn({1, 320, heads, C}, DType::Float64), u = randn({1, 320, heads, C}, DType::Float64);
     Tensor loc = rand({1, q, heads, 2, 4, 2}, DType::Float64), attn = rand({1, q, heads, 2, 4}, DType::Float64);
     Tensor g = randn({1, q, heads * C}, DType::Float64);
     Tensor gv = ms_deform_attn_backward(v, ss, lsi, loc, attn, g, {true, false, false}).grad_value;
@@ -109,6 +109,8 @@ TEST(ThreadDeterminism, MsDeformAttnChunkedGradValueIsTheAdjoint) {
   }
 }
 
+// 320 keys, 8 samples per query: one slice of 3000 queries is cut into 8 chunks, 2 slices of
+// 1500 into 4 chunks each, 3 of 1000 into 3 (the last one shorter), 16 slices not at all.
 TEST(ThreadDeterminism, MsDeformAttnOneSlice) {
   check_msda({1, 1, 32, 3000, DType::Float32});  // C = whole vectors: a specialised loop
   check_msda({1, 1, 5, 2000, DType::Float32});   // the generic loop, a remainder

@@ -256,7 +256,7 @@ def norm_upsample_cases():
             cases["upsample_fwd/" + name] = ("bench_norm_upsample", lambda s=shape, o=out, a=ac: upsample_fwd(s, o, a))
             cases["upsample_bwd/" + name] = ("bench_norm_upsample", lambda s=shape, o=out, a=ac: upsample_bwd(s, o, a))
     for name, q, bs, heads in [("encoder_B2_Q5440_H8", 5440, 2, 8), ("decoder_B2_Q300_H8", 300, 2, 8),
-                               ("encoder_B1_Q5440_H1", 5440, 1, 1)]:
+                               ("encoder_B1_Q5440_H8", 5440, 1, 8), ("encoder_B1_Q5440_H1", 5440, 1, 1)]:
         suffix = name + "_C32_L4_P4"
         cases["ms_deform_attn_fwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q, b=bs, h=heads: msda_fwd(q, b, h))
         cases["ms_deform_attn_bwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q, b=bs, h=heads: msda_bwd(q, b, h))
