@@ -659,7 +659,7 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
       // barrier above has ended every chunk).
       constexpr int64_t kKeyBlock = 64;
       const int64_t key_blocks = ceil_div(K, kKeyBlock);
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait  // the end of the parallel region waits
       for (int64_t it = 0; it < slices * key_blocks; ++it) {
         const int64_t s = it / key_blocks, k0 = it % key_blocks * kKeyBlock;
         const int64_t k1 = std::min(K, k0 + kKeyBlock);
