@@ -150,7 +150,7 @@ TEST(ThreadDeterminism, GridSampleBackward) {
       SCOPED_TRACE("N " + std::to_string(N) + " mode " + std::to_string(static_cast<int>(mode)));
       manual_seed(33);
       Tensor x = leaf(randn({N, 5, 40, 36}));
-      Tensor grid = leaf(rand({N, 48, 44, 2}) * 2.2 - 1.1);
+      Tensor grid = leaf(rand({N, 128, 128, 2}) * 2.2 - 1.1);  // parallel even for nearest (1 tap)
       expect_same_bits_at_1_2_3_threads([&] {
         Tensor out = grid_sample(x, grid, mode, GridSamplePadding::Zeros, false);
         return value_and_grads(out, {x, grid}, randn(out.shape()));
@@ -161,9 +161,9 @@ TEST(ThreadDeterminism, GridSampleBackward) {
 
 TEST(ThreadDeterminism, GridSampleDoubleBackward) {
   manual_seed(34);
-  Tensor x = leaf(randn({1, 3, 30, 30}));
-  Tensor grid = leaf(rand({1, 40, 40, 2}) * 2 - 1);
-  Tensor g = randn({1, 3, 40, 40});
+  Tensor x = leaf(randn({1, 5, 50, 50}));
+  Tensor grid = leaf(rand({1, 80, 80, 2}) * 2 - 1);
+  Tensor g = randn({1, 5, 80, 80});
   expect_same_bits_at_1_2_3_threads([&] {
     Tensor out = grid_sample(x, grid);
     std::vector<Tensor> g1 = grad({out}, {x, grid}, {g}, false, true, true);
@@ -191,7 +191,8 @@ TEST(ThreadDeterminism, GroupNormForwardBackward) {
   struct Case {
     int64_t N, C, G, H, W;
   };
-  for (const Case& c : {Case{1, 4, 1, 90, 90}, Case{1, 6, 2, 70, 64}, Case{2, 3, 1, 130, 130}, Case{5, 8, 4, 12, 12}}) {
+  for (const Case& c : {Case{1, 4, 1, 100, 100}, Case{1, 6, 2, 100, 100}, Case{2, 3, 1, 130, 130},
+                        Case{5, 8, 4, 40, 40}}) {
     SCOPED_TRACE("N " + std::to_string(c.N) + " G " + std::to_string(c.G));
     manual_seed(36);
     Tensor x = leaf(randn({c.N, c.C, c.H, c.W}) * 3 + 1);
@@ -226,10 +227,10 @@ TEST(ThreadDeterminism, ConvolutionBatchOne) {
   }
 }
 
-// ---- pooling: one plane of many positions.
+// ---- pooling: few planes of many positions (a plane is the unit of parallel work).
 TEST(ThreadDeterminism, PoolingBackward) {
   manual_seed(38);
-  Tensor x = leaf(randn({1, 1, 200, 190}));
+  Tensor x = leaf(randn({1, 3, 200, 190}));
   expect_same_bits_at_1_2_3_threads([&] {
     Tensor out = max_pool2d(x, {3}, {2}, {1});
     return value_and_grads(out, {x}, randn(out.shape()));
