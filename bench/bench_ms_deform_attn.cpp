@@ -1,7 +1,9 @@
 // Multi-scale deformable attention, forward and backward, on Deformable-DETR's encoder shape
 // (queries = keys = 5440 over levels 64x64, 32x32, 16x16, 8x8) and a decoder shape (300
 // queries): bs 2, 8 heads, 32 channels, 4 points. PyTorch's side is Deformable-DETR's
-// pure-PyTorch reference (grid_sample per level): no CPU framework has a kernel for it.
+// pure-PyTorch reference (grid_sample per level): no CPU framework has a kernel for it. The
+// batch-1 encoder cases have few slices (bs * heads: 8, and 1 for one head): there the backward
+// may cut a slice's queries into chunks with private grad_value buffers, a cost measured here.
 #include "bench_common.h"
 
 namespace tg::bench {
@@ -11,9 +13,9 @@ struct MsdaInputs {
   Tensor value, shapes, start, loc, attn, grad;
 };
 
-MsdaInputs make_inputs(int64_t queries) {
+MsdaInputs make_inputs(int64_t queries, int64_t bs, int64_t heads) {
   manual_seed(0);
-  const int64_t bs = 2, heads = 8, channels = 32, levels = 4, points = 4, keys = 5440;
+  const int64_t channels = 32, levels = 4, points = 4, keys = 5440;
   MsdaInputs in;
   in.value = randn({bs, keys, heads, channels});
   in.shapes = from_vector(std::vector<int64_t>{64, 64, 32, 32, 16, 16, 8, 8}, {levels, 2});
@@ -24,24 +26,30 @@ MsdaInputs make_inputs(int64_t queries) {
   return in;
 }
 
-void msda_fwd(benchmark::State& state, int64_t queries) {
+void msda_fwd(benchmark::State& state, int64_t queries, int64_t bs, int64_t heads) {
   use_threads(state);
-  MsdaInputs in = make_inputs(queries);
+  MsdaInputs in = make_inputs(queries, bs, heads);
   for (auto _ : state) benchmark::DoNotOptimize(ms_deform_attn(in.value, in.shapes, in.start, in.loc, in.attn));
 }
 
-void msda_bwd(benchmark::State& state, int64_t queries) {
+void msda_bwd(benchmark::State& state, int64_t queries, int64_t bs, int64_t heads) {
   use_threads(state);
-  MsdaInputs in = make_inputs(queries);
+  MsdaInputs in = make_inputs(queries, bs, heads);
   for (auto _ : state)
     benchmark::DoNotOptimize(ms_deform_attn_backward(in.value, in.shapes, in.start, in.loc, in.attn, in.grad));
 }
 
 const bool registered = [] {
-  for (auto [name, q] : {std::pair<const char*, int64_t>{"encoder_B2_Q5440", 5440}, {"decoder_B2_Q300", 300}}) {
-    std::string suffix = std::string(name) + "_H8_C32_L4_P4";
-    add_case("ms_deform_attn_fwd/" + suffix, [q = q](benchmark::State& s) { msda_fwd(s, q); });
-    add_case("ms_deform_attn_bwd/" + suffix, [q = q](benchmark::State& s) { msda_bwd(s, q); });
+  struct MsdaShape {
+    const char* name;
+    int64_t queries, bs, heads;
+  };
+  for (const MsdaShape& c : {MsdaShape{"encoder_B2_Q5440_H8", 5440, 2, 8}, MsdaShape{"decoder_B2_Q300_H8", 300, 2, 8},
+                             MsdaShape{"encoder_B1_Q5440_H8", 5440, 1, 8},
+                             MsdaShape{"encoder_B1_Q5440_H1", 5440, 1, 1}}) {
+    std::string suffix = std::string(c.name) + "_C32_L4_P4";
+    add_case("ms_deform_attn_fwd/" + suffix, [c](benchmark::State& s) { msda_fwd(s, c.queries, c.bs, c.heads); });
+    add_case("ms_deform_attn_bwd/" + suffix, [c](benchmark::State& s) { msda_bwd(s, c.queries, c.bs, c.heads); });
   }
   return true;
 }();

@@ -65,8 +65,9 @@
 // outputs are per (n, q, m) row; when grad_value is not asked for, blocks of a slice's queries
 // are handed out instead. Every output element is computed by the same code in the same order
 // for any split, so the results are bit-identical for every thread count. (Unlike the
-// first-order kernel, a slice is never shared between threads: with fewer slices than threads,
-// some threads idle. The double backward is for gradient penalties and Hessian-vector
+// first-order kernel, which cuts fewer than 8 slices into query chunks with their own gradient
+// buffers, a slice is never shared between threads: with fewer slices than threads, some
+// threads idle. The double backward is for gradient penalties and Hessian-vector
 // products, not the training loop, so plain loops are preferred to the SIMD of the first order.)
 #include <omp.h>
 

@@ -19,15 +19,17 @@
 // those loops have no branches, and PyTorch's zero padding (the outside value 0 is still
 // multiplied by its weight, so NaN weights give NaN) falls out for free.
 //
-// Work split: the slice is the unit of ownership. The backward hands whole slices to threads,
-// so each grad_value row has one writer (no atomics) and receives its contributions in query
-// order whatever the thread count; only with fewer slices than threads is a slice shared, via
-// private buffers added in a fixed order. The forward hands out slices, or blocks of a slice's
-// queries. Per query: the footprints of its L*P samples (one vectorised loop), then the loops
-// over channels. Walking slice by slice, a thread touches one head's rows; when a slice is
-// sampled often, they are first copied into a contiguous aligned buffer (see worth_copying) so
-// that they use the whole cache. A slice's per-query inputs are M queries apart in memory, too
-// far for the hardware prefetcher, so they are prefetched a few queries ahead.
+// Work split: the slice is the unit of ownership. The backward hands out whole slices, so each
+// grad_value row has one writer (no atomics) and receives its contributions in query order;
+// only with few slices (under 8) is a slice cut into chunks of queries, the cut chosen from
+// the shapes alone, each chunk summed into its own buffer and the buffers added in chunk
+// order, so that the bits never depend on the thread count. The forward hands out slices, or
+// blocks of a slice's queries (each output row is one task's). Per query: the footprints of
+// its L*P samples (one vectorised loop), then the loops over channels. Walking slice by slice,
+// a thread touches one head's rows; when a slice is sampled often, they are first copied into
+// a contiguous aligned buffer (see worth_copying) so that they use the whole cache. A slice's
+// per-query inputs are M queries apart in memory, too far for the hardware prefetcher, so they
+// are prefetched a few queries ahead.
 #include "ms_deform_attn_kernels.h"
 
 #include <omp.h>
@@ -36,8 +38,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
+
+#include "framework/parallel.h"
 
 // The SIMD helpers below pass vectors by value between inline functions of this file only; GCC's
 // note that such an ABI depends on -mavx is irrelevant here.
@@ -572,86 +577,100 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
   }
   const int64_t work = total * levels * points * (channels + 8);
   const int max_threads = work > kParallelWork ? omp_get_max_threads() : 1;
-  // Thread t's private grad_value rows (K x C) for the slice its range begins inside of.
-  std::vector<AlignedBuffer<T>> partial(static_cast<size_t>(max_threads));
-  std::vector<int64_t> partial_slice(static_cast<size_t>(max_threads), -1);
+  const int64_t slices = bs * heads, samples = levels * points;
+  // Tasks: a slice's queries cut into `chunks` consecutive chunks, the cut chosen from the
+  // shapes alone, never from the thread count, so that every grad_value element is summed in
+  // the same order at any thread count. One chunk per slice once there are kTargetTasks slices;
+  // fewer slices get more chunks, up to kTargetTasks tasks in all, as long as a chunk's
+  // corner updates (4 per sample) number at least kChunkCornersPerKey per key: every chunk
+  // but the first accumulates into its own K x C buffer, zeroed and then added, which must
+  // stay small next to the chunk's own work (that pass is memory-bound: measured on the
+  // one-slice encoder benchmark at 1 thread, 8 corners per key cost 34%, 16 cost 11%, 32 cost
+  // 4%). The same chunks run at 1 thread, so more of them would tax every run for the sake of
+  // many-core machines. (Without grad_value nothing is added up and any cut gives the same
+  // bits; the same one is used.) Chunk 0 accumulates into grad_value itself; the buffers of
+  // chunks 1, 2, ... are then added to it in chunk order.
+  constexpr int64_t kTargetTasks = 8, kChunkCornersPerKey = 32;
+  int64_t chunks = 1;
+  if (slices < kTargetTasks) {
+    chunks = ceil_div(kTargetTasks, slices);
+    if (grad_value)
+      chunks = std::min(chunks,
+                        queries * samples * 4 / (kChunkCornersPerKey * std::max<int64_t>(K, 1)));
+    chunks = std::clamp<int64_t>(chunks, 1, queries);
+  }
+  const int64_t chunk = ceil_div(queries, chunks);  // queries per chunk (the last may be short)
+  chunks = ceil_div(queries, chunk);
+  const int64_t tasks = slices * chunks;
+  // The buffers of chunks 1.. of every slice, K x C each (uninitialised: each task zeroes its own,
+  // in parallel and in the thread that uses it).
+  const bool partials = grad_value && chunks > 1;
+  const int64_t per_slice = (chunks - 1) * K * C;
+  std::unique_ptr<T[]> partial_storage(partials ? new T[slices * per_slice + 64 / sizeof(T)]
+                                                 : nullptr);
+  T* partial = partial_storage.get();
+  if (partial) {
+    const auto address = reinterpret_cast<std::uintptr_t>(partial);
+    partial += ((64 - address % 64) % 64) / sizeof(T);
+  }
+  // Copy the slice's rows when the chunk samples them often enough (see worth_copying).
+  const bool copy = worth_copying(heads, K, chunk, samples);
 
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, C);
-    const int64_t slices = bs * heads;
-    // The rows of slice s in value and grad_value.
-    auto slice = [&](int64_t s) {
-      const int64_t offset = (s / heads * K * heads + s % heads) * C;
-      return Slice<T>{s / heads, s % heads, value + offset, row_stride,
-                      grad_value ? grad_value + offset : nullptr, row_stride};
-    };
+    if (copy) {
+      scratch.value_copy.resize(K * C);
+      if (grad_value) scratch.grad_copy.resize(K * C);
+    }
     auto zero_rows = [&](T* rows, int64_t stride) {
       for (int64_t k = 0; k < K; ++k) std::fill_n(rows + k * stride, C, T(0));
     };
-    if (slices >= nt) {
-      // Whole slices, handed out dynamically: each grad_value row has one writer and receives
-      // its slice's queries in order, whichever thread runs it, so the result does not depend
-      // on the thread count. (When nt does not divide the slices, the last round is uneven.)
-      const bool copy = worth_copying(heads, K, queries, levels * points);
-      if (copy) {
-        scratch.value_copy.resize(K * C);
-        if (grad_value) scratch.grad_copy.resize(K * C);
-      }
+    // Tasks handed out dynamically: which thread runs a task changes no sum, and a thread that
+    // is held up (another process on its core) does not hold up the others.
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t s = 0; s < slices; ++s) {
-        Slice<T> sl = slice(s);
-        T* const grad_rows = sl.grad;
-        if (copy) {
-          gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data);
-          sl.value = scratch.value_copy.data;
-          sl.value_stride = C;
-          if (grad_value) {
-            sl.grad = scratch.grad_copy.data;
-            sl.grad_stride = C;
-          }
-        }
-        if (grad_value) zero_rows(sl.grad, sl.grad_stride);
-        run(pb, grad_output, sl, grad_sampling_locations, grad_attention_weights, 0, queries,
-            scratch);
-        if (copy && grad_value) scatter_rows(sl.grad, K, C, grad_rows, row_stride);
-      }
-      // (The implicit barrier of omp for ends the work; there is nothing to reduce.)
-    } else {
-      // Fewer slices than threads: the (slice, query) range is cut evenly. A thread writes
-      // grad_value directly for the slice it starts, and into a private buffer for a slice begun
-      // by an earlier thread (only its first one can be); those are added below.
-      const int64_t begin = total * t / nt, end = total * (t + 1) / nt;
-      for (int64_t i = begin; i < end;) {
-        const int64_t s = i / queries, q0 = i % queries, q1 = std::min(queries, q0 + end - i);
-        Slice<T> sl = slice(s);
-        if (grad_value && q0 != 0) {
-          partial[t].resize(K * C);
-          partial_slice[t] = s;
-          sl.grad = partial[t].data;
-          sl.grad_stride = C;
-        } else if (grad_value) {
-          zero_rows(sl.grad, sl.grad_stride);
-        }
-        run(pb, grad_output, sl, grad_sampling_locations, grad_attention_weights, q0, q1,
-            scratch);
-        i += q1 - q0;
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t s = task / chunks, c = task % chunks;
+      const int64_t q0 = c * chunk, q1 = std::min(queries, q0 + chunk);
+      const int64_t offset = (s / heads * K * heads + s % heads) * C;  // slice s's rows
+      Slice<T> sl{s / heads, s % heads, value + offset, row_stride,
+                  grad_value ? grad_value + offset : nullptr, row_stride};
+      if (copy) {
+        gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data);
+        sl.value = scratch.value_copy.data;
+        sl.value_stride = C;
       }
       if (grad_value) {
-#pragma omp barrier
-        // Add the private parts in thread order (fixed, hence deterministic); each thread adds
-        // them for its own share of the keys.
-        const int64_t k0 = K * t / nt, k1 = K * (t + 1) / nt;
-        for (int u = 0; u < nt; ++u) {
-          if (partial_slice[u] < 0) continue;
-          const int64_t s = partial_slice[u], n = s / heads, m = s % heads;
-          const T* src = partial[u].data;
+        if (c > 0) {
+          sl.grad = partial + s * per_slice + (c - 1) * K * C;
+          sl.grad_stride = C;
+        } else if (copy) {
+          sl.grad = scratch.grad_copy.data;
+          sl.grad_stride = C;
+        }
+        zero_rows(sl.grad, sl.grad_stride);
+      }
+      run(pb, grad_output, sl, grad_sampling_locations, grad_attention_weights, q0, q1, scratch);
+      if (grad_value && c == 0 && copy)
+        scatter_rows(sl.grad, K, C, grad_value + offset, row_stride);
+    }
+    if (partials) {
+      // grad_value = ((chunk 0 + chunk 1) + chunk 2) + ..., in blocks of keys (the implicit
+      // barrier above has ended every chunk).
+      constexpr int64_t kKeyBlock = 64;
+      const int64_t key_blocks = ceil_div(K, kKeyBlock);
+#pragma omp for schedule(static) nowait  // the end of the parallel region waits
+      for (int64_t it = 0; it < slices * key_blocks; ++it) {
+        const int64_t s = it / key_blocks, k0 = it % key_blocks * kKeyBlock;
+        const int64_t k1 = std::min(K, k0 + kKeyBlock);
+        T* const dst = grad_value + (s / heads * K * heads + s % heads) * C;
+        for (int64_t c = 1; c < chunks; ++c) {
+          const T* src = partial + s * per_slice + (c - 1) * K * C;
           for (int64_t k = k0; k < k1; ++k) {
-            T* dst = grad_value + ((n * K + k) * heads + m) * C;
+            T* d = dst + k * row_stride;
             const T* row = src + k * C;
 #pragma omp simd
-            for (int64_t c = 0; c < C; ++c) dst[c] += row[c];
+            for (int64_t j = 0; j < C; ++j) d[j] += row[j];
           }
         }
       }

@@ -30,10 +30,11 @@
 //
 // All buffers contiguous, C order. Outputs are overwritten, never accumulated into.
 // Parallel with OpenMP over the N*M (image, head) pairs, "slices"; no atomics; bit-identical
-// results run to run (see the backward for thread counts). Memory: per thread, a few L*P-sized
-// arrays and, when a slice is sampled at least twice per key, a K x C copy of its value rows
-// (forward) or of its value and gradient rows (backward), which keeps one head's rows
-// contiguous in cache. SIMD through GCC/Clang vector extensions: any target, AVX-512 at best.
+// results for any thread count. Memory: per thread, a few L*P-sized arrays and, when a slice is
+// sampled at least twice per key, a K x C copy of its value rows (forward) or of its value and
+// gradient rows (backward), which keeps one head's rows contiguous in cache; for a backward of
+// fewer than 8 slices, up to 8 K x C gradient buffers in all (see the backward). SIMD through
+// GCC/Clang vector extensions: any target, AVX-512 at best.
 #pragma once
 
 #include <cstdint>
@@ -52,13 +53,12 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
 // grad_attention_weights (N, Q, M, L, P)); a null pointer means "not asked for" and that
 // gradient is not computed. Every non-null buffer is overwritten.
 //
-// Determinism: grad_value is a scatter-add, done without atomics. With at least as many slices
-// (N*M) as threads, each thread owns whole slices, and the result is bit-identical for every
-// thread count. With fewer slices than threads, the (slice, query) range is cut evenly; a thread
-// writes grad_value directly for the slices it starts and into a private buffer for a slice
-// begun by an earlier thread, and the private buffers are added in thread order afterwards:
-// bit-identical run to run at a fixed thread count. The forward and the other two gradients
-// are always bit-identical for every thread count.
+// Determinism: grad_value is a scatter-add, done without atomics, bit-identical for every
+// thread count. A task owns a whole slice (N*M of them), or, with fewer than 8 slices, a chunk
+// of a slice's queries; the number of chunks depends on the shapes only. A slice's first chunk
+// accumulates into grad_value, each other chunk into its own K x C buffer, and the buffers are
+// added in chunk order. The forward and the other two gradients are bit-identical for every
+// thread count too (each of their elements has one writer).
 template <class T>
 void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
                              const int64_t* level_start_index, const T* sampling_locations,

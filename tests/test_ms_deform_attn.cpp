@@ -59,7 +59,8 @@ TEST(MsDeformAttn, EveryOutputMaskComputesExactlyWhatIsAsked) {
 
 TEST(MsDeformAttn, SameInputsSameBits) {
   manual_seed(11);
-  // bs * heads = 2 < many queries: the query split with private grad_value buffers runs.
+  // bs * heads = 2: few slices, but too few queries per key for the backward to cut them into
+  // chunks (tests/test_thread_determinism.cpp runs the chunks, at 1, 2 and 3 threads).
   const int64_t bs = 1, q = 300, m = 2, c = 8, p = 4;
   Tensor ss = from_vector(std::vector<int64_t>{16, 16, 8, 8}, {2, 2});
   Tensor lsi = from_vector(std::vector<int64_t>{0, 256}, {2});

@@ -220,9 +220,9 @@ def load_fixture_module(name):
     return module
 
 
-def msda_inputs(queries, requires_grad):
+def msda_inputs(queries, bs, heads, requires_grad):
     torch.manual_seed(0)
-    bs, heads, channels, levels, points = 2, 8, 32, 4, 4
+    channels, levels, points = 32, 4, 4
     shapes = torch.tensor([[64, 64], [32, 32], [16, 16], [8, 8]])
     value = torch.randn(bs, 5440, heads, channels, requires_grad=requires_grad)
     loc = torch.rand(bs, queries, heads, levels, points, 2, requires_grad=requires_grad)
@@ -230,15 +230,15 @@ def msda_inputs(queries, requires_grad):
     return value, shapes, loc, attn
 
 
-def msda_fwd(queries):
+def msda_fwd(queries, bs, heads):
     ref = load_fixture_module("deformable_detr").ms_deform_attn_core_pytorch
-    value, shapes, loc, attn = msda_inputs(queries, False)
+    value, shapes, loc, attn = msda_inputs(queries, bs, heads, False)
     return lambda: ref(value, shapes, loc, attn)
 
 
-def msda_bwd(queries):
+def msda_bwd(queries, bs, heads):
     ref = load_fixture_module("deformable_detr").ms_deform_attn_core_pytorch
-    value, shapes, loc, attn = msda_inputs(queries, True)
+    value, shapes, loc, attn = msda_inputs(queries, bs, heads, True)
     out = ref(value, shapes, loc, attn)
     g = torch.randn(out.shape)
     return lambda: torch.autograd.grad(out, (value, loc, attn), g, retain_graph=True)
@@ -255,10 +255,11 @@ def norm_upsample_cases():
             name = "N{}_C{}_H{}_W{}".format(*shape) + "_to{}x{}".format(*out) + ("_ac" if ac else "")
             cases["upsample_fwd/" + name] = ("bench_norm_upsample", lambda s=shape, o=out, a=ac: upsample_fwd(s, o, a))
             cases["upsample_bwd/" + name] = ("bench_norm_upsample", lambda s=shape, o=out, a=ac: upsample_bwd(s, o, a))
-    for name, q in [("encoder_B2_Q5440", 5440), ("decoder_B2_Q300", 300)]:
-        suffix = name + "_H8_C32_L4_P4"
-        cases["ms_deform_attn_fwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q: msda_fwd(q))
-        cases["ms_deform_attn_bwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q: msda_bwd(q))
+    for name, q, bs, heads in [("encoder_B2_Q5440_H8", 5440, 2, 8), ("decoder_B2_Q300_H8", 300, 2, 8),
+                               ("encoder_B1_Q5440_H8", 5440, 1, 8), ("encoder_B1_Q5440_H1", 5440, 1, 1)]:
+        suffix = name + "_C32_L4_P4"
+        cases["ms_deform_attn_fwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q, b=bs, h=heads: msda_fwd(q, b, h))
+        cases["ms_deform_attn_bwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q, b=bs, h=heads: msda_bwd(q, b, h))
     return cases
 
 
