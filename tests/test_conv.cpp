@@ -144,7 +144,7 @@ TEST(Conv, KernelApiBackwardMatchesPyTorch) {
     ASSERT_TRUE(r.grad_input.defined() && r.grad_weight.defined());
     EXPECT_EQ(r.grad_input.dtype(), c.dtype());
     EXPECT_EQ(r.grad_weight.dtype(), c.dtype());
-    if (c.has("bias")) EXPECT_EQ(r.grad_bias.dtype(), c.dtype());
+    if (c.has("bias")) { EXPECT_EQ(r.grad_bias.dtype(), c.dtype()); }
     expect_close(r.grad_input, c.tensor("grad_input"), rtol, atol, "grad_input");
     expect_close(r.grad_weight, c.tensor("grad_weight"), rtol, atol, "grad_weight");
     if (c.has("bias")) expect_close(r.grad_bias, c.tensor("grad_bias"), rtol, atol, "grad_bias");
@@ -177,9 +177,9 @@ TEST(Conv, EveryOutputMaskComputesExactlyWhatIsAsked) {
       EXPECT_EQ(r.grad_input.defined(), m[0]) << mask;
       EXPECT_EQ(r.grad_weight.defined(), m[1]) << mask;
       EXPECT_EQ(r.grad_bias.defined(), m[2]) << mask;
-      if (m[0]) EXPECT_TRUE(same_bits(r.grad_input, all.grad_input)) << mask;
-      if (m[1]) EXPECT_TRUE(same_bits(r.grad_weight, all.grad_weight)) << mask;
-      if (m[2]) EXPECT_TRUE(same_bits(r.grad_bias, all.grad_bias)) << mask;
+      if (m[0]) { EXPECT_TRUE(same_bits(r.grad_input, all.grad_input)) << mask; }
+      if (m[1]) { EXPECT_TRUE(same_bits(r.grad_weight, all.grad_weight)) << mask; }
+      if (m[2]) { EXPECT_TRUE(same_bits(r.grad_bias, all.grad_bias)) << mask; }
     }
   }
 }
@@ -307,8 +307,8 @@ TEST(Conv, EmptyBatchOrChannelsInEveryGeometry) {
               EXPECT_EQ(r.grad_input.defined(), m[0]) << mask;
               EXPECT_EQ(r.grad_weight.defined(), m[1]) << mask;
               EXPECT_EQ(r.grad_bias.defined(), m[2]) << mask;
-              if (m[0]) EXPECT_TRUE(same_bits(r.grad_input, zeros(xs, dt))) << mask;
-              if (m[1]) EXPECT_TRUE(same_bits(r.grad_weight, zeros(ws, dt))) << mask;
+              if (m[0]) { EXPECT_TRUE(same_bits(r.grad_input, zeros(xs, dt))) << mask; }
+              if (m[1]) { EXPECT_TRUE(same_bits(r.grad_weight, zeros(ws, dt))) << mask; }
               if (m[2]) expect_close(r.grad_bias, expected_db, rtol, atol, "grad_bias, mask " + std::to_string(mask));
             }
           }

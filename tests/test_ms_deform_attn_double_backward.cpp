@@ -234,7 +234,7 @@ TEST(MsDeformAttnDoubleBackward, EveryOutputMaskComputesExactlyWhatIsAsked) {
     const std::vector<Tensor> r = all_of(run_big(b, m));
     for (size_t i = 0; i < 4; ++i) {
       EXPECT_EQ(r[i].defined(), m[i]) << mask << " " << i;
-      if (m[i]) EXPECT_TRUE(same_bits(r[i], all[i])) << mask << " " << i;
+      if (m[i]) { EXPECT_TRUE(same_bits(r[i], all[i])) << mask << " " << i; }
     }
   }
 }

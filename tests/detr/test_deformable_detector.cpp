@@ -99,7 +99,7 @@ TEST(DetrDeformable, GradientsReachTheModel) {
   for (const char* n : {"backbone.stages.0.0.weight", "query_embed", "transformer.reference_points.weight",
                         "bbox_embed.4.weight", "class_embed.weight"}) {
     for (const auto& [name, p] : m.named_parameters())
-      if (name == n) EXPECT_TRUE(p.grad().defined()) << n;
+      if (name == n) { EXPECT_TRUE(p.grad().defined()) << n; }
   }
 }
 
