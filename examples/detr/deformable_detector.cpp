@@ -98,8 +98,7 @@ DeformableDetector::DeformableDetector(DeformableDetectorOptions options, Genera
 DetectorOutput DeformableDetector::detect(const Tensor& images) {
   const int64_t S = o_.canvas;
   TG_CHECK(images.defined() && images.dim() == 4 && images.size(1) == 1 && images.size(2) == S && images.size(3) == S,
-           "DeformableDetector: expected images [B, 1, ", S, ", ", S, "], got ",
-           images.defined() ? format_shape(images.shape()) : std::string("undefined"));
+           "DeformableDetector: expected images [B, 1, ", S, ", ", S, "], got ", describe_shape(images));
   const int64_t N = images.size(0);
   std::vector<Tensor> feats = backbone_->levels(images), srcs(feats.size()), masks, pos;
   // FPN's top-down path: each level adds the coarser merged level, bilinearly upsampled to its

@@ -17,8 +17,7 @@ TinyDetector::TinyDetector(TinyDetectorOptions options, Generator* gen) : o_(opt
 DetectorOutput TinyDetector::detect(const Tensor& images) {
   TG_CHECK(images.defined() && images.dim() == 4 && images.size(1) == 1 && images.size(2) == o_.canvas &&
                images.size(3) == o_.canvas,
-           "TinyDetector: expected images [B, 1, ", o_.canvas, ", ", o_.canvas, "], got ",
-           images.defined() ? format_shape(images.shape()) : std::string("undefined"));
+           "TinyDetector: expected images [B, 1, ", o_.canvas, ", ", o_.canvas, "], got ", describe_shape(images));
   const int64_t B = images.size(0);
   Tensor h = relu(fc2_->forward(relu(fc1_->forward(images.reshape({B, -1})))));
   return {class_head_->forward(h).reshape({B, o_.num_queries, o_.num_classes + 1}),

@@ -73,8 +73,7 @@ PatchDetr::PatchDetr(PatchDetrOptions options, Generator* gen) : o_(options) {
 DetectorOutput PatchDetr::detect(const Tensor& images) {
   const int64_t S = o_.canvas, P = o_.patch, G = S / P;
   TG_CHECK(images.defined() && images.dim() == 4 && images.size(1) == 1 && images.size(2) == S && images.size(3) == S,
-           "PatchDetr: expected images [B, 1, ", S, ", ", S, "], got ",
-           images.defined() ? format_shape(images.shape()) : std::string("undefined"));
+           "PatchDetr: expected images [B, 1, ", S, ", ", S, "], got ", describe_shape(images));
   const int64_t B = images.size(0);
   // [B, 1, S, S] -> [B, G, P, G, P] -> [B, G, G, P, P] -> tokens [B, G*G, P*P], row-major patches.
   Tensor patches = images.reshape({B, G, P, G, P}).permute({0, 1, 3, 2, 4}).reshape({B, G * G, P * P});
