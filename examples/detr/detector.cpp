@@ -29,6 +29,18 @@ std::string TinyDetector::config() const {
          " classes=" + std::to_string(o_.num_classes) + " hidden=" + std::to_string(o_.hidden);
 }
 
+DetrHeads make_detr_heads(int64_t d, int64_t num_classes, Generator* gen) {
+  DetrHeads h;
+  h.class_embed = std::make_shared<Linear>(d, num_classes + 1, true, DType::Float32, gen);
+  h.bbox_embed = std::make_shared<Sequential>();
+  h.bbox_embed->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
+  h.bbox_embed->push_back(std::make_shared<ReLU>());
+  h.bbox_embed->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
+  h.bbox_embed->push_back(std::make_shared<ReLU>());
+  h.bbox_output = h.bbox_embed->push_back(std::make_shared<Linear>(d, 4, true, DType::Float32, gen));
+  return h;
+}
+
 Tensor inverse_sigmoid(const Tensor& x, double eps) {
   Tensor c = clamp(x, 0.0, 1.0);
   return log(clamp_min(c, eps)) - log(clamp_min(rsub(c, 1.0), eps));
