@@ -79,14 +79,14 @@ TEST(Conv, MatchesPyTorchThroughTheTape) {
   }
 }
 
-// The issue's matrix, so that a case dropped from tools/fixtures/conv.py does not go unnoticed:
+// The cases the fixtures must hold, so that a case dropped from tools/fixtures/conv.py does not go unnoticed:
 // 1D, 2D and 3D each with stride, padding, dilation, groups, depthwise, asymmetric padding, an
 // empty batch, with and without bias; transposed in each of them with stride, padding,
 // dilation, groups, output_padding, asymmetric padding, with and without bias. And every case
 // in float32 and float64 with every file in the case's own dtype: a float64 file in a float32
 // case would hold our float32 result to float64 values, a float32 one in a float64 case would
 // hide float64 errors behind float32 rounding.
-TEST(Conv, FixturesCoverTheIssueInBothDtypes) {
+TEST(Conv, FixturesCoverEveryCaseInBothDtypes) {
   std::map<std::string, std::set<std::string>> dtypes_of;  // case name without _f32 / _f64
   std::set<std::string> seen;                              // "2D transposed groups", ...
   for (const auto& c : load_golden_cases("conv")) {

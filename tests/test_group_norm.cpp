@@ -1,5 +1,5 @@
 // Group norm against PyTorch (tools/fixtures/group_norm.py), every output mask of the kernel
-// API, hard inputs, determinism, the module, and every bad input of the issue.
+// API, hard inputs, determinism, the module, and the error for each kind of bad input.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,6 +1,6 @@
 // Multi-scale deformable attention against Deformable-DETR's pure-PyTorch reference
-// (tools/fixtures/ms_deform_attn.py), every output mask of the kernel API, determinism, and
-// every bad input of the issue.
+// (tools/fixtures/ms_deform_attn.py), every output mask of the kernel API, determinism, and the
+// error for each kind of bad input.
 #include <gtest/gtest.h>
 
 #include <cstring>
