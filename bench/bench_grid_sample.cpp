@@ -1,4 +1,4 @@
-// grid_sample forward and backward (the kernel API, both gradients) at the sizes:
+// grid_sample forward and backward (the kernel API, both gradients) at these sizes:
 // input (8, 32, 64, 64) with grid (8, 64, 64, 2) for bilinear + zeros, bilinear + reflection
 // and nearest + zeros, and N = 1 with input (1, 64, 128, 128), grid (1, 128, 128, 2), where
 // the parallel split is over positions and channels instead of samples. Grid points are

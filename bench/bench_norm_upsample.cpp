@@ -1,5 +1,5 @@
-// Group norm and bilinear upsampling, forward and backward separately, on the shapes of
-// issues 6 and 8; and a plain copy, the memory-bandwidth yardstick for group norm's GB/s.
+// Group norm and bilinear upsampling, forward and backward separately, on the feature-map shapes
+// below; and a plain copy, the memory-bandwidth yardstick for group norm's GB/s.
 #include "bench_common.h"
 
 namespace tg::bench {

@@ -102,95 +102,130 @@ void write_sheet(const std::string& path, const tg::Tensor& distorted, const tg:
     throw tg::Error("train_stn: could not write " + path);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Train a spatial-transformer classifier on distorted Fashion-MNIST with tapegrad"};
+struct Options {
   int epochs = 3, threads = 2;
   int64_t batch_size = 128, hidden = 50, loc_hidden = 32, limit = 0;
   double lr = 1e-3, loc_lr = 1e-4;
   uint64_t seed = 0;
   std::string data_dir = tg::data::kFashionMnistDir, sheet = "stn_sheet.png";
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "Adam learning rate of the classifiers")->check(CLI::PositiveNumber);
-  app.add_option("--loc-lr", loc_lr, "Adam learning rate of the localisation network")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", hidden, "width of the classifier's hidden Linear layer")->check(CLI::PositiveNumber);
-  app.add_option("--loc-hidden", loc_hidden, "width of the localisation network's hidden Linear layer")
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o.batch_size, "samples per step")->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "Adam learning rate of the classifiers")->check(CLI::PositiveNumber);
+  app.add_option("--loc-lr", o.loc_lr, "Adam learning rate of the localisation network")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", o.hidden, "width of the classifier's hidden Linear layer")->check(CLI::PositiveNumber);
+  app.add_option("--loc-hidden", o.loc_hidden, "width of the localisation network's hidden Linear layer")
       ->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "OpenMP threads")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "seed for initialisation, shuffling and distortions");
-  app.add_option("--data-dir", data_dir, "directory with the Fashion-MNIST gzip IDX files");
-  app.add_option("--limit", limit, "use only the first N training samples (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--sheet", sheet, "PNG of distorted test images beside their rectified versions");
+  app.add_option("--threads", o.threads, "OpenMP threads")->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "seed for initialisation, shuffling and distortions");
+  app.add_option("--data-dir", o.data_dir, "directory with the Fashion-MNIST gzip IDX files");
+  app.add_option("--limit", o.limit, "use only the first N training samples (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--sheet", o.sheet, "PNG of distorted test images beside their rectified versions");
+}
+
+// The two models compared, each with its optimiser: the baseline is the STN's classifier alone,
+// on the distorted pixels. Built in this order from the global generator.
+struct Contenders {
+  explicit Contenders(const Options& o)
+      : plain(o.hidden),
+        stn(o.loc_hidden, o.hidden),
+        plain_opt(plain.parameters(), tg::AdamOptions{o.lr}),
+        stn_opt(stn.classifier->parameters(), tg::AdamOptions{o.lr}) {
+    // The localisation network learns more slowly (as in the STN paper): a jumpy theta early
+    // on throws the image out of the frame before the classifier has learnt anything.
+    stn_opt.add_param_group(stn.localisation_parameters(), tg::AdamOptions{o.loc_lr});
+  }
+  tg::ConvClassifier plain;
+  tg::SpatialTransformerClassifier stn;
+  tg::Adam plain_opt, stn_opt;
+};
+
+void print_contenders(const Options& o, const Contenders& m) {
+  std::printf("without transformer: CNN (conv 10@5x5, pool, conv 20@5x5, pool, Linear [320, %lld, 10]), %lld "
+              "parameters\n",
+              static_cast<long long>(o.hidden), static_cast<long long>(m.plain.num_parameters()));
+  std::printf("with transformer: localisation (conv 8@7x7, pool, conv 10@5x5, pool, Linear [90, %lld, 6]) + the "
+              "same CNN, %lld parameters\n",
+              static_cast<long long>(o.loc_hidden), static_cast<long long>(m.stn.num_parameters()));
+}
+
+// fn(), with its wall time added to `seconds`.
+template <class Fn>
+double timed(double& seconds, Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  const double r = fn();
+  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+struct Comparison {
+  double acc_plain = 0, acc_stn = 0, seconds_plain = 0, seconds_stn = 0;
+};
+
+// Trains both models for o.epochs on the same shuffles and distortions (generators of equal
+// seeds), printing each epoch's losses and test accuracies; returns the last accuracies and the
+// training times.
+Comparison train_both(const Options& o, Contenders& m, const tg::data::ImageDataset& train, const tg::Tensor& test_x,
+                      const tg::Tensor& test_labels) {
+  tg::Generator shuffle_a(o.seed + 1), shuffle_b(o.seed + 1), distort_a(o.seed + 2), distort_b(o.seed + 2);
+  Comparison c;
+  for (int e = 1; e <= o.epochs; ++e) {
+    const std::string tag = "epoch " + std::to_string(e) + "/" + std::to_string(o.epochs);
+    const double loss_plain = timed(c.seconds_plain, [&] {
+      return train_epoch(m.plain, m.plain_opt, train, o.batch_size, shuffle_a, distort_a, tag + " CNN");
+    });
+    const double loss_stn = timed(c.seconds_stn, [&] {
+      return train_epoch(m.stn, m.stn_opt, train, o.batch_size, shuffle_b, distort_b, tag + " STN");
+    });
+    c.acc_plain = accuracy(m.plain, test_x, test_labels);
+    c.acc_stn = accuracy(m.stn, test_x, test_labels);
+    std::printf("epoch %d: train loss %.4f without / %.4f with transformer; test accuracy %.2f%% without, %.2f%% "
+                "with\n",
+                e, loss_plain, loss_stn, 100 * c.acc_plain, 100 * c.acc_stn);
+  }
+  return c;
+}
+
+// The first 8 x 6 distorted test images beside what the STN's classifier reads of them.
+void write_rectified_sheet(const std::string& path, tg::SpatialTransformerClassifier& stn, const tg::Tensor& test_x) {
+  tg::NoGradGuard no_grad;
+  const int rows = 8, cols = 6;
+  tg::Tensor shown = test_x.narrow(0, 0, rows * cols).contiguous();
+  write_sheet(path, shown, stn.rectify(shown).contiguous(), rows, cols);
+  std::printf("wrote %s: %d distorted test images (left) beside what the classifier read (right)\n", path.c_str(),
+              rows * cols);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a spatial-transformer classifier on distorted Fashion-MNIST with tapegrad"};
+  Options o;
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
 
   try {
-    tg::set_num_threads(threads);
-    tg::manual_seed(seed);
-    // Not a structured binding: the lambdas below capture `train`, which C++17 allows only
-    // for a variable.
-    auto splits = tg::examples::load_fashion_mnist_splits(data_dir, limit);
-    auto& train = splits.first;
-    auto& test = splits.second;
+    tg::set_num_threads(o.threads);
+    tg::manual_seed(o.seed);
+    const auto [train, test] = tg::examples::load_fashion_mnist_splits(o.data_dir, o.limit);
     // One fixed distortion of the test set, the same for both models.
-    tg::Generator test_distort(seed + 100);
+    tg::Generator test_distort(o.seed + 100);
     tg::Tensor test_x = tg::random_affine_distort(test.images, test_distort);
     std::printf("Fashion-MNIST, randomly rotated (+-45 deg), scaled (0.6-1) and shifted (+-12.5%%): %lld train, "
                 "%lld test images; %d threads\n",
-                static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)), threads);
+                static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)), o.threads);
     std::fflush(stdout);
-    tg::warn_if_machine_busy(threads, std::cout);
+    tg::warn_if_machine_busy(o.threads, std::cout);
 
-    // The baseline: the STN's classifier alone, on the distorted pixels.
-    tg::ConvClassifier plain(hidden);
-    tg::SpatialTransformerClassifier stn(loc_hidden, hidden);
-    tg::Adam plain_opt(plain.parameters(), tg::AdamOptions{lr});
-    // The localisation network learns more slowly (as in the STN paper): a jumpy theta early
-    // on throws the image out of the frame before the classifier has learnt anything.
-    tg::Adam stn_opt(stn.classifier->parameters(), tg::AdamOptions{lr});
-    stn_opt.add_param_group(stn.localisation_parameters(), tg::AdamOptions{loc_lr});
-    std::printf("without transformer: CNN (conv 10@5x5, pool, conv 20@5x5, pool, Linear [320, %lld, 10]), %lld "
-                "parameters\n",
-                static_cast<long long>(hidden), static_cast<long long>(plain.num_parameters()));
-    std::printf("with transformer: localisation (conv 8@7x7, pool, conv 10@5x5, pool, Linear [90, %lld, 6]) + the "
-                "same CNN, %lld parameters\n",
-                static_cast<long long>(loc_hidden), static_cast<long long>(stn.num_parameters()));
-
-    tg::Generator shuffle_a(seed + 1), shuffle_b(seed + 1), distort_a(seed + 2), distort_b(seed + 2);
-    double acc_plain = 0, acc_stn = 0, seconds_plain = 0, seconds_stn = 0;
-    auto timed = [](double& seconds, auto&& fn) {
-      const auto start = std::chrono::steady_clock::now();
-      const double r = fn();
-      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      return r;
-    };
-    for (int e = 1; e <= epochs; ++e) {
-      const std::string tag = "epoch " + std::to_string(e) + "/" + std::to_string(epochs);
-      const double loss_plain = timed(seconds_plain, [&] {
-        return train_epoch(plain, plain_opt, train, batch_size, shuffle_a, distort_a, tag + " CNN");
-      });
-      const double loss_stn = timed(seconds_stn, [&] {
-        return train_epoch(stn, stn_opt, train, batch_size, shuffle_b, distort_b, tag + " STN");
-      });
-      acc_plain = accuracy(plain, test_x, test.labels);
-      acc_stn = accuracy(stn, test_x, test.labels);
-      std::printf("epoch %d: train loss %.4f without / %.4f with transformer; test accuracy %.2f%% without, %.2f%% "
-                  "with\n",
-                  e, loss_plain, loss_stn, 100 * acc_plain, 100 * acc_stn);
-    }
+    Contenders m(o);
+    print_contenders(o, m);
+    const Comparison c = train_both(o, m, train, test_x, test.labels);
     std::printf("final test accuracy on distorted images: %.2f%% without the transformer, %.2f%% with it\n",
-                100 * acc_plain, 100 * acc_stn);
-    std::printf("training time: %.1f s without the transformer, %.1f s with it\n", seconds_plain, seconds_stn);
-
-    if (!sheet.empty()) {
-      tg::NoGradGuard no_grad;
-      const int rows = 8, cols = 6;
-      tg::Tensor shown = test_x.narrow(0, 0, rows * cols).contiguous();
-      write_sheet(sheet, shown, stn.rectify(shown).contiguous(), rows, cols);
-      std::printf("wrote %s: %d distorted test images (left) beside what the classifier read (right)\n",
-                  sheet.c_str(), rows * cols);
-    }
+                100 * c.acc_plain, 100 * c.acc_stn);
+    std::printf("training time: %.1f s without the transformer, %.1f s with it\n", c.seconds_plain, c.seconds_stn);
+    if (!o.sheet.empty()) write_rectified_sheet(o.sheet, m.stn, test_x);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_stn: %s\n", e.what());

@@ -37,26 +37,37 @@ struct Checker {
     return v;
   }
 
-  // Analytical vector-Jacobian products: for output gradients `grad_outs`, the gradient of
-  // every checked input, computed through the tape.
-  std::vector<Tensor> vjp(const std::vector<Tensor>& grad_outs) {
+  // fn run on the tape: the outputs that require grad (the roots of a backward), each with its
+  // seed, the matching output gradient of `grad_outs` in the output's dtype.
+  struct Recorded {
+    std::vector<Tensor> roots, seeds;
+  };
+  Recorded record(const std::vector<Tensor>& grad_outs) {
     std::vector<Tensor> outs;
     {
       EnableGradGuard grad_on;
       outs = fn(inputs);
     }
-    std::vector<Tensor> roots, seeds, wrt_tensors;
+    Recorded r;
     for (size_t i = 0; i < outs.size(); ++i) {
       if (!outs[i].requires_grad()) continue;
-      roots.push_back(outs[i]);
+      r.roots.push_back(outs[i]);
       // A copy: a backward may hand the seed itself on as a gradient, and callers reuse theirs.
-      seeds.push_back(grad_outs[i].to(outs[i].dtype()).clone());
+      r.seeds.push_back(grad_outs[i].to(outs[i].dtype()).clone());
     }
+    return r;
+  }
+
+  // Analytical vector-Jacobian products: for output gradients `grad_outs`, the gradient of
+  // every checked input, computed through the tape.
+  std::vector<Tensor> vjp(const std::vector<Tensor>& grad_outs) {
+    const Recorded r = record(grad_outs);
+    std::vector<Tensor> wrt_tensors;
     for (size_t k : wrt) wrt_tensors.push_back(inputs[k]);
     std::vector<Tensor> grads(wrt.size());
     // No output depends on a checked input (a constant function, such as fill_'s gradient in
     // gradgradcheck): the Jacobian is zero.
-    if (!roots.empty()) grads = grad(roots, wrt_tensors, seeds, /*retain_graph=*/false, /*allow_unused=*/true);
+    if (!r.roots.empty()) grads = grad(r.roots, wrt_tensors, r.seeds, /*retain_graph=*/false, /*allow_unused=*/true);
     for (size_t j = 0; j < grads.size(); ++j)
       if (!grads[j].defined()) grads[j] = zeros_like(inputs[wrt[j]]);
     return grads;
@@ -200,24 +211,15 @@ struct Checker {
   bool check_accumulates(const std::vector<Tensor>& outs0) {
     std::vector<Tensor> u = random_like(outs0);
     std::vector<Tensor> expected = vjp(u);
-    std::vector<Tensor> outs;
-    {
-      EnableGradGuard grad_on;
-      outs = fn(inputs);
-    }
-    std::vector<Tensor> roots, seeds, before;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      if (!outs[i].requires_grad()) continue;
-      roots.push_back(outs[i]);
-      seeds.push_back(u[i].to(outs[i].dtype()));
-    }
-    if (roots.empty()) return true;
+    const Recorded r = record(u);
+    if (r.roots.empty()) return true;
+    std::vector<Tensor> before;
     for (size_t k : wrt) {
       Tensor existing = randn(inputs[k].shape(), inputs[k].dtype(), &gen);
       before.push_back(existing.clone());
       inputs[k].set_grad(existing);
     }
-    backward(roots, seeds);
+    backward(r.roots, r.seeds);
     bool ok = true;
     for (size_t j = 0; j < wrt.size() && ok; ++j) {
       Tensor got = inputs[wrt[j]].grad();

@@ -20,7 +20,7 @@ using ordered_json = nlohmann::ordered_json;
 // The Rust reference implementation refuses headers over 100 MB; so do we, so that a forged
 // length cannot make us read a huge header into memory.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-// Structure no valid header exceeds (see parse_safetensors).
+// Structure no valid header exceeds (see parse_header_json).
 constexpr size_t kMaxDepth = 3;
 constexpr size_t kMaxArrayLength = 64;
 
@@ -117,8 +117,14 @@ void save_safetensors(const std::string& path, const StateDict& tensors, const S
   write_file_atomically(path, serialize_safetensors(tensors, metadata));
 }
 
-SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& what) {
-  const std::string where = "load_safetensors: " + what + ": ";
+namespace {
+
+// The steps of parse_safetensors, in the order it runs them. `where` ("load_safetensors: <what>: ")
+// begins every message.
+
+// The header length: the file's first 8 bytes, little-endian, checked against the size limit
+// and the file.
+uint64_t read_header_length(const std::string& bytes, const std::string& where) {
   TG_CHECK(bytes.size() >= 8, where, "file of ", bytes.size(), " bytes is too short for the 8-byte header length");
   const uint64_t header_len = read_u64_le(reinterpret_cast<const unsigned char*>(bytes.data()));
   TG_CHECK(header_len <= kMaxHeaderBytes, where, "header length ", header_len, " exceeds the ", kMaxHeaderBytes,
@@ -126,8 +132,11 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
   TG_CHECK(header_len <= bytes.size() - 8, where, "header length ", header_len, " runs past the end of the file (",
            bytes.size(), " bytes)");
   TG_CHECK(header_len >= 2, where, "header of ", header_len, " bytes cannot hold a JSON object");
-  const uint64_t data_size = bytes.size() - 8 - header_len;
+  return header_len;
+}
 
+// The header JSON, which must be an object with no key twice.
+ordered_json parse_header_json(const std::string& bytes, uint64_t header_len, const std::string& where) {
   // JSON itself lets a later duplicate key silently replace an earlier one; a checkpoint
   // with two entries of one name is corrupt, so the parser callback watches for them. It also
   // refuses what no safetensors header holds: nesting deeper than header -> tensor -> shape
@@ -166,58 +175,60 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
   }
   TG_CHECK(header.is_object(), where, "header must be a JSON object, got ", header.type_name());
   TG_CHECK(duplicate.empty(), where, "key \"", duplicate, "\" appears more than once in the header");
+  return header;
+}
 
-  SafetensorsFile out;
-  std::vector<Entry> entries;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const ordered_json& v = it.value();
-    if (name == "__metadata__") {
-      TG_CHECK(v.is_object(), where, "__metadata__ must be an object of strings, got ", v.type_name());
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        TG_CHECK(m.value().is_string(), where, "__metadata__[\"", m.key(), "\"] must be a string, got ",
-                 m.value().type_name());
-        out.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    const std::string t = where + "tensor \"" + name + "\": ";
-    TG_CHECK(v.is_object(), t, "expected an object with dtype, shape and data_offsets, got ", v.type_name());
-    TG_CHECK(v.contains("dtype") && v["dtype"].is_string(), t, "missing or non-string \"dtype\"");
-    TG_CHECK(v.contains("shape") && v["shape"].is_array(), t, "missing or non-array \"shape\"");
-    TG_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2, t,
-             "\"data_offsets\" must be an array [begin, end]");
-    Entry e;
-    e.name = name;
-    const std::string dt = v["dtype"].get<std::string>();
-    TG_CHECK(parse_st_dtype(dt, e.dtype), t, "unsupported dtype \"", dt, "\" (expected F32, F64 or I64)");
-    // numel is bounded by the data size at every step, so it cannot overflow.
-    uint64_t numel = 1;
-    for (const auto& d : v["shape"]) {
-      uint64_t dim = 0;
-      TG_CHECK(as_size(d, dim), t, "shape ", v["shape"].dump(), " has an invalid dimension ", d.dump());
-      e.shape.push_back(static_cast<int64_t>(dim));
-      if (dim == 0) numel = 0;
-      else if (numel != 0) {
-        TG_CHECK(numel <= data_size / dim, t, "shape ", v["shape"].dump(), " is larger than the file's ", data_size,
-                 " bytes of data");
-        numel *= dim;
-      }
-    }
-    // A zero dim keeps numel at 0, but the product of the others must still fit, or the strides
-    // would overflow: [0, 2^40, 2^40, 2^40] holds no data and is refused.
-    checked_numel(e.shape, t.substr(0, t.size() - 2).c_str(), "shape");
-    TG_CHECK(as_size(v["data_offsets"][0], e.begin) && as_size(v["data_offsets"][1], e.end), t,
-             "data_offsets ", v["data_offsets"].dump(), " must be non-negative integers");
-    TG_CHECK(e.begin <= e.end && e.end <= data_size, t, "data_offsets ", v["data_offsets"].dump(),
-             " fall outside the data section of ", data_size, " bytes");
-    const uint64_t need = numel * dtype_size(e.dtype);
-    TG_CHECK(e.end - e.begin == need, t, "data_offsets ", v["data_offsets"].dump(), " span ", e.end - e.begin,
-             " bytes, but shape ", format_shape(e.shape), " of ", dt, " needs ", need);
-    entries.push_back(std::move(e));
+// The "__metadata__" entry: an object of strings.
+void read_metadata(const ordered_json& v, const std::string& where, SafetensorsMetadata& metadata) {
+  TG_CHECK(v.is_object(), where, "__metadata__ must be an object of strings, got ", v.type_name());
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    TG_CHECK(m.value().is_string(), where, "__metadata__[\"", m.key(), "\"] must be a string, got ",
+             m.value().type_name());
+    metadata[m.key()] = m.value().get<std::string>();
   }
+}
 
-  // No two tensors may share bytes (empty tensors occupy none).
+// One tensor's entry: its dtype, shape and data_offsets, checked against the data section of
+// data_size bytes.
+Entry read_entry(const std::string& name, const ordered_json& v, uint64_t data_size, const std::string& where) {
+  const std::string t = where + "tensor \"" + name + "\": ";
+  TG_CHECK(v.is_object(), t, "expected an object with dtype, shape and data_offsets, got ", v.type_name());
+  TG_CHECK(v.contains("dtype") && v["dtype"].is_string(), t, "missing or non-string \"dtype\"");
+  TG_CHECK(v.contains("shape") && v["shape"].is_array(), t, "missing or non-array \"shape\"");
+  TG_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2, t,
+           "\"data_offsets\" must be an array [begin, end]");
+  Entry e;
+  e.name = name;
+  const std::string dt = v["dtype"].get<std::string>();
+  TG_CHECK(parse_st_dtype(dt, e.dtype), t, "unsupported dtype \"", dt, "\" (expected F32, F64 or I64)");
+  // numel is bounded by the data size at every step, so it cannot overflow.
+  uint64_t numel = 1;
+  for (const auto& d : v["shape"]) {
+    uint64_t dim = 0;
+    TG_CHECK(as_size(d, dim), t, "shape ", v["shape"].dump(), " has an invalid dimension ", d.dump());
+    e.shape.push_back(static_cast<int64_t>(dim));
+    if (dim == 0) numel = 0;
+    else if (numel != 0) {
+      TG_CHECK(numel <= data_size / dim, t, "shape ", v["shape"].dump(), " is larger than the file's ", data_size,
+               " bytes of data");
+      numel *= dim;
+    }
+  }
+  // A zero dim keeps numel at 0, but the product of the others must still fit, or the strides
+  // would overflow: [0, 2^40, 2^40, 2^40] holds no data and is refused.
+  checked_numel(e.shape, t.substr(0, t.size() - 2).c_str(), "shape");
+  TG_CHECK(as_size(v["data_offsets"][0], e.begin) && as_size(v["data_offsets"][1], e.end), t,
+           "data_offsets ", v["data_offsets"].dump(), " must be non-negative integers");
+  TG_CHECK(e.begin <= e.end && e.end <= data_size, t, "data_offsets ", v["data_offsets"].dump(),
+           " fall outside the data section of ", data_size, " bytes");
+  const uint64_t need = numel * dtype_size(e.dtype);
+  TG_CHECK(e.end - e.begin == need, t, "data_offsets ", v["data_offsets"].dump(), " span ", e.end - e.begin,
+           " bytes, but shape ", format_shape(e.shape), " of ", dt, " needs ", need);
+  return e;
+}
+
+// No two tensors may share bytes (empty tensors occupy none).
+void check_no_overlap(const std::vector<Entry>& entries, const std::string& where) {
   std::vector<const Entry*> by_offset;
   for (const Entry& e : entries) by_offset.push_back(&e);
   std::sort(by_offset.begin(), by_offset.end(),
@@ -230,14 +241,38 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
              ") overlap");
     prev = e;
   }
+}
 
-  // Everything is checked: now allocate and copy (the data is little-endian, as is the host).
-  const char* data = bytes.data() + 8 + header_len;
+// The tensors of checked entries, copied out of the data section (the data is little-endian,
+// as is the host).
+StateDict build_tensors(const std::vector<Entry>& entries, const char* data) {
+  StateDict tensors;
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
     if (e.end > e.begin) std::memcpy(t.impl()->storage->data(), data + e.begin, e.end - e.begin);
-    out.tensors.emplace_back(e.name, t);
+    tensors.emplace_back(e.name, t);
   }
+  return tensors;
+}
+
+}  // namespace
+
+SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& what) {
+  const std::string where = "load_safetensors: " + what + ": ";
+  const uint64_t header_len = read_header_length(bytes, where);
+  const uint64_t data_size = bytes.size() - 8 - header_len;
+  const ordered_json header = parse_header_json(bytes, header_len, where);
+
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") read_metadata(it.value(), where, out.metadata);
+    else entries.push_back(read_entry(it.key(), it.value(), data_size, where));
+  }
+  check_no_overlap(entries, where);
+
+  // Everything is checked: now allocate and copy.
+  out.tensors = build_tensors(entries, bytes.data() + 8 + header_len);
   return out;
 }
 

@@ -21,6 +21,8 @@ std::string format_shape(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
+std::string describe_shape(const Tensor& t) { return t.defined() ? format_shape(t.shape()) : "undefined"; }
+
 const char* dtype_name(DType t) {
   switch (t) {
     case DType::Float32: return "float32";

@@ -155,6 +155,8 @@ Shape contiguous_strides(const Shape& shape);
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);  // -1 -> ndim-1, throws when out of range
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 bool same_shape(const Tensor& a, const Tensor& b);
+// format_shape(t.shape()), or "undefined": how a message shows the tensor it got.
+std::string describe_shape(const Tensor& t);
 
 namespace detail {
 // copy_ for a tensor that was just allocated: no version bump, so fresh copies start at 0.

@@ -35,6 +35,9 @@ class MultiheadAttention : public Module {
   Tensor in_proj_weight;  // (3E, E): the query, key and value projections stacked
   Tensor in_proj_bias;    // (3E) or undefined
   std::shared_ptr<Linear> out_proj;
+
+ private:
+  using Module::forward;  // the single-tensor forward does not apply (see Module::forward)
 };
 
 }  // namespace tg

@@ -93,8 +93,7 @@ Tensor get_reference_points(const Tensor& spatial_shapes, const Tensor& valid_ra
            "get_reference_points: expected spatial_shapes int64 of shape (L, 2)");
   const int64_t L = spatial_shapes.size(0);
   TG_CHECK(valid_ratios.defined() && valid_ratios.dim() == 3 && valid_ratios.size(1) == L && valid_ratios.size(2) == 2,
-           "get_reference_points: expected valid_ratios of shape (N, ", L, ", 2), got ",
-           valid_ratios.defined() ? format_shape(valid_ratios.shape()) : std::string("undefined"));
+           "get_reference_points: expected valid_ratios of shape (N, ", L, ", 2), got ", describe_shape(valid_ratios));
   const int64_t N = valid_ratios.size(0);
   const std::vector<int64_t> hw = spatial_shapes.to_vector<int64_t>();
   const std::vector<double> vr = valid_ratios.to(DType::Float64).to_vector<double>();
@@ -124,7 +123,7 @@ Tensor get_reference_points(const Tensor& spatial_shapes, const Tensor& valid_ra
 
 Tensor get_valid_ratio(const Tensor& mask, DType dtype) {
   TG_CHECK(mask.defined() && mask.dim() == 3, "get_valid_ratio: expected mask of shape (N, H, W), got ",
-           mask.defined() ? format_shape(mask.shape()) : std::string("undefined"));
+           describe_shape(mask));
   const int64_t N = mask.size(0), H = mask.size(1), W = mask.size(2);
   const std::vector<double> m = mask.to(DType::Float64).to_vector<double>();
   std::vector<double> out(static_cast<size_t>(N * 2));
@@ -169,7 +168,7 @@ DecoderOutput DeformableTransformerDecoder::forward(const Tensor& tgt, const Ten
   TG_CHECK(reference_points_in.defined() && reference_points_in.dim() == 3 &&
                (reference_points_in.size(2) == 2 || reference_points_in.size(2) == 4),
            "DeformableTransformerDecoder: expected reference_points of shape (N, Q, 2 or 4), got ",
-           reference_points_in.defined() ? format_shape(reference_points_in.shape()) : std::string("undefined"));
+           describe_shape(reference_points_in));
   Tensor reference_points = reference_points_in;
   Tensor out = tgt;
   std::vector<Tensor> intermediate, intermediate_refs;
@@ -239,7 +238,7 @@ DeformableTransformerOutput DeformableTransformer::forward(const std::vector<Ten
   for (int64_t l = 0; l < L; ++l) {
     const Tensor& s = srcs[static_cast<size_t>(l)];
     TG_CHECK(s.defined() && s.dim() == 4 && s.size(1) == C, "DeformableTransformer: expected srcs[", l,
-             "] of shape (N, ", C, ", H, W), got ", s.defined() ? format_shape(s.shape()) : std::string("undefined"));
+             "] of shape (N, ", C, ", H, W), got ", describe_shape(s));
     const int64_t N = s.size(0), H = s.size(2), W = s.size(3);
     const Tensor& m = masks[static_cast<size_t>(l)];
     TG_CHECK(m.defined() && m.shape() == Shape({N, H, W}), "DeformableTransformer: expected masks[", l,
@@ -265,8 +264,7 @@ DeformableTransformerOutput DeformableTransformer::forward(const std::vector<Ten
 
   const int64_t N = src.size(0);
   TG_CHECK(query_embed.defined() && query_embed.dim() == 2 && query_embed.size(1) == 2 * C,
-           "DeformableTransformer: expected query_embed of shape (Q, ", 2 * C, "), got ",
-           query_embed.defined() ? format_shape(query_embed.shape()) : std::string("undefined"));
+           "DeformableTransformer: expected query_embed of shape (Q, ", 2 * C, "), got ", describe_shape(query_embed));
   const int64_t Q = query_embed.size(0);
   Tensor query_pos = query_embed.narrow(1, 0, C).unsqueeze(0).expand({N, Q, C});
   Tensor tgt = query_embed.narrow(1, C, C).unsqueeze(0).expand({N, Q, C});

@@ -58,6 +58,9 @@ class DeformableTransformerEncoderLayer : public Module {
   std::shared_ptr<Dropout> dropout3;
   std::shared_ptr<LayerNorm> norm2;
   std::string activation;
+
+ private:
+  using Module::forward;  // the single-tensor forward does not apply (see Module::forward)
 };
 
 class DeformableTransformerDecoderLayer : public Module {
@@ -87,6 +90,9 @@ class DeformableTransformerDecoderLayer : public Module {
   std::shared_ptr<Dropout> dropout4;
   std::shared_ptr<LayerNorm> norm3;
   std::string activation;
+
+ private:
+  using Module::forward;  // the single-tensor forward does not apply (see Module::forward)
 };
 
 // The reference point of every flattened key: its pixel centre ((j + 0.5) / (W valid),
@@ -108,6 +114,9 @@ class DeformableTransformerEncoder : public Module {
                  const Tensor& valid_ratios, const Tensor& pos = Tensor(), const Tensor& padding_mask = Tensor());
 
   std::shared_ptr<ModuleList<DeformableTransformerEncoderLayer>> layers;
+
+ private:
+  using Module::forward;  // the single-tensor forward does not apply (see Module::forward)
 };
 
 struct DecoderOutput {
@@ -134,6 +143,9 @@ class DeformableTransformerDecoder : public Module {
 
   std::shared_ptr<ModuleList<DeformableTransformerDecoderLayer>> layers;
   bool return_intermediate;
+
+ private:
+  using Module::forward;  // the single-tensor forward does not apply (see Module::forward)
 };
 
 struct DeformableTransformerOutput {
@@ -164,6 +176,9 @@ class DeformableTransformer : public Module {
   std::shared_ptr<DeformableTransformerDecoder> decoder;
   Tensor level_embed;  // (L, C)
   std::shared_ptr<Linear> reference_points;  // C -> 2
+
+ private:
+  using Module::forward;  // the single-tensor forward does not apply (see Module::forward)
 };
 
 }  // namespace tg

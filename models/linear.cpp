@@ -26,7 +26,7 @@ void Linear::reset_parameters(Generator* gen) {
 
 Tensor Linear::forward(const Tensor& x) {
   TG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features, "Linear: expected input with last dim ",
-           in_features, ", got shape ", x.defined() ? format_shape(x.shape()) : std::string("undefined"));
+           in_features, ", got shape ", describe_shape(x));
   return linear(x, weight, bias);
 }
 

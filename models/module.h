@@ -36,8 +36,10 @@ class Module {
   // The type's name for messages ("Linear"); override in each layer.
   virtual std::string name() const { return "Module"; }
 
-  // The single-tensor forward that Sequential chains. Modules with other signatures leave it
-  // alone and define their own; calling this one then throws.
+  // The single-tensor forward that Sequential chains. Modules with other signatures define
+  // their own and declare this one private (`private: using Module::forward;`): calling it on
+  // such a module is a compile error, and their forward does not hide it unawares (clang's
+  // -Woverloaded-virtual). Through a Module& it throws.
   virtual Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
 

@@ -62,23 +62,21 @@ Tensor MSDeformAttn::forward(const Tensor& query, const Tensor& reference_points
                              const Tensor& spatial_shapes, const Tensor& level_start_index,
                              const Tensor& input_padding_mask) {
   TG_CHECK(query.defined() && query.dim() == 3 && query.size(2) == d_model,
-           "MSDeformAttn: expected query of shape (N, Lq, ", d_model, "), got ",
-           query.defined() ? format_shape(query.shape()) : std::string("undefined"));
+           "MSDeformAttn: expected query of shape (N, Lq, ", d_model, "), got ", describe_shape(query));
   TG_CHECK(input_flatten.defined() && input_flatten.dim() == 3 && input_flatten.size(0) == query.size(0) &&
                input_flatten.size(2) == d_model,
            "MSDeformAttn: expected input_flatten of shape (", query.size(0), ", Lin, ", d_model, "), got ",
-           input_flatten.defined() ? format_shape(input_flatten.shape()) : std::string("undefined"));
+           describe_shape(input_flatten));
   const int64_t N = query.size(0), Lq = query.size(1), Lin = input_flatten.size(1);
   const int64_t M = n_heads, L = n_levels, P = n_points;
   TG_CHECK(reference_points.defined() && reference_points.dim() == 4 && reference_points.size(0) == N &&
                reference_points.size(1) == Lq && reference_points.size(2) == L &&
                (reference_points.size(3) == 2 || reference_points.size(3) == 4),
            "MSDeformAttn: expected reference_points of shape (", N, ", ", Lq, ", ", L, ", 2 or 4), got ",
-           reference_points.defined() ? format_shape(reference_points.shape()) : std::string("undefined"));
+           describe_shape(reference_points));
   TG_CHECK(spatial_shapes.defined() && spatial_shapes.dtype() == DType::Int64 && spatial_shapes.dim() == 2 &&
                spatial_shapes.size(0) == L && spatial_shapes.size(1) == 2,
-           "MSDeformAttn: expected spatial_shapes int64 of shape (", L, ", 2), got ",
-           spatial_shapes.defined() ? format_shape(spatial_shapes.shape()) : std::string("undefined"));
+           "MSDeformAttn: expected spatial_shapes int64 of shape (", L, ", 2), got ", describe_shape(spatial_shapes));
   if (input_padding_mask.defined())
     TG_CHECK(input_padding_mask.shape() == Shape({N, Lin}), "MSDeformAttn: expected input_padding_mask of shape (",
              N, ", ", Lin, "), got ", format_shape(input_padding_mask.shape()));

@@ -38,6 +38,9 @@ class MSDeformAttn : public Module {
   std::shared_ptr<Linear> attention_weights;  // C -> M * L * P
   std::shared_ptr<Linear> value_proj;         // C -> C
   std::shared_ptr<Linear> output_proj;        // C -> C
+
+ private:
+  using Module::forward;  // the single-tensor forward does not apply (see Module::forward)
 };
 
 }  // namespace tg

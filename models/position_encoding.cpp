@@ -16,7 +16,7 @@ PositionEmbeddingSine::PositionEmbeddingSine(int64_t num_pos_feats_, double temp
 
 Tensor PositionEmbeddingSine::forward(const Tensor& mask, DType dtype) {
   TG_CHECK(mask.defined() && mask.dim() == 3, "PositionEmbeddingSine: expected mask of shape (B, H, W), got ",
-           mask.defined() ? format_shape(mask.shape()) : std::string("undefined"));
+           describe_shape(mask));
   TG_CHECK(dtype == DType::Float32 || dtype == DType::Float64,
            "PositionEmbeddingSine: expected a floating dtype");
   const int64_t B = mask.size(0), H = mask.size(1), W = mask.size(2), F = num_pos_feats;

@@ -26,6 +26,9 @@ class PositionEmbeddingSine : public Module {
   double temperature;
   bool normalize;
   double scale;
+
+ private:
+  using Module::forward;  // the single-tensor forward does not apply (see Module::forward)
 };
 
 }  // namespace tg

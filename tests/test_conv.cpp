@@ -79,14 +79,14 @@ TEST(Conv, MatchesPyTorchThroughTheTape) {
   }
 }
 
-// The issue's matrix, so that a case dropped from tools/fixtures/conv.py does not go unnoticed:
+// The cases the fixtures must hold, so that a case dropped from tools/fixtures/conv.py does not go unnoticed:
 // 1D, 2D and 3D each with stride, padding, dilation, groups, depthwise, asymmetric padding, an
 // empty batch, with and without bias; transposed in each of them with stride, padding,
 // dilation, groups, output_padding, asymmetric padding, with and without bias. And every case
 // in float32 and float64 with every file in the case's own dtype: a float64 file in a float32
 // case would hold our float32 result to float64 values, a float32 one in a float64 case would
 // hide float64 errors behind float32 rounding.
-TEST(Conv, FixturesCoverTheIssueInBothDtypes) {
+TEST(Conv, FixturesCoverEveryCaseInBothDtypes) {
   std::map<std::string, std::set<std::string>> dtypes_of;  // case name without _f32 / _f64
   std::set<std::string> seen;                              // "2D transposed groups", ...
   for (const auto& c : load_golden_cases("conv")) {
@@ -144,7 +144,7 @@ TEST(Conv, KernelApiBackwardMatchesPyTorch) {
     ASSERT_TRUE(r.grad_input.defined() && r.grad_weight.defined());
     EXPECT_EQ(r.grad_input.dtype(), c.dtype());
     EXPECT_EQ(r.grad_weight.dtype(), c.dtype());
-    if (c.has("bias")) EXPECT_EQ(r.grad_bias.dtype(), c.dtype());
+    if (c.has("bias")) { EXPECT_EQ(r.grad_bias.dtype(), c.dtype()); }
     expect_close(r.grad_input, c.tensor("grad_input"), rtol, atol, "grad_input");
     expect_close(r.grad_weight, c.tensor("grad_weight"), rtol, atol, "grad_weight");
     if (c.has("bias")) expect_close(r.grad_bias, c.tensor("grad_bias"), rtol, atol, "grad_bias");
@@ -177,9 +177,9 @@ TEST(Conv, EveryOutputMaskComputesExactlyWhatIsAsked) {
       EXPECT_EQ(r.grad_input.defined(), m[0]) << mask;
       EXPECT_EQ(r.grad_weight.defined(), m[1]) << mask;
       EXPECT_EQ(r.grad_bias.defined(), m[2]) << mask;
-      if (m[0]) EXPECT_TRUE(same_bits(r.grad_input, all.grad_input)) << mask;
-      if (m[1]) EXPECT_TRUE(same_bits(r.grad_weight, all.grad_weight)) << mask;
-      if (m[2]) EXPECT_TRUE(same_bits(r.grad_bias, all.grad_bias)) << mask;
+      if (m[0]) { EXPECT_TRUE(same_bits(r.grad_input, all.grad_input)) << mask; }
+      if (m[1]) { EXPECT_TRUE(same_bits(r.grad_weight, all.grad_weight)) << mask; }
+      if (m[2]) { EXPECT_TRUE(same_bits(r.grad_bias, all.grad_bias)) << mask; }
     }
   }
 }
@@ -310,8 +310,8 @@ TEST(Conv, EmptyBatchOrChannelsInEveryGeometry) {
               EXPECT_EQ(r.grad_input.defined(), m[0]) << mask;
               EXPECT_EQ(r.grad_weight.defined(), m[1]) << mask;
               EXPECT_EQ(r.grad_bias.defined(), m[2]) << mask;
-              if (m[0]) EXPECT_TRUE(same_bits(r.grad_input, zeros(xs, dt))) << mask;
-              if (m[1]) EXPECT_TRUE(same_bits(r.grad_weight, zeros(ws, dt))) << mask;
+              if (m[0]) { EXPECT_TRUE(same_bits(r.grad_input, zeros(xs, dt))) << mask; }
+              if (m[1]) { EXPECT_TRUE(same_bits(r.grad_weight, zeros(ws, dt))) << mask; }
               if (m[2]) expect_close(r.grad_bias, expected_db, rtol, atol, "grad_bias, mask " + std::to_string(mask));
             }
           }

@@ -28,8 +28,8 @@ std::vector<std::string> keys(const Module& m) {
 void expect_pytorch_init(const ConvNd& m, int64_t fan_in) {
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
   EXPECT_LE(max_abs(m.weight), bound);
-  if (m.weight.numel() >= 200) EXPECT_GE(max_abs(m.weight), 0.9 * bound);
-  if (m.bias.defined()) EXPECT_LE(max_abs(m.bias), bound);
+  if (m.weight.numel() >= 200) { EXPECT_GE(max_abs(m.weight), 0.9 * bound); }
+  if (m.bias.defined()) { EXPECT_LE(max_abs(m.bias), bound); }
 }
 
 TEST(ConvModules, Conv2dLayoutAndInit) {

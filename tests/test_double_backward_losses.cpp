@@ -164,7 +164,7 @@ TEST(DoubleBackwardLossesGolden, AffineGridHessianMatchesPyTorch) {
 // ---- behaviour ------------------------------------------------------------------------------
 
 // The gradient of the gradient in the output gradient is the forward pooling of the new
-// direction; without create_graph the gradients carry no history, as before.
+// direction; without create_graph the gradients carry no history.
 TEST(DoubleBackwardLosses, PoolingGradientsAreLinearInTheOutputGradient) {
   Tensor x = randn({1, 2, 6, 6}, DType::Float64);
   x.requires_grad_();

@@ -130,8 +130,8 @@ TEST(GridSample, EveryOutputMaskComputesExactlyWhatIsAsked) {
       GridSampleGrads r = grid_sampler_2d_backward(g, input, grid, m, 2, false, om);
       EXPECT_EQ(r.grad_input.defined(), om[0]) << mask;
       EXPECT_EQ(r.grad_grid.defined(), om[1]) << mask;
-      if (om[0]) EXPECT_TRUE(same_bits(r.grad_input, all.grad_input)) << mask;
-      if (om[1]) EXPECT_TRUE(same_bits(r.grad_grid, all.grad_grid)) << mask;
+      if (om[0]) { EXPECT_TRUE(same_bits(r.grad_input, all.grad_input)) << mask; }
+      if (om[1]) { EXPECT_TRUE(same_bits(r.grad_grid, all.grad_grid)) << mask; }
     }
   }
 }

@@ -1,5 +1,5 @@
 // Group norm against PyTorch (tools/fixtures/group_norm.py), every output mask of the kernel
-// API, hard inputs, determinism, the module, and every bad input of the issue.
+// API, hard inputs, determinism, the module, and the error for each kind of bad input.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -49,9 +49,9 @@ TEST(GroupNorm, EveryOutputMaskComputesExactlyWhatIsAsked) {
     EXPECT_EQ(got.grad_input.defined(), m[0]);
     EXPECT_EQ(got.grad_weight.defined(), m[1]);
     EXPECT_EQ(got.grad_bias.defined(), m[2]);
-    if (m[0]) EXPECT_TRUE(same_bits(got.grad_input, all.grad_input)) << mask;
-    if (m[1]) EXPECT_TRUE(same_bits(got.grad_weight, all.grad_weight)) << mask;
-    if (m[2]) EXPECT_TRUE(same_bits(got.grad_bias, all.grad_bias)) << mask;
+    if (m[0]) { EXPECT_TRUE(same_bits(got.grad_input, all.grad_input)) << mask; }
+    if (m[1]) { EXPECT_TRUE(same_bits(got.grad_weight, all.grad_weight)) << mask; }
+    if (m[2]) { EXPECT_TRUE(same_bits(got.grad_bias, all.grad_bias)) << mask; }
   }
 }
 

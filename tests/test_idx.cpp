@@ -186,7 +186,8 @@ int64_t current_rss_bytes() {
 }
 
 // A gzip file of 1 MB whose header claims 1 GiB (within the 1032:1 deflate bound, so the early
-// check passes): the reader used to zero-fill the claimed 1 GiB before finding the stream short.
+// check passes): the reader's memory must follow the stream, not the claim. A reader that
+// allocated the claimed 1 GiB before inflating would find the stream short only afterwards.
 TEST(Idx, ShortGzipStreamCostsWhatItHoldsNotWhatItsHeaderClaims) {
   const std::string dir = fresh_temp_dir("idx_short_stream");
   std::vector<uint8_t> payload(1 << 20);
@@ -202,7 +203,7 @@ TEST(Idx, ShortGzipStreamCostsWhatItHoldsNotWhatItsHeaderClaims) {
   expect_error_with([&] { read_idx(dir + "/claims_1g.gz"); },
                     {"claims_1g.gz", "truncated", "need 1073741824 bytes", "the gzip stream has 1048576"});
   if (measured && before > 0) {
-    // The stream's 1 MB plus a chunk or two of slack; the old reader's peak grew by 1 GiB.
+    // The stream's 1 MB plus a chunk or two of slack, far below the 1 GiB the header claims.
     EXPECT_LT(peak_rss_bytes() - before, int64_t(16) << 20);
   }
   // The same file with its payload complete reads exactly.

@@ -100,7 +100,8 @@ TEST(InplaceGradcheck, EveryOpInAChainOnAViewItsBaseAndAStaleView) {
   }
 }
 
-// The first snippet: the tape used to give [1, 1, 1].
+// An in-place op on a non-leaf enters the tape: the gradient of sum(3 * (x + 0)) is 3, where an
+// unrecorded mul_ would leave the 1 of the add.
 TEST(Inplace, MulOnANonLeafIsRecorded) {
   Tensor x = ones({3}).requires_grad_();
   Tensor y = add(x, 0.0);
@@ -117,7 +118,7 @@ TEST(Inplace, LeafThatRequiresGradIsRefusedNamingTheOp) {
       ": a leaf tensor that requires grad cannot be changed in place while grad mode is on (its gradient would be "
       "taken at values it no longer holds); make the change under NoGradGuard, as the optimizers and init "
       "functions do";
-  EXPECT_EQ(error_of([&] { w.add_(ones({3})); }), "add_" + tail);  // the second snippet
+  EXPECT_EQ(error_of([&] { w.add_(ones({3})); }), "add_" + tail);  // an optimizer's update made outside NoGradGuard
   EXPECT_EQ(error_of([&] { w.fill_(1); }), "fill_" + tail);
   EXPECT_EQ(error_of([&] { w.zero_(); }), "zero_" + tail);
   EXPECT_EQ(error_of([&] { w.copy_(zeros({3})); }), "copy_" + tail);

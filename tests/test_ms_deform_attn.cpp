@@ -1,6 +1,6 @@
 // Multi-scale deformable attention against Deformable-DETR's pure-PyTorch reference
-// (tools/fixtures/ms_deform_attn.py), every output mask of the kernel API, determinism, and
-// every bad input of the issue.
+// (tools/fixtures/ms_deform_attn.py), every output mask of the kernel API, determinism, and the
+// error for each kind of bad input.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -51,9 +51,9 @@ TEST(MsDeformAttn, EveryOutputMaskComputesExactlyWhatIsAsked) {
     EXPECT_EQ(r.grad_value.defined(), m[0]);
     EXPECT_EQ(r.grad_sampling_locations.defined(), m[1]);
     EXPECT_EQ(r.grad_attention_weights.defined(), m[2]);
-    if (m[0]) EXPECT_TRUE(same_bits(r.grad_value, all.grad_value)) << mask;
-    if (m[1]) EXPECT_TRUE(same_bits(r.grad_sampling_locations, all.grad_sampling_locations)) << mask;
-    if (m[2]) EXPECT_TRUE(same_bits(r.grad_attention_weights, all.grad_attention_weights)) << mask;
+    if (m[0]) { EXPECT_TRUE(same_bits(r.grad_value, all.grad_value)) << mask; }
+    if (m[1]) { EXPECT_TRUE(same_bits(r.grad_sampling_locations, all.grad_sampling_locations)) << mask; }
+    if (m[2]) { EXPECT_TRUE(same_bits(r.grad_attention_weights, all.grad_attention_weights)) << mask; }
   }
 }
 

@@ -1,4 +1,4 @@
-// Second derivatives of multi-scale deformable attention (issue 19). There is no oracle
+// Second derivatives of multi-scale deformable attention. There is no oracle
 // (Deformable-DETR has no double backward), so: gradgradcheck in float64 for every subset of the
 // three differentiable inputs; a closed form for one sample (the location Hessian is the cross
 // term a*W*H*(v_nw - v_ne - v_sw + v_se)); the double-backward kernel against the first-order
@@ -234,7 +234,7 @@ TEST(MsDeformAttnDoubleBackward, EveryOutputMaskComputesExactlyWhatIsAsked) {
     const std::vector<Tensor> r = all_of(run_big(b, m));
     for (size_t i = 0; i < 4; ++i) {
       EXPECT_EQ(r[i].defined(), m[i]) << mask << " " << i;
-      if (m[i]) EXPECT_TRUE(same_bits(r[i], all[i])) << mask << " " << i;
+      if (m[i]) { EXPECT_TRUE(same_bits(r[i], all[i])) << mask << " " << i; }
     }
   }
 }

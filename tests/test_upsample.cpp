@@ -1,6 +1,6 @@
 // Bilinear upsampling against PyTorch (tools/fixtures/upsample.py): sizes and scales, both
 // align_corners settings, up and down; interpolate's scale rule; non-contiguous input;
-// determinism; every bad input of the issue.
+// determinism; the error for each kind of bad input.
 #include <gtest/gtest.h>
 
 #include "golden.h"

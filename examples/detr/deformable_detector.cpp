@@ -80,26 +80,21 @@ DeformableDetector::DeformableDetector(DeformableDetectorOptions options, Genera
   t.enc_n_points = t.dec_n_points = o_.points;
   transformer_ = add_module("transformer", std::make_shared<DeformableTransformer>(t, gen));
   query_embed_ = register_parameter("query_embed", normal({o_.num_queries, 2 * d}, 0.0, 1.0, DType::Float32, gen));
-  class_embed_ = add_module("class_embed", std::make_shared<Linear>(d, o_.num_classes + 1, true, DType::Float32, gen));
-  bbox_embed_ = add_module("bbox_embed", std::make_shared<Sequential>());
-  bbox_embed_->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
-  bbox_embed_->push_back(std::make_shared<ReLU>());
-  bbox_embed_->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
-  bbox_embed_->push_back(std::make_shared<ReLU>());
-  auto last = bbox_embed_->push_back(std::make_shared<Linear>(d, 4, true, DType::Float32, gen));
+  DetrHeads heads = make_detr_heads(d, o_.num_classes, gen);
+  class_embed_ = add_module("class_embed", heads.class_embed);
+  bbox_embed_ = add_module("bbox_embed", heads.bbox_embed);
   // Deformable DETR's init: the box head starts at its reference point with small boxes
   // (sigmoid(-2) = 0.12 of the image), not at a random offset.
   NoGradGuard no_grad;
-  last->weight.zero_();
-  last->bias.zero_();
-  last->bias.narrow(0, 2, 2).fill_(-2.0);
+  heads.bbox_output->weight.zero_();
+  heads.bbox_output->bias.zero_();
+  heads.bbox_output->bias.narrow(0, 2, 2).fill_(-2.0);
 }
 
 DetectorOutput DeformableDetector::detect(const Tensor& images) {
   const int64_t S = o_.canvas;
   TG_CHECK(images.defined() && images.dim() == 4 && images.size(1) == 1 && images.size(2) == S && images.size(3) == S,
-           "DeformableDetector: expected images [B, 1, ", S, ", ", S, "], got ",
-           images.defined() ? format_shape(images.shape()) : std::string("undefined"));
+           "DeformableDetector: expected images [B, 1, ", S, ", ", S, "], got ", describe_shape(images));
   const int64_t N = images.size(0);
   std::vector<Tensor> feats = backbone_->levels(images), srcs(feats.size()), masks, pos;
   // FPN's top-down path: each level adds the coarser merged level, bilinearly upsampled to its

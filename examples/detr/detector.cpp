@@ -17,8 +17,7 @@ TinyDetector::TinyDetector(TinyDetectorOptions options, Generator* gen) : o_(opt
 DetectorOutput TinyDetector::detect(const Tensor& images) {
   TG_CHECK(images.defined() && images.dim() == 4 && images.size(1) == 1 && images.size(2) == o_.canvas &&
                images.size(3) == o_.canvas,
-           "TinyDetector: expected images [B, 1, ", o_.canvas, ", ", o_.canvas, "], got ",
-           images.defined() ? format_shape(images.shape()) : std::string("undefined"));
+           "TinyDetector: expected images [B, 1, ", o_.canvas, ", ", o_.canvas, "], got ", describe_shape(images));
   const int64_t B = images.size(0);
   Tensor h = relu(fc2_->forward(relu(fc1_->forward(images.reshape({B, -1})))));
   return {class_head_->forward(h).reshape({B, o_.num_queries, o_.num_classes + 1}),
@@ -28,6 +27,18 @@ DetectorOutput TinyDetector::detect(const Tensor& images) {
 std::string TinyDetector::config() const {
   return "tiny canvas=" + std::to_string(o_.canvas) + " queries=" + std::to_string(o_.num_queries) +
          " classes=" + std::to_string(o_.num_classes) + " hidden=" + std::to_string(o_.hidden);
+}
+
+DetrHeads make_detr_heads(int64_t d, int64_t num_classes, Generator* gen) {
+  DetrHeads h;
+  h.class_embed = std::make_shared<Linear>(d, num_classes + 1, true, DType::Float32, gen);
+  h.bbox_embed = std::make_shared<Sequential>();
+  h.bbox_embed->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
+  h.bbox_embed->push_back(std::make_shared<ReLU>());
+  h.bbox_embed->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
+  h.bbox_embed->push_back(std::make_shared<ReLU>());
+  h.bbox_output = h.bbox_embed->push_back(std::make_shared<Linear>(d, 4, true, DType::Float32, gen));
+  return h;
 }
 
 Tensor inverse_sigmoid(const Tensor& x, double eps) {

@@ -47,6 +47,17 @@ class TinyDetector : public Detector {
   std::shared_ptr<Linear> fc1_, fc2_, class_head_, box_head_;
 };
 
+// DETR's prediction heads on d-wide decoder outputs, as DETR and Deformable DETR build them:
+// class_embed, a Linear to num_classes + 1 logits (the last is "no object"), then bbox_embed, the
+// box MLP d -> d -> d -> 4 with ReLUs between. The owner registers both under those names; the
+// construction order fixes what a generator draws, so it must not change.
+struct DetrHeads {
+  std::shared_ptr<Linear> class_embed;
+  std::shared_ptr<Sequential> bbox_embed;
+  std::shared_ptr<Linear> bbox_output;  // bbox_embed's last layer
+};
+DetrHeads make_detr_heads(int64_t d, int64_t num_classes, Generator* gen);
+
 // DETR's PostProcess: each query's score is its best real class's probability; boxes in canvas
 // pixels (xyxy). Every query is kept (COCO keeps the top 100; we have fewer queries).
 std::vector<DetectionBox> postprocess(const DetectorOutput& out, int64_t canvas, int64_t first_image);

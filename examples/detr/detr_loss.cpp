@@ -10,11 +10,10 @@ namespace {
 
 void check_inputs(const Tensor& logits, const Tensor& boxes, const std::vector<Target>& targets) {
   TG_CHECK(logits.defined() && logits.dim() == 3 && logits.size(2) >= 2, "detr_loss: expected logits [B, Q, C + 1], got ",
-           logits.defined() ? format_shape(logits.shape()) : std::string("undefined"));
+           describe_shape(logits));
   TG_CHECK(boxes.defined() && boxes.dim() == 3 && boxes.size(0) == logits.size(0) && boxes.size(1) == logits.size(1) &&
                boxes.size(2) == 4,
-           "detr_loss: expected boxes [", logits.size(0), ", ", logits.size(1), ", 4], got ",
-           boxes.defined() ? format_shape(boxes.shape()) : std::string("undefined"));
+           "detr_loss: expected boxes [", logits.size(0), ", ", logits.size(1), ", 4], got ", describe_shape(boxes));
   TG_CHECK(static_cast<int64_t>(targets.size()) == logits.size(0), "detr_loss: expected ", logits.size(0),
            " targets (one per image), got ", targets.size());
   const int64_t num_classes = logits.size(2) - 1;

@@ -61,20 +61,15 @@ PatchDetr::PatchDetr(PatchDetrOptions options, Generator* gen) : o_(options) {
   decoder_ = add_module("decoder", std::make_shared<ModuleList<DecoderLayer>>());
   for (int64_t i = 0; i < o_.decoder_layers; ++i) decoder_->append(std::make_shared<DecoderLayer>(d, o_.heads, o_.ffn, gen));
   reference_points_ = add_module("reference_points", std::make_shared<Linear>(d, 2, true, DType::Float32, gen));
-  class_embed_ = add_module("class_embed", std::make_shared<Linear>(d, o_.num_classes + 1, true, DType::Float32, gen));
-  bbox_embed_ = add_module("bbox_embed", std::make_shared<Sequential>());
-  bbox_embed_->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
-  bbox_embed_->push_back(std::make_shared<ReLU>());
-  bbox_embed_->push_back(std::make_shared<Linear>(d, d, true, DType::Float32, gen));
-  bbox_embed_->push_back(std::make_shared<ReLU>());
-  bbox_embed_->push_back(std::make_shared<Linear>(d, 4, true, DType::Float32, gen));
+  DetrHeads heads = make_detr_heads(d, o_.num_classes, gen);
+  class_embed_ = add_module("class_embed", heads.class_embed);
+  bbox_embed_ = add_module("bbox_embed", heads.bbox_embed);
 }
 
 DetectorOutput PatchDetr::detect(const Tensor& images) {
   const int64_t S = o_.canvas, P = o_.patch, G = S / P;
   TG_CHECK(images.defined() && images.dim() == 4 && images.size(1) == 1 && images.size(2) == S && images.size(3) == S,
-           "PatchDetr: expected images [B, 1, ", S, ", ", S, "], got ",
-           images.defined() ? format_shape(images.shape()) : std::string("undefined"));
+           "PatchDetr: expected images [B, 1, ", S, ", ", S, "], got ", describe_shape(images));
   const int64_t B = images.size(0);
   // [B, 1, S, S] -> [B, G, P, G, P] -> [B, G, G, P, P] -> tokens [B, G*G, P*P], row-major patches.
   Tensor patches = images.reshape({B, G, P, G, P}).permute({0, 1, 3, 2, 4}).reshape({B, G * G, P * P});

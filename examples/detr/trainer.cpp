@@ -84,6 +84,9 @@ MeanAP evaluate(Detector& model, const SceneGenerator& val, int64_t count, int64
 
 namespace {
 
+// The path of one of the run's files in `out`.
+std::string out_file(const TrainOptions& o, const char* name) { return (fs::path(o.out) / name).string(); }
+
 // Fails early, before any training, when `out` cannot be written.
 void prepare_out_dir(const std::string& out) {
   std::error_code ec;
@@ -113,14 +116,102 @@ void write_sheet(const std::string& path, const SceneGenerator& val, const std::
   save_png(path, render_sheet(sheet, 4, std::max<int64_t>(2, 256 / val.options().canvas)));
 }
 
+// out/val_scenes.png: the first validation scenes with their true and predicted boxes.
+void write_val_sheet(const TrainOptions& o, const SceneGenerator& val, const std::vector<DetectionBox>& dets) {
+  write_sheet(out_file(o, "val_scenes.png"), val, dets, std::min(o.sheet_scenes, o.val_scenes), o.sheet_score);
+}
+
+// --resume and --eval-only start from the checkpoint in `out`: its weights, optimizer state,
+// history and epoch. A fresh run refuses a folder that holds one, which it would overwrite.
+void load_or_protect_checkpoint(const TrainOptions& o, Detector& model, Optimizer& optimizer, TrainResult& result,
+                                std::ostream& log) {
+  const std::string ckpt = out_file(o, "checkpoint.safetensors");
+  if (o.resume || o.eval_only) {
+    if (!fs::exists(ckpt))
+      throw Error(std::string(o.resume ? "--resume" : "--eval-only") + ": no checkpoint at " + ckpt);
+    CheckpointInfo info = load_checkpoint(ckpt, model, optimizer);
+    result.history = info.history;
+    result.first_epoch = info.epoch + 1;
+    log << "loaded " << ckpt << " (epoch " << info.epoch << ")\n";
+  } else if (fs::exists(ckpt)) {
+    // A fresh run would overwrite a good checkpoint: refuse rather than destroy it.
+    throw Error("--out " + o.out + " already holds a checkpoint: pass --resume to continue it, or choose another --out");
+  }
+}
+
+// --eval-only: the loaded model's mAP and its sheet; nothing is trained or saved.
+void evaluate_checkpoint(const TrainOptions& o, Detector& model, const SceneGenerator& val, TrainResult& result,
+                         std::ostream& log) {
+  std::vector<DetectionBox> dets;
+  result.last_eval = evaluate(model, val, o.val_scenes, o.batch_size, &dets);
+  write_val_sheet(o, val, dets);
+  char line[160];
+  std::snprintf(line, sizeof line, "validation (%lld scenes): mAP@0.5 %.4f, mAP@0.5:0.95 %.4f\n",
+                static_cast<long long>(o.val_scenes), result.last_eval.map50, result.last_eval.map50_95);
+  log << line;
+}
+
+// One epoch of optimisation steps. Returns the epoch's record with its loss, time and speed; the
+// validation mAP is filled in by end_epoch.
+EpochRecord train_epoch(const TrainOptions& o, int epoch, Detector& model, Optimizer& optimizer,
+                        const SceneGenerator& train) {
+  const int64_t steps = o.train_scenes / o.batch_size;
+  std::ostringstream sink;  // the progress bar draws nowhere when off
+  ProgressBar bar(steps, "epoch " + std::to_string(epoch) + "/" + std::to_string(o.epochs),
+                  o.progress ? static_cast<std::ostream&>(std::cerr) : sink);
+  double loss_sum = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    SceneBatch batch = make_batch(train, (epoch - 1) * o.train_scenes + step * o.batch_size, o.batch_size);
+    DetectorOutput out = model.detect(batch.images);
+    DetrLoss loss = detr_loss(out.logits, out.boxes, batch.targets, o.loss);
+    optimizer.zero_grad();
+    loss.total.backward();
+    if (o.clip > 0) clip_grad_norm_(model.parameters(), o.clip);
+    optimizer.step();
+    const double value = loss.total.item();
+    TG_CHECK(std::isfinite(value), "training diverged: the loss is ", value, " at epoch ", epoch, " step ", step);
+    loss_sum += value;
+    bar.update(step + 1, o.batch_size, {{"loss", loss_sum / (step + 1)}});
+  }
+  bar.finish();
+  EpochRecord rec;
+  rec.epoch = epoch;
+  rec.train_loss = loss_sum / steps;
+  rec.seconds = bar.elapsed_seconds();
+  rec.images_per_second = rec.seconds > 0 ? steps * o.batch_size / rec.seconds : 0;
+  return rec;
+}
+
+// The end of an epoch: its validation mAP completes the record, which joins the history; then
+// the checkpoint, history.csv, the sheet and the curves are written and the epoch is logged.
+void end_epoch(const TrainOptions& o, EpochRecord rec, Detector& model, const Optimizer& optimizer,
+               const SceneGenerator& val, TrainResult& result, std::ostream& log) {
+  const std::string ckpt = out_file(o, "checkpoint.safetensors");
+  const std::string csv = out_file(o, "history.csv");
+  std::vector<DetectionBox> dets;
+  result.last_eval = evaluate(model, val, o.val_scenes, o.batch_size, &dets);
+  rec.map50 = result.last_eval.map50;
+  rec.map50_95 = result.last_eval.map50_95;
+  result.history.push_back(rec);
+
+  save_checkpoint(ckpt, model, optimizer, {rec.epoch, model.config(), result.history});
+  write_history_csv(csv, result.history);
+  write_val_sheet(o, val, dets);
+  const std::string plot = plot_history(csv, out_file(o, "curves.png"));
+  char line[200];
+  std::snprintf(line, sizeof line, "epoch %d: loss %.4f, val mAP@0.5 %.4f, mAP@0.5:0.95 %.4f, %.1f s (%.0f images/s)\n",
+                rec.epoch, rec.train_loss, rec.map50, rec.map50_95, rec.seconds, rec.images_per_second);
+  log << line;
+  if (!plot.empty()) log << plot << "\n";
+  log << std::flush;  // a redirected log shows each epoch as it ends
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   validate_options(o);
   set_num_threads(o.threads);
   prepare_out_dir(o.out);
-  const std::string ckpt = (fs::path(o.out) / "checkpoint.safetensors").string();
-  const std::string csv = (fs::path(o.out) / "history.csv").string();
 
   data::ImageDataset train_items = data::load_fashion_mnist("train", o.data_dir);
   data::ImageDataset val_items = data::load_fashion_mnist("test", o.data_dir);
@@ -133,80 +224,21 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   AdamW optimizer(model->parameters(), adam);
 
   TrainResult result;
-  if (o.resume || o.eval_only) {
-    if (!fs::exists(ckpt))
-      throw Error(std::string(o.resume ? "--resume" : "--eval-only") + ": no checkpoint at " + ckpt);
-    CheckpointInfo info = load_checkpoint(ckpt, *model, optimizer);
-    result.history = info.history;
-    result.first_epoch = info.epoch + 1;
-    log << "loaded " << ckpt << " (epoch " << info.epoch << ")\n";
-  } else if (fs::exists(ckpt)) {
-    // A fresh run would overwrite a good checkpoint: refuse rather than destroy it.
-    throw Error("--out " + o.out + " already holds a checkpoint: pass --resume to continue it, or choose another --out");
-  }
-
+  load_or_protect_checkpoint(o, *model, optimizer, result, log);
   if (o.eval_only) {
-    std::vector<DetectionBox> dets;
-    result.last_eval = evaluate(*model, val, o.val_scenes, o.batch_size, &dets);
-    write_sheet((fs::path(o.out) / "val_scenes.png").string(), val, dets, std::min(o.sheet_scenes, o.val_scenes),
-                o.sheet_score);
-    char line[160];
-    std::snprintf(line, sizeof line, "validation (%lld scenes): mAP@0.5 %.4f, mAP@0.5:0.95 %.4f\n",
-                  static_cast<long long>(o.val_scenes), result.last_eval.map50, result.last_eval.map50_95);
-    log << line;
+    evaluate_checkpoint(o, *model, val, result, log);
     return result;
   }
 
   log << "model " << model->config() << ", " << model->num_parameters() << " parameters; " << o.train_scenes
       << " training scenes per epoch, " << o.val_scenes << " validation scenes; " << o.threads << " threads\n";
-  const int64_t steps = o.train_scenes / o.batch_size;
   if (result.first_epoch > o.epochs)
     log << "nothing to train: the checkpoint is at epoch " << result.first_epoch - 1 << " and --epochs is " << o.epochs
         << " (--epochs is the total, not the number of extra epochs)\n";
   if (result.first_epoch <= o.epochs) warn_if_machine_busy(o.threads, log);
   model->train();
-  for (int epoch = result.first_epoch; epoch <= o.epochs; ++epoch) {
-    std::ostringstream sink;  // the progress bar draws nowhere when off
-    ProgressBar bar(steps, "epoch " + std::to_string(epoch) + "/" + std::to_string(o.epochs),
-                    o.progress ? static_cast<std::ostream&>(std::cerr) : sink);
-    double loss_sum = 0;
-    for (int64_t step = 0; step < steps; ++step) {
-      SceneBatch batch = make_batch(train, (epoch - 1) * o.train_scenes + step * o.batch_size, o.batch_size);
-      DetectorOutput out = model->detect(batch.images);
-      DetrLoss loss = detr_loss(out.logits, out.boxes, batch.targets, o.loss);
-      optimizer.zero_grad();
-      loss.total.backward();
-      if (o.clip > 0) clip_grad_norm_(model->parameters(), o.clip);
-      optimizer.step();
-      const double value = loss.total.item();
-      TG_CHECK(std::isfinite(value), "training diverged: the loss is ", value, " at epoch ", epoch, " step ", step);
-      loss_sum += value;
-      bar.update(step + 1, o.batch_size, {{"loss", loss_sum / (step + 1)}});
-    }
-    bar.finish();
-    EpochRecord rec;
-    rec.epoch = epoch;
-    rec.train_loss = loss_sum / steps;
-    rec.seconds = bar.elapsed_seconds();
-    rec.images_per_second = rec.seconds > 0 ? steps * o.batch_size / rec.seconds : 0;
-    std::vector<DetectionBox> dets;
-    result.last_eval = evaluate(*model, val, o.val_scenes, o.batch_size, &dets);
-    rec.map50 = result.last_eval.map50;
-    rec.map50_95 = result.last_eval.map50_95;
-    result.history.push_back(rec);
-
-    save_checkpoint(ckpt, *model, optimizer, {epoch, model->config(), result.history});
-    write_history_csv(csv, result.history);
-    write_sheet((fs::path(o.out) / "val_scenes.png").string(), val, dets, std::min(o.sheet_scenes, o.val_scenes),
-                o.sheet_score);
-    const std::string plot = plot_history(csv, (fs::path(o.out) / "curves.png").string());
-    char line[200];
-    std::snprintf(line, sizeof line, "epoch %d: loss %.4f, val mAP@0.5 %.4f, mAP@0.5:0.95 %.4f, %.1f s (%.0f images/s)\n",
-                  epoch, rec.train_loss, rec.map50, rec.map50_95, rec.seconds, rec.images_per_second);
-    log << line;
-    if (!plot.empty()) log << plot << "\n";
-    log << std::flush;  // a redirected log shows each epoch as it ends
-  }
+  for (int epoch = result.first_epoch; epoch <= o.epochs; ++epoch)
+    end_epoch(o, train_epoch(o, epoch, *model, optimizer, train), *model, optimizer, val, result, log);
   return result;
 }
 

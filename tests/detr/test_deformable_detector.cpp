@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <set>
 #include <sstream>
 #include <unistd.h>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include "detr/deformable_detector.h"
 #include "detr/detr_loss.h"
 #include "detr/trainer.h"
+#include "detector_checks.h"
 #include "golden.h"
 #include "test_util.h"
 #include "tiny_run.h"
@@ -34,17 +34,13 @@ DeformableDetectorOptions small() {
 TEST(DetrDeformable, ShapesNamesAndInitialBoxes) {
   Generator g(0);
   DeformableDetector m(small(), &g);
-  DetectorOutput out = m.detect(rand({2, 1, 32, 32}, DType::Float32, &g));
-  EXPECT_EQ(out.logits.shape(), (Shape{2, 6, 11}));
-  EXPECT_EQ(out.boxes.shape(), (Shape{2, 6, 4}));
-  std::set<std::string> names;
-  for (const auto& [n, t] : m.named_parameters()) names.insert(n);
-  for (const char* n : {"backbone.stem.0.weight", "backbone.stages.0.0.weight", "backbone.stages.2.4.bias",
-                        "fpn_output.0.weight", "input_proj.1.0.weight", "input_proj.2.1.weight", "fpn_lateral.0.bias",
-                        "transformer.level_embed", "transformer.encoder.layers.1.self_attn.sampling_offsets.weight",
-                        "transformer.decoder.layers.0.cross_attn.value_proj.weight", "transformer.reference_points.weight",
-                        "query_embed", "class_embed.weight", "bbox_embed.4.bias"})
-    EXPECT_TRUE(names.count(n)) << n;
+  DetectorOutput out = detect_and_check_names(
+      m, g, 2, 32, 6,
+      {"backbone.stem.0.weight", "backbone.stages.0.0.weight", "backbone.stages.2.4.bias", "fpn_output.0.weight",
+       "input_proj.1.0.weight", "input_proj.2.1.weight", "fpn_lateral.0.bias", "transformer.level_embed",
+       "transformer.encoder.layers.1.self_attn.sampling_offsets.weight",
+       "transformer.decoder.layers.0.cross_attn.value_proj.weight", "transformer.reference_points.weight",
+       "query_embed", "class_embed.weight", "bbox_embed.4.bias"});
   // At init the last box layer is zero with bias (0, 0, -2, -2): every box is centred on its
   // query's reference point, sigmoid(Linear(query_pos)), and sized sigmoid(-2) = 0.1192.
   std::vector<float> b = out.boxes.to_vector<float>();
@@ -99,7 +95,7 @@ TEST(DetrDeformable, GradientsReachTheModel) {
   for (const char* n : {"backbone.stages.0.0.weight", "query_embed", "transformer.reference_points.weight",
                         "bbox_embed.4.weight", "class_embed.weight"}) {
     for (const auto& [name, p] : m.named_parameters())
-      if (name == n) EXPECT_TRUE(p.grad().defined()) << n;
+      if (name == n) { EXPECT_TRUE(p.grad().defined()) << n; }
   }
 }
 

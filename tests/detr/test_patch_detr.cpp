@@ -8,6 +8,7 @@
 
 #include "detr/detr_loss.h"
 #include "detr/patch_detr.h"
+#include "detector_checks.h"
 
 namespace tg::detr {
 namespace {
@@ -26,16 +27,11 @@ PatchDetrOptions small() {
 TEST(DetrPatchDetr, ShapesRangesAndNames) {
   Generator g(0);
   PatchDetr m(small(), &g);
-  DetectorOutput out = m.detect(rand({3, 1, 32, 32}, DType::Float32, &g));
-  EXPECT_EQ(out.logits.shape(), (Shape{3, 5, 11}));
-  EXPECT_EQ(out.boxes.shape(), (Shape{3, 5, 4}));
+  DetectorOutput out = detect_and_check_names(
+      m, g, 3, 32, 5,
+      {"patch_embed.weight", "pos_embed", "query_embed", "encoder.0.self_attn.in_proj_weight", "encoder.1.norm2.bias",
+       "decoder.1.multihead_attn.out_proj.weight", "decoder.0.norm3.weight", "class_embed.bias", "bbox_embed.4.weight"});
   for (float v : out.boxes.to_vector<float>()) EXPECT_TRUE(v > 0 && v < 1);
-  std::set<std::string> names;
-  for (const auto& [n, t] : m.named_parameters()) names.insert(n);
-  for (const char* n : {"patch_embed.weight", "pos_embed", "query_embed", "encoder.0.self_attn.in_proj_weight",
-                        "encoder.1.norm2.bias", "decoder.1.multihead_attn.out_proj.weight", "decoder.0.norm3.weight",
-                        "class_embed.bias", "bbox_embed.4.weight"})
-    EXPECT_TRUE(names.count(n)) << n;
   EXPECT_THROW(m.detect(zeros({1, 1, 24, 24})), Error);
   PatchDetrOptions bad = small();
   bad.canvas = 30;

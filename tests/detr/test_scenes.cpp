@@ -61,7 +61,7 @@ TEST(DetrScenes, BoxesAreTightAndCoverEveryPixel) {
     }
     // Every lit pixel belongs to some box.
     for (int64_t j = 0; j < S * S; ++j)
-      if (p[j] > 0) ASSERT_TRUE(covered[j]) << "scene " << i << " pixel " << j;
+      if (p[j] > 0) { ASSERT_TRUE(covered[j]) << "scene " << i << " pixel " << j; }
     // Normalised targets: cxcywh in [0, 1].
     Target t = s.target(S);
     for (const auto& b : t.boxes)

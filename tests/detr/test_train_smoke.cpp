@@ -1,4 +1,4 @@
-// The smoke test: a few steps on tiny scenes, a resume from the checkpoint, the loss
+// The training loop's smoke test: a few steps on tiny scenes, a resume from the checkpoint, the loss
 // falls; resuming gives exactly the run that never stopped; and every kind of bad input gives a
 // clear tg::Error without touching a good checkpoint.
 #include <gtest/gtest.h>
