@@ -27,7 +27,7 @@
 #include "framework/tensor.h"
 #include "framework/views.h"
 #include "ops/activation.h"
-#include "ops/conv.h"
+#include "ops/conv/conv.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/index.h"

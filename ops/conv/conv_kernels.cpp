@@ -1,16 +1,20 @@
 // Convolution kernels (see conv_kernels.h for the parameters and tensor layouts).
 //
-// Where things are (this overview covers them all):
-//   conv_kernels.cpp         this overview, ConvParams helpers, convolution_forward / _backward
-//   conv_kernels_internal.h  what the kernels share: constants, Scratch, boxes (Box, pad_image,
-//                            crop_image, ...), Geom, grids (im2col, col2im_add, zero_garbage,
-//                            grid_from_rows), the GEMM wrapper, Lanes, the non-finite helpers,
-//                            and the declarations of the three pieces
-//   conv_direct.h            direct correlation (direct_blocks, repack), used by the two below
-//   conv_correlate.cpp       correlate: direct, depthwise, im2col + GEMM
-//   conv_adjoint.cpp         correlate_adjoint: direct per image phase, depthwise, GEMM + col2im
-//   conv_weight_grad.cpp     weight_grad: outer and dot tilings, depthwise, im2col + GEMM; and
-//                            bias_grad
+// The files of ops/conv/ (the .cpp files are named after the header they implement):
+//   conv.h / conv.cpp               the tensor op: argument checks, dtype dispatch, the tape
+//   conv_kernels.h                  the kernel API (parameters, layouts, output mask)
+//   conv_kernels.cpp                this overview, ConvParams helpers, convolution_forward / _backward
+//   conv_kernels_correlate.cpp      correlate: direct, depthwise, im2col + GEMM
+//   conv_kernels_adjoint.cpp        correlate_adjoint: direct per image phase, depthwise, GEMM + col2im
+//   conv_kernels_weight_grad.cpp    weight_grad: outer and dot tilings, depthwise, im2col + GEMM; and
+//                                   bias_grad
+//   internal/conv_kernels_shared.h  what the kernels share: constants, Scratch, boxes (Box,
+//                                   pad_image, crop_image, ...), Geom, grids (im2col, col2im_add,
+//                                   zero_garbage, grid_from_rows), the GEMM wrapper, Lanes, the
+//                                   non-finite helpers, and the declarations of the three pieces
+//   internal/conv_direct.h          direct correlation (direct_blocks, repack), used by correlate
+//                                   and correlate_adjoint
+// (internal/ holds the private headers: they need Eigen and are not installed.)
 //
 // Everything is written in the geometry of a *normal* convolution, whatever the direction:
 //
@@ -44,7 +48,7 @@
 // garbage positions per row are dropped, or kept out of every sum (see zero_garbage and the
 // non-finite fallbacks), so Inf and NaN propagate exactly as the definition says: only taps
 // inside the image contribute (see "Non-finite weights and column values" in
-// conv_kernels_internal.h).
+// internal/conv_kernels_shared.h).
 //
 // How each piece runs:
 //   correlate          flat grid: direct correlation (direct_blocks): a block of output channels
@@ -79,7 +83,7 @@
 // GEMM runs single-threaded (Eigen checks omp_get_num_threads()).
 #include "conv_kernels.h"
 
-#include "conv_kernels_internal.h"
+#include "internal/conv_kernels_shared.h"
 
 #include <vector>
 

@@ -1,6 +1,6 @@
 // weight_grad, the third of the three pieces (see conv_kernels.cpp): dw = sum_n y . im2col(x)^T,
 // the weight gradient of both directions; and bias_grad.
-#include "conv_kernels_internal.h"
+#include "internal/conv_kernels_shared.h"
 
 #include <omp.h>
 
@@ -457,7 +457,7 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact) {
   if (g.Co == 0 || g.CKg == 0) return;
   // A non-finite dw may come from non-finite values meeting zeros where the definition has no
   // product: x's at garbage grid positions (meeting y's zeros), y's at the padding (see
-  // "Non-finite weights and column values" in conv_kernels_internal.h). The rare case is
+  // "Non-finite weights and column values" in conv_kernels_shared.h). The rare case is
   // redone exactly.
   const bool redo_if_nonfinite = !exact && !g.unit;
   if (exact && !g.unit && !all_finite(y, g.N * g.Co * g.Lo)) {

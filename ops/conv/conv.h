@@ -1,5 +1,5 @@
 // Convolutions (1D, 2D, 3D, transposed, grouped, depthwise) on tensors and the tape. The maths
-// and layouts are in ops/conv_kernels.h; semantics and argument order follow PyTorch.
+// and layouts are in ops/conv/conv_kernels.h; semantics and argument order follow PyTorch.
 //
 // Parameter lists take PyTorch's forms: one value (used for every spatial dim) or one value per
 // spatial dim. padding also takes 2 * dims values, (before, after) for each spatial dim in
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../framework/tensor.h"
+#include "../../framework/tensor.h"
 
 namespace tg {
 

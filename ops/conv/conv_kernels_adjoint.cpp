@@ -1,7 +1,7 @@
 // correlate_adjoint, the second of the three pieces (see conv_kernels.cpp): x = col2im(w^T . y),
 // the normal input gradient and the transposed forward.
-#include "conv_kernels_internal.h"
-#include "conv_direct.h"
+#include "internal/conv_kernels_shared.h"
+#include "internal/conv_direct.h"
 
 #include <algorithm>
 #include <cstdint>

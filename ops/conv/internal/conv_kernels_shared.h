@@ -1,13 +1,13 @@
 // What the convolution kernels share (see conv_kernels.cpp for the overview and which file
 // holds what): constants, per-thread scratch, boxes, the geometry (Geom), grids and their
 // im2col / col2im, the GEMM wrapper, Lanes, the non-finite helpers, and the declarations of
-// the three pieces. Only the conv_*.cpp kernel files include this (it needs Eigen); it is
-// not installed.
+// the three pieces. Only the conv_kernels*.cpp files include this (it needs Eigen); like
+// everything under an internal/ folder, it is not installed.
 #pragma once
 
-#include "conv_kernels.h"
+#include "../conv_kernels.h"
 
-#include "../framework/checked_math.h"
+#include "../../../framework/checked_math.h"
 
 #include <Eigen/Core>
 #include <omp.h>
@@ -601,20 +601,20 @@ std::vector<T> finite_part(const T* v, int64_t n) {
 // The three pieces (see the overview in conv_kernels.cpp), each defined in its own file and
 // instantiated there for float and double.
 
-// y[n, g] = w[g] . im2col(x[n, g]) (+ bias); conv_correlate.cpp.
+// y[n, g] = w[g] . im2col(x[n, g]) (+ bias); conv_kernels_correlate.cpp.
 template <class T>
 void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g);
 
-// x[n, g] = col2im(w[g]^T . y[n, g]) (+ bias); conv_adjoint.cpp.
+// x[n, g] = col2im(w[g]^T . y[n, g]) (+ bias); conv_kernels_adjoint.cpp.
 template <class T>
 void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& g);
 
-// dw[g] = sum_n y[n, g] . im2col(x[n, g])^T; conv_weight_grad.cpp. exact: the slow path that
+// dw[g] = sum_n y[n, g] . im2col(x[n, g])^T; conv_kernels_weight_grad.cpp. exact: the slow path that
 // keeps non-finite values out of the sums where the definition has no product.
 template <class T>
 void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact = false);
 
-// db[c] = sum_n sum_o dy[n, c, o], in double; conv_weight_grad.cpp.
+// db[c] = sum_n sum_o dy[n, c, o], in double; conv_kernels_weight_grad.cpp.
 template <class T>
 void bias_grad(const T* dy, T* db, int64_t N, int64_t C, int64_t L);
 

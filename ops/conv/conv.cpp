@@ -1,16 +1,16 @@
 // Convolutions: argument checking, dtype dispatch and the tape. The kernels (im2col + GEMM,
-// direct and depthwise paths, forward beside backward) are in conv_kernels.cpp and the conv_*
-// files its overview lists.
+// direct and depthwise paths, forward beside backward) are in conv_kernels.cpp and the
+// conv_kernels_*.cpp files its overview lists.
 #include "conv.h"
 
 #include <algorithm>
 #include <sstream>
 
-#include "../framework/checked_math.h"
-#include "../framework/tape.h"
+#include "../../framework/checked_math.h"
+#include "../../framework/tape.h"
 #include "conv_kernels.h"
-#include "elementwise.h"
-#include "samples.h"
+#include "../elementwise.h"
+#include "../samples.h"
 
 namespace tg {
 

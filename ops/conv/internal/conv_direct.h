@@ -1,9 +1,9 @@
-// Direct correlation on a flat grid, shared by correlate (conv_correlate.cpp) and
-// correlate_adjoint (conv_adjoint.cpp): a block of output channels x positions summed in
+// Direct correlation on a flat grid, shared by correlate (conv_kernels_correlate.cpp) and
+// correlate_adjoint (conv_kernels_adjoint.cpp): a block of output channels x positions summed in
 // registers, and the repacked weights it reads.
 #pragma once
 
-#include "conv_kernels_internal.h"
+#include "conv_kernels_shared.h"
 
 #include <omp.h>
 

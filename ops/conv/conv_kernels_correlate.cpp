@@ -1,7 +1,7 @@
 // correlate, the first of the three pieces (see conv_kernels.cpp): y = w . im2col(x), the
 // normal forward and the transposed input gradient.
-#include "conv_kernels_internal.h"
-#include "conv_direct.h"
+#include "internal/conv_kernels_shared.h"
+#include "internal/conv_direct.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -105,7 +105,7 @@ void add_nonfinite_weight_taps(const T* x, const T* w, T* y, const Geom& g) {
 template <class T>
 void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   if (g.N == 0 || g.Co == 0 || g.Lo == 0) return;
-  if (!g.unit && !all_finite(w, g.Co * g.CKg)) {  // "Non-finite weights": conv_kernels_internal.h
+  if (!g.unit && !all_finite(w, g.Co * g.CKg)) {  // "Non-finite weights": conv_kernels_shared.h
     const std::vector<T> finite_w = finite_part(w, g.Co * g.CKg);
     correlate(x, finite_w.data(), bias, y, g);
     add_nonfinite_weight_taps(x, w, y, g);
