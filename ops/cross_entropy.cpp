@@ -25,10 +25,10 @@
 #include "elementwise.h"
 #include "loss.h"
 #include "reduce.h"
-#include "samples.h"
+#include "internal/samples.h"
 #include "softmax.h"
 #include "unary.h"
-#include "vec_math.h"
+#include "internal/vec_math.h"
 
 namespace tg {
 

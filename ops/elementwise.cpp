@@ -10,8 +10,8 @@
 #include "../framework/tape.h"
 #include "../framework/inplace.h"
 #include "../framework/views.h"
-#include "elementwise_kernel.h"
-#include "samples.h"
+#include "internal/elementwise_kernel.h"
+#include "internal/samples.h"
 
 namespace tg {
 

@@ -16,8 +16,8 @@
 #include "../framework/inplace.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
-#include "pointwise.h"
-#include "samples.h"
+#include "internal/pointwise.h"
+#include "internal/samples.h"
 
 namespace tg {
 

@@ -10,7 +10,7 @@
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "reduce.h"
-#include "samples.h"
+#include "internal/samples.h"
 
 namespace tg {
 

@@ -10,7 +10,7 @@
 #include "../../framework/tape.h"
 #include "conv_kernels.h"
 #include "../elementwise.h"
-#include "../samples.h"
+#include "../internal/samples.h"
 
 namespace tg {
 

@@ -1,12 +1,12 @@
 // Multi-scale deformable attention (Deformable DETR) on tensors and the tape.
-// The maths and the coordinate convention are in ops/ms_deform_attn_kernels.h: sampling
+// The maths and the coordinate convention are in ops/ms_deform_attn/ms_deform_attn_kernels.h: sampling
 // locations are (x, y) normalised to [0, 1], as Deformable-DETR stores them (the spec page
 // says (y, x); we follow the model users port).
 #pragma once
 
 #include <array>
 
-#include "../framework/tensor.h"
+#include "../../framework/tensor.h"
 
 namespace tg {
 
@@ -33,7 +33,7 @@ struct MsDeformAttnDoubleGrads {
 };
 
 // The backward of ms_deform_attn_backward (second derivatives; the maths is in
-// ms_deform_attn_double_backward_kernels.cpp): given the upstream gradients of its three outputs,
+// ms_deform_attn_kernels_double_backward.cpp): given the upstream gradients of its three outputs,
 // grad_grad_value (bs, num_keys, heads, channels), grad_grad_sampling_locations and
 // grad_grad_attention_weights (each undefined for zero), the gradients of
 //   <grad_grad_value, grad_value> + <grad_grad_loc, grad_loc> + <grad_grad_attn, grad_attn>

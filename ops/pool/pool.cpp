@@ -16,10 +16,10 @@
 #include <array>
 #include <sstream>
 
-#include "../framework/checked_math.h"
-#include "../framework/tape.h"
+#include "../../framework/checked_math.h"
+#include "../../framework/tape.h"
 #include "pool_kernels.h"
-#include "samples.h"
+#include "../internal/samples.h"
 
 namespace tg {
 

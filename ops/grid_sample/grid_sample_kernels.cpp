@@ -1,7 +1,7 @@
 // grid_sample (2-D) and affine_grid (2-D) kernels. Semantics and shape legend: see the header.
 // One axis's coordinate maths (Axis) and the cubic coefficients are in
-// grid_sample_kernels_internal.h, shared with the second-order kernel in
-// grid_sample_double_backward.cpp.
+// grid_sample_kernels_shared.h, shared with the second-order kernel in
+// grid_sample_kernels_double_backward.cpp.
 //
 // How the work is organised
 // -------------------------
@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "framework/parallel.h"
-#include "grid_sample_kernels_internal.h"
+#include "internal/grid_sample_kernels_shared.h"
 
 // Compiler settings for this file, whatever the build flags:
 // * No implicit fused multiply-add contraction. The sampling position goes through

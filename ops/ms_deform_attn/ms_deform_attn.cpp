@@ -4,12 +4,12 @@
 
 #include <cmath>
 
-#include "../framework/checked_math.h"
-#include "../framework/random.h"
-#include "../framework/tape.h"
-#include "ms_deform_attn_internal.h"
+#include "../../framework/checked_math.h"
+#include "../../framework/random.h"
+#include "../../framework/tape.h"
+#include "internal/ms_deform_attn_shared.h"
 #include "ms_deform_attn_kernels.h"
-#include "samples.h"
+#include "../internal/samples.h"
 
 namespace tg {
 

@@ -2,14 +2,14 @@
 // Forward saves the input, mean and rstd (not the normalised tensor), and the weight.
 #include "group_norm.h"
 
-#include "../framework/checked_math.h"
-#include "../framework/recompute.h"
-#include "../framework/tape.h"
-#include "elementwise.h"
+#include "../../framework/checked_math.h"
+#include "../../framework/recompute.h"
+#include "../../framework/tape.h"
+#include "../elementwise.h"
 #include "group_norm_kernels.h"
-#include "reduce.h"
-#include "samples.h"
-#include "unary.h"
+#include "../reduce.h"
+#include "../internal/samples.h"
+#include "../unary.h"
 
 namespace tg {
 

@@ -3,7 +3,7 @@
 // Ops include this; users do not.
 #pragma once
 
-#include "../framework/tensor.h"
+#include "../../framework/tensor.h"
 #include "elementwise_kernel.h"
 
 namespace tg {

@@ -12,7 +12,7 @@
 // row sums the grad_y rows that read it (vertical, vectorised), then each input pixel sums the
 // columns that read it (horizontal). Every grad_x element is owned by one thread and summed in
 // a fixed order: no atomics, no scatter races, the same bits for any thread count.
-#include "ops/upsample_kernels.h"
+#include "upsample_kernels.h"
 
 #include <algorithm>
 #include <cstdint>

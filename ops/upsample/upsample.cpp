@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "../framework/checked_math.h"
-#include "../framework/tape.h"
-#include "samples.h"
+#include "../../framework/checked_math.h"
+#include "../../framework/tape.h"
+#include "../internal/samples.h"
 #include "upsample_kernels.h"
 
 namespace tg {

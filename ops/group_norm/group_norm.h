@@ -1,10 +1,10 @@
 // Group normalisation (Wu & He, 2018) on tensors and the tape, PyTorch's semantics.
-// The maths, forward beside backward, is in ops/group_norm_kernels.h.
+// The maths, forward beside backward, is in ops/group_norm/group_norm_kernels.h.
 #pragma once
 
 #include <array>
 
-#include "../framework/tensor.h"
+#include "../../framework/tensor.h"
 
 namespace tg {
 

@@ -67,7 +67,7 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
                              int64_t num_keys, int64_t heads, int64_t channels, int64_t levels,
                              int64_t queries, int64_t points);
 
-// Double backward (ms_deform_attn_double_backward_kernels.cpp, where the maths is written out):
+// Double backward (ms_deform_attn_kernels_double_backward.cpp, where the maths is written out):
 // the backward of ms_deform_attn_backward. Upstream gradients of its outputs, each null for zero:
 // gg_value (N, K, M, C), gg_sampling_locations (N, Q, M, L, P, 2), gg_attention_weights
 // (N, Q, M, L, P). Outputs, each null when not asked for, overwritten when given:

@@ -29,7 +29,7 @@
 // average ones are linear in grad_y, and their adjoint is the forward. Each thread owns whole planes of grad_x and walks its outputs in order:
 // no atomics, the same bits for any thread count.
 //
-// No validation here: the Tensor-level ops (ops/pool.cpp) check ranks, sizes and parameters
+// No validation here: the Tensor-level ops (ops/pool/pool.cpp) check ranks, sizes and parameters
 // (and the indices a user passes to the max backward).
 #pragma once
 

@@ -1,6 +1,6 @@
 // grid_sample (2-D) and affine_grid (2-D) on tensors and the tape, PyTorch's semantics.
 // The maths (unnormalisation, padding, rounding, NaN handling) is documented in
-// ops/grid_sample_kernels.h. Shapes: input (N, C, H, W), grid (N, Ho, Wo, 2) holding (x, y)
+// ops/grid_sample/grid_sample_kernels.h. Shapes: input (N, C, H, W), grid (N, Ho, Wo, 2) holding (x, y)
 // normalised to [-1, 1], output (N, C, Ho, Wo); theta (N, 2, 3).
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../framework/tensor.h"
+#include "../../framework/tensor.h"
 #include "grid_sample_kernels.h"
 
 namespace tg {

@@ -1,5 +1,5 @@
 // What the grid_sample kernels share (grid_sample_kernels.cpp, the first-order forward and
-// backward; grid_sample_double_backward.cpp, the second-order terms): the accumulation type,
+// backward; grid_sample_kernels_double_backward.cpp, the second-order terms): the accumulation type,
 // the block and parallel thresholds, one axis's unnormalisation and padding (Axis), the
 // masked tap read and the cubic convolution coefficients. Only those two files include this;
 // it is not installed.
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "grid_sample_kernels.h"
+#include "../grid_sample_kernels.h"
 
 // The arithmetic below must be compiled the same way in every file that includes it (a
 // coordinate computed one ulp differently can land on another pixel; see the pragma's

@@ -1,6 +1,6 @@
 // Multi-scale deformable attention, twice differentiable: the recorded first-order backward
 // (the tape entry `ms_deform_attn_backward`, used when a backward runs with create_graph) and
-// its own backward, the double backward. The maths is in ms_deform_attn_double_backward_kernels.cpp.
+// its own backward, the double backward. The maths is in ms_deform_attn_kernels_double_backward.cpp.
 //
 // Under create_graph, ms_deform_attn's backward (ms_deform_attn.cpp) computes its gradients with
 // the same kernel as always, then records them as outputs of an ms_deform_attn_backward entry
@@ -11,11 +11,11 @@
 // (third derivatives are not implemented: create_graph reaching the entry is a tg::Error).
 #include <array>
 
-#include "../framework/grad_mode.h"
-#include "../framework/tape.h"
-#include "elementwise.h"
+#include "../../framework/grad_mode.h"
+#include "../../framework/tape.h"
+#include "../elementwise.h"
 #include "ms_deform_attn.h"
-#include "ms_deform_attn_internal.h"
+#include "internal/ms_deform_attn_shared.h"
 #include "ms_deform_attn_kernels.h"
 
 namespace tg {

@@ -64,7 +64,7 @@ void grid_sample_2d_backward(const T* grad_output, const T* input, const T* grid
                              bool align_corners);
 
 // The second-order terms that come from gg_grid (N, Ho, Wo, 2), the upstream gradient of
-// grad_grid (grid_sample_double_backward.cpp has the formulas): the gradients of
+// grad_grid (grid_sample_kernels_double_backward.cpp has the formulas): the gradients of
 // <gg_grid, grad_grid> with respect to grad_output (grad_grad_output, (N, C, Ho, Wo)), input
 // (grad_input, (N, C, H, W)) and grid (grad_grid, (N, Ho, Wo, 2)). Nearest's grad_grid is
 // identically zero, and so are these. nullptr for one that is not needed; input may be

@@ -2,8 +2,8 @@
 // tensors of any strides, in parallel for large outputs. Ops include this; users do not.
 #pragma once
 
-#include "../framework/strided_loop.h"
-#include "../framework/tensor.h"
+#include "../../framework/strided_loop.h"
+#include "../../framework/tensor.h"
 
 namespace tg {
 

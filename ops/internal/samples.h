@@ -5,8 +5,8 @@
 #include <numeric>
 #include <vector>
 
-#include "../framework/random.h"
-#include "../framework/registry.h"
+#include "../../framework/random.h"
+#include "../../framework/registry.h"
 
 namespace tg {
 

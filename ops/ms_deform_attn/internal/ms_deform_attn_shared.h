@@ -5,9 +5,9 @@
 #include <array>
 #include <cstdint>
 
-#include "../framework/registry.h"
-#include "../framework/tensor.h"
-#include "ms_deform_attn.h"
+#include "../../../framework/registry.h"
+#include "../../../framework/tensor.h"
+#include "../ms_deform_attn.h"
 
 namespace tg::detail {
 

@@ -1,11 +1,11 @@
 // Bilinear 2-D upsampling (and downsampling) on tensors and the tape, PyTorch's semantics.
-// The source-coordinate rules, forward beside backward, are in ops/upsample_kernels.h.
+// The source-coordinate rules, forward beside backward, are in ops/upsample/upsample_kernels.h.
 #pragma once
 
 #include <array>
 #include <optional>
 
-#include "../framework/tensor.h"
+#include "../../framework/tensor.h"
 
 namespace tg {
 

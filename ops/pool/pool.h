@@ -1,6 +1,6 @@
 // 2-D pooling on tensors and the tape: max_pool2d, avg_pool2d, adaptive_avg_pool2d, with
 // PyTorch's argument order, defaults, output sizes and semantics. The window rules, forward
-// beside backward, are in ops/pool_kernels.h.
+// beside backward, are in ops/pool/pool_kernels.h.
 //
 // input is (N, C, H, W) or, unbatched, (C, H, W); the output keeps the same leading dims.
 // Parameter lists take one value (both dims) or two (H, W); an empty stride means
@@ -11,8 +11,8 @@
 #include <optional>
 #include <vector>
 
-#include "../framework/tensor.h"
-#include "reduce.h"  // ValuesIndices
+#include "../../framework/tensor.h"
+#include "../reduce.h"  // ValuesIndices
 
 namespace tg {
 

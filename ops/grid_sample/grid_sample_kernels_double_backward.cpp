@@ -56,7 +56,7 @@
 
 #include "framework/parallel.h"
 #include "grid_sample_kernels.h"
-#include "grid_sample_kernels_internal.h"
+#include "internal/grid_sample_kernels_shared.h"
 
 namespace tg::kernels {
 namespace {

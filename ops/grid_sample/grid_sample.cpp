@@ -1,15 +1,15 @@
 // grid_sample and affine_grid: validation, dtype dispatch and the tape. The kernels (and the
-// maths) are in grid_sample_kernels.cpp, the second-order one in grid_sample_double_backward.cpp.
+// maths) are in grid_sample_kernels.cpp, the second-order one in grid_sample_kernels_double_backward.cpp.
 // Double backward (create_graph): see grid_sample_backward_backward_fn.
 #include "grid_sample.h"
 
 #include <cmath>
 
-#include "../framework/checked_math.h"
-#include "../framework/random.h"
-#include "../framework/tape.h"
-#include "elementwise.h"
-#include "samples.h"
+#include "../../framework/checked_math.h"
+#include "../../framework/random.h"
+#include "../../framework/tape.h"
+#include "../elementwise.h"
+#include "../internal/samples.h"
 
 namespace tg {
 
@@ -242,7 +242,7 @@ struct GridSampleBackwardAttrs {
 //       in place of x (both recorded ops again, so differentiable once more), d/dx = 0;
 //   <gg_grid, grad_grid> gives d/dgo, d/dx and d/dgrid (the Hessian of the weights in the grid:
 //       the cross term within a cell for bilinear), all three from one kernel,
-//       grid_sampler_2d_double_backward (formulas in grid_sample_double_backward.cpp).
+//       grid_sampler_2d_double_backward (formulas in grid_sample_kernels_double_backward.cpp).
 // Nearest's grad_grid is identically zero, and its weights are piecewise constant in the
 // grid: only d/dgo from gg_input remains.
 std::vector<Tensor> grid_sample_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {

@@ -6,7 +6,7 @@
 // cut into fixed chunks of kChunk elements instead, partial sums are taken per chunk in parallel
 // and combined in chunk order. Both paths add the very same partial sums in the same order, so
 // which path runs (and how many threads there are) never changes a bit of the result.
-#include "ops/group_norm_kernels.h"
+#include "group_norm_kernels.h"
 
 #include <algorithm>
 #include <cmath>

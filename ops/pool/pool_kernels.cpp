@@ -7,7 +7,7 @@
 // CNN batches have hundreds of planes.)
 // Backward adds in T, like aten: a position receives at most ceil(kH / sH) * ceil(kW / sW)
 // contributions (usually 1 to 4), too few for the order or the precision to matter.
-#include "ops/pool_kernels.h"
+#include "pool_kernels.h"
 
 #include <algorithm>
 #include <cmath>
