@@ -32,7 +32,7 @@
 #include "ops/embedding.h"
 #include "ops/index.h"
 #include "ops/loss.h"
-#include "ops/norm.h"
+#include "ops/layer_norm.h"
 #include "ops/pool/pool.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"

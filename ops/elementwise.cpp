@@ -12,6 +12,7 @@
 #include "../framework/views.h"
 #include "internal/elementwise_kernel.h"
 #include "internal/samples.h"
+#include "unary.h"  // reciprocal, for s / x
 
 namespace tg {
 
@@ -207,6 +208,11 @@ Tensor add(const Tensor& x, double s) {
   return out;
 }
 
+Tensor sub(const Tensor& x, double s) { return add(x, -s); }
+Tensor rsub(const Tensor& x, double s) { return add(neg(x), s); }
+Tensor div(const Tensor& x, double s) { return mul(x, 1.0 / s); }
+Tensor div(double s, const Tensor& x) { return mul(reciprocal(x), s); }
+
 // In place, as the out-of-place op: mul and div save self for other's gradient, so they get a
 // copy of self's old value when other requires grad.
 Tensor& sub_(Tensor& x, const Tensor& other, double alpha) {
@@ -220,6 +226,14 @@ Tensor& mul_(Tensor& x, const Tensor& other) {
 Tensor& div_(Tensor& x, const Tensor& other) {
   detail::InplaceOp op{x, "div_", {other}};
   return op.commit(div(op.old_value(other.requires_grad()), other));
+}
+Tensor& sub_(Tensor& x, double s) {
+  detail::InplaceOp op{x, "sub_"};
+  return op.commit(sub(op.old_value(), s));
+}
+Tensor& div_(Tensor& x, double s) {
+  detail::InplaceOp op{x, "div_"};
+  return op.commit(div(op.old_value(), s));
 }
 
 void register_elementwise_ops(Registry& r) {

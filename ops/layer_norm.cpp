@@ -7,7 +7,7 @@
 //             dx    = rstd (dxhat - mean_N(dxhat) - xhat mean_N(dxhat xhat))
 //             dw    = sum_r g xhat,  db = sum_r g
 // Statistics are accumulated in double (also for float32), two passes for the variance.
-#include "norm.h"
+#include "layer_norm.h"
 
 #include <algorithm>
 #include <cmath>
