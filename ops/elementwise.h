@@ -17,7 +17,7 @@ Tensor add(const Tensor& x, double s);   // x + s
 Tensor sub(const Tensor& x, double s);   // x - s
 Tensor rsub(const Tensor& x, double s);  // s - x
 Tensor mul(const Tensor& x, double s);   // x * s
-Tensor div(const Tensor& x, double s);   // x / s
+Tensor div(const Tensor& x, double s);   // x / s, a true division (PyTorch's), not x * (1 / s)
 Tensor div(double s, const Tensor& x);   // s / x
 
 // In place (framework/inplace.h has the autograd rules; Tensor has add_ and mul_ by a scalar).
@@ -35,11 +35,11 @@ inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 inline Tensor operator-(const Tensor& x) { return neg(x); }
 inline Tensor operator+(const Tensor& x, double s) { return add(x, s); }
 inline Tensor operator+(double s, const Tensor& x) { return add(x, s); }
-inline Tensor operator-(const Tensor& x, double s) { return add(x, -s); }
-inline Tensor operator-(double s, const Tensor& x) { return add(neg(x), s); }
+inline Tensor operator-(const Tensor& x, double s) { return sub(x, s); }
+inline Tensor operator-(double s, const Tensor& x) { return rsub(x, s); }
 inline Tensor operator*(const Tensor& x, double s) { return mul(x, s); }
 inline Tensor operator*(double s, const Tensor& x) { return mul(x, s); }
-inline Tensor operator/(const Tensor& x, double s) { return mul(x, 1.0 / s); }
+inline Tensor operator/(const Tensor& x, double s) { return div(x, s); }
 inline Tensor operator/(double s, const Tensor& x) { return div(s, x); }
 
 }  // namespace tg
