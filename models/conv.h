@@ -12,7 +12,7 @@
 #pragma once
 
 #include "../framework/random.h"
-#include "../ops/conv.h"
+#include "../ops/conv/conv.h"
 #include "module.h"
 
 namespace tg {

@@ -1,6 +1,6 @@
 #include "group_norm.h"
 
-#include "../ops/group_norm.h"
+#include "../ops/group_norm/group_norm.h"
 
 namespace tg {
 

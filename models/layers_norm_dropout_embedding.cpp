@@ -3,7 +3,7 @@
 #include "../framework/grad_mode.h"
 #include "../ops/dropout.h"
 #include "../ops/embedding.h"
-#include "../ops/norm.h"
+#include "../ops/layer_norm.h"
 #include "init.h"
 
 namespace tg {

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "../ops/elementwise.h"
-#include "../ops/ms_deform_attn.h"
+#include "../ops/ms_deform_attn/ms_deform_attn.h"
 #include "../ops/softmax.h"
 #include "../ops/where.h"
 #include "../framework/grad_mode.h"

@@ -1,11 +1,11 @@
 // Pooling layers with PyTorch's names, argument order and defaults: MaxPool2d, AvgPool2d,
-// AdaptiveAvgPool2d. No parameters; each forwards to the functional op of ops/pool.h, which
+// AdaptiveAvgPool2d. No parameters; each forwards to the functional op of ops/pool/pool.h, which
 // checks the arguments (so a bad kernel size is reported at the first forward, as in PyTorch).
 #pragma once
 
 #include <optional>
 
-#include "../ops/pool.h"
+#include "../ops/pool/pool.h"
 #include "module.h"
 
 namespace tg {

@@ -4,7 +4,7 @@
 
 #include "../framework/grad_mode.h"
 #include "../ops/activation.h"
-#include "../ops/grid_sample.h"
+#include "../ops/grid_sample/grid_sample.h"
 
 namespace tg {
 

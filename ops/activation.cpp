@@ -11,10 +11,10 @@
 #include "../framework/inplace.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
-#include "elementwise_kernel.h"
-#include "pointwise.h"
-#include "samples.h"
-#include "vec_math.h"
+#include "internal/elementwise_kernel.h"
+#include "internal/pointwise.h"
+#include "internal/samples.h"
+#include "internal/vec_math.h"
 
 namespace tg {
 

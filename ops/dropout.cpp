@@ -4,8 +4,8 @@
 
 #include "../framework/tape.h"
 #include "elementwise.h"
-#include "pointwise.h"
-#include "samples.h"
+#include "internal/pointwise.h"
+#include "internal/samples.h"
 
 namespace tg {
 

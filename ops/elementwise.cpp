@@ -5,13 +5,17 @@
 //   sub:  out = a - alpha*b   da = g            db = -alpha*g
 //   mul:  out = a * b         da = g * b        db = g * a
 //   div:  out = a / b         da = g / b        db = -g * a / b^2
+//
+// With a scalar s: add_scalar (x + s, dx = g), mul_scalar (x * s, dx = g * s) and div_scalar
+// (x / s, dx = g / s); x - s and s - x are add_scalar of x and of -x.
 #include "elementwise.h"
 
 #include "../framework/tape.h"
 #include "../framework/inplace.h"
 #include "../framework/views.h"
-#include "elementwise_kernel.h"
-#include "samples.h"
+#include "internal/elementwise_kernel.h"
+#include "internal/samples.h"
+#include "unary.h"  // reciprocal, for s / x
 
 namespace tg {
 
@@ -96,6 +100,10 @@ std::vector<Tensor> scale_backward(const BackwardContext& ctx, const std::vector
 
 std::vector<Tensor> add_scalar_backward(const BackwardContext&, const std::vector<Tensor>& g) { return {g[0]}; }
 
+std::vector<Tensor> div_scalar_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  return {div(g[0], ctx.attrs<ScalarAttrs>().value)};
+}
+
 // ---- sample cases ----
 
 using Inputs = std::vector<Tensor>;
@@ -138,6 +146,12 @@ std::vector<SampleCase> scale_samples() {
           {"neg [5]", [](DType dt) { return Inputs{sample_tensor({5}, dt)}; },
            [](const Inputs& x) { return Inputs{neg(x[0])}; }}};
 }
+std::vector<SampleCase> div_scalar_samples() {
+  return {{"[3,4] / -2.5", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{div(x[0], -2.5)}; }},
+          {"[2,3] / 3 (inexact reciprocal)", [](DType dt) { return Inputs{sample_tensor({2, 3}, dt)}; },
+           [](const Inputs& x) { return Inputs{div(x[0], 3.0)}; }}};
+}
 std::vector<SampleCase> add_scalar_samples() {
   return {{"[3,4] + 1.5", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
            [](const Inputs& x) { return Inputs{add(x[0], 1.5)}; }}};
@@ -151,6 +165,7 @@ const OpDef kMulOp{"mul", "mul_backward", "self, other", mul_backward, mul_sampl
 const OpDef kDivOp{"div", "div_backward", "self, other", div_backward, div_samples, true};
 const OpDef kMulScalarOp{"mul_scalar", "mul_scalar_backward", "self", scale_backward, scale_samples, true};
 const OpDef kAddScalarOp{"add_scalar", "add_scalar_backward", "self", add_scalar_backward, add_scalar_samples, true};
+const OpDef kDivScalarOp{"div_scalar", "div_scalar_backward", "self", div_scalar_backward, div_scalar_samples, true};
 
 namespace {
 Tensor add_with_alpha(const OpDef& op, const Tensor& a, const Tensor& b, double alpha) {
@@ -213,6 +228,25 @@ Tensor add(const Tensor& x, double s) {
   return out;
 }
 
+Tensor sub(const Tensor& x, double s) { return add(x, -s); }
+Tensor rsub(const Tensor& x, double s) { return add(neg(x), s); }
+// A true division, as PyTorch's x / s on the CPU: x * (1 / s) differs from it in the last bit
+// whenever 1 / s is inexact (s = 3, 10, sqrt(d), ...).
+Tensor div(const Tensor& x, double s) {
+  TG_CHECK(x.defined(), "div: the tensor is undefined");
+  Tensor out = dispatch_floating(x.dtype(), "div", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = static_cast<T>(s);
+    return map_unary<T>(x, [v](T e) { return e / v; });
+  });
+  if (Recorder rec{kDivScalarOp, {x}}) {
+    rec.set_attrs(ScalarAttrs{s});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+Tensor div(double s, const Tensor& x) { return mul(reciprocal(x), s); }
+
 // In place, as the out-of-place op: mul and div save self for other's gradient, so they get a
 // copy of self's old value when other requires grad.
 Tensor& sub_(Tensor& x, const Tensor& other, double alpha) {
@@ -227,9 +261,17 @@ Tensor& div_(Tensor& x, const Tensor& other) {
   detail::InplaceOp op{x, "div_", {other}};
   return op.commit(div(op.old_value(other.requires_grad()), other));
 }
+Tensor& sub_(Tensor& x, double s) {
+  detail::InplaceOp op{x, "sub_"};
+  return op.commit(sub(op.old_value(), s));
+}
+Tensor& div_(Tensor& x, double s) {
+  detail::InplaceOp op{x, "div_"};
+  return op.commit(div(op.old_value(), s));
+}
 
 void register_elementwise_ops(Registry& r) {
-  for (const OpDef* op : {&kAddOp, &kSubOp, &kMulOp, &kDivOp, &kMulScalarOp, &kAddScalarOp}) r.add(*op);
+  for (const OpDef* op : {&kAddOp, &kSubOp, &kMulOp, &kDivOp, &kMulScalarOp, &kAddScalarOp, &kDivScalarOp}) r.add(*op);
 }
 
 }  // namespace tg

@@ -10,7 +10,7 @@
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
-#include "samples.h"
+#include "internal/samples.h"
 
 #ifdef _OPENMP
 #include <omp.h>

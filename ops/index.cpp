@@ -12,7 +12,7 @@
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
-#include "samples.h"
+#include "internal/samples.h"
 
 namespace tg {
 

@@ -21,9 +21,9 @@
 #include "../framework/views.h"
 #include "activation.h"
 #include "elementwise.h"
-#include "pointwise.h"
+#include "internal/pointwise.h"
 #include "reduce.h"
-#include "samples.h"
+#include "internal/samples.h"
 #include "unary.h"
 
 namespace tg {

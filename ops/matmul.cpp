@@ -11,7 +11,7 @@
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "../framework/views.h"
-#include "samples.h"
+#include "internal/samples.h"
 
 namespace tg {
 

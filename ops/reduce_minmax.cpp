@@ -15,7 +15,7 @@
 #include "elementwise.h"
 #include "index.h"
 #include "reduce.h"
-#include "samples.h"
+#include "internal/samples.h"
 
 namespace tg {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "../framework/tape.h"
-#include "samples.h"
+#include "internal/samples.h"
 
 namespace tg {
 

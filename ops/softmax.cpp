@@ -11,9 +11,9 @@
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "reduce.h"
-#include "samples.h"
+#include "internal/samples.h"
 #include "unary.h"
-#include "vec_math.h"
+#include "internal/vec_math.h"
 
 namespace tg {
 

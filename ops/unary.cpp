@@ -16,8 +16,8 @@
 #include "../framework/inplace.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
-#include "pointwise.h"
-#include "samples.h"
+#include "internal/pointwise.h"
+#include "internal/samples.h"
 
 namespace tg {
 
@@ -220,21 +220,9 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
 Tensor clamp_min(const Tensor& x, double min) { return clamp(x, min, std::nullopt); }
 Tensor clamp_max(const Tensor& x, double max) { return clamp(x, std::nullopt, max); }
 
-Tensor sub(const Tensor& x, double s) { return add(x, -s); }
-Tensor rsub(const Tensor& x, double s) { return add(neg(x), s); }
-Tensor div(const Tensor& x, double s) { return mul(x, 1.0 / s); }
 Tensor reciprocal(const Tensor& x) { return pow(x, -1.0); }
-Tensor div(double s, const Tensor& x) { return mul(reciprocal(x), s); }
 Tensor square(const Tensor& x) { return pow(x, 2.0); }
 
-Tensor& sub_(Tensor& x, double s) {
-  detail::InplaceOp op{x, "sub_"};
-  return op.commit(sub(op.old_value(), s));
-}
-Tensor& div_(Tensor& x, double s) {
-  detail::InplaceOp op{x, "div_"};
-  return op.commit(div(op.old_value(), s));
-}
 Tensor& clamp_(Tensor& x, std::optional<double> min, std::optional<double> max) {
   detail::InplaceOp op{x, "clamp_"};
   return op.commit(clamp(op.old_value(/*copy=*/true), min, max));  // clamp's mask needs the input

@@ -1,5 +1,5 @@
-// Pointwise math: powers, exponentials, absolute value, clamping, and the scalar forms of
-// arithmetic users expect (x - s, x / s, s - x, s / x).
+// Pointwise math of one tensor: powers, exponentials, logarithm, roots, absolute value,
+// clamping. (Arithmetic with a scalar, x - s or s / x, is in elementwise.h.)
 #pragma once
 
 #include <optional>
@@ -19,19 +19,10 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
 Tensor clamp_min(const Tensor& x, double min);
 Tensor clamp_max(const Tensor& x, double max);
 
-// Scalar forms.
-Tensor sub(const Tensor& x, double s);   // x - s
-Tensor rsub(const Tensor& x, double s);  // s - x
-Tensor div(const Tensor& x, double s);   // x / s
-Tensor div(double s, const Tensor& x);   // s / x
-Tensor reciprocal(const Tensor& x);      // 1 / x
-Tensor square(const Tensor& x);          // x * x
+Tensor reciprocal(const Tensor& x);  // 1 / x, as pow(x, -1)
+Tensor square(const Tensor& x);      // x * x, as pow(x, 2)
 
 // In place (framework/inplace.h has the autograd rules).
-Tensor& sub_(Tensor& x, double s);
-Tensor& div_(Tensor& x, double s);
 Tensor& clamp_(Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
-
-inline Tensor operator/(double s, const Tensor& x) { return div(s, x); }
 
 }  // namespace tg

@@ -5,8 +5,8 @@
 #include "../framework/inplace.h"
 #include "../framework/tape.h"
 #include "../framework/views.h"
-#include "elementwise_kernel.h"
-#include "samples.h"
+#include "internal/elementwise_kernel.h"
+#include "internal/samples.h"
 
 namespace tg {
 

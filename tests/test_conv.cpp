@@ -352,7 +352,7 @@ TEST(Conv, EmptyBatchWritesItsZerosIntoReusedMemory) {
     }
 }
 
-// Finite differences in float64 on what the registry's samples (ops/conv.cpp) leave out: a
+// Finite differences in float64 on what the registry's samples (ops/conv/conv.cpp) leave out: a
 // transposed 3D convolution with groups, per-dim stride and dilation, asymmetric padding and
 // output_padding allowed by the stride in one dim and by the dilation alone in another; a
 // transposed 2D one with asymmetric padding and dilation; a depthwise 1D one with a channel

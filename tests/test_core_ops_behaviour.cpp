@@ -176,6 +176,32 @@ TEST(CoreOpsSoftmax, LargeLogitsStayFiniteAndRowsSumToOne) {
   for (float v : tg::log_softmax(x, 1).to_vector<float>()) EXPECT_TRUE(std::isfinite(v) && v <= 0.0f);
 }
 
+// x / s and div(x, s) are one op, div_scalar, and a true division as PyTorch's CPU kernel: each
+// element is v / s rounded once, which is not v * (1 / s) when 1 / s is inexact.
+template <class T>
+void expect_true_scalar_division(DType dt) {
+  Tensor x = tg::uniform({1000}, -10.0, 10.0, dt);
+  x.requires_grad_();
+  Tensor by_operator = x / 3.0, by_name = tg::div(x, 3.0);
+  EXPECT_NE(by_operator.to_string().find("grad_fn=div_scalar"), std::string::npos);
+  EXPECT_NE(by_name.to_string().find("grad_fn=div_scalar"), std::string::npos);
+  const std::vector<T> v = x.to_vector<T>(), a = by_operator.to_vector<T>(), b = by_name.to_vector<T>();
+  int differs_from_reciprocal = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(a[i], v[i] / T(3)) << i;
+    EXPECT_EQ(b[i], v[i] / T(3)) << i;
+    differs_from_reciprocal += a[i] != v[i] * (T(1) / T(3));
+  }
+  EXPECT_GT(differs_from_reciprocal, 0);  // the check above would not tell the two apart otherwise
+  tg::sum(by_operator).backward();
+  for (T g : x.grad().to_vector<T>()) EXPECT_EQ(g, T(1) / T(3));
+}
+
+TEST(CoreOpsScalarDivision, OperatorAndDivAreOneTrueDivision) {
+  expect_true_scalar_division<float>(DType::Float32);
+  expect_true_scalar_division<double>(DType::Float64);
+}
+
 TEST(CoreOpsShape, SplitAndChunkAreViewsWithPyTorchSizes) {
   Tensor x = tg::arange(0, 10, 1, DType::Float32).reshape({5, 2});
   std::vector<Tensor> parts = tg::chunk(x, 3, 0);

@@ -1,4 +1,4 @@
-// The float vec_exp / vec_erf of ops/vec_math.h against double-precision std::exp / std::erf.
+// The float vec_exp / vec_erf of ops/internal/vec_math.h against double-precision std::exp / std::erf.
 // Errors are in ulps of the float nearest the true value. An exhaustive run over all 2^32
 // floats measured 1.023 ulp (exp) and 1.230 ulp (erf) at most; here every 257th bit pattern
 // (17 million floats, both signs, every exponent) is checked against 1.05 and 1.25.
@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include <tapegrad/ops/vec_math.h>
+#include <tapegrad/ops/internal/vec_math.h>
 
 namespace {
 

@@ -1,0 +1,56 @@
+// Convolutions (1D, 2D, 3D, transposed, grouped, depthwise) on tensors and the tape. The maths
+// and layouts are in ops/conv/conv_kernels.h; semantics and argument order follow PyTorch.
+//
+// Parameter lists take PyTorch's forms: one value (used for every spatial dim) or one value per
+// spatial dim. padding also takes 2 * dims values, (before, after) for each spatial dim in
+// order, i.e. (top, bottom, left, right) in 2-D: an asymmetric padding PyTorch spells as
+// F.pad + conv. output_padding is only for transposed convolutions and each value must be
+// smaller than the stride or the dilation of its dim.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "../../framework/tensor.h"
+
+namespace tg {
+
+// input (N, C_in, in...), weight (C_out, C_in / groups, k...) or, transposed,
+// (C_in, C_out / groups, k...), bias (C_out) or undefined -> (N, C_out, out...).
+// The number of spatial dims is weight.dim() - 2. Differentiable in input, weight and bias.
+Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+                   const IntList& padding, const IntList& dilation, bool transposed, const IntList& output_padding,
+                   int64_t groups);
+
+// PyTorch's functional wrappers, with its argument order and defaults.
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const IntList& stride = {1},
+              const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1);
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const IntList& stride = {1},
+              const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1);
+Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const IntList& stride = {1},
+              const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1);
+Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const IntList& stride = {1}, const IntList& padding = {0}, const IntList& output_padding = {0},
+                        int64_t groups = 1, const IntList& dilation = {1});
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const IntList& stride = {1}, const IntList& padding = {0}, const IntList& output_padding = {0},
+                        int64_t groups = 1, const IntList& dilation = {1});
+Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const IntList& stride = {1}, const IntList& padding = {0}, const IntList& output_padding = {0},
+                        int64_t groups = 1, const IntList& dilation = {1});
+
+struct ConvolutionGrads {
+  Tensor grad_input, grad_weight, grad_bias;  // undefined where output_mask did not ask
+};
+
+// The kernel API, as aten::convolution_backward: the gradients of convolution(input, weight,
+// bias, ...) for grad_output, computing only those output_mask asks for (input, weight, bias).
+// bias_sizes is the bias's shape ({C_out}) or empty when there is none; grad_bias is computed
+// whenever output_mask[2] is set. Does not record.
+ConvolutionGrads convolution_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+                                      const IntList& bias_sizes, const IntList& stride, const IntList& padding,
+                                      const IntList& dilation, bool transposed, const IntList& output_padding,
+                                      int64_t groups, std::array<bool, 3> output_mask = {true, true, true});
+
+}  // namespace tg

@@ -1,0 +1,183 @@
+// Convolution kernels (see conv_kernels.h for the parameters and tensor layouts).
+//
+// The files of ops/conv/ (the .cpp files are named after the header they implement):
+//   conv.h / conv.cpp               the tensor op: argument checks, dtype dispatch, the tape
+//   conv_kernels.h                  the kernel API (parameters, layouts, output mask)
+//   conv_kernels.cpp                this overview, ConvParams helpers, convolution_forward / _backward
+//   conv_kernels_correlate.cpp      correlate: direct, depthwise, im2col + GEMM
+//   conv_kernels_adjoint.cpp        correlate_adjoint: direct per image phase, depthwise, GEMM + col2im
+//   conv_kernels_weight_grad.cpp    weight_grad: outer and dot tilings, depthwise, im2col + GEMM; and
+//                                   bias_grad
+//   internal/conv_kernels_shared.h  what the kernels share: constants, Scratch, boxes (Box,
+//                                   pad_image, crop_image, ...), Geom, grids (im2col, col2im_add,
+//                                   zero_garbage, grid_from_rows), the GEMM wrapper, Lanes, the
+//                                   non-finite helpers, and the declarations of the three pieces
+//   internal/conv_direct.h          direct correlation (direct_blocks, repack), used by correlate
+//                                   and correlate_adjoint
+// (internal/ holds the private headers: they need Eigen and are not installed.)
+//
+// Everything is written in the geometry of a *normal* convolution, whatever the direction:
+//
+//   image   x : (N, Ci, Di, Hi, Wi)   the tensor the sliding windows read from
+//   columns y : (N, Co, Do, Ho, Wo)   one value per window position
+//   weight  w : (Co, Ci / G, kd, kh, kw)
+//
+//   normal convolution:     image = input,  columns = output
+//   transposed convolution: image = output, columns = input   (weight is (C_in, C_out/G, k...),
+//                                                              which is exactly (Co, Ci/G, k...))
+//
+// Legend: G = groups, Cig = Ci / G, Cog = Co / G, K = kd*kh*kw, CKg = Cig * K,
+//         Li = Di*Hi*Wi, Lo = Do*Ho*Wo, o = a window position, t = a kernel tap.
+//
+// Three pieces carry all the maths, each written once (per group g, per sample):
+//
+//   correlate          y = w . im2col(x)           normal forward    | transposed grad_input
+//   correlate_adjoint  x = col2im(w^T . y)         normal grad_input | transposed forward
+//   weight_grad        dw = sum_n y . im2col(x)^T  normal: y = grad_output, x = input
+//                                                  transposed: y = input, x = grad_output
+//
+// im2col(x) is the (CKg x Lo) matrix whose row (ci, t) holds x[ci, o * stride - pad + t * dil]
+// for every window position o (zero outside the image); col2im is its adjoint (a scatter-add).
+//
+// Boxes and grids. Image channels are first copied into zero-padded boxes that hold exactly what
+// the windows cover, split into phases by the stride (padded position z lives in phase z % s at
+// z / s). Tap t of window o then reads box[o + offset(t)] (per dim, inside one phase): every
+// convolution becomes a stride-1 problem, no inner loop checks bounds, and rows of windows read
+// contiguous memory. When the extra width is small, window positions are laid on a "flat" grid
+// as wide as a box row, so that a tap of a whole slice of windows is one contiguous run; the few
+// garbage positions per row are dropped, or kept out of every sum (see zero_garbage and the
+// non-finite fallbacks), so Inf and NaN propagate exactly as the definition says: only taps
+// inside the image contribute (see "Non-finite weights and column values" in
+// internal/conv_kernels_shared.h).
+//
+// How each piece runs:
+//   correlate          flat grid: direct correlation (direct_blocks): a block of output channels
+//                      x positions is summed in registers over (ci, t) straight from the box,
+//                      no column matrix. Otherwise im2col + Eigen GEMM.
+//   correlate_adjoint  one direct correlation per phase of the image: image position
+//                      i = m * s + phase - pad gathers the taps with (t * dil) % s == phase,
+//                      each from y[m - (t * dil) / s], i.e. y correlated with part of the flipped,
+//                      transposed kernel. Non-finite weights (the correlation would meet 0 * Inf
+//                      in y's padding) and narrow grids take GEMM + col2im instead.
+//   weight_grad        flat grids: direct (weight_grad_direct), tiles of column channels x
+//                      (image channel, tap) rows summed in registers straight from the boxes,
+//                      with column channels in the vector lanes (two vectors of them or more
+//                      per group) or positions in them (fewer). Otherwise im2col + Eigen GEMM, the
+//                      positions in the GEMM's depth.
+// The GEMMs use column-major maps of our row-major buffers: a row-major (R x C) buffer is a
+// column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T. Column matrices
+// are built in chunks of positions (about kChunkBytes) that stay in L2 until the GEMM packs them.
+// Special cases: "unit" convolutions (1x1x1, stride 1, no padding) use the image itself as the
+// column matrix; depthwise ones (one image channel per group) use direct loops where no flat
+// grid exists and for the weight gradient, where a GEMM would have a depth of only K.
+//
+// Parallel plan (OpenMP, no atomics): every piece is cut into items that each own the slice of
+// the result they write, and the cut never changes the order of any sum, so results are
+// bit-identical for any thread count:
+//   correlate, correlate_adjoint: items (n, g, range of blocks or chunks) -> own y / x there
+//   GEMM adjoint:       items (n, g, block of image channels)              -> own x[n, g, block]
+//   weight_grad direct: tiles (g, co block, block of rows) of one step        -> own dw there
+//   weight_grad GEMM:   items (slot of samples, g, block of ci, block of co) -> own their slot's
+//                       partial dw[g, co-block, ci-block]; slots are added in a fixed order
+// Every cut that reaches a GEMM depends on the shape only. Inside our parallel regions Eigen's
+// GEMM runs single-threaded (Eigen checks omp_get_num_threads()).
+#include "conv_kernels.h"
+
+#include "internal/conv_kernels_shared.h"
+
+#include <vector>
+
+namespace tg::kernels {
+
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
+                         int64_t pad_before, int64_t pad_after, bool transposed,
+                         int64_t output_padding) {
+  const int64_t span = dilation * (kernel - 1);  // extent of one window minus 1
+  if (transposed) {
+    return (in - 1) * stride - pad_before - pad_after + span + output_padding + 1;
+  }
+  const int64_t num = in + pad_before + pad_after - span - 1;
+  // floor division, so that a window larger than the padded input gives a size <= 0
+  // (written so that no step overflows for any stride > 0 and num > INT64_MIN)
+  const int64_t q = num >= 0 ? num / stride : -1 - (-num - 1) / stride;
+  return q + 1;
+}
+
+ConvParams make_conv_params(int dims, int64_t N, int64_t C_in, int64_t C_out, int64_t groups,
+                            const std::vector<int64_t>& in, const std::vector<int64_t>& kernel,
+                            const std::vector<int64_t>& stride,
+                            const std::vector<int64_t>& dilation,
+                            const std::vector<int64_t>& pad_before,
+                            const std::vector<int64_t>& pad_after, bool transposed,
+                            const std::vector<int64_t>& output_padding) {
+  ConvParams p;
+  p.dims = dims;
+  p.N = N;
+  p.C_in = C_in;
+  p.C_out = C_out;
+  p.groups = groups;
+  p.transposed = transposed;
+  // right-align: a 2D (H, W) goes to slots 1, 2 and slot 0 keeps its unit defaults
+  const int lead = 3 - dims;
+  for (int d = 0; d < dims; ++d) {
+    const int s = lead + d;
+    p.in[s] = in[d];
+    p.kernel[s] = kernel[d];
+    p.stride[s] = stride[d];
+    p.dilation[s] = dilation[d];
+    p.pad_before[s] = pad_before[d];
+    p.pad_after[s] = pad_after[d];
+    p.output_padding[s] = output_padding.empty() ? 0 : output_padding[d];
+  }
+  for (int s = 0; s < 3; ++s) {
+    p.out[s] = conv_output_size(p.in[s], p.kernel[s], p.stride[s], p.dilation[s], p.pad_before[s],
+                                p.pad_after[s], transposed, p.output_padding[s]);
+  }
+  return p;
+}
+
+int64_t conv_weight_numel(const ConvParams& p) {
+  const int64_t K = p.kernel[0] * p.kernel[1] * p.kernel[2];
+  const int64_t g = p.groups > 0 ? p.groups : 1;
+  return p.transposed ? p.C_in * (p.C_out / g) * K : p.C_out * (p.C_in / g) * K;
+}
+
+using namespace conv_detail;  // Geom, make_geom and the three pieces
+
+template <class T>
+void convolution_forward(const T* input, const T* weight, const T* bias, T* output,
+                         const ConvParams& p) {
+  const Geom g = make_geom(p);
+  if (!p.transposed) {
+    correlate(input, weight, bias, output, g);  // image = input, columns = output
+  } else {
+    correlate_adjoint(input, weight, bias, output, g);  // columns = input, image = output
+  }
+}
+
+template <class T>
+void convolution_backward(const T* grad_output, const T* input, const T* weight, T* grad_input,
+                          T* grad_weight, T* grad_bias, const ConvParams& p) {
+  const Geom g = make_geom(p);
+  if (grad_bias) {
+    bias_grad(grad_output, grad_bias, p.N, p.C_out, p.out[0] * p.out[1] * p.out[2]);
+  }
+  if (!p.transposed) {
+    if (grad_input) correlate_adjoint(grad_output, weight, static_cast<const T*>(nullptr), grad_input, g);
+    if (grad_weight) weight_grad(grad_output, input, grad_weight, g);
+  } else {
+    if (grad_input) correlate(grad_output, weight, static_cast<const T*>(nullptr), grad_input, g);
+    if (grad_weight) weight_grad(input, grad_output, grad_weight, g);
+  }
+}
+
+template void convolution_forward<float>(const float*, const float*, const float*, float*,
+                                         const ConvParams&);
+template void convolution_forward<double>(const double*, const double*, const double*, double*,
+                                          const ConvParams&);
+template void convolution_backward<float>(const float*, const float*, const float*, float*, float*,
+                                          float*, const ConvParams&);
+template void convolution_backward<double>(const double*, const double*, const double*, double*,
+                                           double*, double*, const ConvParams&);
+
+}  // namespace tg::kernels

@@ -1,0 +1,184 @@
+// Direct correlation on a flat grid, shared by correlate (conv_kernels_correlate.cpp) and
+// correlate_adjoint (conv_kernels_adjoint.cpp): a block of output channels x positions summed in
+// registers, and the repacked weights it reads.
+#pragma once
+
+#include "conv_kernels_shared.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // see Lanes
+
+namespace tg::kernels::conv_detail {
+
+// ---------------------------------------------------------------------------------------------
+// Direct correlation: out[o, position] = bias[o] + sum_{c, t} wr[o, c, t] * in[c, position + off[t]]
+// over a flat grid, without any column matrix. A block of OB output channels x QB positions
+// (two vector registers wide) is summed in registers over (c, t), each step broadcasting OB
+// weights laid out as wr[ob][c][t][OB]. This keeps the FMA units busier than im2col + GEMM,
+// which copies every input K times and then packs it again.
+
+struct DirectPlan {
+  int64_t n_in, in_cstride, in_slice;  // input channels, their box stride, one grid slice
+  const int64_t* off;                  // tap offsets into an input channel's box
+  int64_t n_taps;
+  int64_t slices, rows, width, cols;   // grid: slices x rows x width, columns >= cols are garbage
+  int64_t out_cstride, out_slice, out_row, out_col;  // where grid position (s, r, c) goes
+};
+
+// Positions per direct block: OB x this many vector registers of sums, 24 of the 32 (the rest
+// hold loads and broadcasts; at most kOverrun positions). With one or two output channels a
+// longer run instead, streamed through L1.
+template <class T, int OB>
+constexpr int64_t direct_q() {
+  return OB <= 2 ? 512 / OB : (24 / OB) * int64_t(64 / sizeof(T));
+}
+
+inline int64_t direct_blocks_per_slice(const DirectPlan& pl, int64_t QB) {
+  return (pl.rows * pl.width + QB - 1) / QB;
+}
+
+// Writes a block's sums acc[o][j] (positions q + j, j < QBt, of slice sl) to their valid places,
+// row by row; o < n_o.
+template <class T, int OB, int QBt>
+void store_block(const T (&acc)[OB][QBt], int64_t n_o, const DirectPlan& pl, int64_t sl, int64_t q, T* out) {
+  T* oc = out + sl * pl.out_slice;
+  int64_t r = q / pl.width, col = q % pl.width;
+  for (int64_t j = 0; j < QBt && r < pl.rows; ++r, col = 0) {
+    const int64_t run = std::min<int64_t>(QBt - j, pl.width - col);
+    const int64_t nv = std::clamp<int64_t>(pl.cols - col, 0, run);
+    for (int64_t o = 0; o < n_o; ++o) {
+      T* orow = oc + o * pl.out_cstride + r * pl.out_row + col * pl.out_col;
+      if (pl.out_col == 1) {
+        for (int64_t v = 0; v < nv; ++v) orow[v] = acc[o][j + v];
+      } else {
+        for (int64_t v = 0; v < nv; ++v) orow[v * pl.out_col] = acc[o][j + v];
+      }
+    }
+    j += run;
+  }
+}
+
+// One block of OB output channels x QBt positions (OB > 2), summed in registers over (c, t):
+// out = bias + sum wr[c][t][o] * in_q[c, off[t] + j].
+template <class T, int OB, int QBt>
+void direct_block(const T* in_q, const T* wt, const T* bias, int64_t n_o, const DirectPlan& pl, int64_t sl,
+                  int64_t q, T* out) {
+  T acc[OB][QBt];
+  for (int o = 0; o < OB; ++o) {
+    const T b0 = bias && o < n_o ? bias[o] : T(0);
+    for (int j = 0; j < QBt; ++j) acc[o][j] = b0;
+  }
+  for (int64_t c = 0; c < pl.n_in; ++c) {
+    const T* ic = in_q + c * pl.in_cstride;
+    for (int64_t t = 0; t < pl.n_taps; ++t, wt += OB) {
+      const T* src = ic + pl.off[t];
+      for (int o = 0; o < OB; ++o)
+        for (int j = 0; j < QBt; ++j) acc[o][j] += wt[o] * src[j];
+    }
+  }
+  store_block<T, OB, QBt>(acc, n_o, pl, sl, q, out);
+}
+
+// Blocks [blk0, blk1) (slice-major, QB positions each) of all n_out output channels. `in` must
+// hold QB + the largest offset readable elements past the last slice. The last block of a
+// slice computes only the whole vectors that reach into the slice (a 14 x 15 grid is 4 blocks
+// of 48 positions, then 18, which take 2 vectors, not 3).
+template <class T, int OB>
+void direct_blocks(const T* in, const T* wr, int64_t n_out, const T* bias, T* out,
+                   const DirectPlan& pl, int64_t blk0, int64_t blk1) {
+  constexpr int QB = int(direct_q<T, OB>());
+  const int64_t n_qb = direct_blocks_per_slice(pl, QB), n_ob = (n_out + OB - 1) / OB;
+  const int64_t wstep = pl.n_in * pl.n_taps * OB;
+  for (int64_t blk = blk0; blk < blk1; ++blk) {
+    const int64_t sl = blk / n_qb, q = (blk % n_qb) * QB;
+    const T* in_q = in + sl * pl.in_slice + q;
+    const int64_t len = std::min<int64_t>(QB, pl.rows * pl.width - q);  // positions in the slice
+    for (int64_t ob = 0; ob < n_ob; ++ob) {
+      const int64_t o0 = ob * OB, n_o = std::min<int64_t>(OB, n_out - o0);
+      const T* wt = wr + ob * wstep;
+      const T* b = bias ? bias + o0 : nullptr;
+      T* oc = out + o0 * pl.out_cstride;
+      if constexpr (OB <= 2) {
+        // A block this thin holds few sums: the run (which stops at the slice's end, rounded up
+        // to whole vectors) goes in sub-blocks of U vectors, each summed in registers over (c, t).
+        using L = Lanes<T>;
+        constexpr int U = 4;
+        const int64_t len_v = (len + L::n - 1) / L::n * L::n;
+        T acc[OB][QB];
+        T b0[OB];
+        for (int o = 0; o < OB; ++o) b0[o] = b && o < n_o ? b[o] : T(0);
+        auto run = [&](auto u_tag, int64_t j0) {
+          constexpr int NU = decltype(u_tag)::value;
+          typename L::vec a[OB][NU];
+          for (int o = 0; o < OB; ++o)
+            for (int u = 0; u < NU; ++u) a[o][u] = typename L::vec{} + b0[o];
+          const T* w_ct = wt;
+          for (int64_t c = 0; c < pl.n_in; ++c) {
+            const T* ic = in_q + c * pl.in_cstride + j0;
+            for (int64_t t = 0; t < pl.n_taps; ++t, w_ct += OB) {
+              const T* src = ic + pl.off[t];
+#pragma GCC unroll 8
+              for (int u = 0; u < NU; ++u) {
+                const typename L::vec xv = L::load(src + u * L::n);
+#pragma GCC unroll 4
+                for (int o = 0; o < OB; ++o) a[o][u] += w_ct[o] * xv;
+              }
+            }
+          }
+          for (int o = 0; o < OB; ++o)
+            for (int u = 0; u < NU; ++u) std::memcpy(&acc[o][j0 + u * L::n], &a[o][u], sizeof(a[o][u]));
+        };
+        int64_t j0 = 0;
+        for (; j0 + U * L::n <= len_v; j0 += U * L::n) run(std::integral_constant<int, U>{}, j0);
+        for (; j0 < len_v; j0 += L::n) run(std::integral_constant<int, 1>{}, j0);
+        store_block<T, OB, QB>(acc, n_o, pl, sl, q, oc);
+      } else {
+        constexpr int V = Lanes<T>::n;
+        if (QB > V && len <= V) {
+          direct_block<T, OB, V>(in_q, wt, b, n_o, pl, sl, q, oc);
+        } else if (QB > 2 * V && len <= 2 * V) {
+          direct_block<T, OB, std::min(QB, 2 * V)>(in_q, wt, b, n_o, pl, sl, q, oc);
+        } else {
+          direct_block<T, OB, QB>(in_q, wt, b, n_o, pl, sl, q, oc);
+        }
+      }
+    }
+  }
+}
+
+// Output channels per register block: the fewest padded channels, then the most per block.
+inline int pick_ob(int64_t n_out) {
+  if (n_out % 12 == 0 || (n_out > 8 && (n_out + 11) / 12 * 12 < (n_out + 7) / 8 * 8)) return 12;
+  if (n_out > 4) return 8;
+  return n_out > 2 ? 4 : int(std::max<int64_t>(n_out, 1));
+}
+
+// wr[ob][c][t][o] = weight(ob * OB + o, c, t), zero past n_out.
+template <class T, class F>
+std::vector<T> repack(int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
+  const int64_t n_ob = (n_out + OB - 1) / OB;
+  std::vector<T> wr(n_ob * n_in * n_taps * OB, T(0));
+  auto one_output = [&](int64_t o) {
+    for (int64_t c = 0; c < n_in; ++c)
+      for (int64_t t = 0; t < n_taps; ++t) wr[(((o / OB) * n_in + c) * n_taps + t) * OB + o % OB] = weight(o, c, t);
+  };
+  if (n_out * n_in * n_taps < kParallelWork || omp_in_parallel()) {  // (an `if` clause would still open a region)
+    for (int64_t o = 0; o < n_out; ++o) one_output(o);
+    return wr;
+  }
+#pragma omp parallel for schedule(static)  // before the kernel's parallel region: a large weight on all cores
+  for (int64_t o = 0; o < n_out; ++o) one_output(o);
+  return wr;
+}
+
+}  // namespace tg::kernels::conv_detail
+
+#pragma GCC diagnostic pop

@@ -1,0 +1,481 @@
+// grid_sample and affine_grid: validation, dtype dispatch and the tape. The kernels (and the
+// maths) are in grid_sample_kernels.cpp, the second-order one in grid_sample_kernels_double_backward.cpp.
+// Double backward (create_graph): see grid_sample_backward_backward_fn.
+#include "grid_sample.h"
+
+#include <cmath>
+
+#include "../../framework/checked_math.h"
+#include "../../framework/random.h"
+#include "../../framework/tape.h"
+#include "../elementwise.h"
+#include "../internal/samples.h"
+
+namespace tg {
+
+namespace {
+
+// What grid_sample's backward needs besides its saved tensors.
+struct GridSampleAttrs {
+  GridSampleMode mode;
+  GridSamplePadding padding;
+  bool align_corners;
+};
+
+GridSampleMode checked_mode(const char* op, int64_t mode) {
+  TG_CHECK(mode >= 0 && mode <= 2, op, ": expected interpolation_mode 0 (bilinear), 1 (nearest) or 2 (bicubic), got ",
+           mode);
+  return static_cast<GridSampleMode>(mode);
+}
+
+GridSamplePadding checked_padding(const char* op, int64_t padding) {
+  TG_CHECK(padding >= 0 && padding <= 2, op,
+           ": expected padding_mode 0 (zeros), 1 (border) or 2 (reflection), got ", padding);
+  return static_cast<GridSamplePadding>(padding);
+}
+
+// Checks input and grid; the spec's list, in the order a user would want to hear it.
+void check_input_and_grid(const char* op, const Tensor& input, const Tensor& grid) {
+  TG_CHECK(input.defined() && grid.defined(), op, ": expected input and grid, got an undefined tensor");
+  TG_CHECK(input.dim() == 4, op, ": expected input to have shape [N, C, H, W], got ", format_shape(input.shape()));
+  TG_CHECK(grid.dim() == 4 && grid.size(3) == 2, op, ": expected grid to have shape [N, Ho, Wo, 2], got ",
+           format_shape(grid.shape()));
+  TG_CHECK(input.size(0) == grid.size(0), op, ": expected grid and input to have the same batch size N, got input ",
+           format_shape(input.shape()), " and grid ", format_shape(grid.shape()));
+  TG_CHECK(input.size(2) > 0 && input.size(3) > 0, op,
+           ": expected input to have non-empty spatial dimensions H and W, got ", format_shape(input.shape()));
+  TG_CHECK(is_floating(input.dtype()), op, ": expected input of a floating dtype (float32 or float64), got ",
+           dtype_name(input.dtype()));
+  TG_CHECK(grid.dtype() == input.dtype(), op, ": expected input and grid of one dtype, got ",
+           dtype_name(input.dtype()), " and ", dtype_name(grid.dtype()));
+}
+
+// grad_output of the backward kernels: defined, [N, C, Ho, Wo], input's dtype. After
+// check_input_and_grid.
+void check_grad_output(const char* op, const Tensor& grad_output, const Tensor& input, const Tensor& grid) {
+  const Shape out_shape{input.size(0), input.size(1), grid.size(1), grid.size(2)};
+  checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
+  TG_CHECK(grad_output.defined(), op, ": expected grad_output of shape ", format_shape(out_shape), ", got undefined");
+  TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output of shape [N, C, Ho, Wo] = ",
+           format_shape(out_shape), ", got ", format_shape(grad_output.shape()));
+  TG_CHECK(grad_output.dtype() == input.dtype(), op, ": expected grad_output of dtype ", dtype_name(input.dtype()),
+           ", got ", dtype_name(grad_output.dtype()));
+}
+
+// The backward on validated, contiguous tensors. input is read only for a bilinear or bicubic
+// grad_grid, so it may be undefined otherwise; its shape comes from input_shape.
+GridSampleGrads run_backward(const char* op, const Tensor& grad_output, const Tensor& input, const Shape& input_shape,
+                             const Tensor& grid, const GridSampleAttrs& a, bool want_input, bool want_grid) {
+  GridSampleGrads grads;
+  const DType dt = grid.dtype();
+  if (want_input) grads.grad_input = Tensor::empty(input_shape, dt);
+  if (want_grid) grads.grad_grid = Tensor::empty(grid.shape(), dt);
+  if (!want_input && !want_grid) return grads;
+  const int64_t N = input_shape[0], C = input_shape[1], H = input_shape[2], W = input_shape[3];
+  const int64_t Ho = grid.size(1), Wo = grid.size(2);
+  dispatch_floating(dt, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    kernels::grid_sample_2d_backward<T>(grad_output.data<T>(), input.defined() ? input.data<T>() : nullptr, grid.data<T>(),
+                                        ptr(grads.grad_input), ptr(grads.grad_grid), N, C, H, W, Ho, Wo, a.mode,
+                                        a.padding, a.align_corners);
+  });
+  return grads;
+}
+
+GridSampleGrads recorded_backward(const char* op, const Tensor& grad_output, const Tensor& input,
+                                  const Shape& input_shape, const Tensor& grid, const GridSampleAttrs& a,
+                                  std::array<bool, 2> mask);
+Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
+                        GridSamplePadding padding, bool align_corners);
+
+// The saved slots of grid_sample (kGrid always, kInput only when grad_grid reads it, see
+// grid_sample_impl) and of its recorded backward grid_sampler_2d_backward (kGradOutput and
+// kGrid always, kInput as for grid_sample); one enum, as the two share names.
+enum GridSampleSaved { kGrid, kInput, kGradOutput };
+
+std::vector<Tensor> grid_sample_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const bool want_input = ctx.needs_grad(0), want_grid = ctx.needs_grad(1);
+  const GridSampleAttrs& a = ctx.attrs<GridSampleAttrs>();
+  const bool reads_input = want_grid && a.mode != GridSampleMode::Nearest;
+  const Tensor input = reads_input ? ctx.saved(kInput) : Tensor();
+  // Under create_graph the backward is itself a recorded entry (grid_sampler_2d_backward), so
+  // the gradients can be differentiated again; otherwise the kernel runs unrecorded.
+  GridSampleGrads grads =
+      ctx.create_graph()
+          ? recorded_backward(ctx.op_name(), g[0], input, ctx.input_shape(0), ctx.saved(kGrid), a, {want_input, want_grid})
+          : run_backward(ctx.op_name(), g[0].contiguous(), input.defined() ? input.contiguous() : input,
+                         ctx.input_shape(0), ctx.saved(kGrid).contiguous(), a, want_input, want_grid);
+  return {grads.grad_input, grads.grad_grid};
+}
+
+// A grid whose points sit 0.15 to 0.35 pixels from an integer pixel coordinate (so away from
+// bilinear's and bicubic's kinks at integers and nearest's ties at half-integers) and inside
+// the clip limits of border / reflection. `outside`: also points beyond the image, for zeros
+// padding (smooth there) and reflection with align_corners (reflected about the corner-pixel
+// centres, which maps a distance from an integer to the same distance).
+Tensor kink_free_grid(int64_t N, int64_t Ho, int64_t Wo, int64_t H, int64_t W, bool align_corners, bool outside,
+                      DType dt) {
+  Tensor grid = Tensor::empty({N, Ho, Wo, 2}, DType::Float64);
+  double* d = grid.data<double>();
+  Generator& gen = default_generator();
+  for (int64_t i = 0; i < grid.numel(); ++i) {
+    const int64_t size = i % 2 == 0 ? W : H;  // x indexes W, y indexes H
+    const int64_t lo = outside ? -1 : 0, hi = outside ? size : size - 1;  // cells [lo, hi)
+    const double cell = static_cast<double>(lo + static_cast<int64_t>(gen.next_double() * static_cast<double>(hi - lo)));
+    const double frac = 0.15 + 0.2 * gen.next_double();
+    const double pixel = cell + (gen.next_double() < 0.5 ? frac : 1.0 - frac);
+    const double s = static_cast<double>(size);
+    d[i] = align_corners ? 2.0 * pixel / (s - 1.0) - 1.0 : (2.0 * pixel + 1.0) / s - 1.0;
+  }
+  Tensor out = grid.to(dt);
+  out.requires_grad_();
+  return out;
+}
+
+std::vector<SampleCase> grid_sample_samples() {
+  auto make = [](int64_t N, int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo, bool ac, bool outside) {
+    return [=](DType dt) {
+      return std::vector<Tensor>{sample_tensor({N, C, H, W}, dt), kink_free_grid(N, Ho, Wo, H, W, ac, outside, dt)};
+    };
+  };
+  auto run = [](GridSampleMode m, GridSamplePadding p, bool ac) {
+    return [=](const std::vector<Tensor>& x) { return std::vector<Tensor>{grid_sample(x[0], x[1], m, p, ac)}; };
+  };
+  using M = GridSampleMode;
+  using P = GridSamplePadding;
+  return {
+      {"bilinear, zeros, points outside, N 2, C 2, 3x4 -> 2x3", make(2, 2, 3, 4, 2, 3, false, true),
+       run(M::Bilinear, P::Zeros, false)},
+      {"bilinear, border, align_corners, N 1, C 3, 4x3 -> 3x2", make(1, 3, 4, 3, 3, 2, true, false),
+       run(M::Bilinear, P::Border, true)},
+      {"bilinear, reflection, align_corners, points outside, N 2, C 1, 3x4 -> 2x2", make(2, 1, 3, 4, 2, 2, true, true),
+       run(M::Bilinear, P::Reflection, true)},
+      {"bilinear, reflection, N 1, C 2, 4x4 -> 2x3", make(1, 2, 4, 4, 2, 3, false, false),
+       run(M::Bilinear, P::Reflection, false)},
+      {"nearest, zeros, points outside, N 2, C 2, 3x4 -> 2x2", make(2, 2, 3, 4, 2, 2, false, true),
+       run(M::Nearest, P::Zeros, false)},
+      {"bicubic, zeros, align_corners, points outside, N 1, C 2, 4x5 -> 2x3", make(1, 2, 4, 5, 2, 3, true, true),
+       run(M::Bicubic, P::Zeros, true)},
+      {"bicubic, border, N 2, C 1, 4x4 -> 2x2", make(2, 1, 4, 4, 2, 2, false, false),
+       run(M::Bicubic, P::Border, false)},
+      // Appended (the seeds go by index): with the cases above, bilinear has every padding
+      // with align_corners both ways, for the generic gradgradcheck.
+      {"bilinear, zeros, align_corners, points outside, N 1, C 2, 4x3 -> 2x3", make(1, 2, 4, 3, 2, 3, true, true),
+       run(M::Bilinear, P::Zeros, true)},
+      {"bilinear, border, N 2, C 2, 3x5 -> 2x2", make(2, 2, 3, 5, 2, 2, false, false),
+       run(M::Bilinear, P::Border, false)},
+      {"nearest, reflection, align_corners, N 1, C 2, 4x4 -> 2x3", make(1, 2, 4, 4, 2, 3, true, false),
+       run(M::Nearest, P::Reflection, true)},
+      {"bicubic, reflection, align_corners, points outside, N 1, C 1, 5x4 -> 2x2", make(1, 1, 5, 4, 2, 2, true, true),
+       run(M::Bicubic, P::Reflection, true)},
+  };
+}
+
+// affine_grid's backward needs only the sizes, not theta (the grid is linear in it).
+struct AffineGridAttrs {
+  std::vector<int64_t> size;
+  bool align_corners;
+};
+
+void check_affine_size(const char* op, const std::vector<int64_t>& size) {
+  TG_CHECK(size.size() == 4, op, ": expected size [N, C, H, W] (2-D affine grid), got ", format_shape(size));
+  TG_CHECK(size[0] >= 0 && size[1] >= 0 && size[2] > 0 && size[3] > 0, op,
+           ": expected a non-negative N and C and a positive H and W in size, got ", format_shape(size));
+  // Checked: size [1, 1, 2^32, 2^32] would ask for a grid of 2^65 values.
+  checked_numel({size[0], size[2], size[3], 2}, op, "the grid shape [N, H, W, 2] of size");
+}
+
+// Under create_graph g[0] carries history and affine_grid_generator_backward records itself:
+// it is linear in the grad and its adjoint is affine_grid, so affine_grid is twice
+// differentiable (its second derivative in theta is zero).
+std::vector<Tensor> affine_grid_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const AffineGridAttrs& a = ctx.attrs<AffineGridAttrs>();
+  return {affine_grid_generator_backward(ctx.create_graph() ? g[0] : g[0].detach(), a.size, a.align_corners)};
+}
+
+std::vector<Tensor> affine_grid_generator_backward_backward_fn(const BackwardContext& ctx,
+                                                               const std::vector<Tensor>& gg) {
+  const AffineGridAttrs& a = ctx.attrs<AffineGridAttrs>();
+  return {affine_grid(gg[0], a.size, a.align_corners)};
+}
+
+std::vector<SampleCase> affine_grid_generator_backward_samples() {
+  return {{"N 2, 3x4 grad, align_corners",
+           [](DType dt) { return std::vector<Tensor>{sample_tensor({2, 3, 4, 2}, dt)}; },
+           [](const std::vector<Tensor>& x) {
+             return std::vector<Tensor>{affine_grid_generator_backward(x[0], {2, 1, 3, 4}, true)};
+           }}};
+}
+
+std::vector<SampleCase> affine_grid_samples() {
+  auto make = [](int64_t N) { return [=](DType dt) { return std::vector<Tensor>{sample_tensor({N, 2, 3}, dt)}; }; };
+  auto run = [](std::vector<int64_t> size, bool ac) {
+    return [=](const std::vector<Tensor>& x) { return std::vector<Tensor>{affine_grid(x[0], size, ac)}; };
+  };
+  return {{"N 2, 3x4, align_corners", make(2), run({2, 1, 3, 4}, true)},
+          {"N 1, 5x2", make(1), run({1, 3, 5, 2}, false)},
+          {"N 1, 1x3 (a size of 1 gives 0)", make(1), run({1, 1, 1, 3}, false)}};
+}
+
+}  // namespace
+
+const OpDef kGridSampleOp{"grid_sample", "grid_sampler_2d_backward", "input, grid", grid_sample_backward_fn,
+                          grid_sample_samples, true};
+const OpDef kAffineGridOp{"affine_grid", "affine_grid_generator_backward", "theta", affine_grid_backward_fn,
+                          affine_grid_samples, true};
+const OpDef kAffineGridGeneratorBackwardOp{"affine_grid_generator_backward",
+                                           "affine_grid_generator_backward_backward", "grad_grid",
+                                           affine_grid_generator_backward_backward_fn,
+                                           affine_grid_generator_backward_samples, true};
+
+namespace {
+
+// What the recorded backward entry needs besides its saved tensors.
+struct GridSampleBackwardAttrs {
+  GridSampleAttrs fwd;
+  std::array<bool, 2> mask;  // which of grad_input, grad_grid are the entry's outputs, in that order
+};
+
+// Double backward: the backward of grid_sampler_2d_backward, for upstream gradients gg_input
+// (of grad_input) and gg_grid (of grad_grid). With go = grad_output and x = input, the backward
+// computes grad_input = the scatter of go with the weights (the adjoint of sampling, so linear
+// in go and free of x) and grad_grid = sum over channels of go times d sample / d grid. So
+//   <gg_input, grad_input> = <go, grid_sample(gg_input, grid)>, whose gradients are
+//       d/dgo = grid_sample(gg_input, grid),  d/dgrid = grad_grid of the backward with gg_input
+//       in place of x (both recorded ops again, so differentiable once more), d/dx = 0;
+//   <gg_grid, grad_grid> gives d/dgo, d/dx and d/dgrid (the Hessian of the weights in the grid:
+//       the cross term within a cell for bilinear), all three from one kernel,
+//       grid_sampler_2d_double_backward (formulas in grid_sample_kernels_double_backward.cpp).
+// Nearest's grad_grid is identically zero, and its weights are piecewise constant in the
+// grid: only d/dgo from gg_input remains.
+std::vector<Tensor> grid_sample_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
+  const auto& a = ctx.attrs<GridSampleBackwardAttrs>();
+  const char* op = "grid_sampler_2d_backward_backward";
+  Tensor gg_input, gg_grid;
+  size_t k = 0;
+  if (a.mask[0]) gg_input = gg[k++];
+  if (a.mask[1]) gg_grid = gg[k++];
+  const bool smooth = a.fwd.mode != GridSampleMode::Nearest;
+  const Tensor go = ctx.saved(kGradOutput), grid = ctx.saved(kGrid);
+  const Tensor x = a.mask[1] && smooth ? ctx.saved(kInput) : Tensor();  // saved only then
+  const bool want_go = ctx.needs_grad(0), want_x = ctx.needs_grad(1), want_grid = ctx.needs_grad(2);
+  Tensor d_go, d_x, d_grid;
+  auto accumulate = [](Tensor& sum, const Tensor& t) { sum = sum.defined() ? add(sum, t) : t; };
+  if (gg_input.defined()) {
+    if (want_go) accumulate(d_go, grid_sample_impl(op, gg_input, grid, a.fwd.mode, a.fwd.padding, a.fwd.align_corners));
+    if (want_grid && smooth)
+      accumulate(d_grid, recorded_backward(op, go, gg_input, gg_input.shape(), grid, a.fwd, {false, true}).grad_grid);
+  }
+  if (x.defined() && (want_go || want_x || want_grid)) {
+    GridSampleDoubleGrads r = grid_sampler_2d_double_backward(
+        go, x, grid, gg_grid, static_cast<int64_t>(a.fwd.mode), static_cast<int64_t>(a.fwd.padding),
+        a.fwd.align_corners, {want_go, want_x, want_grid});
+    if (want_go) accumulate(d_go, r.grad_grad_output);
+    if (want_x) d_x = r.grad_input;
+    if (want_grid) accumulate(d_grid, r.grad_grid);
+  }
+  const DType dt = go.dtype();
+  if (want_go && !d_go.defined()) d_go = zeros(go.shape(), dt);
+  if (want_x && !d_x.defined()) d_x = zeros(ctx.input_shape(1), dt);
+  if (want_grid && !d_grid.defined()) d_grid = zeros(ctx.input_shape(2), dt);
+  return {d_go, d_x, d_grid};
+}
+
+// The third derivative is not implemented: reaching this entry's backward is an error (with
+// create_graph the tape refuses it first, as the OpDef says it is not twice differentiable).
+std::vector<Tensor> grid_sample_double_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>&) {
+  TG_ERROR(ctx.op_name(), "_backward: expected at most second derivatives of grid_sample, got a request for a third "
+           "(the backward of grid_sampler_2d_double_backward, grid_sample's second-order term in the grid, is not "
+           "implemented)");
+}
+
+}  // namespace
+
+const OpDef kGridSampleBackwardOp{"grid_sampler_2d_backward", "grid_sampler_2d_backward_backward",
+                                  "grad_output, input, grid", grid_sample_backward_backward_fn, nullptr, true};
+const OpDef kGridSampleDoubleBackwardOp{"grid_sampler_2d_double_backward",
+                                        "grid_sampler_2d_double_backward_backward",
+                                        "grad_output, input, grid, gg_grid",
+                                        grid_sample_double_backward_backward_fn, nullptr, false};
+
+namespace {
+
+// The backward as a recorded entry (inputs grad_output, input, grid; outputs the gradients
+// `mask` asks for), so that under create_graph its gradients can be differentiated again.
+// input is read (and linked) only for a bilinear or bicubic grad_grid; input_shape gives its
+// shape otherwise.
+GridSampleGrads recorded_backward(const char* op, const Tensor& grad_output, const Tensor& input,
+                                  const Shape& input_shape, const Tensor& grid, const GridSampleAttrs& a,
+                                  std::array<bool, 2> mask) {
+  const Tensor reads = mask[1] && a.mode != GridSampleMode::Nearest ? input : Tensor();
+  GridSampleGrads r = run_backward(op, grad_output.detach().contiguous(),
+                                   reads.defined() ? reads.detach().contiguous() : Tensor(), input_shape,
+                                   grid.detach().contiguous(), a, mask[0], mask[1]);
+  if (Recorder rec{kGridSampleBackwardOp, {grad_output, reads, grid}}) {
+    rec.set_attrs(GridSampleBackwardAttrs{a, mask});
+    rec.save(kGradOutput, grad_output);
+    if (reads.defined()) rec.save(kInput, reads);
+    rec.save(kGrid, grid);
+    std::vector<Tensor> outputs;
+    for (const Tensor* t : {&r.grad_input, &r.grad_grid})
+      if (t->defined()) outputs.push_back(*t);
+    rec.set_outputs(outputs);
+  }
+  return r;
+}
+
+Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
+                        GridSamplePadding padding, bool align_corners) {
+  check_input_and_grid(op, input, grid);
+  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t Ho = grid.size(1), Wo = grid.size(2);
+  // Checked before any copy: expanded (stride-0) input and grid can be large with no memory
+  // behind them, and their product can overflow.
+  const Shape out_shape{N, C, Ho, Wo};
+  checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
+  Tensor in = input.detach().contiguous(), gr = grid.detach().contiguous();
+  Tensor out = Tensor::empty(out_shape, in.dtype());
+  dispatch_floating(in.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::grid_sample_2d_forward<T>(in.data<T>(), gr.data<T>(), out.data<T>(), N, C, H, W, Ho, Wo, mode, padding,
+                                       align_corners);
+  });
+  if (Recorder rec{kGridSampleOp, {input, grid}}) {
+    // grad_input needs only grid (and grad_output); grad_grid needs input as well, except
+    // nearest's, which is zero.
+    // Saved as given, not the contiguous copies: under create_graph, the backward's gradients
+    // must flow back into input and grid (the backward calls contiguous()).
+    rec.save(kGrid, grid);
+    if (rec.needs_grad(1) && mode != GridSampleMode::Nearest) rec.save(kInput, input);
+    rec.set_attrs(GridSampleAttrs{mode, padding, align_corners});
+    rec.set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor grid_sample(const Tensor& input, const Tensor& grid, GridSampleMode mode, GridSamplePadding padding_mode,
+                   bool align_corners) {
+  // An enum built from an arbitrary integer is checked like the integer form.
+  return grid_sample_impl("grid_sample", input, grid, checked_mode("grid_sample", static_cast<int64_t>(mode)),
+                          checked_padding("grid_sample", static_cast<int64_t>(padding_mode)), align_corners);
+}
+
+Tensor grid_sampler_2d(const Tensor& input, const Tensor& grid, int64_t interpolation_mode, int64_t padding_mode,
+                       bool align_corners) {
+  const char* op = "grid_sampler_2d";
+  return grid_sample_impl(op, input, grid, checked_mode(op, interpolation_mode), checked_padding(op, padding_mode),
+                          align_corners);
+}
+
+GridSampleGrads grid_sampler_2d_backward(const Tensor& grad_output, const Tensor& input, const Tensor& grid,
+                                         int64_t interpolation_mode, int64_t padding_mode, bool align_corners,
+                                         std::array<bool, 2> output_mask) {
+  const char* op = "grid_sampler_2d_backward";
+  const GridSampleAttrs a{checked_mode(op, interpolation_mode), checked_padding(op, padding_mode), align_corners};
+  check_input_and_grid(op, input, grid);
+  check_grad_output(op, grad_output, input, grid);
+  return recorded_backward(op, grad_output, input, input.shape(), grid, a, output_mask);
+}
+
+GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output, const Tensor& input,
+                                                      const Tensor& grid, const Tensor& gg_grid,
+                                                      int64_t interpolation_mode, int64_t padding_mode,
+                                                      bool align_corners, std::array<bool, 3> output_mask) {
+  const char* op = "grid_sampler_2d_double_backward";
+  const GridSampleMode mode = checked_mode(op, interpolation_mode);
+  const GridSamplePadding padding = checked_padding(op, padding_mode);
+  check_input_and_grid(op, input, grid);
+  check_grad_output(op, grad_output, input, grid);
+  TG_CHECK(gg_grid.defined(), op, ": expected gg_grid of grid's shape ", format_shape(grid.shape()),
+           ", got undefined");
+  TG_CHECK(gg_grid.shape() == grid.shape(), op, ": expected gg_grid of grid's shape ", format_shape(grid.shape()),
+           ", got ", format_shape(gg_grid.shape()));
+  TG_CHECK(gg_grid.dtype() == grid.dtype(), op, ": expected gg_grid of dtype ", dtype_name(grid.dtype()), ", got ",
+           dtype_name(gg_grid.dtype()));
+  const DType dt = input.dtype();
+  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t Ho = grid.size(1), Wo = grid.size(2);
+  GridSampleDoubleGrads r;
+  if (output_mask[0]) r.grad_grad_output = Tensor::empty(grad_output.shape(), dt);
+  if (output_mask[1]) r.grad_input = Tensor::empty(input.shape(), dt);
+  if (output_mask[2]) r.grad_grid = Tensor::empty(grid.shape(), dt);
+  if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return r;
+  const Tensor go = grad_output.detach().contiguous(), x = input.detach().contiguous();
+  const Tensor gr = grid.detach().contiguous(), gg = gg_grid.detach().contiguous();
+  dispatch_floating(dt, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    kernels::grid_sample_2d_double_backward<T>(go.data<T>(), x.data<T>(), gr.data<T>(), gg.data<T>(),
+                                               ptr(r.grad_grad_output), ptr(r.grad_input), ptr(r.grad_grid), N, C,
+                                               H, W, Ho, Wo, mode, padding, align_corners);
+  });
+  // Recorded (when a third derivative is asked for through it) only so that the tape raises
+  // instead of treating these gradients as constants: its own backward is not implemented.
+  if (Recorder rec{kGridSampleDoubleBackwardOp, {grad_output, input, grid, gg_grid}}) {
+    std::vector<Tensor> outputs;
+    for (const Tensor* t : {&r.grad_grad_output, &r.grad_input, &r.grad_grid})
+      if (t->defined()) outputs.push_back(*t);
+    rec.set_outputs(outputs);
+  }
+  return r;
+}
+
+Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool align_corners) {
+  const char* op = "affine_grid";
+  TG_CHECK(theta.defined(), op, ": expected theta, got an undefined tensor");
+  TG_CHECK(is_floating(theta.dtype()), op, ": expected theta of a floating dtype (float32 or float64), got ",
+           dtype_name(theta.dtype()));
+  check_affine_size(op, size);
+  TG_CHECK(theta.dim() == 3 && theta.size(1) == 2 && theta.size(2) == 3, op,
+           ": expected theta to have shape [N, 2, 3] (2-D affine matrices), got ", format_shape(theta.shape()));
+  TG_CHECK(theta.size(0) == size[0], op, ": expected theta's batch size to match size[0] = ", size[0], ", got theta ",
+           format_shape(theta.shape()));
+  const int64_t N = size[0], H = size[2], W = size[3];
+  Tensor th = theta.detach().contiguous();
+  Tensor grid = Tensor::empty({N, H, W, 2}, theta.dtype());
+  // N = 0: nothing to compute, and the kernel's per-row tables of H and W (which may be 2^40
+  // for an empty grid) must not be built.
+  if (grid.numel() > 0) dispatch_floating(theta.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::affine_grid_2d_forward<T>(th.data<T>(), grid.data<T>(), N, H, W, align_corners);
+  });
+  if (Recorder rec{kAffineGridOp, {theta}}) {
+    rec.set_attrs(AffineGridAttrs{size, align_corners});
+    rec.set_outputs({grid});
+  }
+  return grid;
+}
+
+Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector<int64_t>& size, bool align_corners) {
+  const char* op = "affine_grid_generator_backward";
+  check_affine_size(op, size);
+  const int64_t N = size[0], H = size[2], W = size[3];
+  const Shape grid_shape{N, H, W, 2};
+  TG_CHECK(grad_grid.defined() && grad_grid.shape() == grid_shape, op, ": expected grad_grid of shape [N, H, W, 2] = ",
+           format_shape(grid_shape), ", got ", grad_grid.defined() ? format_shape(grad_grid.shape()) : "undefined");
+  Tensor g = grad_grid.contiguous();
+  Tensor grad_theta = Tensor::empty({N, 2, 3}, g.dtype());
+  // N = 0: as in affine_grid, no per-row tables for an empty grid.
+  if (N > 0) dispatch_floating(g.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::affine_grid_2d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, H, W, align_corners);
+  });
+  if (Recorder rec{kAffineGridGeneratorBackwardOp, {grad_grid}}) {  // under create_graph, say
+    rec.set_attrs(AffineGridAttrs{size, align_corners});
+    rec.set_outputs({grad_theta});
+  }
+  return grad_theta;
+}
+
+void register_grid_sample_ops(Registry& r) {
+  r.add(kGridSampleOp);
+  r.add(kGridSampleBackwardOp);
+  r.add(kGridSampleDoubleBackwardOp);
+  r.add(kAffineGridOp);
+  r.add(kAffineGridGeneratorBackwardOp);
+}
+
+}  // namespace tg

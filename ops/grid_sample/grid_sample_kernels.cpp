@@ -1,0 +1,725 @@
+// grid_sample (2-D) and affine_grid (2-D) kernels. Semantics and shape legend: see the header.
+// One axis's coordinate maths (Axis) and the cubic coefficients are in
+// grid_sample_kernels_shared.h, shared with the second-order kernel in
+// grid_sample_kernels_double_backward.cpp.
+//
+// How the work is organised
+// -------------------------
+// The output positions (Ho * Wo of them per sample) are cut into blocks of kBlock. For a
+// block, a "sampler" first computes each position's taps once: the plane offsets of the
+// pixels it reads (-1 for a pixel outside the image, which then reads as 0) and their
+// weights. Then, channel by channel, it runs a loop over the block's positions that reads
+// the taps from that table, so the coordinate arithmetic is done once and not C times.
+// The loop is contiguous in the output, grad_output and the table; only the input (or
+// grad_input) is accessed at data-dependent offsets, within one channel plane per pass,
+// which keeps that plane in cache even when the grid is random.
+//
+// Forward: the blocks of all samples form one parallel loop; each block owns its output.
+//
+// Backward: grad_grid is a sum over channels at each position, grad_input a scatter-add
+// over positions into each channel plane. Without atomics, a thread must own what it
+// writes, so:
+//   * grad_grid is computed per block of positions (the block owns grad_grid there),
+//     summing the channels in order 0..C-1;
+//   * grad_input is computed per (sample, range of channels): the item owns those
+//     planes, and scatters into them walking the positions in order 0..P-1.
+// Neither order depends on how the work is cut, so the result is bit-identical for any
+// number of threads and with or without OpenMP. When there are enough samples for every
+// thread (N a multiple of the thread count, or N large), both gradients are computed in
+// one pass per sample ("fused"), which computes the taps and reads grad_output once;
+// it performs exactly the same additions in the same order as the split passes.
+#include "grid_sample_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "framework/parallel.h"
+#include "internal/grid_sample_kernels_shared.h"
+
+// Compiler settings for this file, whatever the build flags:
+// * No implicit fused multiply-add contraction. The sampling position goes through
+//   floor, round and clip, whose results jump at integers and borders: a coordinate
+//   computed one ulp differently from PyTorch can land on the other pixel, and the
+//   bilinear grid gradient then differs by O(1) instead of O(ulp). The one place where
+//   PyTorch's build does fuse (Axis::unnormalize) uses std::fma explicitly.
+// * No auto-vectorisation (GCC): the loops over positions read the input at
+//   data-dependent offsets, and GCC turns them into AVX-512 gathers that were measured
+//   1.3x (bilinear grid gradient) to 2.5x slower than the scalar loads here.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
+#endif
+
+namespace tg::kernels {
+namespace {
+
+using namespace gs_detail;  // Axis, tap_value, cubic coefficients, kBlock, acc_t
+
+// ---------------------------------------------------------------------------------------
+// Samplers: one per interpolation mode. Each holds the tap table of one block of output
+// positions and offers
+//   prepare(grid, len, backward)   taps of `len` positions whose grid points start at grid
+//   sample<K>(in, out, len)        forward of K consecutive channels
+//   backward<K, kInput, kGrid>(in, gout, gin, len)
+//                                  K consecutive channels: grad_input += (a scatter,
+//                                  positions in order) and / or the grid-gradient
+//                                  sums += (channels in order)
+//   clear_sums(len), finish(grad_grid, len)   start / write the block's grid gradient
+// Pointers are at the first of the K channels; the next channel is HW further on in
+// input / grad_input and P further on in output / grad_output. Each position's taps are
+// read once for the K channels (K = 2 was measured 10-30% faster than K = 1).
+//
+// A position whose taps are all inside the image (the usual case) takes a fast path that
+// reads its neighbourhood from one base offset; the others read each tap through its own
+// offset, where -1 means "outside, reads as 0, never dereferenced". The loops over
+// positions are load-bound and scalar on purpose (see the pragma at the top).
+// Idx is int32_t when a plane has fewer than 2^31 pixels, to halve the offset tables.
+// ---------------------------------------------------------------------------------------
+
+template <class T, class Idx>
+struct BilinearSampler {
+  static constexpr bool kHasGridGrad = true;
+  static constexpr int kTaps = 4;
+  using Acc = acc_t<T>;
+
+  Axis<T> ax, ay;
+  int64_t W, HW, P;
+  // Taps in the order nw, ne, sw, se (north = smaller y, west = smaller x).
+  std::vector<Idx> base;          // [B] offset of nw if all 4 taps are inside, else -1
+  std::vector<Idx> off;           // [4][B] offset of each tap (used when base < 0)
+  std::vector<T> wt;              // [4][B] interpolation weights
+  std::vector<T> fx, fy;          // [B] x - floor(x), y - floor(y) (backward)
+  std::vector<T> mult_x, mult_y;  // [B] d source / d grid (backward)
+  std::vector<Acc> gx, gy;        // [B] grid-gradient sums (backward)
+
+  BilinearSampler(int64_t H, int64_t W_, int64_t P_, GridSamplePadding padding,
+                  bool align_corners)
+      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
+        P(P_), base(kBlock), off(4 * kBlock), wt(4 * kBlock) {}
+
+  void prepare(const T* grid, int64_t len, bool backward) {
+    if (backward && fx.empty()) {
+      for (auto* v : {&fx, &fy, &mult_x, &mult_y}) v->resize(kBlock);
+      gx.resize(kBlock);
+      gy.resize(kBlock);
+    }
+    const bool zeros = ax.padding == GridSamplePadding::Zeros;
+    for (int64_t p = 0; p < len; ++p) {
+      T x, y;
+      if (backward) {
+        x = ax.source_grad(grid[2 * p], &mult_x[p]);
+        y = ay.source_grad(grid[2 * p + 1], &mult_y[p]);
+      } else {
+        x = ax.source(grid[2 * p]);
+        y = ay.source(grid[2 * p + 1]);
+      }
+      const T x_w = std::floor(x), y_n = std::floor(y);
+      const T w = x - x_w, e = T(1) - w;  // distance to the west / east neighbour
+      const T n = y - y_n, s = T(1) - n;  // distance to the north / south neighbour
+      wt[0 * kBlock + p] = s * e;
+      wt[1 * kBlock + p] = s * w;
+      wt[2 * kBlock + p] = n * e;
+      wt[3 * kBlock + p] = n * w;
+      if (backward) {
+        fx[p] = w;
+        fy[p] = n;
+      }
+      // With border / reflection x, y are in [0, size - 1], so only the east and south
+      // taps can fall outside (when x or y sits on the last pixel, with weight 0).
+      const int64_t ix = zeros ? ax.floor_index(x_w) : int64_t(x_w);
+      const int64_t iy = zeros ? ay.floor_index(y_n) : int64_t(y_n);
+      const bool in_w = ix >= 0 && ix < ax.size, in_e = ix + 1 >= 0 && ix + 1 < ax.size;
+      const bool in_n = iy >= 0 && iy < ay.size, in_s = iy + 1 >= 0 && iy + 1 < ay.size;
+      const int64_t b = iy * W + ix;
+      base[p] = Idx(in_n && in_s && in_w && in_e ? b : -1);
+      off[0 * kBlock + p] = Idx(in_n && in_w ? b : -1);
+      off[1 * kBlock + p] = Idx(in_n && in_e ? b + 1 : -1);
+      off[2 * kBlock + p] = Idx(in_s && in_w ? b + W : -1);
+      off[3 * kBlock + p] = Idx(in_s && in_e ? b + W + 1 : -1);
+    }
+  }
+
+  // The 2x2 neighbourhood (nw, ne, sw, se) of position p, base b, in one plane.
+  void load(const T* plane, Idx b, int64_t p, T v[4]) const {
+    if (b >= 0) {
+      const T* r = plane + b;
+      v[0] = r[0];
+      v[1] = r[1];
+      v[2] = r[W];
+      v[3] = r[W + 1];
+    } else {
+      for (int k = 0; k < 4; ++k) v[k] = tap_value(plane, off[k * kBlock + p]);
+    }
+  }
+
+  template <int K>
+  void sample(const T* in, T* out, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) {
+      const Idx b = base[p];
+      const T w0 = wt[p], w1 = wt[kBlock + p], w2 = wt[2 * kBlock + p], w3 = wt[3 * kBlock + p];
+      for (int k = 0; k < K; ++k) {
+        T v[4];
+        load(in + k * HW, b, p, v);
+        out[k * P + p] = v[0] * w0 + v[1] * w1 + v[2] * w2 + v[3] * w3;
+      }
+    }
+  }
+
+  template <int K, bool kInput, bool kGrid>
+  void backward(const T* in, const T* gout, T* gin, int64_t len) {
+    for (int64_t p = 0; p < len; ++p) {
+      const Idx b = base[p];
+      const T w0 = wt[p], w1 = wt[kBlock + p], w2 = wt[2 * kBlock + p], w3 = wt[3 * kBlock + p];
+      Acc sx = kGrid ? gx[p] : Acc(0), sy = kGrid ? gy[p] : Acc(0);
+      for (int k = 0; k < K; ++k) {
+        const T g = gout[k * P + p];
+        if constexpr (kInput) {  // the transpose of sample(): scatter g times the weights
+          T* plane = gin + k * HW;
+          if (b >= 0) {
+            T* r = plane + b;
+            r[0] += w0 * g;
+            r[1] += w1 * g;
+            r[W] += w2 * g;
+            r[W + 1] += w3 * g;
+          } else {
+            for (int t = 0; t < 4; ++t) {
+              const Idx o = off[t * kBlock + p];
+              if (o >= 0) plane[o] += wt[t * kBlock + p] * g;
+            }
+          }
+        }
+        if constexpr (kGrid) {  // d out / d x = (ne - nw) * s + (se - sw) * n, same for y
+          T v[4];
+          load(in + k * HW, b, p, v);
+          const T w = fx[p], e = T(1) - w, n = fy[p], s = T(1) - n;
+          sx += Acc(((v[1] - v[0]) * s + (v[3] - v[2]) * n) * g);
+          sy += Acc(((v[2] - v[0]) * e + (v[3] - v[1]) * w) * g);
+        }
+      }
+      if constexpr (kGrid) {
+        gx[p] = sx;
+        gy[p] = sy;
+      }
+    }
+  }
+
+  void clear_sums(int64_t len) {
+    std::fill(gx.begin(), gx.begin() + len, Acc(0));
+    std::fill(gy.begin(), gy.begin() + len, Acc(0));
+  }
+
+  void finish(T* grad_grid, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) {
+      grad_grid[2 * p] = T(gx[p] * Acc(mult_x[p]));
+      grad_grid[2 * p + 1] = T(gy[p] * Acc(mult_y[p]));
+    }
+  }
+};
+
+template <class T, class Idx>
+struct NearestSampler {
+  static constexpr bool kHasGridGrad = false;  // piecewise constant in the grid
+  static constexpr int kTaps = 1;
+
+  Axis<T> ax, ay;
+  int64_t W, HW, P;
+  std::vector<Idx> off;  // [B] offset of the nearest pixel, -1 = outside
+
+  NearestSampler(int64_t H, int64_t W_, int64_t P_, GridSamplePadding padding,
+                 bool align_corners)
+      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
+        P(P_), off(kBlock) {}
+
+  void prepare(const T* grid, int64_t len, bool /*backward*/) {
+    for (int64_t p = 0; p < len; ++p) {
+      // nearbyint rounds half to even in the default rounding mode, like PyTorch.
+      const int64_t ix = ax.index(std::nearbyint(ax.source(grid[2 * p])));
+      const int64_t iy = ay.index(std::nearbyint(ay.source(grid[2 * p + 1])));
+      off[p] = Idx(ix >= 0 && iy >= 0 ? iy * W + ix : -1);
+    }
+  }
+
+  template <int K>
+  void sample(const T* in, T* out, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) {
+      const Idx o = off[p];
+      for (int k = 0; k < K; ++k) out[k * P + p] = tap_value(in + k * HW, o);
+    }
+  }
+
+  template <int K, bool kInput, bool kGrid>
+  void backward(const T* /*in*/, const T* gout, T* gin, int64_t len) {
+    if constexpr (kInput) {
+      for (int64_t p = 0; p < len; ++p) {
+        const Idx o = off[p];
+        if (o >= 0)
+          for (int k = 0; k < K; ++k) gin[k * HW + o] += gout[k * P + p];
+      }
+    }
+  }
+
+  void clear_sums(int64_t) {}
+  void finish(T* grad_grid, int64_t len) const {
+    std::fill(grad_grid, grad_grid + 2 * len, T(0));
+  }
+};
+
+template <class T, class Idx>
+struct BicubicSampler {
+  static constexpr bool kHasGridGrad = true;
+  static constexpr int kTaps = 16;
+  using Acc = acc_t<T>;
+
+  Axis<T> ax, ay;
+  int64_t W, HW, P;
+  // The 4x4 neighbourhood is separable: column offsets of the 4 x taps and row offsets
+  // (iy * W) of the 4 y taps, each padded on its own and -1 when outside.
+  std::vector<Idx> base;     // [B] offset of the top-left tap if the 16 taps are inside
+                             //     and untouched by padding, else -1
+  std::vector<Idx> xo, yo;   // [4][B] (used when base < 0)
+  std::vector<T> cx, cy;     // [4][B] cubic coefficients
+  std::vector<T> gcx, gcy;   // [4][B] their derivatives (backward)
+  std::vector<Acc> gx, gy;   // [B] grid-gradient sums (backward)
+
+  BicubicSampler(int64_t H, int64_t W_, int64_t P_, GridSamplePadding padding,
+                 bool align_corners)
+      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
+        P(P_), base(kBlock), xo(4 * kBlock), yo(4 * kBlock), cx(4 * kBlock), cy(4 * kBlock) {}
+
+  void prepare(const T* grid, int64_t len, bool backward) {
+    if (backward && gcx.empty()) {
+      gcx.resize(4 * kBlock);
+      gcy.resize(4 * kBlock);
+      gx.resize(kBlock);
+      gy.resize(kBlock);
+    }
+    for (int64_t p = 0; p < len; ++p) {
+      // The sample point itself is not padded; each tap is.
+      const T x = ax.unnormalize(grid[2 * p]);
+      const T y = ay.unnormalize(grid[2 * p + 1]);
+      const T fx = std::floor(x), fy = std::floor(y);
+      T c[4];
+      cubic_coefficients(x - fx, c);
+      for (int k = 0; k < 4; ++k) cx[k * kBlock + p] = c[k];
+      cubic_coefficients(y - fy, c);
+      for (int k = 0; k < 4; ++k) cy[k * kBlock + p] = c[k];
+      bool contiguous = true;
+      for (int k = 0; k < 4; ++k) {
+        const int64_t col = ax.index(ax.pad(fx + T(k - 1)));
+        const int64_t row = ay.index(ay.pad(fy + T(k - 1)));
+        xo[k * kBlock + p] = Idx(col);
+        yo[k * kBlock + p] = Idx(row >= 0 ? row * W : -1);
+        contiguous = contiguous && col >= 0 && row >= 0 && col == xo[p] + k &&
+                     row * W == yo[p] + k * W;
+      }
+      base[p] = Idx(contiguous ? yo[p] + xo[p] : -1);
+      if (backward) {
+        cubic_coefficients_grad(x - fx, c);
+        for (int k = 0; k < 4; ++k) gcx[k * kBlock + p] = c[k];
+        cubic_coefficients_grad(y - fy, c);
+        for (int k = 0; k < 4; ++k) gcy[k * kBlock + p] = c[k];
+      }
+    }
+  }
+
+  // The 4x4 neighbourhood of position p, base b, in one plane: v[row][column].
+  void load(const T* plane, Idx b, int64_t p, T v[4][4]) const {
+    if (b >= 0) {
+      const T* r = plane + b;
+      for (int j = 0; j < 4; ++j, r += W)
+        for (int i = 0; i < 4; ++i) v[j][i] = r[i];
+    } else {
+      for (int j = 0; j < 4; ++j) {
+        const Idx row = yo[j * kBlock + p];
+        for (int i = 0; i < 4; ++i) {
+          const Idx col = xo[i * kBlock + p];
+          v[j][i] = (row >= 0 && col >= 0) ? plane[row + col] : T(0);
+        }
+      }
+    }
+  }
+
+  void coefficients(const std::vector<T>& table, int64_t p, T c[4]) const {
+    for (int k = 0; k < 4; ++k) c[k] = table[k * kBlock + p];
+  }
+
+  template <int K>
+  void sample(const T* in, T* out, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) {
+      const Idx b = base[p];
+      T wx[4], wy[4];
+      coefficients(cx, p, wx);
+      coefficients(cy, p, wy);
+      for (int k = 0; k < K; ++k) {
+        T v[4][4], rows[4];
+        load(in + k * HW, b, p, v);
+        for (int j = 0; j < 4; ++j)  // along x in each row, then along y
+          rows[j] = wx[0] * v[j][0] + wx[1] * v[j][1] + wx[2] * v[j][2] + wx[3] * v[j][3];
+        out[k * P + p] = wy[0] * rows[0] + wy[1] * rows[1] + wy[2] * rows[2] + wy[3] * rows[3];
+      }
+    }
+  }
+
+  template <int K, bool kInput, bool kGrid>
+  void backward(const T* in, const T* gout, T* gin, int64_t len) {
+    for (int64_t p = 0; p < len; ++p) {
+      const Idx b = base[p];
+      T wx[4], wy[4], dx[4], dy[4];
+      coefficients(cx, p, wx);
+      coefficients(cy, p, wy);
+      if constexpr (kGrid) {
+        coefficients(gcx, p, dx);
+        coefficients(gcy, p, dy);
+      }
+      Acc sx = kGrid ? gx[p] : Acc(0), sy = kGrid ? gy[p] : Acc(0);
+      for (int k = 0; k < K; ++k) {
+        const T g = gout[k * P + p];
+        if constexpr (kInput) {
+          T* plane = gin + k * HW;
+          for (int i = 0; i < 4; ++i) {
+            const Idx col = xo[i * kBlock + p];
+            for (int j = 0; j < 4; ++j) {
+              const T d = g * wx[i] * wy[j];
+              if (b >= 0) {
+                plane[b + j * W + i] += d;
+              } else {
+                const Idx row = yo[j * kBlock + p];
+                if (row >= 0 && col >= 0) plane[row + col] += d;
+              }
+            }
+          }
+        }
+        if constexpr (kGrid) {
+          T v[4][4];
+          load(in + k * HW, b, p, v);
+          T tx = T(0), ty = T(0);
+          for (int i = 0; i < 4; ++i) {
+            for (int j = 0; j < 4; ++j) {
+              const T vg = v[j][i] * g;
+              tx -= vg * dx[i] * wy[j];
+              ty -= vg * dy[j] * wx[i];
+            }
+          }
+          sx += Acc(tx);
+          sy += Acc(ty);
+        }
+      }
+      if constexpr (kGrid) {
+        gx[p] = sx;
+        gy[p] = sy;
+      }
+    }
+  }
+
+  void clear_sums(int64_t len) {
+    std::fill(gx.begin(), gx.begin() + len, Acc(0));
+    std::fill(gy.begin(), gy.begin() + len, Acc(0));
+  }
+
+  // Padding acts on the taps, so the sample point's derivative is never clipped.
+  void finish(T* grad_grid, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) {
+      grad_grid[2 * p] = T(gx[p] * Acc(ax.scale));
+      grad_grid[2 * p + 1] = T(gy[p] * Acc(ay.scale));
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Drivers, generic over the sampler.
+// ---------------------------------------------------------------------------------------
+
+// Calls step(K, c) over the channels [c0, c1), two at a time and the odd one alone,
+// with K a std::integral_constant.
+template <class Step>
+void for_channels(int64_t c0, int64_t c1, Step&& step) {
+  int64_t c = c0;
+  for (; c + 1 < c1; c += 2) step(std::integral_constant<int, 2>(), c);
+  if (c < c1) step(std::integral_constant<int, 1>(), c);
+}
+
+template <class Sampler, class T>
+void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t H,
+                  int64_t W, int64_t P, GridSamplePadding padding, bool align_corners) {
+  const int64_t nb = ceil_div(P, kBlock);
+  const int64_t items = N * nb;
+  const int64_t HW = H * W;
+  const bool parallel = items > 1 && N * C * P * Sampler::kTaps >= kParallelWork;
+  // Items are coarse (a block times all channels), so handing them out dynamically costs
+  // nothing and keeps both cores busy when one thread gets descheduled.
+#pragma omp parallel if (parallel)
+  {
+    Sampler s(H, W, P, padding, align_corners);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t n = it / nb, p0 = (it % nb) * kBlock;
+      const int64_t len = std::min(kBlock, P - p0);
+      s.prepare(grid + (n * P + p0) * 2, len, false);
+      for_channels(0, C, [&](auto K, int64_t c) {
+        s.template sample<decltype(K)::value>(input + (n * C + c) * HW,
+                                              output + (n * C + c) * P + p0, len);
+      });
+    }
+  }
+}
+
+template <class Sampler, class T>
+void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_input,
+                   T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
+                   GridSamplePadding padding, bool align_corners) {
+  const int64_t nb = ceil_div(P, kBlock);
+  const int64_t HW = H * W;
+  const bool need_input = grad_input != nullptr;
+  const bool need_grid = grad_grid != nullptr;
+  const bool parallel = N * C * P * Sampler::kTaps >= kParallelWork;
+  const int64_t threads = parallel ? max_threads() : 1;
+
+  // The grid gradient of one block of sample n: channels summed in order 0..C-1.
+  auto grid_block = [&](Sampler& s, int64_t n, int64_t b) {
+    const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
+    if (Sampler::kHasGridGrad) {
+      s.prepare(grid + (n * P + p0) * 2, len, true);
+      s.clear_sums(len);
+      for_channels(0, C, [&](auto K, int64_t c) {
+        s.template backward<decltype(K)::value, false, true>(
+            input + (n * C + c) * HW, grad_output + (n * C + c) * P + p0, nullptr, len);
+      });
+    }
+    s.finish(grad_grid + (n * P + p0) * 2, len);
+  };
+  // grad_input of sample n, channels [c0, c1): positions in order 0..P-1.
+  auto input_planes = [&](Sampler& s, int64_t n, int64_t c0, int64_t c1) {
+    std::fill(grad_input + (n * C + c0) * HW, grad_input + (n * C + c1) * HW, T(0));
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
+      s.prepare(grid + (n * P + p0) * 2, len, true);
+      for_channels(c0, c1, [&](auto K, int64_t c) {
+        s.template backward<decltype(K)::value, true, false>(
+            nullptr, grad_output + (n * C + c) * P + p0, grad_input + (n * C + c) * HW, len);
+      });
+    }
+  };
+
+  const bool fused = need_input && need_grid && Sampler::kHasGridGrad &&
+                     (N % threads == 0 || N >= 4 * threads);
+  if (fused) {
+    // Same additions in the same order as input_planes + grid_block, in one pass.
+#pragma omp parallel if (parallel && N > 1)
+    {
+      Sampler s(H, W, P, padding, align_corners);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t n = 0; n < N; ++n) {
+        std::fill(grad_input + n * C * HW, grad_input + (n + 1) * C * HW, T(0));
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
+          s.prepare(grid + (n * P + p0) * 2, len, true);
+          s.clear_sums(len);
+          for_channels(0, C, [&](auto K, int64_t c) {
+            s.template backward<decltype(K)::value, true, true>(
+                input + (n * C + c) * HW, grad_output + (n * C + c) * P + p0,
+                grad_input + (n * C + c) * HW, len);
+          });
+          s.finish(grad_grid + (n * P + p0) * 2, len);
+        }
+      }
+    }
+    return;
+  }
+
+  // Split passes. Channel ranges per sample for grad_input: enough for every thread.
+  const int64_t kc = need_input ? std::max<int64_t>(1, std::min(C, ceil_div(threads, N))) : 0;
+  const int64_t input_items = need_input ? N * kc : 0;
+  const int64_t grid_items = need_grid ? N * nb : 0;
+  const int64_t items = input_items + grid_items;
+  // The grad_input items are the long ones: they come first and are handed out
+  // dynamically, the grid blocks fill in around them.
+#pragma omp parallel if (parallel && items > 1)
+  {
+    Sampler s(H, W, P, padding, align_corners);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      if (it < input_items) {
+        const int64_t n = it / kc, k = it % kc;
+        input_planes(s, n, C * k / kc, C * (k + 1) / kc);
+      } else {
+        const int64_t j = it - input_items;
+        grid_block(s, j / nb, j % nb);
+      }
+    }
+  }
+}
+
+template <template <class, class> class Sampler, class T>
+void dispatch_forward(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t H,
+                      int64_t W, int64_t P, GridSamplePadding padding, bool align_corners) {
+  if (H * W <= std::numeric_limits<int32_t>::max())
+    forward_impl<Sampler<T, int32_t>>(input, grid, output, N, C, H, W, P, padding,
+                                      align_corners);
+  else
+    forward_impl<Sampler<T, int64_t>>(input, grid, output, N, C, H, W, P, padding,
+                                      align_corners);
+}
+
+template <template <class, class> class Sampler, class T>
+void dispatch_backward(const T* grad_output, const T* input, const T* grid, T* grad_input,
+                       T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
+                       GridSamplePadding padding, bool align_corners) {
+  if (H * W <= std::numeric_limits<int32_t>::max())
+    backward_impl<Sampler<T, int32_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
+                                       H, W, P, padding, align_corners);
+  else
+    backward_impl<Sampler<T, int64_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
+                                       H, W, P, padding, align_corners);
+}
+
+// PyTorch's linspace_from_neg_one: torch.linspace(-1, 1, steps) (both halves anchored at
+// their own end), times (steps - 1) / steps when !align_corners; 0 for a single step.
+template <class T>
+std::vector<T> linspace_from_neg_one(int64_t steps, bool align_corners) {
+  std::vector<T> v(std::max<int64_t>(steps, 0));
+  if (steps == 1) v[0] = T(0);
+  if (steps <= 1) return v;
+  const T step = T(2) / T(steps - 1);
+  const int64_t halfway = steps / 2;
+  for (int64_t i = 0; i < steps; ++i) {
+    v[i] = i < halfway ? T(-1) + step * T(i) : T(1) - step * T(steps - i - 1);
+    if (!align_corners) v[i] = v[i] * T(steps - 1) / T(steps);
+  }
+  return v;
+}
+
+}  // namespace
+
+template <class T>
+void grid_sample_2d_forward(const T* input, const T* grid, T* output, int64_t N, int64_t C,
+                            int64_t H, int64_t W, int64_t Ho, int64_t Wo, GridSampleMode mode,
+                            GridSamplePadding padding, bool align_corners) {
+  const int64_t P = Ho * Wo;
+  if (N * C * P == 0) return;
+  if (H <= 0 || W <= 0) {  // nothing to read: every tap is outside
+    std::fill(output, output + N * C * P, T(0));
+    return;
+  }
+  switch (mode) {
+    case GridSampleMode::Bilinear:
+      dispatch_forward<BilinearSampler>(input, grid, output, N, C, H, W, P, padding,
+                                        align_corners);
+      break;
+    case GridSampleMode::Nearest:
+      dispatch_forward<NearestSampler>(input, grid, output, N, C, H, W, P, padding,
+                                       align_corners);
+      break;
+    case GridSampleMode::Bicubic:
+      dispatch_forward<BicubicSampler>(input, grid, output, N, C, H, W, P, padding,
+                                       align_corners);
+      break;
+  }
+}
+
+template <class T>
+void grid_sample_2d_backward(const T* grad_output, const T* input, const T* grid, T* grad_input,
+                             T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t Ho,
+                             int64_t Wo, GridSampleMode mode, GridSamplePadding padding,
+                             bool align_corners) {
+  const int64_t P = Ho * Wo;
+  if (grad_input == nullptr && grad_grid == nullptr) return;
+  if (N * P == 0 || H <= 0 || W <= 0) {
+    // No positions, or nothing to sample from: the gradients are zero (or empty).
+    if (grad_input) std::fill(grad_input, grad_input + N * C * std::max<int64_t>(H * W, 0), T(0));
+    if (grad_grid) std::fill(grad_grid, grad_grid + N * P * 2, T(0));
+    return;
+  }
+  switch (mode) {
+    case GridSampleMode::Bilinear:
+      dispatch_backward<BilinearSampler>(grad_output, input, grid, grad_input, grad_grid, N, C, H,
+                                         W, P, padding, align_corners);
+      break;
+    case GridSampleMode::Nearest:
+      dispatch_backward<NearestSampler>(grad_output, input, grid, grad_input, grad_grid, N, C, H,
+                                        W, P, padding, align_corners);
+      break;
+    case GridSampleMode::Bicubic:
+      dispatch_backward<BicubicSampler>(grad_output, input, grid, grad_input, grad_grid, N, C, H,
+                                        W, P, padding, align_corners);
+      break;
+  }
+}
+
+template <class T>
+void affine_grid_2d_forward(const T* theta, T* grid, int64_t N, int64_t H, int64_t W,
+                            bool align_corners) {
+  const std::vector<T> xs = linspace_from_neg_one<T>(W, align_corners);
+  const std::vector<T> ys = linspace_from_neg_one<T>(H, align_corners);
+#pragma omp parallel for schedule(static) if (N * H * W >= kParallelWork)
+  for (int64_t r = 0; r < N * H; ++r) {  // one output row (n, h) per iteration
+    const T* th = theta + (r / H) * 6;
+    const T y = ys[r % H];
+    T* g = grid + r * W * 2;
+    // Base point (x, y, 1) times theta^T, in the order of PyTorch's bmm.
+    for (int64_t w = 0; w < W; ++w) {
+      g[2 * w] = xs[w] * th[0] + y * th[1] + th[2];
+      g[2 * w + 1] = xs[w] * th[3] + y * th[4] + th[5];
+    }
+  }
+}
+
+template <class T>
+void affine_grid_2d_backward(const T* grad_grid, T* grad_theta, int64_t N, int64_t H, int64_t W,
+                             bool align_corners) {
+  using Acc = acc_t<T>;
+  const std::vector<T> xs = linspace_from_neg_one<T>(W, align_corners);
+  const std::vector<T> ys = linspace_from_neg_one<T>(H, align_corners);
+  // Per row (n, h): sums over w of g_x * x_w, g_x, g_y * x_w, g_y. Rows are then summed in
+  // order, so the result does not depend on how rows are shared among threads.
+  std::vector<Acc> rows(N * H * 4);
+#pragma omp parallel for schedule(static) if (N * H * W >= kParallelWork)
+  for (int64_t r = 0; r < N * H; ++r) {
+    const T* g = grad_grid + r * W * 2;
+    Acc gxx = 0, gx = 0, gyx = 0, gy = 0;
+    for (int64_t w = 0; w < W; ++w) {
+      gxx += Acc(g[2 * w]) * Acc(xs[w]);
+      gx += Acc(g[2 * w]);
+      gyx += Acc(g[2 * w + 1]) * Acc(xs[w]);
+      gy += Acc(g[2 * w + 1]);
+    }
+    Acc* o = &rows[r * 4];
+    o[0] = gxx;
+    o[1] = gx;
+    o[2] = gyx;
+    o[3] = gy;
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    Acc t[6] = {0, 0, 0, 0, 0, 0};
+    for (int64_t h = 0; h < H; ++h) {
+      const Acc* o = &rows[(n * H + h) * 4];
+      const Acc y = Acc(ys[h]);
+      t[0] += o[0];
+      t[1] += o[1] * y;
+      t[2] += o[1];
+      t[3] += o[2];
+      t[4] += o[3] * y;
+      t[5] += o[3];
+    }
+    for (int k = 0; k < 6; ++k) grad_theta[n * 6 + k] = T(t[k]);
+  }
+}
+
+#define TG_INSTANTIATE(T)                                                                      \
+  template void grid_sample_2d_forward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,   \
+                                          int64_t, int64_t, int64_t, GridSampleMode,           \
+                                          GridSamplePadding, bool);                            \
+  template void grid_sample_2d_backward<T>(const T*, const T*, const T*, T*, T*, int64_t,      \
+                                           int64_t, int64_t, int64_t, int64_t, int64_t,        \
+                                           GridSampleMode, GridSamplePadding, bool);           \
+  template void affine_grid_2d_forward<T>(const T*, T*, int64_t, int64_t, int64_t, bool);      \
+  template void affine_grid_2d_backward<T>(const T*, T*, int64_t, int64_t, int64_t, bool);
+TG_INSTANTIATE(float)
+TG_INSTANTIATE(double)
+#undef TG_INSTANTIATE
+
+}  // namespace tg::kernels

@@ -1,0 +1,469 @@
+// Group normalisation kernels; the shape legend and the maths are in group_norm_kernels.h.
+//
+// Work split. The natural unit is one group i = (n, g): its M elements are contiguous, so one
+// thread computes its statistics and then normalises it while the group is still in cache.
+// When there are fewer groups than threads (N = 1, group = 1 on a large image), each group is
+// cut into fixed chunks of kChunk elements instead, partial sums are taken per chunk in parallel
+// and combined in chunk order. Both paths add the very same partial sums in the same order, so
+// which path runs (and how many threads there are) never changes a bit of the result.
+#include "group_norm_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "framework/parallel.h"
+
+// The 64-byte vector types below only pass between inlined helpers of this file, so GCC's note
+// that their calling convention differs without AVX-512 concerns no real call.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+namespace tg::kernels {
+namespace {
+
+// Reductions use 32 independent double accumulators ("lanes"): they break the chain of
+// dependent adds (so the loop runs at full vector throughput) and fix the order of summation,
+// whatever the alignment or the number of threads. The lanes are four 8-wide vectors written
+// with GCC/Clang vector extensions: unlike plain arrays, which the compiler spills to the stack
+// for the final reduction (costly when it runs once per channel of an 8x8 image), they stay in
+// registers. Element j of a range goes to vector (j / 8) % 4, lane j % 8; the last n % 8
+// elements go to a scalar.
+typedef double d8 __attribute__((vector_size(64)));
+typedef float f8 __attribute__((vector_size(32)));
+
+inline d8 load8(const double* p) {
+  d8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline d8 load8(const float* p) {
+  f8 v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, d8);
+}
+
+// A fixed pairwise tree over the 32 lanes.
+inline double reduce(const d8 (&a)[4]) {
+  const d8 s = (a[0] + a[1]) + (a[2] + a[3]);
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+// Unit of the chunked reductions. Fixed (not derived from the thread count) for determinism.
+constexpr int64_t kChunk = 16384;
+// Below this many elements an OpenMP region costs more than it saves.
+[[maybe_unused]] constexpr int64_t kParallelMin = 1 << 15;
+
+// Elements of p[0..n) before the first 64-byte boundary (0 if p is not even T-aligned). The
+// elementwise loops below run these few elements on their own so that the vector stores that
+// follow are aligned: a vector store straddling two cache lines costs ~1.4x here, and malloc'd
+// buffers are only 16-byte aligned. Every element is still computed by the same expression.
+// Short rows (an 8x8 channel) are better off without the scalar head.
+constexpr int64_t kPeelMin = 256;
+template <class T>
+int64_t head_to_align(const T* p, int64_t n) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p) % 64;
+  return a % sizeof(T) ? 0 : std::min<int64_t>(n, static_cast<int64_t>((64 - a) % 64 / sizeof(T)));
+}
+
+// Applies step(q, j) to the 8-element blocks of [0, n) -- j the block's first element, q the
+// accumulator it feeds -- and returns where the scalar tail starts.
+template <class Step>
+inline int64_t for_blocks(int64_t n, Step step) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    step(0, j);
+    step(1, j + 8);
+    step(2, j + 16);
+    step(3, j + 24);
+  }
+  for (int q = 0; j + 8 <= n; j += 8, ++q) step(q, j);
+  return j;
+}
+
+// sum of x[0..n)
+template <class T>
+double sum_of(const T* x, int64_t n) {
+  d8 acc[4] = {};
+  int64_t j = for_blocks(n, [&](int q, int64_t k) { acc[q] += load8(x + k); });
+  double tail = 0.0;
+  for (; j < n; ++j) tail += static_cast<double>(x[j]);
+  return reduce(acc) + tail;
+}
+
+// sum (x - m)^2 over x[0..n): the second pass of the two-pass variance. With m accurate to
+// double precision the usual compensation term (sum (x - m))^2 / n is below rounding level.
+template <class T>
+double centred_sq_sum(const T* x, int64_t n, double m) {
+  d8 acc[4] = {};
+  int64_t j = for_blocks(n, [&](int q, int64_t k) {
+    const d8 d = load8(x + k) - m;
+    acc[q] += d * d;
+  });
+  double tail = 0.0;
+  for (; j < n; ++j) {
+    const double d = static_cast<double>(x[j]) - m;
+    tail += d * d;
+  }
+  return reduce(acc) + tail;
+}
+
+// sum dy and sum dy * (x - m) over [0..n). Centring x before the product is what keeps
+// grad_gamma and grad_x accurate when |mean| >> std.
+template <class T>
+void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double* sdyx) {
+  d8 a1[4] = {}, a2[4] = {};
+  int64_t j = for_blocks(n, [&](int q, int64_t k) {
+    const d8 g = load8(dy + k);
+    a1[q] += g;
+    a2[q] += g * (load8(x + k) - m);
+  });
+  double t1 = 0.0, t2 = 0.0;
+  for (; j < n; ++j) {
+    const double g = static_cast<double>(dy[j]);
+    t1 += g;
+    t2 += g * (static_cast<double>(x[j]) - m);
+  }
+  *sdy = reduce(a1) + t1;
+  *sdyx = reduce(a2) + t2;
+}
+
+// The same sums for float inputs, with far fewer instructions: x - m is exact in float when x is
+// within a factor 2 of the saved float mean m (and correctly rounded otherwise), 32 float lanes sum dy and dy * (x - m) over up to
+// 4 steps (fused multiply-add: one rounding per step), and these short partial sums (at most 9
+// terms per lane) are then added into double lanes. This keeps the sums within a few 1e-7 of
+// exact (sum dy, which cancels most, is the worst), while converting every element to double
+// cost more than the rest of the backward. Small images (8x8: two steps per channel) also
+// need the cheap final reduction below.
+typedef float f16 __attribute__((vector_size(64)));
+
+inline f16 load16(const float* p) {
+  f16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+// Adds the 16 float lanes of v into the 16 double lanes a[0], a[1].
+inline void add_to_double(d8 (&a)[2], const f16& v) {
+  a[0] += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), d8);
+  a[1] += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), d8);
+}
+// Reduces the 16 lanes of a and of b together (one shuffle tree for both sums).
+inline void reduce2(const d8 (&a)[2], const d8 (&b)[2], double* sa, double* sb) {
+  const d8 s = a[0] + a[1], t = b[0] + b[1];
+  // u = (s0+s4, s1+s5, s2+s6, s3+s7, t0+t4, t1+t5, t2+t6, t3+t7)
+  const d8 u = __builtin_shufflevector(s, t, 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(s, t, 4, 5, 6, 7, 12, 13, 14, 15);
+  const d8 v = u + __builtin_shufflevector(u, u, 2, 3, 0, 1, 6, 7, 4, 5);
+  *sa = v[0] + v[1];
+  *sb = v[4] + v[5];
+}
+
+void grad_sums(const float* dy, const float* x, int64_t n, double m, double* sdy, double* sdyx) {
+  const float mf = static_cast<float>(m);  // exact: m is a float mean
+  d8 a1[2] = {}, a2[2] = {};
+  int64_t j = 0;
+  while (j + 16 <= n) {
+    f16 g1[2] = {}, g2[2] = {};  // float partials, two per sum for throughput
+    for (int step = 0; step < 4 && j + 32 <= n; ++step, j += 32)
+      for (int q = 0; q < 2; ++q) {
+        const f16 g = load16(dy + j + 16 * q);
+        g1[q] += g;
+        g2[q] += g * (load16(x + j + 16 * q) - mf);
+      }
+    if (j + 32 > n && j + 16 <= n) {  // one last half step
+      const f16 g = load16(dy + j);
+      g1[0] += g;
+      g2[0] += g * (load16(x + j) - mf);
+      j += 16;
+    }
+    add_to_double(a1, g1[0] + g1[1]);
+    add_to_double(a2, g2[0] + g2[1]);
+  }
+  double t1 = 0.0, t2 = 0.0;
+  for (; j < n; ++j) {
+    const double g = static_cast<double>(dy[j]);
+    t1 += g;
+    t2 += g * (static_cast<double>(x[j]) - m);
+  }
+  double r1, r2;
+  reduce2(a1, a2, &r1, &r2);
+  *sdy = r1 + t1;
+  *sdyx = r2 + t2;
+}
+
+// y = (x - mean) * rstd * gamma[c] + beta[c] over the elements [a, b) of group i.
+// The double mean is split into mean_hi + mean_lo in T: x - mean_hi is exact (or exactly
+// rounded) since x is close to the mean, so the whole expression runs in T, at full vector
+// width, and still keeps the digits that PyTorch's float form scale * x + shift loses when
+// |mean| >> std. (For T = double, mean_lo is 0.)
+template <class T>
+void normalize_range(const T* x, const T* gamma, const T* beta, int64_t G, int64_t HxW,
+                     int64_t D, int64_t i, int64_t a, int64_t b, double mean, double rstd,
+                     T* y) {
+  const int64_t base = i * D * HxW;  // groups are contiguous blocks of D * HxW elements
+  const int64_t c0 = (i % G) * D;    // first channel of the group
+  const T mean_hi = static_cast<T>(mean);
+  const T mean_lo = static_cast<T>(mean - static_cast<double>(mean_hi));
+  const T* xp = x + base;
+  T* yp = y + base;
+  int64_t j = a;
+  while (j < b) {
+    const int64_t cl = j / HxW;  // channel within the group
+    const int64_t end = std::min(b, (cl + 1) * HxW);
+    const T scale = static_cast<T>(rstd * (gamma ? static_cast<double>(gamma[c0 + cl]) : 1.0));
+    const T shift = beta ? beta[c0 + cl] : T(0);
+    const int64_t h = end - j >= kPeelMin ? j + head_to_align(yp + j, end - j) : j;
+    for (int64_t k = j; k < h; ++k) yp[k] = ((xp[k] - mean_hi) - mean_lo) * scale + shift;
+#pragma omp simd
+    for (int64_t k = h; k < end; ++k) yp[k] = ((xp[k] - mean_hi) - mean_lo) * scale + shift;
+    j = end;
+  }
+}
+
+// The biased variance, clamped at 0 (a no-op for two passes, kept as a guard). An empty
+// group has variance 0/0 = NaN, as in PyTorch.
+double rstd_of(double s2, int64_t M, double eps) {
+  if (M == 0) return std::numeric_limits<double>::quiet_NaN();
+  const double var = std::max(s2 / M, 0.0);
+  return 1.0 / std::sqrt(var + eps);
+}
+
+}  // namespace
+
+template <class T>
+void group_norm_forward(const T* x, const T* gamma, const T* beta, int64_t N, int64_t C,
+                        int64_t HxW, int64_t group, double eps, T* y, T* mean, T* rstd) {
+  const int64_t G = group, D = C / G, M = D * HxW, NG = N * G;
+  if (NG == 0) return;
+  const int64_t chunks = ceil_div(M, kChunk);
+  [[maybe_unused]] const bool parallel = NG * M >= kParallelMin;
+
+  if (NG >= max_threads() || chunks <= 1) {
+    // One group per iteration: both passes and the normalisation reuse the cached group.
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < NG; ++i) {
+      const T* xg = x + i * M;
+      double s = 0.0;
+      for (int64_t k = 0; k < chunks; ++k)
+        s += sum_of(xg + k * kChunk, std::min(kChunk, M - k * kChunk));
+      const double m = M > 0 ? s / M : 0.0;
+      double s2 = 0.0;
+      for (int64_t k = 0; k < chunks; ++k)
+        s2 += centred_sq_sum(xg + k * kChunk, std::min(kChunk, M - k * kChunk), m);
+      const double r = rstd_of(s2, M, eps);
+      normalize_range(x, gamma, beta, G, HxW, D, i, 0, M, m, r, y);
+      mean[i] = static_cast<T>(m);
+      rstd[i] = static_cast<T>(r);
+    }
+    return;
+  }
+
+  // Few large groups: every pass is split into (group, chunk) work items.
+  const int64_t W = NG * chunks;
+  std::vector<double> p(W), m(NG), r(NG);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t w = 0; w < W; ++w) {
+    const int64_t i = w / chunks, k = w % chunks;
+    p[w] = sum_of(x + i * M + k * kChunk, std::min(kChunk, M - k * kChunk));
+  }
+  for (int64_t i = 0; i < NG; ++i) {
+    double s = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) s += p[i * chunks + k];
+    m[i] = s / M;
+  }
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t w = 0; w < W; ++w) {
+    const int64_t i = w / chunks, k = w % chunks;
+    p[w] = centred_sq_sum(x + i * M + k * kChunk, std::min(kChunk, M - k * kChunk), m[i]);
+  }
+  for (int64_t i = 0; i < NG; ++i) {
+    double s2 = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) s2 += p[i * chunks + k];
+    r[i] = rstd_of(s2, M, eps);
+    mean[i] = static_cast<T>(m[i]);
+    rstd[i] = static_cast<T>(r[i]);
+  }
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t w = 0; w < W; ++w) {
+    const int64_t i = w / chunks, k = w % chunks;
+    normalize_range(x, gamma, beta, G, HxW, D, i, k * kChunk, std::min(M, (k + 1) * kChunk),
+                    m[i], r[i], y);
+  }
+}
+
+namespace {
+
+// Per-(n, c) sums of the backward: db = sum_hw dy, ds = sum_hw dy * (x - mean), taken over
+// the channel's HxW elements in chunks of kChunk, like the forward, so that the split path
+// adds the same partials in the same order.
+template <class T>
+void channel_grad_sums(const T* dy, const T* x, int64_t HxW, double m, bool need_ds,
+                       double* db, double* ds) {
+  double sdb = 0.0, sds = 0.0;
+  for (int64_t k = 0; k * kChunk < HxW; ++k) {
+    const int64_t len = std::min(kChunk, HxW - k * kChunk);
+    if (need_ds) {
+      double a, b;
+      grad_sums(dy + k * kChunk, x + k * kChunk, len, m, &a, &b);
+      sdb += a;
+      sds += b;
+    } else {
+      sdb += sum_of(dy + k * kChunk, len);
+    }
+  }
+  *db = sdb;
+  *ds = sds;
+}
+
+// grad_x = c1 * dy + c2 * (x - mean) + c3 over one channel's elements [a, b).
+// x - mean is exact or nearly so in T (x and mean are close), so T arithmetic suffices here;
+// the bracketing makes it a subtraction and two fused multiply-adds.
+template <class T>
+void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, T mean, T c1, T c2, T c3,
+                      T* dx) {
+  const int64_t h = b - a >= kPeelMin ? a + head_to_align(dx + a, b - a) : a;
+  for (int64_t k = a; k < h; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
+#pragma omp simd
+  for (int64_t k = h; k < b; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
+}
+
+}  // namespace
+
+template <class T>
+void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rstd,
+                         const T* gamma, int64_t N, int64_t C, int64_t HxW, int64_t group,
+                         T* grad_x, T* grad_gamma, T* grad_beta) {
+  const int64_t G = group, D = C / G, M = D * HxW, NG = N * G;
+  if (!grad_x && !grad_gamma && !grad_beta) return;
+  const bool need_ds = grad_x || grad_gamma;  // grad_beta alone needs no x
+  [[maybe_unused]] const bool parallel = NG * M >= kParallelMin;
+
+  // db[n*C + c], ds[n*C + c]: the per-(n, c) sums shared by all three gradients.
+  std::vector<double> db(N * C), ds(N * C);
+  // dx coefficients of group i (see the header's formula, with A = sum gamma*db and
+  // B = sum gamma*ds over the group's channels): c2 = -rstd^3 * B / M, c3 = -rstd * A / M.
+  auto group_coeffs = [&](int64_t i, double* c2, double* c3) {
+    const int64_t n = i / G, g = i % G;
+    double A = 0.0, B = 0.0;
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t c = g * D + d;
+      const double gm = gamma ? static_cast<double>(gamma[c]) : 1.0;
+      A += gm * db[n * C + c];
+      B += gm * ds[n * C + c];
+    }
+    const double r = static_cast<double>(rstd[i]);
+    *c2 = -r * r * r * B / M;
+    *c3 = -r * A / M;
+  };
+  auto c1_of = [&](int64_t i, int64_t c) {
+    return static_cast<T>(static_cast<double>(rstd[i]) *
+                          (gamma ? static_cast<double>(gamma[c]) : 1.0));
+  };
+
+  const int64_t chunks = ceil_div(HxW, kChunk);
+  // (n, c, chunk) items give more parallelism than groups whenever a group has several
+  // channels or chunks; both paths give the same bits, so pick by the thread count.
+  if (NG >= max_threads() || N * C * chunks <= NG) {
+    // One group per iteration: sums, then grad_x while the group is still in cache.
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < NG; ++i) {
+      const int64_t n = i / G, g = i % G;
+      const double m = static_cast<double>(mean[i]);
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t nc = n * C + g * D + d;
+        channel_grad_sums(grad_y + nc * HxW, x + nc * HxW, HxW, m, need_ds, &db[nc], &ds[nc]);
+      }
+      if (grad_x) {
+        double c2, c3;
+        group_coeffs(i, &c2, &c3);
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t nc = n * C + g * D + d;
+          input_grad_range(grad_y + nc * HxW, x + nc * HxW, 0, HxW, mean[i], c1_of(i, g * D + d),
+                           static_cast<T>(c2), static_cast<T>(c3), grad_x + nc * HxW);
+        }
+      }
+    }
+  } else {
+    // Fewer groups than threads: (n, c, chunk) work items; partials combined in chunk order.
+    const int64_t W = N * C * chunks;
+    std::vector<double> pdb(W), pds(W);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t w = 0; w < W; ++w) {
+      const int64_t nc = w / chunks, k = w % chunks;
+      const int64_t i = nc / C * G + nc % C / D;
+      const int64_t off = nc * HxW + k * kChunk, len = std::min(kChunk, HxW - k * kChunk);
+      channel_grad_sums(grad_y + off, x + off, len, static_cast<double>(mean[i]), need_ds,
+                        &pdb[w], &pds[w]);
+    }
+    for (int64_t nc = 0; nc < N * C; ++nc) {
+      double sdb = 0.0, sds = 0.0;
+      for (int64_t k = 0; k < chunks; ++k) {
+        sdb += pdb[nc * chunks + k];
+        sds += pds[nc * chunks + k];
+      }
+      db[nc] = sdb;
+      ds[nc] = sds;
+    }
+    if (grad_x) {
+      std::vector<T> c2(NG), c3(NG);
+      for (int64_t i = 0; i < NG; ++i) {
+        double a, b;
+        group_coeffs(i, &a, &b);
+        c2[i] = static_cast<T>(a);
+        c3[i] = static_cast<T>(b);
+      }
+#pragma omp parallel for schedule(static) if (parallel)
+      for (int64_t w = 0; w < W; ++w) {
+        const int64_t nc = w / chunks, k = w % chunks;
+        const int64_t i = nc / C * G + nc % C / D;
+        const T* base_dy = grad_y + nc * HxW;
+        input_grad_range(base_dy, x + nc * HxW, k * kChunk, std::min(HxW, (k + 1) * kChunk),
+                         mean[i], c1_of(i, nc % C), c2[i], c3[i], grad_x + nc * HxW);
+      }
+    }
+  }
+
+  if (grad_gamma || grad_beta) {
+    // grad_gamma[c] = sum_n ds[n, c] * rstd[n, g], grad_beta[c] = sum_n db[n, c]. Blocks of
+    // channels own their outputs; within a block the sum over n runs in a fixed order, and the
+    // innermost loop runs over the contiguous channels of one group.
+    constexpr int64_t kCBlock = 256;
+    const int64_t cblocks = ceil_div(C, kCBlock);
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+    for (int64_t cb = 0; cb < cblocks; ++cb) {
+      const int64_t c0 = cb * kCBlock, c1 = std::min(C, c0 + kCBlock);
+      double sg[kCBlock] = {}, sb[kCBlock] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t g = c0 / D; g * D < c1; ++g) {
+          const double r = static_cast<double>(rstd[n * G + g]);
+          const int64_t cs = std::max(c0, g * D), ce = std::min(c1, (g + 1) * D);
+          const double* dsn = ds.data() + n * C;
+          const double* dbn = db.data() + n * C;
+          for (int64_t c = cs; c < ce; ++c) {
+            sg[c - c0] += dsn[c] * r;
+            sb[c - c0] += dbn[c];
+          }
+        }
+      }
+      for (int64_t c = c0; c < c1; ++c) {
+        if (grad_gamma) grad_gamma[c] = static_cast<T>(sg[c - c0]);
+        if (grad_beta) grad_beta[c] = static_cast<T>(sb[c - c0]);
+      }
+    }
+  }
+}
+
+#define TG_INSTANTIATE(T)                                                                      \
+  template void group_norm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, \
+                                      int64_t, double, T*, T*, T*);                            \
+  template void group_norm_backward<T>(const T*, const T*, const T*, const T*, const T*,       \
+                                       int64_t, int64_t, int64_t, int64_t, T*, T*, T*);
+TG_INSTANTIATE(float)
+TG_INSTANTIATE(double)
+#undef TG_INSTANTIATE
+
+}  // namespace tg::kernels

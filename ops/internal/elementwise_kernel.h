@@ -1,0 +1,67 @@
+// The loops behind elementwise ops: a unary map and a broadcasting binary map, both over
+// tensors of any strides, in parallel for large outputs. Ops include this; users do not.
+#pragma once
+
+#include "../../framework/strided_loop.h"
+#include "../../framework/tensor.h"
+
+namespace tg {
+
+// out = f(x), same dtype, contiguous output.
+template <class T, class F>
+Tensor map_unary(const Tensor& x, F f) {
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  T* o = out.data<T>();
+  const T* p = x.data<T>();
+  for_each_row<2>(x.shape(), {out.strides(), x.strides()},
+                  [&](std::array<int64_t, 2> off, int64_t n, std::array<int64_t, 2> st) {
+                    T* orow = o + off[0];
+                    const T* xrow = p + off[1];
+                    if (st[1] == 1) {
+                      for (int64_t i = 0; i < n; ++i) orow[i] = f(xrow[i]);
+                    } else {
+                      for (int64_t i = 0; i < n; ++i) orow[i] = f(xrow[i * st[1]]);
+                    }
+                  });
+  return out;
+}
+
+// out = f(a, b) with a and b broadcast together; both of dtype T.
+template <class T, class F>
+Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
+  Tensor out = Tensor::empty(shape, a.dtype());
+  Tensor ea = a.detach().expand(shape), eb = b.detach().expand(shape);
+  T* o = out.data<T>();
+  const T* pa = ea.data<T>();
+  const T* pb = eb.data<T>();
+  for_each_row<3>(shape, {out.strides(), ea.strides(), eb.strides()},
+                  [&](std::array<int64_t, 3> off, int64_t n, std::array<int64_t, 3> st) {
+                    T* orow = o + off[0];
+                    const T* ra = pa + off[1];
+                    const T* rb = pb + off[2];
+                    // The common layouts get loops the compiler can vectorise.
+                    if (st[1] == 1 && st[2] == 1) {
+                      for (int64_t i = 0; i < n; ++i) orow[i] = f(ra[i], rb[i]);
+                    } else if (st[1] == 1 && st[2] == 0) {
+                      const T s = *rb;
+                      for (int64_t i = 0; i < n; ++i) orow[i] = f(ra[i], s);
+                    } else if (st[1] == 0 && st[2] == 1) {
+                      const T s = *ra;
+                      for (int64_t i = 0; i < n; ++i) orow[i] = f(s, rb[i]);
+                    } else {
+                      for (int64_t i = 0; i < n; ++i) orow[i] = f(ra[i * st[1]], rb[i * st[2]]);
+                    }
+                  });
+  return out;
+}
+
+// Validation shared by binary ops: both defined, same floating dtype.
+inline void check_binary_operands(const Tensor& a, const Tensor& b, const char* op) {
+  TG_CHECK(a.defined() && b.defined(), op, ": expected two defined tensors");
+  TG_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ", dtype_name(a.dtype()),
+           " and ", dtype_name(b.dtype()));
+  TG_CHECK(is_floating(a.dtype()), op, ": expected floating operands, got ", dtype_name(a.dtype()));
+}
+
+}  // namespace tg

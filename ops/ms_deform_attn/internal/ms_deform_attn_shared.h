@@ -1,0 +1,41 @@
+// What ms_deform_attn.cpp (the op, its first-order backward) and ms_deform_attn_double_backward.cpp
+// (the recorded backward and its own backward) share. Not part of the public API.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "../../../framework/registry.h"
+#include "../../../framework/tensor.h"
+#include "../ms_deform_attn.h"
+
+namespace tg::detail {
+
+// The sizes every tensor must agree on, read from value and sampling_locations.
+struct MsdaSizes {
+  int64_t bs, num_keys, heads, channels, levels, queries, points;
+};
+
+// Validates value, spatial_shapes, level_start_index, sampling_locations and attention_weights
+// together (shapes, dtypes, level sizes and offsets), naming `op` in every tg::Error.
+MsdaSizes ms_deform_attn_check_inputs(const char* op, const Tensor& value, const Tensor& spatial_shapes,
+                                      const Tensor& level_start_index, const Tensor& sampling_locations,
+                                      const Tensor& attention_weights);
+
+// Checks that grad_output is (bs, queries, heads * channels) in value's dtype.
+void ms_deform_attn_check_grad_output(const char* op, const MsdaSizes& s, const Tensor& value,
+                                      const Tensor& grad_output);
+
+// The first-order backward as a recorded tape entry, `ms_deform_attn_backward` (inputs
+// grad_output, value, sampling_locations, attention_weights), for a backward run with
+// create_graph: its gradients can then be differentiated again. The tensors keep their history;
+// output_mask as for tg::ms_deform_attn_backward.
+MsDeformAttnGrads ms_deform_attn_recorded_backward(const Tensor& grad_output, const Tensor& value,
+                                                   const Tensor& spatial_shapes, const Tensor& level_start_index,
+                                                   const Tensor& sampling_locations,
+                                                   const Tensor& attention_weights, std::array<bool, 3> output_mask);
+
+// The tape entry of ms_deform_attn_recorded_backward (registered with ms_deform_attn).
+extern const OpDef kMsDeformAttnBackwardOp;
+
+}  // namespace tg::detail

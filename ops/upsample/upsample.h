@@ -1,0 +1,31 @@
+// Bilinear 2-D upsampling (and downsampling) on tensors and the tape, PyTorch's semantics.
+// The source-coordinate rules, forward beside backward, are in ops/upsample/upsample_kernels.h.
+#pragma once
+
+#include <array>
+#include <optional>
+
+#include "../../framework/tensor.h"
+
+namespace tg {
+
+// input (N, C, H, W) -> (N, C, Ho, Wo). scales_h / scales_w are the user's scale factors
+// (output / input) when given: with align_corners false they set the source step (1 / scale)
+// instead of in / out; with align_corners true they are ignored.
+Tensor upsample_bilinear2d(const Tensor& input, std::array<int64_t, 2> output_size, bool align_corners,
+                           std::optional<double> scales_h = std::nullopt,
+                           std::optional<double> scales_w = std::nullopt);
+
+// The common call, as F.interpolate(mode="bilinear"): to a size, or by a scale factor, where
+// the output size is floor(in * scale) and the scale itself is passed on (PyTorch's
+// recompute_scale_factor=False).
+Tensor interpolate(const Tensor& input, std::array<int64_t, 2> size, bool align_corners = false);
+Tensor interpolate(const Tensor& input, double scale_factor, bool align_corners = false);
+
+// The kernel API: the input gradient for grad_out (N, C, Ho, Wo), input_size (N, C, H, W).
+Tensor upsample_bilinear2d_backward(const Tensor& grad_out, std::array<int64_t, 2> output_size,
+                                    std::array<int64_t, 4> input_size, bool align_corners,
+                                    std::optional<double> scales_h = std::nullopt,
+                                    std::optional<double> scales_w = std::nullopt);
+
+}  // namespace tg
