@@ -455,7 +455,7 @@ Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector
   const int64_t N = size[0], H = size[2], W = size[3];
   const Shape grid_shape{N, H, W, 2};
   TG_CHECK(grad_grid.defined() && grad_grid.shape() == grid_shape, op, ": expected grad_grid of shape [N, H, W, 2] = ",
-           format_shape(grid_shape), ", got ", grad_grid.defined() ? format_shape(grad_grid.shape()) : "undefined");
+           format_shape(grid_shape), ", got ", describe_shape(grad_grid));
   Tensor g = grad_grid.contiguous();
   Tensor grad_theta = Tensor::empty({N, 2, 3}, g.dtype());
   // N = 0: as in affine_grid, no per-row tables for an empty grid.

@@ -126,7 +126,7 @@ GroupNormGrads native_group_norm_backward(const Tensor& grad_out, const Tensor& 
   check_sizes(op, input, weight, Tensor(), N, C, HxW, group);
   const int64_t NCHxW = N * C * HxW, Ngroup = N * group;  // checked by check_sizes
   TG_CHECK(grad_out.defined() && grad_out.numel() == NCHxW, op, ": expected grad_out with N * C * HxW = ",
-           NCHxW, " elements, got ", grad_out.defined() ? format_shape(grad_out.shape()) : "undefined");
+           NCHxW, " elements, got ", describe_shape(grad_out));
   for (const auto& [t, name] :
        {std::pair<const Tensor&, const char*>{grad_out, "grad_out"}, {mean, "mean"}, {rstd, "rstd"}}) {
     TG_CHECK(t.defined(), op, ": expected a defined ", name);

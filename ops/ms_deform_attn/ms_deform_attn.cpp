@@ -65,7 +65,7 @@ void ms_deform_attn_check_grad_output(const char* op, const MsdaSizes& s, const 
                                       const Tensor& grad_output) {
   const Shape out_shape{s.bs, s.queries, s.heads * s.channels};
   TG_CHECK(grad_output.defined() && grad_output.shape() == out_shape, op, ": expected grad_output of shape ",
-           format_shape(out_shape), ", got ", grad_output.defined() ? format_shape(grad_output.shape()) : "undefined");
+           format_shape(out_shape), ", got ", describe_shape(grad_output));
   TG_CHECK(grad_output.dtype() == value.dtype(), op, ": expected grad_output of dtype ", dtype_name(value.dtype()),
            ", got ", dtype_name(grad_output.dtype()));
 }
