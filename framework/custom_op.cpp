@@ -231,7 +231,12 @@ CustomOp::CustomOp(std::string name, std::vector<std::string> input_names, Custo
   TG_CHECK(forward != nullptr, "CustomOp ", name, ": forward is empty");
   TG_CHECK(backward != nullptr, "CustomOp ", name, ": backward is empty");
   for (size_t i = 0; i < input_names.size(); ++i) {
-    TG_CHECK(!input_names[i].empty(), "CustomOp ", name, ": input ", i, " has an empty name");
+    const std::string& n = input_names[i];
+    TG_CHECK(!n.empty(), "CustomOp ", name, ": input ", i, " has an empty name");
+    // The names are joined with ", " into OpDef::inputs, where a comma separates names and a
+    // trailing "..." marks a list.
+    TG_CHECK(n.find(',') == std::string::npos && (n.size() < 3 || n.compare(n.size() - 3, 3, "...") != 0),
+             "CustomOp ", name, ": input ", i, " is named \"", n, "\"; a name may not contain ',' or end in '...'");
     for (size_t j = 0; j < i; ++j)
       TG_CHECK(input_names[i] != input_names[j], "CustomOp ", name, ": two inputs are named \"", input_names[i], "\"");
   }

@@ -1,7 +1,7 @@
-// IDX files, the format of MNIST and Fashion-MNIST (data/fashion_mnist.h loads the dataset): a big-endian header (two zero bytes, a
-// type code, the number of dims, then each dim as uint32) followed by the raw elements in C
-// order. Files may be gzip-compressed (as distributed) or raw; the reader tells them apart by
-// the gzip magic, not by the file name.
+// IDX files, the format of MNIST and Fashion-MNIST (data/fashion_mnist.h loads that dataset):
+// a big-endian header (two zero bytes, a type code, the number of dims, then each dim as
+// uint32) followed by the raw elements in C order. Files may be gzip-compressed (as
+// distributed) or raw; the reader tells them apart by the gzip magic, not by the file name.
 #pragma once
 
 #include <cstdint>

@@ -13,7 +13,8 @@ namespace tg {
 
 using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
-// The former name of StateDict, kept so that programs written against it still build.
+// The former name of StateDict (and framework/named_tensors.h its former header), kept so that
+// programs written against them still build.
 using NamedTensors [[deprecated("use tg::StateDict")]] = StateDict;
 
 }  // namespace tg

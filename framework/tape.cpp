@@ -4,6 +4,7 @@
 #include <atomic>
 #include <optional>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <unordered_map>
 #include <string>
@@ -138,8 +139,8 @@ std::pair<size_t, bool> declared_inputs(const char* names) {
     if (*c == ',') word = false;
     else if (*c != ' ' && !word) word = true, ++n;
   }
-  const std::string s(names);
-  return {n, s.size() >= 3 && s.compare(s.size() - 3, 3, "...") == 0};
+  const size_t length = std::strlen(names);
+  return {n, length >= 3 && std::strcmp(names + length - 3, "...") == 0};
 }
 
 }  // namespace

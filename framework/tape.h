@@ -20,8 +20,12 @@
 #pragma once
 
 #include <any>
+#include <initializer_list>
 #include <iosfwd>
 #include <memory>
+#include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "registry.h"
@@ -135,7 +139,7 @@ class Recorder {
 
   bool needs_grad(int input) const;
   // Saves t in slot `slot` for backward (ctx.saved(slot)). Slots are named by an enum of the op
-  // (enum GridSampleSaved { kInput, kGrid }), so forward and backward agree by name, not by
+  // (enum LayerNormSaved { kInput, kWeight, kMean, kRstd }), so forward and backward agree by name, not by
   // the position in a list; saving a slot twice is an internal error.
   void save(int slot, const Tensor& t);
   // Saves a list whose length is only known at run time (slots 0, 1, ...), for ops whose
@@ -152,6 +156,21 @@ class Recorder {
   SavedTensor make_saved(const Tensor& t) const;
   std::shared_ptr<Node> node_;
 };
+
+// The entry of an op of one input and one output, the common case: what backward reads, as
+// (slot, tensor) pairs, and the op's attributes (none: std::monostate). Ops with more inputs or
+// outputs use a Recorder directly.
+//   record_one_input(kExpOp, x, y, {{kOutput, y}});
+//   record_one_input(kPermuteOp, x, out, {}, PermuteAttrs{dims});
+template <class A = std::monostate>
+void record_one_input(const OpDef& op, const Tensor& input, const Tensor& output,
+                      std::initializer_list<std::pair<int, Tensor>> saves = {}, A attrs = A{}) {
+  if (Recorder rec{op, {input}}) {
+    for (const auto& [slot, t] : saves) rec.save(slot, t);
+    if constexpr (!std::is_same_v<A, std::monostate>) rec.set_attrs(std::move(attrs));
+    rec.set_outputs({output});
+  }
+}
 
 // Whether this set of inputs would be recorded (grad mode on and one of them requires grad).
 bool any_requires_grad(const std::vector<Tensor>& inputs);

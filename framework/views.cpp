@@ -158,17 +158,6 @@ Tensor slice_scatter_zeros(const Tensor& g, const Shape& shape, const SliceAttrs
   return out;
 }
 
-void record_unary(const OpDef& op, const Tensor& input, const Tensor& output) {
-  if (Recorder rec{op, {input}}) rec.set_outputs({output});
-}
-
-template <class A>
-void record_unary(const OpDef& op, const Tensor& input, const Tensor& output, A attrs) {
-  if (Recorder rec{op, {input}}) {
-    rec.set_attrs(std::move(attrs));
-    rec.set_outputs({output});
-  }
-}
 
 Shape infer_view_shape(const Shape& requested, int64_t numel, const char* op) {
   Shape shape = requested;
@@ -236,7 +225,7 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
         },
         /*allow_parallel=*/false);
   });
-  record_unary(kSumToOp, grad, out);  // differentiable: a backward recorded under create_graph uses it
+  record_one_input(kSumToOp, grad, out);  // differentiable: a backward recorded under create_graph uses it
   return out;
 }
 
@@ -248,7 +237,7 @@ Tensor Tensor::view(const Shape& requested) const {
   TG_CHECK(is_contiguous(), "view: the input of shape ", format_shape(this->shape()),
            " is not contiguous; use reshape() (which copies when it must) or contiguous() first");
   Tensor out = alias(*this, shape, contiguous_strides(shape), offset());
-  record_unary(kViewOp, *this, out);
+  record_one_input(kViewOp, *this, out);
   return out;
 }
 
@@ -257,7 +246,7 @@ Tensor Tensor::reshape(const Shape& requested) const {
   Shape shape = infer_view_shape(requested, numel(), "reshape");
   Tensor source = is_contiguous() ? *this : contiguous().detach();
   Tensor out = alias(source, shape, contiguous_strides(shape), source.offset(), /*view=*/is_contiguous());
-  record_unary(kReshapeOp, *this, out);
+  record_one_input(kReshapeOp, *this, out);
   return out;
 }
 
@@ -277,7 +266,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
     strides[i] = impl()->strides[d];
   }
   Tensor out = alias(*this, shape, strides, offset());
-  record_unary(kPermuteOp, *this, out, PermuteAttrs{wrapped});
+  record_one_input(kPermuteOp, *this, out, {}, PermuteAttrs{wrapped});
   return out;
 }
 
@@ -303,7 +292,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   shape[d] = (end - start + step - 1) / step;
   strides[d] *= step;
   Tensor out = alias(*this, shape, strides, offset() + start * this->strides()[d]);
-  record_unary(kSliceOp, *this, out, SliceAttrs{d, start, end, step});
+  record_one_input(kSliceOp, *this, out, {}, SliceAttrs{d, start, end, step});
   return out;
 }
 
@@ -348,7 +337,7 @@ Tensor Tensor::expand(const Shape& requested) const {
   if (shape == this->shape()) return *this;
   checked_numel(shape, "expand", "the target shape");  // a view allocates nothing; numel() must still fit
   Tensor out = alias(*this, shape, strides, offset());
-  record_unary(kExpandOp, *this, out);
+  record_one_input(kExpandOp, *this, out);
   return out;
 }
 
@@ -361,7 +350,7 @@ Tensor Tensor::squeeze(int64_t d) const {
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
   Tensor out = alias(*this, shape, strides, offset());
-  record_unary(kSqueezeOp, *this, out);
+  record_one_input(kSqueezeOp, *this, out);
   return out;
 }
 
@@ -373,7 +362,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   shape.insert(shape.begin() + d, 1);
   strides.insert(strides.begin() + d, stride);
   Tensor out = alias(*this, shape, strides, offset());
-  record_unary(kUnsqueezeOp, *this, out);
+  record_one_input(kUnsqueezeOp, *this, out);
   return out;
 }
 
@@ -396,7 +385,7 @@ Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   Tensor out = Tensor::empty(shape(), dtype());
   detail::copy_into_new(out, detach());
-  record_unary(kContiguousOp, *this, out);
+  record_one_input(kContiguousOp, *this, out);
   return out;
 }
 
@@ -404,7 +393,7 @@ Tensor Tensor::clone() const {
   check_defined("clone");
   Tensor out = Tensor::empty(shape(), dtype());
   detail::copy_into_new(out, detach());
-  record_unary(kCloneOp, *this, out);
+  record_one_input(kCloneOp, *this, out);
   return out;
 }
 
@@ -413,7 +402,7 @@ Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
   Tensor out = Tensor::empty(shape(), target);
   detail::copy_into_new(out, detach());
-  if (is_floating(target)) record_unary(kToOp, *this, out);
+  if (is_floating(target)) record_one_input(kToOp, *this, out);
   return out;
 }
 

@@ -89,15 +89,13 @@ std::vector<Tensor> embedding_backward_backward(const BackwardContext& ctx, cons
 
 std::vector<SampleCase> embedding_samples() {
   auto make = [](DType dt) { return std::vector<Tensor>{sample_tensor({5, 3}, dt)}; };
+  // No padding_idx case: its gradient is zero at the padding row by definition (as PyTorch's),
+  // which finite differences cannot see. tests/test_core_ops_golden.cpp (first order) and
+  // tests/test_double_backward_index.cpp (first and second order) check it against PyTorch.
   return {{"(5,3) indices (2,3) with repeats", make,
            [](const std::vector<Tensor>& x) {
              return std::vector<Tensor>{embedding(x[0], from_vector(std::vector<int64_t>{0, 2, 2, 4, 1, 2}, {2, 3}))};
            }}};
-  // No padding_idx case: its gradient is zero at the padding row by definition (as PyTorch's),
-  // which finite differences cannot see. tests/test_double_backward_index.cpp checks it, first
-  // and second order, against PyTorch.
-  // No padding_idx case: its row's gradient is zero by design, not the true derivative, so
-  // finite differences disagree; tests/test_core_ops_golden.cpp checks it against PyTorch.
 }
 
 }  // namespace

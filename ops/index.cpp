@@ -12,6 +12,7 @@
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
+#include "internal/dim_layout.h"
 #include "internal/samples.h"
 
 namespace tg {
@@ -22,16 +23,6 @@ struct IndexAttrs {
   int64_t dim;
 };
 
-struct Layout {
-  int64_t outer = 1, D = 1, inner = 1;
-};
-Layout layout_of(const Shape& s, int64_t dim) {
-  Layout l;
-  for (int64_t d = 0; d < dim; ++d) l.outer *= s[d];
-  l.D = s.empty() ? 1 : s[dim];
-  for (size_t d = dim + 1; d < s.size(); ++d) l.inner *= s[d];
-  return l;
-}
 
 // Negative indices are rejected, as PyTorch does for index_select and gather.
 void check_non_negative(const Tensor& idx, int64_t size, const char* op, int64_t dim) {
@@ -44,7 +35,7 @@ void check_non_negative(const Tensor& idx, int64_t size, const char* op, int64_t
 // zeros(shape) with g's slices added at index along dim: the kernel of index_select's
 // backward, deterministic (threads split `outer`, the picks are added in index order).
 Tensor index_add_zeros_values(const Tensor& grad, const Shape& shape, int64_t dim, const Tensor& idx) {
-  Layout l = layout_of(shape, dim);
+  DimLayout l = dim_layout(shape, dim);
   const int64_t n = idx.numel();
   Tensor g = grad.detach().contiguous();
   Tensor dx = zeros(shape, grad.dtype());
@@ -193,7 +184,7 @@ Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index) {
   const int64_t dim = wrap_dim(dim_in, x.dim(), op);
   Tensor idx = index.detach().contiguous().reshape({index.numel()});
   check_non_negative(idx, x.size(dim), op, dim);
-  Layout l = layout_of(x.shape(), dim);
+  DimLayout l = dim_layout(x.shape(), dim);
   const int64_t n = idx.numel();
   Shape out_shape = x.shape();
   out_shape[dim] = n;

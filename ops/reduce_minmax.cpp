@@ -73,8 +73,9 @@ std::vector<Tensor> dim_backward(const BackwardContext& ctx, const std::vector<T
   return {scatter_add_along(ctx.input_shape(0), a.dim, idx, g[0].reshape(idx.shape()))};
 }
 
-// The weights of max_all's gradient: 1/k at each of the k elements equal to the extreme, else 0.
-Tensor all_weights(const Tensor& x, const Tensor& best) {
+// max_all's gradient: `total` shared equally by the k elements equal to the extreme (NaN
+// counting as equal to a NaN extreme), 0 elsewhere; total undefined: 1, the weights alone.
+Tensor spread_over_extremes(const Tensor& x, const Tensor& best, const Tensor& total) {
   Tensor w = Tensor::empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), "max_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -83,7 +84,7 @@ Tensor all_weights(const Tensor& x, const Tensor& best) {
     T* d = w.data<T>();
     int64_t k = 0;
     for (int64_t i = 0; i < x.numel(); ++i) k += (p[i] == b || (std::isnan(p[i]) && std::isnan(b)));
-    const T share = T(1) / static_cast<T>(k);
+    const T share = (total.defined() ? *total.contiguous().data<T>() : T(1)) / static_cast<T>(k);
     for (int64_t i = 0; i < x.numel(); ++i) d[i] = (p[i] == b || (std::isnan(p[i]) && std::isnan(b))) ? share : T(0);
   });
   return w;
@@ -95,19 +96,8 @@ std::vector<Tensor> all_backward(const BackwardContext& ctx, const std::vector<T
   const Tensor x = ctx.saved(kInput).detach();
   const Tensor best = ctx.saved(kOutput).detach();
   if (ctx.create_graph())  // g (a scalar) times constant weights: differentiable in g
-    return {mul(g[0].expand(x.shape()), all_weights(x, best))};
-  Tensor dx = Tensor::empty(x.shape(), x.dtype());
-  dispatch_floating(x.dtype(), "max_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = x.data<T>();
-    const T b = *best.data<T>();
-    T* d = dx.data<T>();
-    int64_t k = 0;
-    for (int64_t i = 0; i < x.numel(); ++i) k += (p[i] == b || (std::isnan(p[i]) && std::isnan(b)));
-    const T share = *g[0].contiguous().data<T>() / static_cast<T>(k);
-    for (int64_t i = 0; i < x.numel(); ++i) d[i] = (p[i] == b || (std::isnan(p[i]) && std::isnan(b))) ? share : T(0);
-  });
-  return {dx};
+    return {mul(g[0].expand(x.shape()), spread_over_extremes(x, best, Tensor()))};
+  return {spread_over_extremes(x, best, g[0])};
 }
 
 using Inputs = std::vector<Tensor>;

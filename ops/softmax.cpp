@@ -9,6 +9,7 @@
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
+#include "internal/dim_layout.h"
 #include "elementwise.h"
 #include "reduce.h"
 #include "internal/samples.h"
@@ -94,17 +95,6 @@ struct SoftmaxAttrs {
   int64_t dim;
 };
 
-struct Layout {
-  int64_t outer = 1, D = 1, inner = 1;
-};
-Layout layout_of(const Shape& shape, int64_t dim) {
-  Layout l;
-  if (shape.empty()) return l;  // a 0-d tensor is one lane of one element
-  for (int64_t d = 0; d < dim; ++d) l.outer *= shape[d];
-  l.D = shape[dim];
-  for (size_t d = dim + 1; d < shape.size(); ++d) l.inner *= shape[d];
-  return l;
-}
 
 // The saved slot of softmax and log_softmax (one enum: both save their output).
 enum SoftmaxSaved { kOutput };
@@ -117,7 +107,7 @@ std::vector<Tensor> backward_impl(const BackwardContext& ctx, const std::vector<
     if (log) return {sub(g[0], mul(exp(y), sum(g[0], dim, true)))};      // g - e^y sum g
     return {mul(y, sub(g[0], sum(mul(g[0], y), dim, true)))};           // y (g - sum g y)
   }
-  Layout l = layout_of(y.shape(), ctx.attrs<SoftmaxAttrs>().dim);
+  DimLayout l = dim_layout(y.shape(), ctx.attrs<SoftmaxAttrs>().dim);
   Tensor gc = g[0].contiguous();
   Tensor dx = Tensor::empty(y.shape(), y.dtype());
   dispatch_floating(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&](auto tag) {
@@ -155,7 +145,7 @@ Tensor softmax_impl(const OpDef& op, const Tensor& x, int64_t dim_in, bool log) 
   TG_CHECK(x.defined(), op.name, ": the tensor is undefined");
   const int64_t dim = x.dim() == 0 ? 0 : wrap_dim(dim_in, x.dim(), op.name);
   TG_CHECK(x.dim() > 0 || dim_in == 0 || dim_in == -1, op.name, ": dim ", dim_in, " is out of range for a 0-d tensor");
-  Layout l = layout_of(x.shape(), dim);
+  DimLayout l = dim_layout(x.shape(), dim);
   Tensor xc = x.detach().contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), op.name, [&](auto tag) {

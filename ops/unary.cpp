@@ -145,22 +145,6 @@ std::vector<SampleCase> clamp_samples() {
           {"[3,4] max only", make, [](const Inputs& x) { return Inputs{clamp_max(x[0], 0.5)}; }}};
 }
 
-// Records a one-input op that saves one tensor.
-template <class A>
-void record(const OpDef& op, const Tensor& x, const Tensor& y, UnarySaved slot, const Tensor& saved, A attrs) {
-  if (Recorder rec{op, {x}}) {
-    rec.save(slot, saved);
-    rec.set_attrs(std::move(attrs));
-    rec.set_outputs({y});
-  }
-}
-void record(const OpDef& op, const Tensor& x, const Tensor& y, UnarySaved slot, const Tensor& saved) {
-  if (Recorder rec{op, {x}}) {
-    rec.save(slot, saved);
-    rec.set_outputs({y});
-  }
-}
-
 }  // namespace
 
 const OpDef kPowOp{"pow", "pow_backward", "self", pow_backward, pow_samples, true};
@@ -175,32 +159,32 @@ Tensor pow(const Tensor& x, double p) {
   Tensor y;
   if (p == 2.0) y = pointwise_unary(x, "pow", [](auto v) { return v * v; });
   else y = pointwise_unary(x, "pow", [p](auto v) { return std::pow(v, static_cast<decltype(v)>(p)); });
-  record(kPowOp, x, y, kInput, x, PowAttrs{p});
+  record_one_input(kPowOp, x, y, {{kInput, x}}, PowAttrs{p});
   return y;
 }
 Tensor exp(const Tensor& x) {
   Tensor y = pointwise_unary(x, "exp", [](auto v) { return std::exp(v); });
-  record(kExpOp, x, y, kOutput, y);
+  record_one_input(kExpOp, x, y, {{kOutput, y}});
   return y;
 }
 Tensor log(const Tensor& x) {
   Tensor y = pointwise_unary(x, "log", [](auto v) { return std::log(v); });
-  record(kLogOp, x, y, kInput, x);
+  record_one_input(kLogOp, x, y, {{kInput, x}});
   return y;
 }
 Tensor sqrt(const Tensor& x) {
   Tensor y = pointwise_unary(x, "sqrt", [](auto v) { return std::sqrt(v); });
-  record(kSqrtOp, x, y, kOutput, y);
+  record_one_input(kSqrtOp, x, y, {{kOutput, y}});
   return y;
 }
 Tensor rsqrt(const Tensor& x) {
   Tensor y = pointwise_unary(x, "rsqrt", [](auto v) { return decltype(v)(1) / std::sqrt(v); });
-  record(kRsqrtOp, x, y, kOutput, y);
+  record_one_input(kRsqrtOp, x, y, {{kOutput, y}});
   return y;
 }
 Tensor abs(const Tensor& x) {
   Tensor y = pointwise_unary(x, "abs", [](auto v) { return std::abs(v); });
-  record(kAbsOp, x, y, kInput, x);
+  record_one_input(kAbsOp, x, y, {{kInput, x}});
   return y;
 }
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
@@ -214,7 +198,7 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
     T r = v < static_cast<T>(lo) ? static_cast<T>(lo) : v;
     return r > static_cast<T>(hi) ? static_cast<T>(hi) : r;
   });
-  record(kClampOp, x, y, kInput, x, ClampAttrs{lo, hi});
+  record_one_input(kClampOp, x, y, {{kInput, x}}, ClampAttrs{lo, hi});
   return y;
 }
 Tensor clamp_min(const Tensor& x, double min) { return clamp(x, min, std::nullopt); }

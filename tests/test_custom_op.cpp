@@ -357,6 +357,17 @@ TEST(CustomOpErrors, MisuseOfTheContextNamesTheOp) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("two_inputs: expected 2 inputs (a, b), got 1"), std::string::npos) << e.what();
   }
+
+  // Input names are joined into the op's declared input list, where ',' separates names and a
+  // trailing "..." means a list: names that would change the count are refused up front.
+  for (const char* bad : {"y,z", "rest..."}) {
+    try {
+      CustomOp named("named", {"x", bad}, identity_fwd, [](FunctionContext&, const std::vector<Tensor>& g) { return g; });
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("may not contain ',' or end in '...'"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---- the generic checks on a user's op

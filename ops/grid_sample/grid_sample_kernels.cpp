@@ -37,7 +37,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "framework/parallel.h"
+#include "../../framework/parallel.h"
 #include "internal/grid_sample_kernels_shared.h"
 
 // Compiler settings for this file, whatever the build flags:

@@ -54,7 +54,7 @@
 #include <cmath>
 #include <vector>
 
-#include "framework/parallel.h"
+#include "../../framework/parallel.h"
 #include "grid_sample_kernels.h"
 #include "internal/grid_sample_kernels_shared.h"
 

@@ -15,7 +15,7 @@
 #include <limits>
 #include <vector>
 
-#include "framework/parallel.h"
+#include "../../framework/parallel.h"
 
 // The 64-byte vector types below only pass between inlined helpers of this file, so GCC's note
 // that their calling convention differs without AVX-512 concerns no real call.

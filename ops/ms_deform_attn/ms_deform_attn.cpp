@@ -81,21 +81,10 @@ MsdaSizes check_inputs(const char* op, const Tensor& value, const Tensor& spatia
   return detail::ms_deform_attn_check_inputs(op, value, spatial_shapes, level_start_index, loc, attn);
 }
 
-// Saved by the forward: the contiguous, history-free tensors the kernels read (kContiguous*,
-// kSpatialShapes, kLevelStartIndex), which the first-order backward uses exactly as it always
-// has; and value, sampling_locations and attention_weights as given, with their history, which
-// a recorded backward (create_graph) needs so that its gradients reach them. For contiguous
-// inputs both share storage.
-enum MsDeformAttnSaved {
-  kContiguousValue,
-  kSpatialShapes,
-  kLevelStartIndex,
-  kContiguousLocations,
-  kContiguousWeights,
-  kValue,
-  kSamplingLocations,
-  kAttentionWeights
-};
+// Saved by the forward: value, sampling_locations and attention_weights as given (a recorded
+// backward, under create_graph, follows their history; the plain backward makes them
+// contiguous, a no-op for the usual contiguous inputs), and the integer level tables.
+enum MsDeformAttnSaved { kValue, kSpatialShapes, kLevelStartIndex, kSamplingLocations, kAttentionWeights };
 
 std::vector<Tensor> ms_deform_attn_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const std::array<bool, 3> mask{ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2)};
@@ -104,9 +93,8 @@ std::vector<Tensor> ms_deform_attn_backward_fn(const BackwardContext& ctx, const
           ? detail::ms_deform_attn_recorded_backward(g[0], ctx.saved(kValue), ctx.saved(kSpatialShapes),
                                                      ctx.saved(kLevelStartIndex), ctx.saved(kSamplingLocations),
                                                      ctx.saved(kAttentionWeights), mask)
-          : ms_deform_attn_backward(ctx.saved(kContiguousValue), ctx.saved(kSpatialShapes),
-                                    ctx.saved(kLevelStartIndex), ctx.saved(kContiguousLocations),
-                                    ctx.saved(kContiguousWeights), g[0], mask);
+          : ms_deform_attn_backward(ctx.saved(kValue), ctx.saved(kSpatialShapes), ctx.saved(kLevelStartIndex),
+                                    ctx.saved(kSamplingLocations), ctx.saved(kAttentionWeights), g[0], mask);
   return {grads.grad_value, grads.grad_sampling_locations, grads.grad_attention_weights};
 }
 
@@ -181,12 +169,9 @@ Tensor ms_deform_attn(const Tensor& value, const Tensor& spatial_shapes, const T
                                        s.queries, s.points);
   });
   if (Recorder rec{kMsDeformAttnOp, {value, sampling_locations, attention_weights}}) {
-    rec.save(kContiguousValue, v);
+    rec.save(kValue, value);
     rec.save(kSpatialShapes, shapes);
     rec.save(kLevelStartIndex, start);
-    rec.save(kContiguousLocations, loc);
-    rec.save(kContiguousWeights, attn);
-    rec.save(kValue, value);
     rec.save(kSamplingLocations, sampling_locations);
     rec.save(kAttentionWeights, attention_weights);
     rec.set_outputs({out});

@@ -42,7 +42,7 @@
 #include <utility>
 #include <vector>
 
-#include "framework/parallel.h"
+#include "../../framework/parallel.h"
 
 // The SIMD helpers below pass vectors by value between inline functions of this file only; GCC's
 // note that such an ABI depends on -mavx is irrelevant here.

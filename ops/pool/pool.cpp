@@ -118,7 +118,7 @@ void check_grad_output(const char* op, const Tensor& grad_output, const Shape& e
 enum MaxPoolSaved { kIndices };
 
 // Under create_graph g[0] carries history and the backward records itself (an op of its own,
-// see below); otherwise it runs the kernel alone, as before.
+// see below); otherwise it runs the kernel unrecorded.
 std::vector<Tensor> max_pool2d_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   return {max_pool2d_with_indices_backward(ctx.create_graph() ? g[0] : g[0].detach(), ctx.input_shape(0),
                                            ctx.saved(kIndices))};

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <limits>
 
-#include "framework/parallel.h"
+#include "../../framework/parallel.h"
 
 namespace tg::kernels {
 

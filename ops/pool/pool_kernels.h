@@ -26,8 +26,9 @@
 //
 // Backward: max scatters grad_y to the saved indices; average spreads grad_y / divisor over
 // the window it read. Double backward: max gathers at the indices (max_pool2d_gather); the
-// average ones are linear in grad_y, and their adjoint is the forward. Each thread owns whole planes of grad_x and walks its outputs in order:
-// no atomics, the same bits for any thread count.
+// average ones are linear in grad_y, and their adjoint is the forward. Each thread owns whole
+// planes of grad_x and walks its outputs in order: no atomics, the same bits for any thread
+// count.
 //
 // No validation here: the Tensor-level ops (ops/pool/pool.cpp) check ranks, sizes and parameters
 // (and the indices a user passes to the max backward).

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "framework/parallel.h"
+#include "../../framework/parallel.h"
 
 namespace tg::kernels {
 namespace {
