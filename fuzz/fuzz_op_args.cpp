@@ -131,7 +131,11 @@ void fuzz_conv(Reader& r, tg::DType dt) {
     for (int64_t v : padding) p = std::max(p, 2.0 * static_cast<double>(v));
     const double dil = static_cast<double>(dilation.size() == 1 ? dilation[0] : dilation[d]);
     const double k = static_cast<double>(w[2 + d]);
-    const double o = transposed ? (static_cast<double>(in[2 + d]) - 1) * s + dil * (k - 1) + 1 + 8
+    // output_padding may be as large as max(stride, dilation) - 1, so a huge dilation with a
+    // 1-wide kernel allows a huge one (valid, PyTorch's rule).
+    double op = 0;
+    for (int64_t v : output_padding) op = std::max(op, static_cast<double>(v));
+    const double o = transposed ? (static_cast<double>(in[2 + d]) - 1) * s + dil * (k - 1) + 1 + op + 8
                                 : (static_cast<double>(in[2 + d]) + p) / std::max(s, 1.0) + 1;
     out *= std::max(o, 1.0);
   }
