@@ -127,8 +127,12 @@ void fuzz_conv(Reader& r, tg::DType dt) {
   double out = static_cast<double>(in[0]) * static_cast<double>(transposed ? w[1] * g : w[0]);
   for (int d = 0; d < dims; ++d) {
     const double s = static_cast<double>(stride.size() == 1 ? stride[0] : stride[d]);
-    double p = 0;  // the largest padding anywhere, both sides (before/after lists included)
-    for (int64_t v : padding) p = std::max(p, 2.0 * static_cast<double>(v));
+    // This dim's padding, both sides: one value for all dims, one per dim, or (before, after)
+    // per dim. (The largest padding anywhere overestimates, and an estimate past int64 lets a
+    // valid but huge call through as if the library had to refuse it.)
+    const auto pad = [&](size_t i) { return i < padding.size() ? static_cast<double>(padding[i]) : 0.0; };
+    const double p = padding.size() == 2 * static_cast<size_t>(dims) ? pad(2 * d) + pad(2 * d + 1)
+                                                                    : 2.0 * pad(padding.size() == 1 ? 0 : d);
     const double dil = static_cast<double>(dilation.size() == 1 ? dilation[0] : dilation[d]);
     const double k = static_cast<double>(w[2 + d]);
     // output_padding may be as large as max(stride, dilation) - 1, so a huge dilation with a
