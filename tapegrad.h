@@ -15,6 +15,7 @@
 #include "framework/optim.h"
 #include "framework/idx.h"
 #include "framework/inplace.h"
+#include "framework/isa.h"
 #include "framework/safetensors.h"
 #include "framework/gradcheck.h"
 #include "framework/op_check.h"

@@ -3,7 +3,10 @@
 // The files of ops/conv/ (the .cpp files are named after the header they implement):
 //   conv.h / conv.cpp               the tensor op: argument checks, dtype dispatch, the tape
 //   conv_kernels.h                  the kernel API (parameters, layouts, output mask)
-//   conv_kernels.cpp                this overview, ConvParams helpers, convolution_forward / _backward
+//   conv_kernels.cpp                this overview, convolution_forward / _backward (one copy per
+//                                   instruction set, see ops/internal/isa_dispatch.h)
+//   conv_dispatch.cpp               the public kernel API: ConvParams helpers, and the entry
+//                                   points that call the active instruction set's copy
 //   conv_kernels_correlate.cpp      correlate: direct, depthwise, im2col + GEMM
 //   conv_kernels_adjoint.cpp        correlate_adjoint: direct per image phase, depthwise, GEMM + col2im
 //   conv_kernels_weight_grad.cpp    weight_grad: outer and dot tilings, depthwise, im2col + GEMM; and
@@ -87,60 +90,9 @@
 
 #include <vector>
 
-namespace tg::kernels {
-
-int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
-                         int64_t pad_before, int64_t pad_after, bool transposed,
-                         int64_t output_padding) {
-  const int64_t span = dilation * (kernel - 1);  // extent of one window minus 1
-  if (transposed) {
-    return (in - 1) * stride - pad_before - pad_after + span + output_padding + 1;
-  }
-  const int64_t num = in + pad_before + pad_after - span - 1;
-  // floor division, so that a window larger than the padded input gives a size <= 0
-  // (written so that no step overflows for any stride > 0 and num > INT64_MIN)
-  const int64_t q = num >= 0 ? num / stride : -1 - (-num - 1) / stride;
-  return q + 1;
-}
-
-ConvParams make_conv_params(int dims, int64_t N, int64_t C_in, int64_t C_out, int64_t groups,
-                            const std::vector<int64_t>& in, const std::vector<int64_t>& kernel,
-                            const std::vector<int64_t>& stride,
-                            const std::vector<int64_t>& dilation,
-                            const std::vector<int64_t>& pad_before,
-                            const std::vector<int64_t>& pad_after, bool transposed,
-                            const std::vector<int64_t>& output_padding) {
-  ConvParams p;
-  p.dims = dims;
-  p.N = N;
-  p.C_in = C_in;
-  p.C_out = C_out;
-  p.groups = groups;
-  p.transposed = transposed;
-  // right-align: a 2D (H, W) goes to slots 1, 2 and slot 0 keeps its unit defaults
-  const int lead = 3 - dims;
-  for (int d = 0; d < dims; ++d) {
-    const int s = lead + d;
-    p.in[s] = in[d];
-    p.kernel[s] = kernel[d];
-    p.stride[s] = stride[d];
-    p.dilation[s] = dilation[d];
-    p.pad_before[s] = pad_before[d];
-    p.pad_after[s] = pad_after[d];
-    p.output_padding[s] = output_padding.empty() ? 0 : output_padding[d];
-  }
-  for (int s = 0; s < 3; ++s) {
-    p.out[s] = conv_output_size(p.in[s], p.kernel[s], p.stride[s], p.dilation[s], p.pad_before[s],
-                                p.pad_after[s], transposed, p.output_padding[s]);
-  }
-  return p;
-}
-
-int64_t conv_weight_numel(const ConvParams& p) {
-  const int64_t K = p.kernel[0] * p.kernel[1] * p.kernel[2];
-  const int64_t g = p.groups > 0 ? p.groups : 1;
-  return p.transposed ? p.C_in * (p.C_out / g) * K : p.C_out * (p.C_in / g) * K;
-}
+// This file is compiled once per instruction set (ops/internal/isa_dispatch.h); conv_dispatch.cpp
+// holds the public entry points and the ConvParams helpers.
+namespace tg::kernels::TG_ISA_NS {
 
 using namespace conv_detail;  // Geom, make_geom and the three pieces
 
@@ -180,4 +132,4 @@ template void convolution_backward<float>(const float*, const float*, const floa
 template void convolution_backward<double>(const double*, const double*, const double*, double*,
                                            double*, double*, const ConvParams&);
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace tg::kernels::conv_detail {
+namespace tg::kernels::TG_ISA_NS::conv_detail {
 
 namespace {
 
@@ -254,4 +254,4 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
 template void correlate_adjoint<float>(const float*, const float*, const float*, float*, const Geom&);
 template void correlate_adjoint<double>(const double*, const double*, const double*, double*, const Geom&);
 
-}  // namespace tg::kernels::conv_detail
+}  // namespace tg::kernels::TG_ISA_NS::conv_detail

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace tg::kernels::conv_detail {
+namespace tg::kernels::TG_ISA_NS::conv_detail {
 
 namespace {
 
@@ -168,4 +168,4 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
 template void correlate<float>(const float*, const float*, const float*, float*, const Geom&);
 template void correlate<double>(const double*, const double*, const double*, double*, const Geom&);
 
-}  // namespace tg::kernels::conv_detail
+}  // namespace tg::kernels::TG_ISA_NS::conv_detail

@@ -13,7 +13,7 @@
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // see Lanes
 
-namespace tg::kernels::conv_detail {
+namespace tg::kernels::TG_ISA_NS::conv_detail {
 
 namespace {
 
@@ -594,4 +594,4 @@ template void weight_grad<double>(const double*, const double*, double*, const G
 template void bias_grad<float>(const float*, float*, int64_t, int64_t, int64_t);
 template void bias_grad<double>(const double*, double*, int64_t, int64_t, int64_t);
 
-}  // namespace tg::kernels::conv_detail
+}  // namespace tg::kernels::TG_ISA_NS::conv_detail

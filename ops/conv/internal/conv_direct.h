@@ -16,7 +16,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"  // see Lanes
 
-namespace tg::kernels::conv_detail {
+namespace tg::kernels::TG_ISA_NS::conv_detail {
 
 // ---------------------------------------------------------------------------------------------
 // Direct correlation: out[o, position] = bias[o] + sum_{c, t} wr[o, c, t] * in[c, position + off[t]]
@@ -179,6 +179,6 @@ std::vector<T> repack(int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& w
   return wr;
 }
 
-}  // namespace tg::kernels::conv_detail
+}  // namespace tg::kernels::TG_ISA_NS::conv_detail
 
 #pragma GCC diagnostic pop

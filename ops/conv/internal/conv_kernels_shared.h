@@ -6,6 +6,7 @@
 #pragma once
 
 #include "../conv_kernels.h"
+#include "../../internal/isa_dispatch.h"
 
 #include "../../../framework/checked_math.h"
 
@@ -23,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace tg::kernels::conv_detail {
+namespace tg::kernels::TG_ISA_NS::conv_detail {
 
 // Target size of one chunk of the column matrix: it is written by im2col and read back by the
 // GEMM's packing right away, so it should stay in L2 (1 MB per core here).
@@ -618,4 +619,4 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact = fals
 template <class T>
 void bias_grad(const T* dy, T* db, int64_t N, int64_t C, int64_t L);
 
-}  // namespace tg::kernels::conv_detail
+}  // namespace tg::kernels::TG_ISA_NS::conv_detail

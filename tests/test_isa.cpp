@@ -1,0 +1,110 @@
+// Instruction-set paths (framework/isa.h): detection, forcing a path, and each dispatched
+// kernel family giving the generic path's results on every path this CPU has. The whole suite
+// also runs once per path (ctest isa_path_*).
+#include "isa_test_util.h"
+#include "test_util.h"
+
+#include <cstdlib>
+#include <iostream>
+
+namespace tg {
+namespace {
+
+// A run forced onto a path this CPU lacks (TAPEGRAD_ISA, ctest isa_path_*) is skipped as a
+// whole: exit code 77, which ctest reports as "skipped".
+class IsaPathEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const char* env = std::getenv("TAPEGRAD_ISA");
+    if (env == nullptr) return;
+    for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+      if (std::string(env) == isa_name(isa) && !isa_supported(isa)) {
+        std::cout << "skipped: TAPEGRAD_ISA=" << env << " but this CPU (" << cpu_info().model
+                  << ") lacks that path\n";
+        std::exit(77);
+      }
+    }
+    std::cout << info() << "\n";
+  }
+};
+const auto* const kIsaPathEnvironment = ::testing::AddGlobalTestEnvironment(new IsaPathEnvironment);
+
+TEST(Isa, InfoNamesTheCpuAndTheActivePath) {
+  CpuInfo c = cpu_info();
+  EXPECT_FALSE(c.model.empty());
+  std::string s = info();
+  EXPECT_NE(s.find(c.model), std::string::npos) << s;
+  EXPECT_NE(s.find(std::string("kernels ") + isa_name(active_isa())), std::string::npos) << s;
+  auto has = [&](const char* f) { return std::find(c.flags.begin(), c.flags.end(), f) != c.flags.end(); };
+  if (c.best == Isa::Avx512) EXPECT_TRUE(has("avx512f") && has("avx512bw") && has("avx512vl"));
+  if (c.best >= Isa::Avx2) EXPECT_TRUE(has("avx2") && has("fma"));
+  std::cout << s << "\n";
+}
+
+TEST(Isa, GenericIsAlwaysSupportedAndPathsAreOrdered) {
+  std::vector<Isa> paths = supported_isas();
+  ASSERT_FALSE(paths.empty());
+  EXPECT_EQ(paths.front(), Isa::Generic);
+  EXPECT_EQ(paths.back(), cpu_info().best);
+}
+
+TEST(Isa, GuardSetsAndRestoresThePath) {
+  const Isa before = active_isa();
+  for (Isa isa : supported_isas()) {
+    IsaGuard guard(isa);
+    EXPECT_EQ(active_isa(), isa);
+  }
+  EXPECT_EQ(active_isa(), before);
+}
+
+TEST(Isa, UnsupportedPathIsAnError) {
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (isa_supported(isa)) continue;
+    std::string msg = error_of([&] { set_isa(isa); });
+    EXPECT_NE(msg.find("set_isa: expected a path this CPU and build support"), std::string::npos) << msg;
+  }
+  if (supported_isas().size() == 3) GTEST_SKIP() << "this CPU supports every path";
+}
+
+// Convolutions: 1D/2D/3D, strided, dilated, grouped, depthwise, transposed, ragged sizes, in
+// float32 and float64; forward and every gradient.
+TEST(IsaPaths, ConvolutionMatchesGeneric) {
+  struct Case {
+    Shape x, w;
+    IntList stride, padding, dilation;
+    int64_t groups;
+    bool transposed;
+  };
+  const std::vector<Case> cases = {
+      {{2, 8, 17, 19}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},
+      {{2, 8, 17, 19}, {16, 8, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, false},
+      {{1, 6, 13, 11}, {6, 2, 5, 3}, {1, 2}, {2, 1}, {2, 1}, 3, false},
+      {{2, 12, 9, 9}, {12, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 12, false},
+      {{2, 5, 31}, {7, 5, 5}, {1}, {2}, {1}, 1, false},
+      {{1, 4, 5, 6, 7}, {3, 4, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1, false},
+      {{2, 8, 7, 9}, {8, 4, 4, 4}, {2, 2}, {1, 1}, {1, 1}, 1, true},
+      {{2, 3, 1, 1}, {5, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, false},
+  };
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE("x " + format_shape(c.x) + " w " + format_shape(c.w) + " " + dtype_name(dt));
+      manual_seed(7);
+      Tensor x = randn(c.x, dt), w = randn(c.w, dt);
+      const int64_t out_ch = c.transposed ? c.w[1] * c.groups : c.w[0];
+      Tensor b = randn({out_ch}, dt);
+      testing::expect_same_on_every_isa(
+          [&] {
+            Tensor xi = x.detach().requires_grad_(), wi = w.detach().requires_grad_(),
+                   bi = b.detach().requires_grad_();
+            IntList out_pad(c.stride.size(), c.transposed ? 1 : 0);
+            Tensor y = convolution(xi, wi, bi, c.stride, c.padding, c.dilation, c.transposed, out_pad, c.groups);
+            sum(y * y).backward();
+            return std::vector<Tensor>{y, xi.grad(), wi.grad(), bi.grad()};
+          },
+          dt == DType::Float32 ? 2e-5 : 1e-12);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tg
