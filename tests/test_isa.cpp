@@ -10,8 +10,9 @@
 namespace tg {
 namespace {
 
-// A run forced onto a path this CPU lacks (TAPEGRAD_ISA, ctest isa_path_*) is skipped as a
-// whole: exit code 77, which ctest reports as "skipped".
+// A run forced onto a path (TAPEGRAD_ISA, ctest isa_path_*) that this CPU lacks, or that is its
+// best path (the main run covers that one), is skipped as a whole: exit code 77, which ctest
+// reports as "skipped", with the reason in the test's output.
 class IsaPathEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
@@ -23,6 +24,11 @@ class IsaPathEnvironment : public ::testing::Environment {
                   << ") lacks that path\n";
         std::exit(77);
       }
+    }
+    if (std::string(env) == isa_name(cpu_info().best) && std::getenv("TAPEGRAD_ISA_RERUN_BEST") == nullptr) {
+      std::cout << "skipped: TAPEGRAD_ISA=" << env << " is this CPU's best path, which the main run of "
+                << "the suite already covers (set TAPEGRAD_ISA_RERUN_BEST=1 to run it anyway)\n";
+      std::exit(77);
     }
     std::cout << info() << "\n";
   }
