@@ -30,3 +30,16 @@ struct PeakMemory {
 };
 
 }  // namespace tg::bench
+
+// Every benchmark program's main: Google Benchmark's, with tapegrad's tg::info() (CPU, its
+// vector features, the kernels' instruction-set path, threads) in the run's context, so that
+// every result says what it was measured on (tools/bench_vs_torch.py prints it).
+#define TAPEGRAD_BENCHMARK_MAIN()                                  \
+  int main(int argc, char** argv) {                                \
+    benchmark::AddCustomContext("tapegrad", tg::info());           \
+    benchmark::Initialize(&argc, argv);                            \
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1; \
+    benchmark::RunSpecifiedBenchmarks();                           \
+    benchmark::Shutdown();                                         \
+    return 0;                                                      \
+  }

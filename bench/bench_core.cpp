@@ -73,4 +73,4 @@ const bool registered = [] {
 }  // namespace
 }  // namespace tg::bench
 
-BENCHMARK_MAIN();
+TAPEGRAD_BENCHMARK_MAIN()

@@ -52,4 +52,4 @@ const bool registered = [] {
 }  // namespace
 }  // namespace tg::bench
 
-BENCHMARK_MAIN();
+TAPEGRAD_BENCHMARK_MAIN()

@@ -57,4 +57,4 @@ const bool registered = [] {
 }  // namespace
 }  // namespace tg::bench
 
-BENCHMARK_MAIN();
+TAPEGRAD_BENCHMARK_MAIN()

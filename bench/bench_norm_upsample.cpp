@@ -82,4 +82,4 @@ const bool registered = [] {
 }  // namespace
 }  // namespace tg::bench
 
-BENCHMARK_MAIN();
+TAPEGRAD_BENCHMARK_MAIN()

@@ -379,7 +379,9 @@ def time_tapegrad(build, program, case, threads):
     pattern = "^" + re.escape(f"{case}/threads:{threads}") + "(/real_time)?$"
     out = subprocess.run([exe, f"--benchmark_filter={pattern}", "--benchmark_format=json",
                           "--benchmark_min_time=0.3"], capture_output=True, text=True, check=True, env=CHILD_ENV)
-    runs = json.loads(out.stdout)["benchmarks"]
+    report = json.loads(out.stdout)
+    TAPEGRAD_INFO.setdefault("info", report.get("context", {}).get("tapegrad", "?"))
+    runs = report["benchmarks"]
     if not runs:
         raise SystemExit(f"{exe} has no case {case}/threads:{threads}")
     r = runs[0]
@@ -392,6 +394,10 @@ def openblas_note():
                         capture_output=True, text=True).stdout.startswith("install ok")
     return "" if ok else (" WARNING: Debian's libopenblas0-openmp is not installed, so PyTorch uses a reference "
                           "BLAS and its matmul times are not representative (apt-get install libopenblas0-openmp).")
+
+
+# tg::info() of the first tapegrad run: the CPU, its vector features and the kernels' path.
+TAPEGRAD_INFO = {}
 
 
 def header(fresh_pages):
@@ -407,7 +413,8 @@ def header(fresh_pages):
             f"(oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}, BLAS {blas.group(1) if blas else '?'}). "
             + ("glibc defaults: freed large blocks go back to the kernel (--fresh-pages)." if fresh_pages
                else "Both sides keep freed memory (glibc thresholds at 4 GB).")
-            + openblas_note())
+            + openblas_note()
+            + f" tapegrad: {TAPEGRAD_INFO.get('info', 'not run')}.")
 
 
 def main():

@@ -211,6 +211,7 @@ void end_epoch(const TrainOptions& o, EpochRecord rec, Detector& model, const Op
 TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   validate_options(o);
   set_num_threads(o.threads);
+  log << info() << "\n";  // the CPU, its vector features and the kernels' path, for the log
   prepare_out_dir(o.out);
 
   data::ImageDataset train_items = data::load_fashion_mnist("train", o.data_dir);
