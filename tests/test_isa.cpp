@@ -42,8 +42,12 @@ TEST(Isa, InfoNamesTheCpuAndTheActivePath) {
   EXPECT_NE(s.find(c.model), std::string::npos) << s;
   EXPECT_NE(s.find(std::string("kernels ") + isa_name(active_isa())), std::string::npos) << s;
   auto has = [&](const char* f) { return std::find(c.flags.begin(), c.flags.end(), f) != c.flags.end(); };
-  if (c.best == Isa::Avx512) EXPECT_TRUE(has("avx512f") && has("avx512bw") && has("avx512vl"));
-  if (c.best >= Isa::Avx2) EXPECT_TRUE(has("avx2") && has("fma"));
+  if (c.best == Isa::Avx512) {
+    EXPECT_TRUE(has("avx512f") && has("avx512bw") && has("avx512vl"));
+  }
+  if (c.best >= Isa::Avx2) {
+    EXPECT_TRUE(has("avx2") && has("fma"));
+  }
   std::cout << s << "\n";
 }
 
