@@ -18,7 +18,18 @@ namespace {
 using lanes::lane_sum;
 using lanes::lane_sums;
 
-// One row of the forward: statistics (two passes, the second centred), then y.
+// x - m in T for a mean m in double: m as a head in T plus the tail the head misses, so that
+// float32 keeps what the double mean knows (x - head is exact when x is within a factor 2 of
+// it). The elementwise passes then run in T: converting every element to double and back cost
+// more than the rest of the kernel.
+template <class T>
+struct Centre {
+  T hi, lo;
+  explicit Centre(double m) : hi(static_cast<T>(m)), lo(static_cast<T>(m - static_cast<T>(m))) {}
+  T operator()(T x) const { return (x - hi) - lo; }
+};
+
+// One row of the forward: statistics in double (two passes, the second centred), then y in T.
 template <bool kWeight, bool kBias, class T>
 void forward_row(const T* x, const T* w, const T* b, T* y, int64_t N, double eps, double* mean,
                  double* rstd) {
@@ -28,17 +39,21 @@ void forward_row(const T* x, const T* w, const T* b, T* y, int64_t N, double eps
     return d * d;
   }) / N;  // biased, as layer_norm
   const double s = 1.0 / std::sqrt(v + eps);
+  const Centre<T> centre(m);
+  const T st = static_cast<T>(s);
   for (int64_t i = 0; i < N; ++i) {
-    double o = (static_cast<double>(x[i]) - m) * s;
+    T o = centre(x[i]) * st;
     if constexpr (kWeight) o *= w[i];
     if constexpr (kBias) o += b[i];
-    y[i] = static_cast<T>(o);
+    y[i] = o;
   }
   *mean = m;
   *rstd = s;
 }
 
-// dx of one row: the two row sums in one pass, then dx.
+// dx of one row: the two row sums in double in one pass, then
+//   dx = rstd dxhat - rstd mean(dxhat) - (x - mean) rstd^2 mean(dxhat xhat)
+// in T, with the three per-row factors rounded once.
 template <bool kWeight, class T>
 void backward_row(const T* g, const T* x, const T* w, double m, double s, T* dx, int64_t N) {
   const auto sums = lane_sums<2>(N, [=](auto at, auto* acc) {
@@ -49,11 +64,13 @@ void backward_row(const T* g, const T* x, const T* w, double m, double s, T* dx,
   });
   const double mean_dxhat = sums[0] / N;
   const double mean_dxhat_xhat = sums[1] * s / N;
+  const Centre<T> centre(m);
+  const T c_dxhat = static_cast<T>(s), c_one = static_cast<T>(-s * mean_dxhat);
+  const T c_centred = static_cast<T>(-s * s * mean_dxhat_xhat);
   for (int64_t i = 0; i < N; ++i) {
-    double dxhat = g[i];
+    T dxhat = g[i];
     if constexpr (kWeight) dxhat *= w[i];
-    const double xhat = (static_cast<double>(x[i]) - m) * s;
-    dx[i] = static_cast<T>(s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+    dx[i] = (c_dxhat * dxhat + c_one) + c_centred * centre(x[i]);
   }
 }
 
