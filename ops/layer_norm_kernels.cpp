@@ -52,8 +52,10 @@ void forward_row(const T* x, const T* w, const T* b, T* y, int64_t N, double eps
 }
 
 // dx of one row: the two row sums in double in one pass, then
-//   dx = rstd dxhat - rstd mean(dxhat) - (x - mean) rstd^2 mean(dxhat xhat)
-// in T, with the three per-row factors rounded once.
+//   dx = rstd (dxhat - mean(dxhat)) - (x - mean) rstd^2 mean(dxhat xhat)
+// in T, with the per-row factors rounded once. dxhat - mean(dxhat) comes first: it is exact
+// where the two nearly cancel (a row of one element: 0), whether or not the compiler fuses the
+// products with the sum that follows.
 template <bool kWeight, class T>
 void backward_row(const T* g, const T* x, const T* w, double m, double s, T* dx, int64_t N) {
   const auto sums = lane_sums<2>(N, [=](auto at, auto* acc) {
@@ -62,15 +64,14 @@ void backward_row(const T* g, const T* x, const T* w, double m, double s, T* dx,
     acc[0] += dxhat;
     acc[1] += dxhat * (at(x) - m);
   });
-  const double mean_dxhat = sums[0] / N;
+  const T mean_dxhat = static_cast<T>(sums[0] / N);
   const double mean_dxhat_xhat = sums[1] * s / N;
   const Centre<T> centre(m);
-  const T c_dxhat = static_cast<T>(s), c_one = static_cast<T>(-s * mean_dxhat);
-  const T c_centred = static_cast<T>(-s * s * mean_dxhat_xhat);
+  const T st = static_cast<T>(s), c_centred = static_cast<T>(-s * s * mean_dxhat_xhat);
   for (int64_t i = 0; i < N; ++i) {
     T dxhat = g[i];
     if constexpr (kWeight) dxhat *= w[i];
-    dx[i] = (c_dxhat * dxhat + c_one) + c_centred * centre(x[i]);
+    dx[i] = st * (dxhat - mean_dxhat) + c_centred * centre(x[i]);
   }
 }
 
