@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "../framework/parallel.h"
@@ -31,6 +30,38 @@ template <class T, class Fn>
 void for_each_row_mean(const T* x, int64_t outer, int64_t R, Fn fn) {
 #pragma omp parallel for schedule(static) if (outer > 1 && outer * R >= kParallelGrain)
   for (int64_t r = 0; r < outer; ++r) fn(r, row_sum(x + r * R, R) / static_cast<double>(R));
+}
+
+// The index of the first extreme of row[0..R), R >= 1: the first NaN if there is one, else the
+// first element equal to the max (min). A reduction that vectorises finds the extreme of the
+// non-NaN elements, and z = sum (x - x), which is NaN iff the row holds a NaN or an infinity;
+// then a search that stops early finds the index. Rows with z = NaN take the scalar walk.
+template <class T>
+int64_t first_extreme(const T* row, int64_t R, bool is_max) {
+  T m = row[0], z = 0;
+  if (is_max) {
+#pragma omp simd reduction(max : m) reduction(+ : z)
+    for (int64_t i = 0; i < R; ++i) {
+      m = row[i] > m ? row[i] : m;
+      z += row[i] - row[i];
+    }
+  } else {
+#pragma omp simd reduction(min : m) reduction(+ : z)
+    for (int64_t i = 0; i < R; ++i) {
+      m = row[i] < m ? row[i] : m;
+      z += row[i] - row[i];
+    }
+  }
+  if (z == z) {  // no NaN, no infinity: m is the extreme
+    int64_t i = 0;
+    while (row[i] != m) ++i;
+    return i;
+  }
+  auto is_nan = [](T v) { return v != v; };
+  int64_t best = 0;
+  for (int64_t i = 1; i < R && !is_nan(row[best]); ++i)
+    if (is_nan(row[i]) || (is_max ? row[i] > row[best] : row[i] < row[best])) best = i;
+  return best;
 }
 
 }  // namespace
@@ -83,20 +114,10 @@ void var_backward(const T* g, const T* x, T* dx, int64_t outer, int64_t R, doubl
 
 template <class T>
 void row_extremes(const T* x, int64_t outer, int64_t R, bool is_max, T* values, int64_t* indices) {
-  auto is_nan = [](T v) {
-    if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
-    else return false;
-  };
 #pragma omp parallel for schedule(static) if (outer > 1 && outer * R >= kParallelGrain)
   for (int64_t r = 0; r < outer; ++r) {
-    const T* row = x + r * R;
-    int64_t best = 0;
-    for (int64_t i = 1; i < R; ++i) {
-      if (is_nan(row[best])) break;
-      const bool better = is_nan(row[i]) || (is_max ? row[i] > row[best] : row[i] < row[best]);
-      if (better) best = i;
-    }
-    if (values) values[r] = row[best];
+    const int64_t best = first_extreme(x + r * R, R, is_max);
+    if (values) values[r] = x[r * R + best];
     indices[r] = best;
   }
 }
