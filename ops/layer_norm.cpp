@@ -10,8 +10,7 @@
 // kernels are in layer_norm_kernels.h / .cpp (one copy per instruction set).
 #include "layer_norm.h"
 
-#include <algorithm>
-#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "../framework/recompute.h"

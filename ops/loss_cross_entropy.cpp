@@ -18,7 +18,7 @@
 // from logp recorded as log_softmax of the logits (log_softmax_from_output: the logits'
 // values are not needed, so they are not saved), twice differentiable through log_softmax.
 // The loops over lanes are kernels in softmax_kernels.h / .cpp (one copy per instruction set).
-#include <cmath>
+#include <algorithm>
 
 #include "../framework/tape.h"
 #include "elementwise.h"
