@@ -45,6 +45,14 @@ const bool registered = [] {
   add_case("adaptive_avg_pool2d_fwd_bwd/N8_C512_H7_W7_to1", [](benchmark::State& s) {
     fwd_bwd(s, randn({8, 512, 7, 7}), [](const Tensor& x) { return adaptive_avg_pool2d(x, {1, 1}); });
   });
+  // Reductions over the last dim (rows contiguous), as a LayerNorm-free model's statistics.
+  add_case("sum_fwd_bwd/R4096_C1024_dim1",
+           [](benchmark::State& s) { fwd_bwd(s, randn({4096, 1024}), [](const Tensor& x) { return sum(x, {1}); }); });
+  add_case("var_fwd_bwd/R4096_C1024_dim1",
+           [](benchmark::State& s) { fwd_bwd(s, randn({4096, 1024}), [](const Tensor& x) { return var(x, {1}); }); });
+  add_case("max_fwd_bwd/R4096_C1024_dim1", [](benchmark::State& s) {
+    fwd_bwd(s, randn({4096, 1024}), [](const Tensor& x) { return max(x, 1).values; });
+  });
   return true;
 }();
 

@@ -6,21 +6,20 @@
 //   backward: dxhat = g w
 //             dx    = rstd (dxhat - mean_N(dxhat) - xhat mean_N(dxhat xhat))
 //             dw    = sum_r g xhat,  db = sum_r g
-// Statistics are accumulated in double (also for float32), two passes for the variance.
+// Statistics are accumulated in double (also for float32), two passes for the variance. The
+// kernels are in layer_norm_kernels.h / .cpp (one copy per instruction set).
 #include "layer_norm.h"
 
-#include <algorithm>
-#include <cmath>
+#include <utility>
 #include <vector>
 
-#include "../framework/parallel.h"
 #include "../framework/recompute.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "reduce.h"
 #include "internal/samples.h"
+#include "layer_norm_kernels.h"
 #include "unary.h"
-#include "internal/vec_math.h"
 
 namespace tg {
 
@@ -43,83 +42,6 @@ std::vector<Tensor> layer_norm_composite(const std::vector<Tensor>& in, int64_t 
   if (in[1].defined()) xhat = mul(xhat, in[1]);
   if (in[2].defined()) xhat = add(xhat, in[2]);
   return {xhat};
-}
-
-template <class T>
-void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean, double* rstd, int64_t R, int64_t N,
-                        double eps) {
-#pragma omp parallel for schedule(static) if (R > 1 && R * N >= kParallelGrain)
-  for (int64_t r = 0; r < R; ++r) {
-    const T* xr = x + r * N;
-    const double m = sum_in_double(N, [xr](int64_t i) { return static_cast<double>(xr[i]); }) / N;
-    const double v = sum_in_double(N, [xr, m](int64_t i) {
-      const double d = xr[i] - m;
-      return d * d;
-    }) / N;  // biased, as layer_norm
-    const double s = 1.0 / std::sqrt(v + eps);
-    T* yr = y + r * N;
-    for (int64_t i = 0; i < N; ++i) {
-      double o = (xr[i] - m) * s;
-      if (w) o *= w[i];
-      if (b) o += b[i];
-      yr[i] = static_cast<T>(o);
-    }
-    mean[r] = m;
-    rstd[r] = s;
-  }
-}
-
-template <class T>
-void layer_norm_backward(const T* g, const T* x, const T* w, const double* mean, const double* rstd, T* dx, T* dw,
-                         T* db, int64_t R, int64_t N) {
-  if (dx) {
-    // Without a weight, multiply by ones (exact): a test of w per element would keep the loops
-    // below from vectorising.
-    std::vector<T> ones;
-    if (!w) {
-      ones.assign(N, T(1));
-      w = ones.data();
-    }
-#pragma omp parallel for schedule(static) if (R > 1 && R * N >= kParallelGrain)
-    for (int64_t r = 0; r < R; ++r) {
-      const T* gr = g + r * N;
-      const T* xr = x + r * N;
-      const double m = mean[r], s = rstd[r];
-      auto dxhat = [gr, w](int64_t i) { return static_cast<double>(gr[i]) * w[i]; };
-      const double sum_dxhat = sum_in_double(N, dxhat);
-      const double sum_dxhat_xhat = sum_in_double(N, [=](int64_t i) { return dxhat(i) * (xr[i] - m) * s; });
-      const double mean_dxhat = sum_dxhat / N, mean_dxhat_xhat = sum_dxhat_xhat / N;
-      T* dr = dx + r * N;
-      for (int64_t i = 0; i < N; ++i) {
-        const double xhat = (xr[i] - m) * s;
-        dr[i] = static_cast<T>(s * (dxhat(i) - mean_dxhat - xhat * mean_dxhat_xhat));
-      }
-    }
-  }
-  if (dw || db) {
-    // Column sums over the rows, each column in row order (deterministic, no atomics). A thread
-    // owns blocks of kBlock columns and walks the rows, so the inner loop runs along a row
-    // and vectorises (column by column it would stride through memory).
-    constexpr int64_t kBlock = 64;
-    const int64_t blocks = (N + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 1 && R * N >= kParallelGrain)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t i0 = blk * kBlock, n = std::min(kBlock, N - i0);
-      double sw[kBlock] = {}, sb[kBlock] = {};
-      for (int64_t r = 0; r < R; ++r) {
-        const T* gr = g + r * N + i0;
-        const T* xr = x + r * N + i0;
-        for (int64_t i = 0; i < n; ++i) {
-          sw[i] += static_cast<double>(gr[i]) * (xr[i] - mean[r]) * rstd[r];
-          sb[i] += gr[i];
-        }
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        if (dw) dw[i0 + i] = static_cast<T>(sw[i]);
-        if (db) db[i0 + i] = static_cast<T>(sb[i]);
-      }
-    }
-  }
 }
 
 enum LayerNormSaved { kInput, kWeight, kMean, kRstd };  // kWeight only when there is one
@@ -145,7 +67,7 @@ std::vector<Tensor> layer_norm_bw(const BackwardContext& ctx, const std::vector<
     T* pdx = ctx.needs_grad(0) ? (dx = Tensor::empty(x.shape(), x.dtype())).template data<T>() : nullptr;
     T* pdw = ctx.needs_grad(1) ? (dw = Tensor::empty(ctx.input_shape(1), x.dtype())).template data<T>() : nullptr;
     T* pdb = ctx.needs_grad(2) ? (db = Tensor::empty(ctx.input_shape(2), x.dtype())).template data<T>() : nullptr;
-    layer_norm_backward<T>(g.data<T>(), x.data<T>(), w.defined() ? w.data<T>() : nullptr, mean.data<double>(),
+    kernels::layer_norm_backward<T>(g.data<T>(), x.data<T>(), w.defined() ? w.data<T>() : nullptr, mean.data<double>(),
                            rstd.data<double>(), pdx, pdw, pdb, R, N);
   });
   return {dx, dw, db};
@@ -192,7 +114,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor mean = Tensor::empty({R}, DType::Float64), rstd = Tensor::empty({R}, DType::Float64);
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    layer_norm_forward<T>(xc.data<T>(), wc.defined() ? wc.data<T>() : nullptr, bc.defined() ? bc.data<T>() : nullptr,
+    kernels::layer_norm_forward<T>(xc.data<T>(), wc.defined() ? wc.data<T>() : nullptr, bc.defined() ? bc.data<T>() : nullptr,
                           y.data<T>(), mean.data<double>(), rstd.data<double>(), R, N, eps);
   });
   if (Recorder rec{kLayerNormOp, {x, weight, bias}}) {

@@ -17,10 +17,9 @@
 // g_i (p W_i - W) with W_i = sum_c W[i, c]. Under create_graph that is spelled in recorded ops
 // from logp recorded as log_softmax of the logits (log_softmax_from_output: the logits'
 // values are not needed, so they are not saved), twice differentiable through log_softmax.
-#include <cmath>
-#include <limits>
+// The loops over lanes are kernels in softmax_kernels.h / .cpp (one copy per instruction set).
+#include <algorithm>
 
-#include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "loss.h"
@@ -28,7 +27,6 @@
 #include "internal/samples.h"
 #include "softmax.h"
 #include "unary.h"
-#include "internal/vec_math.h"
 
 namespace tg {
 
@@ -86,34 +84,11 @@ std::vector<Tensor> cross_entropy_backward(const BackwardContext& ctx, const std
   Tensor dx = Tensor::empty(logp.shape(), logp.dtype());
   dispatch_floating(logp.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* lp = logp.data<T>();
-    const int64_t* t = target.data<int64_t>();
-    const T* pg = gc.data<T>();
-    T* d = dx.data<T>();
-    const bool per_lane = a.reduction == Reduction::None;
-    const int64_t lanes = N * K;
-#pragma omp parallel for schedule(static) if (lanes > 1 && lanes * C >= kParallelGrain)
-    for (int64_t l = 0; l < lanes; ++l) {
-      const int64_t n = l / K, k = l % K;
-      T* dl = d + n * C * K + k;
-      const T* ll = lp + n * C * K + k;
-      const int64_t ti = t[l];
-      if (ti == a.ignore_index) {
-        for (int64_t c = 0; c < C; ++c) dl[c * K] = T(0);
-        continue;
-      }
-      const double gi = per_lane ? pg[l] : pg[0];
-      const double wa = gi * (1.0 - a.eps) / a.nll_denominator;
-      const double wb = gi * a.eps / static_cast<double>(C) / a.smooth_denominator;
-      auto d_of = [&](double p, double onehot) {
-        return static_cast<T>(wa * (p - onehot) + wb * (static_cast<double>(C) * p - 1.0));
-      };
-      // p = e^logp in T into dx first (a loop mixing the float exp with double arithmetic does
-      // not vectorise), then every class as if it were not the target, then the target.
-      for (int64_t c = 0; c < C; ++c) dl[c * K] = vec_exp(ll[c * K]);
-      for (int64_t c = 0; c < C; ++c) dl[c * K] = d_of(dl[c * K], 0.0);
-      dl[ti * K] = d_of(vec_exp(ll[ti * K]), 1.0);
-    }
+    kernels::cross_entropy_backward<T>(logp.data<T>(), target.data<int64_t>(), gc.data<T>(),
+                                       a.reduction == Reduction::None, N, C, K, a.ignore_index,
+                                       (1.0 - a.eps) / a.nll_denominator,
+                                       a.eps / static_cast<double>(C) / a.smooth_denominator,
+                                       dx.data<T>());
   });
   return {dx.reshape(ctx.input_shape(0))};
 }
@@ -189,23 +164,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 
   Tensor logp = Tensor::empty(x.shape(), x.dtype());
   const double eps = o.label_smoothing;
-  std::vector<double> nll(lanes, 0.0), smooth(lanes, 0.0);
+  std::vector<double> nll(lanes), smooth(lanes);
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     softmax_forward<T>(x.data<T>(), logp.data<T>(), N, C, K, /*log=*/true);
-    const T* lp = logp.data<T>();
-#pragma omp parallel for schedule(static) if (lanes > 1 && lanes * C >= kParallelGrain)
-    for (int64_t l = 0; l < lanes; ++l) {
-      if (tp[l] == o.ignore_index) continue;
-      const int64_t n = l / K, k = l % K;
-      const T* ll = lp + n * C * K + k;
-      nll[l] = -static_cast<double>(ll[tp[l] * K]);
-      if (eps > 0) {
-        double s = 0;
-        for (int64_t c = 0; c < C; ++c) s += ll[c * K];
-        smooth[l] = -s;
-      }
-    }
+    kernels::cross_entropy_lane_losses<T>(logp.data<T>(), tp, N, C, K, o.ignore_index, eps > 0,
+                                          nll.data(), smooth.data());
   });
 
   Tensor out;

@@ -3,14 +3,15 @@
 //
 //   sum:   out = sum_r x        dx = g broadcast over the reduced dims
 //   mean:  out = sum_r x / R    dx = g / R broadcast
+// The kernels (sum, var, min / max) are in reduce_kernels.h / .cpp (one copy per instruction set).
 #include "reduce.h"
 
 #include <algorithm>
 
-#include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "internal/samples.h"
+#include "reduce_kernels.h"
 
 namespace tg {
 
@@ -66,15 +67,7 @@ Tensor sum_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
   Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), x.dtype());
   dispatch_floating(x.dtype(), "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* p = m.data<T>();
-    T* o = out.data<T>();
-#pragma omp parallel for schedule(static) if (outer > 1 && outer * R >= kParallelGrain)
-    for (int64_t r = 0; r < outer; ++r) {
-      double acc = 0;
-      const T* row = p + r * R;
-      for (int64_t i = 0; i < R; ++i) acc += row[i];
-      o[r] = static_cast<T>(acc * scale);
-    }
+    kernels::sum_rows<T>(m.data<T>(), out.data<T>(), outer, R, scale);
   });
   return out;
 }

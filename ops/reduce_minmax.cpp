@@ -8,13 +8,12 @@
 // Both are linear in g with weights that are constant almost everywhere in x, so they are twice
 // differentiable: the scatter is a recorded op whose backward gathers at the same indices, and
 // under create_graph max_all's gradient is g times a constant 0/(1/k) mask.
-#include <cmath>
 
-#include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "index.h"
 #include "reduce.h"
+#include "reduce_kernels.h"
 #include "internal/samples.h"
 
 namespace tg {
@@ -25,23 +24,6 @@ struct DimAttrs {
   int64_t dim;
   bool keepdim;
 };
-
-// Row extremes of a contiguous (outer, R) matrix: values and first-occurrence indices.
-template <class T>
-void row_extremes(const T* x, int64_t outer, int64_t R, bool is_max, T* values, int64_t* indices) {
-#pragma omp parallel for schedule(static) if (outer > 1 && outer * R >= kParallelGrain)
-  for (int64_t r = 0; r < outer; ++r) {
-    const T* row = x + r * R;
-    int64_t best = 0;
-    for (int64_t i = 1; i < R; ++i) {
-      if (std::isnan(row[best])) break;
-      const bool better = std::isnan(row[i]) || (is_max ? row[i] > row[best] : row[i] < row[best]);
-      if (better) best = i;
-    }
-    if (values) values[r] = row[best];
-    indices[r] = best;
-  }
-}
 
 struct Extremes {
   Tensor values, indices;  // shapes with the dim kept (size 1)
@@ -59,7 +41,7 @@ Extremes extremes(const Tensor& x, int64_t dim, bool is_max, bool want_values, c
   if (want_values) e.values = Tensor::empty(keep, x.dtype());
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    row_extremes<T>(m.data<T>(), outer, R, is_max, want_values ? e.values.data<T>() : nullptr,
+    kernels::row_extremes<T>(m.data<T>(), outer, R, is_max, want_values ? e.values.data<T>() : nullptr,
                     e.indices.data<int64_t>());
   });
   return e;
@@ -79,13 +61,8 @@ Tensor spread_over_extremes(const Tensor& x, const Tensor& best, const Tensor& t
   Tensor w = Tensor::empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), "max_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* p = x.data<T>();
-    const T b = *best.data<T>();
-    T* d = w.data<T>();
-    int64_t k = 0;
-    for (int64_t i = 0; i < x.numel(); ++i) k += (p[i] == b || (std::isnan(p[i]) && std::isnan(b)));
-    const T share = (total.defined() ? *total.contiguous().data<T>() : T(1)) / static_cast<T>(k);
-    for (int64_t i = 0; i < x.numel(); ++i) d[i] = (p[i] == b || (std::isnan(p[i]) && std::isnan(b))) ? share : T(0);
+    const T t = total.defined() ? *total.contiguous().data<T>() : T(1);
+    kernels::extreme_weights<T>(x.data<T>(), x.numel(), *best.data<T>(), t, w.data<T>());
   });
   return w;
 }

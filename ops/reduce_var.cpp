@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <numeric>
 
-#include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "reduce.h"
+#include "reduce_kernels.h"
 #include "internal/samples.h"
 
 namespace tg {
@@ -20,18 +20,6 @@ struct VarAttrs {
   std::vector<int64_t> dims;
   double correction;
 };
-
-// Calls fn(row, R, mean) for every row of the contiguous (outer, R) matrix.
-template <class T, class Fn>
-void for_each_row_mean(const T* x, int64_t outer, int64_t R, Fn fn) {
-#pragma omp parallel for schedule(static) if (outer > 1 && outer * R >= kParallelGrain)
-  for (int64_t r = 0; r < outer; ++r) {
-    const T* row = x + r * R;
-    double m = 0;
-    for (int64_t i = 0; i < R; ++i) m += row[i];
-    fn(r, m / static_cast<double>(R));
-  }
-}
 
 enum VarSaved { kInput };
 
@@ -53,14 +41,7 @@ std::vector<Tensor> var_backward(const BackwardContext& ctx, const std::vector<T
   Tensor dm = Tensor::empty(m.shape(), x.dtype());
   dispatch_floating(x.dtype(), "var_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* xp = m.data<T>();
-    const T* gp = gc.data<T>();
-    T* d = dm.data<T>();
-    const double denom = static_cast<double>(R) - a.correction;
-    for_each_row_mean(xp, outer, R, [&](int64_t r, double mean) {
-      const double s = 2.0 * gp[r] / denom;
-      for (int64_t i = 0; i < R; ++i) d[r * R + i] = static_cast<T>(s * (xp[r * R + i] - mean));
-    });
+    kernels::var_backward<T>(gc.data<T>(), m.data<T>(), dm.data<T>(), outer, R, a.correction);
   });
   // Undo reduced_dims_last's permutation.
   std::vector<int64_t> order, permuted_shape;
@@ -99,18 +80,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims_in, double correcti
   Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), x.dtype());
   dispatch_floating(x.dtype(), "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* xp = m.data<T>();
-    T* o = out.data<T>();
-    // R - correction <= 0 gives inf or NaN, as PyTorch (which also warns).
-    const double denom = static_cast<double>(R) - correction;
-    for_each_row_mean(xp, outer, R, [&](int64_t r, double mean) {
-      double s = 0;
-      for (int64_t i = 0; i < R; ++i) {
-        const double d = xp[r * R + i] - mean;
-        s += d * d;
-      }
-      o[r] = static_cast<T>(s / denom);
-    });
+    kernels::var_rows<T>(m.data<T>(), out.data<T>(), outer, R, correction);
   });
   if (Recorder rec{kVarOp, {x}}) {
     rec.save(kInput, x);  // x itself, for its history under create_graph; backward reads any strides

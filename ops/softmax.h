@@ -2,6 +2,7 @@
 #pragma once
 
 #include "../framework/tensor.h"
+#include "softmax_kernels.h"
 
 namespace tg {
 
@@ -14,11 +15,10 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // input_history). For a fused op's double backward.
 Tensor log_softmax_from_output(const Tensor& x, const Tensor& y, int64_t dim);
 
-// The raw kernels over a contiguous (outer, D, inner) layout; reductions in double.
-template <class T>
-void softmax_forward(const T* x, T* y, int64_t outer, int64_t D, int64_t inner, bool log);
-// dx = y (g - sum_D g y)  for softmax;   dx = g - e^y sum_D g  for log_softmax (y = output).
-template <class T>
-void softmax_backward(const T* g, const T* y, T* dx, int64_t outer, int64_t D, int64_t inner, bool log);
+// The raw kernels over a contiguous (outer, D, inner) layout, reductions in double
+// (softmax_kernels.h):
+//   dx = y (g - sum_D g y)  for softmax;   dx = g - e^y sum_D g  for log_softmax (y = output).
+using kernels::softmax_backward;
+using kernels::softmax_forward;
 
 }  // namespace tg

@@ -296,6 +296,10 @@ CASES = {
     "softmax_fwd_bwd/R64_C1000": ("bench_core_ops", lambda: fwd_bwd(torch.randn(64, 1000), lambda x: torch.softmax(x, 1))),
     "cross_entropy_fwd_bwd/N512_C1000": ("bench_core_ops", cross_entropy_case),
     "layer_norm_fwd_bwd/R1024_C768": ("bench_core_ops", layer_norm_case),
+    "sum_fwd_bwd/R4096_C1024_dim1": ("bench_core_ops", lambda: fwd_bwd(torch.randn(4096, 1024), lambda x: x.sum(1))),
+    "var_fwd_bwd/R4096_C1024_dim1": ("bench_core_ops", lambda: fwd_bwd(torch.randn(4096, 1024), lambda x: x.var(1))),
+    "max_fwd_bwd/R4096_C1024_dim1":
+        ("bench_core_ops", lambda: fwd_bwd(torch.randn(4096, 1024), lambda x: x.max(1).values)),
     "gelu_fwd_bwd/N1048576": ("bench_core_ops", lambda: fwd_bwd(torch.randn(1 << 20), F.gelu)),
     "embedding_fwd_bwd/V10000_D256_T32768": ("bench_core_ops", embedding_case),
     "max_pool2d_fwd_bwd/N8_C64_H112_W112_k3_s2_p1":
