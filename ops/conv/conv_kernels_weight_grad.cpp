@@ -182,7 +182,8 @@ int64_t step_channels(const Geom& g, int64_t ns, int64_t elem_bytes, int64_t bud
 constexpr int64_t kDotBoxBytes = 384 * 1024;  // a step's boxes stay in L2 (1 MB) with Y
 
 // ---- weight_grad_dot: positions in the lanes
-constexpr int kDotO = 4, kDotR = 6;  // 24 accumulators + 4 y rows + 1 x row: 29 of 32 registers
+// 24 sums + 4 y rows + 1 x row: 29 of AVX-512's 32 registers; 9 + 3 + 1 of the others' 16
+constexpr int kDotO = kVecRegs >= 32 ? 4 : 3, kDotR = kVecRegs >= 32 ? 6 : 3;
 
 // out[o * ld_out + r] += sum over `samples` x `slices` runs of yrow[o][q] * xrow[r][q], q < len;
 // runs are y_sample / x_sample and y_slice / x_slice apart; len is a multiple of V.
@@ -204,8 +205,11 @@ void dot_tile(const T* const* yrow, const T* const* xrow, int64_t samples, int64
 #pragma GCC unroll 8
         for (int r = 0; r < kDotR; ++r) {
           typename L::vec xv = L::load(xp[r] + q);
+          // one load used kDotO times, not kDotO loads folded into the FMAs
 #if defined(__AVX512F__)
-          __asm__("" : "+v"(xv));  // one load used 4 times, not 4 loads folded into the FMAs
+          __asm__("" : "+v"(xv));
+#elif defined(__x86_64__)
+          __asm__("" : "+x"(xv));
 #endif
 #pragma GCC unroll 8
           for (int o = 0; o < kDotO; ++o) acc[o][r] += yv[o] * xv;
@@ -288,8 +292,8 @@ void weight_grad_dot(const T* y, const T* x, T* dw, const Geom& g) {
 
 // ---- weight_grad_outer: column channels in the lanes
 
-// A tile: R rows x NV vectors of column channels, R * NV = 24 sums in registers (+ NV y vectors
-// + 1 broadcast of the 32), and R row pointers that stay in registers too.
+// A tile: R rows x NV vectors of column channels, R * NV = kAccRegs sums in registers (+ NV y
+// vectors + 1 broadcast), and R row pointers that stay in registers too.
 // sums[r][v] += sum over positions q in [q0, q1) of y[q * ld_y + v * lanes] * xrow[r][q].
 template <class T, int NV, int R>
 void outer_tile(const T* y, int64_t ld_y, const T* const* xrow, int64_t q0, int64_t q1,
@@ -325,7 +329,7 @@ constexpr int64_t kOuterBoxBytes = 1024 * 1024, kOuterYBytes = 1024 * 1024;
 // NV vectors of column channels, R rows) and sums them run by run: a run of a tile's Y block
 // (32 KB, contiguous, so it maps evenly onto L1's sets) stays in L1 while the thread's tiles
 // take it in turn, their sums parked in memory in between.
-template <class T, int NV, int R = 24 / NV>
+template <class T, int NV, int R = kAccRegs / NV>
 void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
   using L = Lanes<T>;
   using Sums = typename L::vec[R][NV];
@@ -434,8 +438,8 @@ constexpr int64_t kDotMinSlice = 512, kOuterMinSlice = 64;
 template <class T>
 bool weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
   if (!g.flat) return false;
-  if (g.S >= kOuterMinSlice && g.Cog > 2 * Lanes<T>::n) {
-    weight_grad_outer<T, 4>(y, x, dw, g);
+  if (kVecRegs >= 32 && g.S >= kOuterMinSlice && g.Cog > 2 * Lanes<T>::n) {
+    weight_grad_outer<T, 4>(y, x, dw, g);  // 4 x 6 tiles; with 16 registers 2 x 6 ones below
   } else if (g.S >= kOuterMinSlice && g.Cog > Lanes<T>::n) {
     weight_grad_outer<T, 2>(y, x, dw, g);
   } else if (g.S >= kDotMinSlice) {
