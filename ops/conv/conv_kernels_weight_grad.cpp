@@ -319,16 +319,51 @@ void outer_tile(const T* y, int64_t ld_y, const T* const* xrow, int64_t q0, int6
     for (int v = 0; v < NV; ++v) sums[r][v] = acc[r][v];
 }
 
-// Boxes of a step of weight_grad_outer: fewer steps (barriers) measured faster than boxes that
-// stay in L2, as each x value is read by only Cog / CW tiles.
+// Boxes of a step of weight_grad_outer: fewer steps measured faster than boxes that stay in L2,
+// as each x value is read by only Cog / CW tiles.
 constexpr int64_t kOuterBoxBytes = 1024 * 1024, kOuterYBytes = 1024 * 1024;
 
-// Y[i, grp, ct, q, c] = the pass's y transposed onto the grid, column channel co = ct * CW + c
-// of group grp (channels past Cog are zeros): each tile of column channels has its own
-// contiguous (positions x CW) block. Each thread takes an even share of the step's tiles (group,
-// NV vectors of column channels, R rows) and sums them run by run: a run of a tile's Y block
-// (32 KB, contiguous, so it maps evenly onto L1's sets) stays in L1 while the thread's tiles
-// take it in turn, their sums parked in memory in between.
+// Y[i, grp, ct, q, c] = samples n0 .. n0 + nn of y transposed onto the grid, column channel
+// co = ct * CW + c of group grp (channels past Cog are zeros): each tile of column channels has
+// its own contiguous (positions x CW) block. ldY: one sample.
+template <class T, int CW>
+void transpose_onto_grid(const T* y, const Geom& g, int64_t n0, int64_t nn, int64_t c_tiles, int64_t ldY,
+                         T* Y) {
+  using L = Lanes<T>;
+  for (int64_t k = 0; k < nn * g.Do * g.Ho; ++k) {  // k = (i * Do + od) * Ho + oh: one grid row
+    const int64_t i = k / (g.Do * g.Ho), odh = k % (g.Do * g.Ho);
+    const int64_t q_row = (odh / g.Ho) * g.S + (odh % g.Ho) * g.Wg;  // the row's first grid position
+    for (int64_t gt = 0; gt < g.G * c_tiles; ++gt) {
+      T* yk = Y + i * ldY + (gt * g.Lg + q_row) * CW;
+      std::fill(yk, yk + g.Wg * CW, T(0));
+    }
+    for (int64_t grp = 0; grp < g.G; ++grp) {  // (Cog x Wo, Lo apart) -> (Wo x CW, CW apart) per tile
+      const T* src = y + ((n0 + i) * g.G + grp) * g.Cog * g.Lo + odh * g.Wo;
+      for (int64_t c0 = 0; c0 < g.Cog; c0 += L::n)
+        for (int64_t w0 = 0; w0 < g.Wo; w0 += L::n) {
+          const int64_t nc = std::min<int64_t>(L::n, g.Cog - c0), nw = std::min<int64_t>(L::n, g.Wo - w0);
+          // writes L::n channels: past Cog they are zeros
+          T* dst = Y + i * ldY + ((grp * c_tiles + c0 / CW) * g.Lg + q_row + w0) * CW + c0 % CW;
+          if (nc == L::n && nw == L::n) {
+            L::transpose(src + c0 * g.Lo + w0, g.Lo, dst, CW);
+            continue;
+          }
+          T block[L::n * L::n] = {};  // an edge block, zero-padded
+          for (int64_t c = 0; c < nc; ++c) std::memcpy(block + c * L::n, src + (c0 + c) * g.Lo + w0, sizeof(T) * nw);
+          L::transpose(block, L::n, dst, CW, int(nw));
+        }
+    }
+  }
+}
+
+// Each thread takes an even share of each step's tiles (group, NV vectors of column channels,
+// R rows), lays the pass's y on the grid (Y, see transpose_onto_grid) and the image channels its
+// tiles read in boxes itself, in its own buffers, and sums its tiles run by run: a run of a
+// tile's Y block (32 KB, contiguous, so it maps evenly onto L1's sets) stays in L1 while the
+// thread's tiles take it in turn, their sums parked in memory in between. No thread waits for
+// another between the first and the last step (on a busy machine a barrier per step cost more
+// than the computation: a preempted thread stalled all others); the price is Y laid out once
+// per thread, about 1 / CKg of the work.
 template <class T, int NV, int R = kAccRegs / NV>
 void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
   using L = Lanes<T>;
@@ -338,58 +373,56 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
   // positions per run: a thread's tiles take every column tile of a group, 32 KB of Y in all
   const int64_t run = std::max<int64_t>(32 * 1024 / (CW * sz * c_tiles), 16);
   const int64_t ldY = g.G * c_tiles * g.Lg * CW;  // one sample of Y
-  // samples per pass: 4096 grid positions (fewer passes, fewer barriers), as far as the pass's
-  // Y fits in kOuterYBytes
+  // samples per pass: 4096 grid positions (fewer passes), as far as the pass's Y fits in
+  // kOuterYBytes
   const int64_t ns = std::clamp<int64_t>(std::min((4096 + g.Lg - 1) / std::max<int64_t>(g.Lg, 1),
                                                   kOuterYBytes / std::max<int64_t>(ldY * sz, 1)),
                                          1, std::max<int64_t>(g.N, 1));
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t cb = step_channels(g, ns, sz, kOuterBoxBytes, R);
   const int64_t max_tiles = g.G * c_tiles * ((cb * g.K + R - 1) / R);
-  Scratch<T, 4> Y(ns * ldY);
-  Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
   Scratch<double, 6> acc(g.Co * g.CKg);
 #pragma omp parallel if (big)
   {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.Co * g.CKg; ++i) acc[i] = 0.0;
     const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    Scratch<T, 4> Y(ns * ldY);
+    Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
     std::vector<Sums> sums((max_tiles + threads - 1) / threads);
     std::vector<int64_t> xoff(R * sums.size());  // each tile's rows: offsets into a sample's boxes
     for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
       const int64_t nn = std::min(g.N - n0, ns);
-#pragma omp for schedule(static)
-      for (int64_t k = 0; k < nn * g.Do * g.Ho; ++k) {  // k = (i * Do + od) * Ho + oh: one grid row
-        const int64_t i = k / (g.Do * g.Ho), odh = k % (g.Do * g.Ho);
-        const int64_t q_row = (odh / g.Ho) * g.S + (odh % g.Ho) * g.Wg;  // the row's first grid position
-        for (int64_t gt = 0; gt < g.G * c_tiles; ++gt) {
-          T* yk = Y.data() + i * ldY + (gt * g.Lg + q_row) * CW;
-          std::fill(yk, yk + g.Wg * CW, T(0));
-        }
-        for (int64_t grp = 0; grp < g.G; ++grp) {  // (Cog x Wo, Lo apart) -> (Wo x CW, CW apart) per tile
-          const T* src = y + ((n0 + i) * g.G + grp) * g.Cog * g.Lo + odh * g.Wo;
-          for (int64_t c0 = 0; c0 < g.Cog; c0 += L::n)
-            for (int64_t w0 = 0; w0 < g.Wo; w0 += L::n) {
-              const int64_t nc = std::min<int64_t>(L::n, g.Cog - c0), nw = std::min<int64_t>(L::n, g.Wo - w0);
-              // writes L::n channels: past Cog they are zeros
-              T* dst = Y.data() + i * ldY + ((grp * c_tiles + c0 / CW) * g.Lg + q_row + w0) * CW + c0 % CW;
-              if (nc == L::n && nw == L::n) {
-                L::transpose(src + c0 * g.Lo + w0, g.Lo, dst, CW);
-                continue;
-              }
-              T block[L::n * L::n] = {};  // an edge block, zero-padded
-              for (int64_t c = 0; c < nc; ++c) std::memcpy(block + c * L::n, src + (c0 + c) * g.Lo + w0, sizeof(T) * nw);
-              L::transpose(block, L::n, dst, CW, int(nw));
-            }
-        }
-      }
+      bool y_ready = false;
       for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
         const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
-        pad_step(x, g, n0, nn, c0, nc, P.data());
-        // this thread's tiles [t0, t1) of the step, tile = (grp * r_tiles + rt) * c_tiles + ct: a
-        // thread holds a range of rows, whose boxes it mostly padded itself (see pad_step)
+        // this thread's tiles [t0, t1) of the step, tile = (grp * r_tiles + rt) * c_tiles + ct:
+        // a range of rows, so of image channels, of a few groups
         const int64_t r_tiles = (rows + R - 1) / R, tiles = g.G * c_tiles * r_tiles;
         const int64_t t0 = tiles * me / threads, t1 = tiles * (me + 1) / threads;
+        if (t0 == t1) continue;
+        if (!y_ready) transpose_onto_grid<T, CW>(y, g, n0, nn, c_tiles, ldY, Y.data());
+        y_ready = true;
+        // The boxes of the channels [lo, hi] that the tiles of group grp read, and the box after
+        // each run of them (flat reads at garbage positions run a little past a box; they must
+        // meet image values or zeros, never another call's leftovers). Box k = (i * G + grp) * nc
+        // + c, then the slack zeros.
+        const int64_t boxes = nn * g.G * nc;
+        auto pad_box = [&](int64_t k) {
+          if (k >= boxes) return;
+          const int64_t i = k / (g.G * nc), grp = k / nc % g.G, c = k % nc;
+          pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box,
+                       P.data() + k * g.box.L, &g.box_rows);
+        };
+        const int64_t grp0 = t0 / (c_tiles * r_tiles), grp1 = (t1 - 1) / (c_tiles * r_tiles);
+        for (int64_t grp = grp0; grp <= grp1; ++grp) {
+          const int64_t ta = std::max(t0, grp * c_tiles * r_tiles), tb = std::min(t1, (grp + 1) * c_tiles * r_tiles) - 1;
+          const int64_t lo = (ta / c_tiles) % r_tiles * R / g.K;
+          const int64_t hi = std::min(rows - 1, (tb / c_tiles) % r_tiles * R + R - 1) / g.K;
+          for (int64_t i = 0; i < nn; ++i)
+            for (int64_t c = lo; c <= hi + 1; ++c) pad_box((i * g.G + grp) * nc + c);
+        }
+        std::fill(P.data() + boxes * g.box.L, P.data() + boxes * g.box.L + g.box.slack, T(0));
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t grp = t / (c_tiles * r_tiles), r0 = (t / c_tiles) % r_tiles * R;
           for (int r = 0; r < R; ++r) {  // rows past the step's end repeat a valid one (discarded)
@@ -410,7 +443,7 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
                 outer_tile<T, NV, R>(Yq, CW, xrow, q0, std::min(g.S, q0 + run), sums[t - t0]);
               }
             }
-        for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t t = t0; t < t1; ++t) {  // the tiles' elements of acc are this thread's alone
           const int64_t grp = t / (c_tiles * r_tiles), o0 = t % c_tiles * CW;
           const int64_t r0 = (t / c_tiles) % r_tiles * R;
           T lanes[CW];
@@ -420,9 +453,9 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
               acc[(grp * g.Cog + o0 + o) * g.CKg + c0 * g.K + r0 + r] += double(lanes[o]);
           }
         }
-#pragma omp barrier  // P is overwritten by the next step
       }
     }
+#pragma omp barrier
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
   }
