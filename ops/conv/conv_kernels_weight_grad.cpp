@@ -149,10 +149,11 @@ void add_nonfinite_column_taps(const T* y, const T* x, T* dw, const Geom& g) {
 //                      products over the positions, then adds up its lanes. Few column
 //                      channels (conv3d's 16), long grid slices.
 // Both go through the samples ns at a time (a "pass": each element of dw is summed in T over a
-// pass, then the passes in double) and through the image channels cb at a time (a "step"): all
-// threads lay the pass's y on the grid once and the step's image channels in boxes once, then
-// share out the step's tiles. An element is summed in the same order whatever the threads, so
-// the result does not depend on the thread count.
+// pass, then the passes in double) and through the image channels cb at a time (a "step"); the
+// threads share out each step's tiles. weight_grad_dot lays the pass's y on the grid and the
+// step's boxes once, shared (a barrier per step); in weight_grad_outer each thread lays what
+// its tiles read in its own buffers and never waits. An element is summed in the same order
+// whatever the threads, so the result does not depend on the thread count.
 
 // P[k * L] = box of the step's image channel k = (i * G + grp) * nc + c (sample n0 + i, group
 // grp, channel c0 + c), then the slack zeros. Call inside a parallel region: ends on a barrier.
