@@ -83,8 +83,8 @@
 //   correlate, correlate_adjoint: items (n, g, range of blocks or chunks) -> own y / x there
 //   GEMM adjoint:       items (n, g, block of image channels)              -> own x[n, g, block]
 //   weight_grad direct: tiles (g, co block, block of rows) of one step        -> own dw there
-//                       (outer tiling: each thread lays out the y and boxes its tiles read, so
-//                       no thread waits for another between steps)
+//                       (each thread lays out the y and the boxes its tiles read itself, so no
+//                       thread waits for another between steps)
 //   weight_grad GEMM:   items (slot of samples, g, block of ci, block of co) -> own their slot's
 //                       partial dw[g, co-block, ci-block]; slots are added in a fixed order
 // Every cut that reaches a GEMM depends on the shape only. Inside our parallel regions Eigen's

@@ -150,25 +150,23 @@ void add_nonfinite_column_taps(const T* y, const T* x, T* dw, const Geom& g) {
 //                      channels (conv3d's 16), long grid slices.
 // Both go through the samples ns at a time (a "pass": each element of dw is summed in T over a
 // pass, then the passes in double) and through the image channels cb at a time (a "step"); the
-// threads share out each step's tiles. weight_grad_dot lays the pass's y on the grid and the
-// step's boxes once, shared (a barrier per step); in weight_grad_outer each thread lays what
-// its tiles read in its own buffers and never waits. An element is summed in the same order
-// whatever the threads, so the result does not depend on the thread count.
+// threads share out each step's tiles, and each lays the y and the boxes its tiles read in its
+// own buffers, so that no thread waits for another until the end (on a busy machine, a barrier
+// per step stalled every thread whenever one was preempted). An element is summed in the same
+// order whatever the threads, so the result does not depend on the thread count.
 
-// P[k * L] = box of the step's image channel k = (i * G + grp) * nc + c (sample n0 + i, group
-// grp, channel c0 + c), then the slack zeros. Call inside a parallel region: ends on a barrier.
-// The boxes are shared out by (group, channel), so that a thread whose tiles hold a range of
-// rows (weight_grad_outer) mostly reads boxes it wrote itself.
+// The boxes of a step of the direct weight gradients: P[k * L] = box of the step's image
+// channel k = (i * G + grp) * nc + c (sample n0 + i, group grp, channel c0 + c), for k < boxes
+// (nn * G * nc), and k == boxes: the slack zeros after the last box. A thread pads the boxes its
+// own tiles read, and the box after each run of them: flat reads at garbage positions run a
+// little past a box and must meet image values or zeros, never another call's leftovers.
 template <class T>
-void pad_step(const T* x, const Geom& g, int64_t n0, int64_t nn, int64_t c0, int64_t nc, T* P) {
-  const int64_t boxes = nn * g.G * nc;
-#pragma omp for schedule(static)
-  for (int64_t j = 0; j < boxes; ++j) {  // j = (grp * nc + c) * nn + i
-    const int64_t i = j % nn, grp = j / (nc * nn), c = (j / nn) % nc;
-    const int64_t k = (i * g.G + grp) * nc + c;
-    pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P + k * g.box.L, &g.box_rows);
-    if (k == boxes - 1) std::fill(P + boxes * g.box.L, P + boxes * g.box.L + g.box.slack, T(0));
-  }
+void pad_box(const T* x, const Geom& g, int64_t n0, int64_t c0, int64_t nc, int64_t boxes, int64_t k, T* P) {
+  if (k == boxes) std::fill(P + boxes * g.box.L, P + boxes * g.box.L + g.box.slack, T(0));
+  if (k >= boxes) return;
+  const int64_t i = k / (g.G * nc), grp = k / nc % g.G, c = k % nc;
+  pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P + k * g.box.L,
+               &g.box_rows);
 }
 
 // Image channels per step (of every group): as many as fit in `budget` bytes, in whole tiles
@@ -240,30 +238,39 @@ void weight_grad_dot(const T* y, const T* x, T* dw, const Geom& g) {
   nb = (g.Cog + ob - 1) / ob;
   const int64_t cb = step_channels(g, ns, sz, kDotBoxBytes, kDotR);
   const int64_t items = g.G * nb;
-  Scratch<T, 4> Y(ns * g.Co * ldY);                        // Y[i, co]: ldY each
-  Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
   Scratch<double, 6> acc(g.Co * g.CKg);
 #pragma omp parallel if (big)
   {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.Co * g.CKg; ++i) acc[i] = 0.0;
-    for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
+    // this thread's items [it0, it1): it lays out their y rows and their groups' boxes itself
+    const int nt = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t it0 = items * me / nt, it1 = items * (me + 1) / nt;
+    Scratch<T, 4> Y(it1 > it0 ? ns * g.Co * ldY : 0);                        // Y[i, co]: ldY each
+    Scratch<T, 5> P(it1 > it0 ? ns * g.G * cb * g.box.L + g.box.slack : 0);  // P[i, grp, c]: box.L each
+    for (int64_t n0 = 0; n0 < g.N && it1 > it0; n0 += ns) {
       const int64_t nn = std::min(g.N - n0, ns);
-#pragma omp for schedule(static)
-      for (int64_t k = 0; k < nn * g.Co; ++k) {  // k = i * Co + co: zero but for the grid's rows
-        T* yk = Y.data() + k * ldY;
-        const T* yc = y + (n0 * g.Co + k) * g.Lo;
-        std::fill(yk, yk + ldY, T(0));
-        for (int64_t od = 0; od < g.Do; ++od)
-          for (int64_t oh = 0; oh < g.Ho; ++oh) {
-            std::memcpy(yk + od * Sp + oh * g.Wg, yc + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
+      for (int64_t it = it0; it < it1; ++it) {
+        const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
+        for (int64_t i = 0; i < nn; ++i)
+          for (int64_t co = grp * g.Cog + o0; co < grp * g.Cog + o0 + no; ++co) {  // zero but for the grid's rows
+            T* yk = Y.data() + (i * g.Co + co) * ldY;
+            const T* yc = y + ((n0 + i) * g.Co + co) * g.Lo;
+            std::fill(yk, yk + ldY, T(0));
+            for (int64_t od = 0; od < g.Do; ++od)
+              for (int64_t oh = 0; oh < g.Ho; ++oh) {
+                std::memcpy(yk + od * Sp + oh * g.Wg, yc + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
+              }
           }
       }
       for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
         const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
-        pad_step(x, g, n0, nn, c0, nc, P.data());
-#pragma omp for schedule(static)
-        for (int64_t it = 0; it < items; ++it) {
+        const int64_t boxes = nn * g.G * nc;  // the boxes of the items' groups, every sample
+        for (int64_t i = 0; i < nn; ++i)
+          for (int64_t k = (i * g.G + it0 / nb) * nc; k <= (i * g.G + (it1 - 1) / nb + 1) * nc; ++k) {
+            pad_box(x, g, n0, c0, nc, boxes, k, P.data());
+          }
+        for (int64_t it = it0; it < it1; ++it) {
           const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
           for (int64_t r0 = 0; r0 < rows; r0 += kDotR) {
             // rows past the step's end and channels past `no` repeat a valid one (discarded)
@@ -283,9 +290,10 @@ void weight_grad_dot(const T* y, const T* x, T* dw, const Geom& g) {
                 }
             }
           }
-        }  // the barrier here keeps P until every item is done with it
+        }
       }
     }
+#pragma omp barrier
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
   }
@@ -404,26 +412,16 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
         if (t0 == t1) continue;
         if (!y_ready) transpose_onto_grid<T, CW>(y, g, n0, nn, c_tiles, ldY, Y.data());
         y_ready = true;
-        // The boxes of the channels [lo, hi] that the tiles of group grp read, and the box after
-        // each run of them (flat reads at garbage positions run a little past a box; they must
-        // meet image values or zeros, never another call's leftovers). Box k = (i * G + grp) * nc
-        // + c, then the slack zeros.
+        // the boxes of the channels [lo, hi] that the tiles of group grp read (see pad_box)
         const int64_t boxes = nn * g.G * nc;
-        auto pad_box = [&](int64_t k) {
-          if (k >= boxes) return;
-          const int64_t i = k / (g.G * nc), grp = k / nc % g.G, c = k % nc;
-          pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box,
-                       P.data() + k * g.box.L, &g.box_rows);
-        };
         const int64_t grp0 = t0 / (c_tiles * r_tiles), grp1 = (t1 - 1) / (c_tiles * r_tiles);
         for (int64_t grp = grp0; grp <= grp1; ++grp) {
           const int64_t ta = std::max(t0, grp * c_tiles * r_tiles), tb = std::min(t1, (grp + 1) * c_tiles * r_tiles) - 1;
           const int64_t lo = (ta / c_tiles) % r_tiles * R / g.K;
           const int64_t hi = std::min(rows - 1, (tb / c_tiles) % r_tiles * R + R - 1) / g.K;
           for (int64_t i = 0; i < nn; ++i)
-            for (int64_t c = lo; c <= hi + 1; ++c) pad_box((i * g.G + grp) * nc + c);
+            for (int64_t c = lo; c <= hi + 1; ++c) pad_box(x, g, n0, c0, nc, boxes, (i * g.G + grp) * nc + c, P.data());
         }
-        std::fill(P.data() + boxes * g.box.L, P.data() + boxes * g.box.L + g.box.slack, T(0));
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t grp = t / (c_tiles * r_tiles), r0 = (t / c_tiles) % r_tiles * R;
           for (int r = 0; r < R; ++r) {  // rows past the step's end repeat a valid one (discarded)
