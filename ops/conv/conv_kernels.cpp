@@ -67,6 +67,9 @@
 //                      with column channels in the vector lanes (two vectors of them or more
 //                      per group) or positions in them (fewer). Otherwise im2col + Eigen GEMM, the
 //                      positions in the GEMM's depth.
+// Register tiles (direct blocks, weight-gradient tiles) and the vectors they hold (Lanes) are
+// sized per instruction set (kVecBytes, kAccRegs in internal/conv_kernels_shared.h): each copy
+// keeps its sums in its own registers, 24 of AVX-512's 32, 12 of AVX2's or SSE's 16.
 // The GEMMs use column-major maps of our row-major buffers: a row-major (R x C) buffer is a
 // column-major (C x R) matrix, so y^T (Lo x Cog) = im2col(x)^T (Lo x CKg) * w^T. Column matrices
 // are built in chunks of positions (about kChunkBytes) that stay in L2 until the GEMM packs them.
@@ -80,6 +83,8 @@
 //   correlate, correlate_adjoint: items (n, g, range of blocks or chunks) -> own y / x there
 //   GEMM adjoint:       items (n, g, block of image channels)              -> own x[n, g, block]
 //   weight_grad direct: tiles (g, co block, block of rows) of one step        -> own dw there
+//                       (each thread lays out the y and the boxes its tiles read itself, so no
+//                       thread waits for another between steps)
 //   weight_grad GEMM:   items (slot of samples, g, block of ci, block of co) -> own their slot's
 //                       partial dw[g, co-block, ci-block]; slots are added in a fixed order
 // Every cut that reaches a GEMM depends on the shape only. Inside our parallel regions Eigen's

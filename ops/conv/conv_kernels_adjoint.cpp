@@ -185,13 +185,7 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
   if (!g.unit && all_finite(w, g.Co * g.CKg)) {
     const AdjointPhases ap = adjoint_phases(g);
     if (ap.ok) {
-      switch (pick_ob(g.Cig)) {
-        case 12: return correlate_adjoint_direct<T, 12>(y, w, bias, x, g, ap);
-        case 8: return correlate_adjoint_direct<T, 8>(y, w, bias, x, g, ap);
-        case 4: return correlate_adjoint_direct<T, 4>(y, w, bias, x, g, ap);
-        case 2: return correlate_adjoint_direct<T, 2>(y, w, bias, x, g, ap);
-        default: return correlate_adjoint_direct<T, 1>(y, w, bias, x, g, ap);
-      }
+      return with_ob(g.Cig, [&](auto ob) { correlate_adjoint_direct<T, decltype(ob)::value>(y, w, bias, x, g, ap); });
     }
   }
   if (g.depthwise) return correlate_adjoint_depthwise(y, w, bias, x, g);

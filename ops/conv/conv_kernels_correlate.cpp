@@ -112,13 +112,7 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
     return;
   }
   if (g.flat) {
-    switch (pick_ob(g.Cog)) {
-      case 12: return correlate_direct<T, 12>(x, w, bias, y, g);
-      case 8: return correlate_direct<T, 8>(x, w, bias, y, g);
-      case 4: return correlate_direct<T, 4>(x, w, bias, y, g);
-      case 2: return correlate_direct<T, 2>(x, w, bias, y, g);
-      default: return correlate_direct<T, 1>(x, w, bias, y, g);
-    }
+    return with_ob(g.Cog, [&](auto ob) { correlate_direct<T, decltype(ob)::value>(x, w, bias, y, g); });
   }
   if (g.depthwise) return correlate_depthwise(x, w, bias, y, g);
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;

@@ -149,25 +149,24 @@ void add_nonfinite_column_taps(const T* y, const T* x, T* dw, const Geom& g) {
 //                      products over the positions, then adds up its lanes. Few column
 //                      channels (conv3d's 16), long grid slices.
 // Both go through the samples ns at a time (a "pass": each element of dw is summed in T over a
-// pass, then the passes in double) and through the image channels cb at a time (a "step"): all
-// threads lay the pass's y on the grid once and the step's image channels in boxes once, then
-// share out the step's tiles. An element is summed in the same order whatever the threads, so
-// the result does not depend on the thread count.
+// pass, then the passes in double) and through the image channels cb at a time (a "step"); the
+// threads share out each step's tiles, and each lays the y and the boxes its tiles read in its
+// own buffers, so that no thread waits for another until the end (on a busy machine, a barrier
+// per step stalled every thread whenever one was preempted). An element is summed in the same
+// order whatever the threads, so the result does not depend on the thread count.
 
-// P[k * L] = box of the step's image channel k = (i * G + grp) * nc + c (sample n0 + i, group
-// grp, channel c0 + c), then the slack zeros. Call inside a parallel region: ends on a barrier.
-// The boxes are shared out by (group, channel), so that a thread whose tiles hold a range of
-// rows (weight_grad_outer) mostly reads boxes it wrote itself.
+// The boxes of a step of the direct weight gradients: P[k * L] = box of the step's image
+// channel k = (i * G + grp) * nc + c (sample n0 + i, group grp, channel c0 + c), for k < boxes
+// (nn * G * nc), and k == boxes: the slack zeros after the last box. A thread pads the boxes its
+// own tiles read, and the box after each run of them: flat reads at garbage positions run a
+// little past a box and must meet image values or zeros, never another call's leftovers.
 template <class T>
-void pad_step(const T* x, const Geom& g, int64_t n0, int64_t nn, int64_t c0, int64_t nc, T* P) {
-  const int64_t boxes = nn * g.G * nc;
-#pragma omp for schedule(static)
-  for (int64_t j = 0; j < boxes; ++j) {  // j = (grp * nc + c) * nn + i
-    const int64_t i = j % nn, grp = j / (nc * nn), c = (j / nn) % nc;
-    const int64_t k = (i * g.G + grp) * nc + c;
-    pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P + k * g.box.L, &g.box_rows);
-    if (k == boxes - 1) std::fill(P + boxes * g.box.L, P + boxes * g.box.L + g.box.slack, T(0));
-  }
+void pad_box(const T* x, const Geom& g, int64_t n0, int64_t c0, int64_t nc, int64_t boxes, int64_t k, T* P) {
+  if (k == boxes) std::fill(P + boxes * g.box.L, P + boxes * g.box.L + g.box.slack, T(0));
+  if (k >= boxes) return;
+  const int64_t i = k / (g.G * nc), grp = k / nc % g.G, c = k % nc;
+  pad_channels(x + (((n0 + i) * g.G + grp) * g.Cig + c0 + c) * g.Li, 1, g.Di, g.Hi, g.Wi, g.box, P + k * g.box.L,
+               &g.box_rows);
 }
 
 // Image channels per step (of every group): as many as fit in `budget` bytes, in whole tiles
@@ -182,7 +181,8 @@ int64_t step_channels(const Geom& g, int64_t ns, int64_t elem_bytes, int64_t bud
 constexpr int64_t kDotBoxBytes = 384 * 1024;  // a step's boxes stay in L2 (1 MB) with Y
 
 // ---- weight_grad_dot: positions in the lanes
-constexpr int kDotO = 4, kDotR = 6;  // 24 accumulators + 4 y rows + 1 x row: 29 of 32 registers
+// 24 sums + 4 y rows + 1 x row: 29 of AVX-512's 32 registers; 9 + 3 + 1 of the others' 16
+constexpr int kDotO = kVecRegs >= 32 ? 4 : 3, kDotR = kVecRegs >= 32 ? 6 : 3;
 
 // out[o * ld_out + r] += sum over `samples` x `slices` runs of yrow[o][q] * xrow[r][q], q < len;
 // runs are y_sample / x_sample and y_slice / x_slice apart; len is a multiple of V.
@@ -204,8 +204,11 @@ void dot_tile(const T* const* yrow, const T* const* xrow, int64_t samples, int64
 #pragma GCC unroll 8
         for (int r = 0; r < kDotR; ++r) {
           typename L::vec xv = L::load(xp[r] + q);
+          // one load used kDotO times, not kDotO loads folded into the FMAs
 #if defined(__AVX512F__)
-          __asm__("" : "+v"(xv));  // one load used 4 times, not 4 loads folded into the FMAs
+          __asm__("" : "+v"(xv));
+#elif defined(__x86_64__)
+          __asm__("" : "+x"(xv));
 #endif
 #pragma GCC unroll 8
           for (int o = 0; o < kDotO; ++o) acc[o][r] += yv[o] * xv;
@@ -235,30 +238,39 @@ void weight_grad_dot(const T* y, const T* x, T* dw, const Geom& g) {
   nb = (g.Cog + ob - 1) / ob;
   const int64_t cb = step_channels(g, ns, sz, kDotBoxBytes, kDotR);
   const int64_t items = g.G * nb;
-  Scratch<T, 4> Y(ns * g.Co * ldY);                        // Y[i, co]: ldY each
-  Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
   Scratch<double, 6> acc(g.Co * g.CKg);
 #pragma omp parallel if (big)
   {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.Co * g.CKg; ++i) acc[i] = 0.0;
-    for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
+    // this thread's items [it0, it1): it lays out their y rows and their groups' boxes itself
+    const int nt = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t it0 = items * me / nt, it1 = items * (me + 1) / nt;
+    Scratch<T, 4> Y(it1 > it0 ? ns * g.Co * ldY : 0);                        // Y[i, co]: ldY each
+    Scratch<T, 5> P(it1 > it0 ? ns * g.G * cb * g.box.L + g.box.slack : 0);  // P[i, grp, c]: box.L each
+    for (int64_t n0 = 0; n0 < g.N && it1 > it0; n0 += ns) {
       const int64_t nn = std::min(g.N - n0, ns);
-#pragma omp for schedule(static)
-      for (int64_t k = 0; k < nn * g.Co; ++k) {  // k = i * Co + co: zero but for the grid's rows
-        T* yk = Y.data() + k * ldY;
-        const T* yc = y + (n0 * g.Co + k) * g.Lo;
-        std::fill(yk, yk + ldY, T(0));
-        for (int64_t od = 0; od < g.Do; ++od)
-          for (int64_t oh = 0; oh < g.Ho; ++oh) {
-            std::memcpy(yk + od * Sp + oh * g.Wg, yc + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
+      for (int64_t it = it0; it < it1; ++it) {
+        const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
+        for (int64_t i = 0; i < nn; ++i)
+          for (int64_t co = grp * g.Cog + o0; co < grp * g.Cog + o0 + no; ++co) {  // zero but for the grid's rows
+            T* yk = Y.data() + (i * g.Co + co) * ldY;
+            const T* yc = y + ((n0 + i) * g.Co + co) * g.Lo;
+            std::fill(yk, yk + ldY, T(0));
+            for (int64_t od = 0; od < g.Do; ++od)
+              for (int64_t oh = 0; oh < g.Ho; ++oh) {
+                std::memcpy(yk + od * Sp + oh * g.Wg, yc + (od * g.Ho + oh) * g.Wo, sizeof(T) * g.Wo);
+              }
           }
       }
       for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
         const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
-        pad_step(x, g, n0, nn, c0, nc, P.data());
-#pragma omp for schedule(static)
-        for (int64_t it = 0; it < items; ++it) {
+        const int64_t boxes = nn * g.G * nc;  // the boxes of the items' groups, every sample
+        for (int64_t i = 0; i < nn; ++i)
+          for (int64_t k = (i * g.G + it0 / nb) * nc; k <= (i * g.G + (it1 - 1) / nb + 1) * nc; ++k) {
+            pad_box(x, g, n0, c0, nc, boxes, k, P.data());
+          }
+        for (int64_t it = it0; it < it1; ++it) {
           const int64_t grp = it / nb, o0 = (it % nb) * ob, no = std::min(g.Cog, o0 + ob) - o0;
           for (int64_t r0 = 0; r0 < rows; r0 += kDotR) {
             // rows past the step's end and channels past `no` repeat a valid one (discarded)
@@ -278,9 +290,10 @@ void weight_grad_dot(const T* y, const T* x, T* dw, const Geom& g) {
                 }
             }
           }
-        }  // the barrier here keeps P until every item is done with it
+        }
       }
     }
+#pragma omp barrier
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
   }
@@ -288,8 +301,8 @@ void weight_grad_dot(const T* y, const T* x, T* dw, const Geom& g) {
 
 // ---- weight_grad_outer: column channels in the lanes
 
-// A tile: R rows x NV vectors of column channels, R * NV = 24 sums in registers (+ NV y vectors
-// + 1 broadcast of the 32), and R row pointers that stay in registers too.
+// A tile: R rows x NV vectors of column channels, R * NV = kAccRegs sums in registers (+ NV y
+// vectors + 1 broadcast), and R row pointers that stay in registers too.
 // sums[r][v] += sum over positions q in [q0, q1) of y[q * ld_y + v * lanes] * xrow[r][q].
 template <class T, int NV, int R>
 void outer_tile(const T* y, int64_t ld_y, const T* const* xrow, int64_t q0, int64_t q1,
@@ -315,17 +328,52 @@ void outer_tile(const T* y, int64_t ld_y, const T* const* xrow, int64_t q0, int6
     for (int v = 0; v < NV; ++v) sums[r][v] = acc[r][v];
 }
 
-// Boxes of a step of weight_grad_outer: fewer steps (barriers) measured faster than boxes that
-// stay in L2, as each x value is read by only Cog / CW tiles.
+// Boxes of a step of weight_grad_outer: fewer steps measured faster than boxes that stay in L2,
+// as each x value is read by only Cog / CW tiles.
 constexpr int64_t kOuterBoxBytes = 1024 * 1024, kOuterYBytes = 1024 * 1024;
 
-// Y[i, grp, ct, q, c] = the pass's y transposed onto the grid, column channel co = ct * CW + c
-// of group grp (channels past Cog are zeros): each tile of column channels has its own
-// contiguous (positions x CW) block. Each thread takes an even share of the step's tiles (group,
-// NV vectors of column channels, R rows) and sums them run by run: a run of a tile's Y block
-// (32 KB, contiguous, so it maps evenly onto L1's sets) stays in L1 while the thread's tiles
-// take it in turn, their sums parked in memory in between.
-template <class T, int NV, int R = 24 / NV>
+// Y[i, grp, ct, q, c] = samples n0 .. n0 + nn of y transposed onto the grid, column channel
+// co = ct * CW + c of group grp (channels past Cog are zeros): each tile of column channels has
+// its own contiguous (positions x CW) block. ldY: one sample.
+template <class T, int CW>
+void transpose_onto_grid(const T* y, const Geom& g, int64_t n0, int64_t nn, int64_t c_tiles, int64_t ldY,
+                         T* Y) {
+  using L = Lanes<T>;
+  for (int64_t k = 0; k < nn * g.Do * g.Ho; ++k) {  // k = (i * Do + od) * Ho + oh: one grid row
+    const int64_t i = k / (g.Do * g.Ho), odh = k % (g.Do * g.Ho);
+    const int64_t q_row = (odh / g.Ho) * g.S + (odh % g.Ho) * g.Wg;  // the row's first grid position
+    for (int64_t gt = 0; gt < g.G * c_tiles; ++gt) {
+      T* yk = Y + i * ldY + (gt * g.Lg + q_row) * CW;
+      std::fill(yk, yk + g.Wg * CW, T(0));
+    }
+    for (int64_t grp = 0; grp < g.G; ++grp) {  // (Cog x Wo, Lo apart) -> (Wo x CW, CW apart) per tile
+      const T* src = y + ((n0 + i) * g.G + grp) * g.Cog * g.Lo + odh * g.Wo;
+      for (int64_t c0 = 0; c0 < g.Cog; c0 += L::n)
+        for (int64_t w0 = 0; w0 < g.Wo; w0 += L::n) {
+          const int64_t nc = std::min<int64_t>(L::n, g.Cog - c0), nw = std::min<int64_t>(L::n, g.Wo - w0);
+          // writes L::n channels: past Cog they are zeros
+          T* dst = Y + i * ldY + ((grp * c_tiles + c0 / CW) * g.Lg + q_row + w0) * CW + c0 % CW;
+          if (nc == L::n && nw == L::n) {
+            L::transpose(src + c0 * g.Lo + w0, g.Lo, dst, CW);
+            continue;
+          }
+          T block[L::n * L::n] = {};  // an edge block, zero-padded
+          for (int64_t c = 0; c < nc; ++c) std::memcpy(block + c * L::n, src + (c0 + c) * g.Lo + w0, sizeof(T) * nw);
+          L::transpose(block, L::n, dst, CW, int(nw));
+        }
+    }
+  }
+}
+
+// Each thread takes an even share of each step's tiles (group, NV vectors of column channels,
+// R rows), lays the pass's y on the grid (Y, see transpose_onto_grid) and the image channels its
+// tiles read in boxes itself, in its own buffers, and sums its tiles run by run: a run of a
+// tile's Y block (32 KB, contiguous, so it maps evenly onto L1's sets) stays in L1 while the
+// thread's tiles take it in turn, their sums parked in memory in between. No thread waits for
+// another between the first and the last step (on a busy machine a barrier per step cost more
+// than the computation: a preempted thread stalled all others); the price is Y laid out once
+// per thread, about 1 / CKg of the work.
+template <class T, int NV, int R = kAccRegs / NV>
 void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
   using L = Lanes<T>;
   using Sums = typename L::vec[R][NV];
@@ -334,58 +382,46 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
   // positions per run: a thread's tiles take every column tile of a group, 32 KB of Y in all
   const int64_t run = std::max<int64_t>(32 * 1024 / (CW * sz * c_tiles), 16);
   const int64_t ldY = g.G * c_tiles * g.Lg * CW;  // one sample of Y
-  // samples per pass: 4096 grid positions (fewer passes, fewer barriers), as far as the pass's
-  // Y fits in kOuterYBytes
+  // samples per pass: 4096 grid positions (fewer passes), as far as the pass's Y fits in
+  // kOuterYBytes
   const int64_t ns = std::clamp<int64_t>(std::min((4096 + g.Lg - 1) / std::max<int64_t>(g.Lg, 1),
                                                   kOuterYBytes / std::max<int64_t>(ldY * sz, 1)),
                                          1, std::max<int64_t>(g.N, 1));
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t cb = step_channels(g, ns, sz, kOuterBoxBytes, R);
   const int64_t max_tiles = g.G * c_tiles * ((cb * g.K + R - 1) / R);
-  Scratch<T, 4> Y(ns * ldY);
-  Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
   Scratch<double, 6> acc(g.Co * g.CKg);
 #pragma omp parallel if (big)
   {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.Co * g.CKg; ++i) acc[i] = 0.0;
     const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    Scratch<T, 4> Y(ns * ldY);
+    Scratch<T, 5> P(ns * g.G * cb * g.box.L + g.box.slack);  // P[i, grp, c]: box.L each
     std::vector<Sums> sums((max_tiles + threads - 1) / threads);
     std::vector<int64_t> xoff(R * sums.size());  // each tile's rows: offsets into a sample's boxes
     for (int64_t n0 = 0; n0 < g.N; n0 += ns) {
       const int64_t nn = std::min(g.N - n0, ns);
-#pragma omp for schedule(static)
-      for (int64_t k = 0; k < nn * g.Do * g.Ho; ++k) {  // k = (i * Do + od) * Ho + oh: one grid row
-        const int64_t i = k / (g.Do * g.Ho), odh = k % (g.Do * g.Ho);
-        const int64_t q_row = (odh / g.Ho) * g.S + (odh % g.Ho) * g.Wg;  // the row's first grid position
-        for (int64_t gt = 0; gt < g.G * c_tiles; ++gt) {
-          T* yk = Y.data() + i * ldY + (gt * g.Lg + q_row) * CW;
-          std::fill(yk, yk + g.Wg * CW, T(0));
-        }
-        for (int64_t grp = 0; grp < g.G; ++grp) {  // (Cog x Wo, Lo apart) -> (Wo x CW, CW apart) per tile
-          const T* src = y + ((n0 + i) * g.G + grp) * g.Cog * g.Lo + odh * g.Wo;
-          for (int64_t c0 = 0; c0 < g.Cog; c0 += L::n)
-            for (int64_t w0 = 0; w0 < g.Wo; w0 += L::n) {
-              const int64_t nc = std::min<int64_t>(L::n, g.Cog - c0), nw = std::min<int64_t>(L::n, g.Wo - w0);
-              // writes L::n channels: past Cog they are zeros
-              T* dst = Y.data() + i * ldY + ((grp * c_tiles + c0 / CW) * g.Lg + q_row + w0) * CW + c0 % CW;
-              if (nc == L::n && nw == L::n) {
-                L::transpose(src + c0 * g.Lo + w0, g.Lo, dst, CW);
-                continue;
-              }
-              T block[L::n * L::n] = {};  // an edge block, zero-padded
-              for (int64_t c = 0; c < nc; ++c) std::memcpy(block + c * L::n, src + (c0 + c) * g.Lo + w0, sizeof(T) * nw);
-              L::transpose(block, L::n, dst, CW, int(nw));
-            }
-        }
-      }
+      bool y_ready = false;
       for (int64_t c0 = 0; c0 < g.Cig; c0 += cb) {
         const int64_t nc = std::min(g.Cig, c0 + cb) - c0, rows = nc * g.K;
-        pad_step(x, g, n0, nn, c0, nc, P.data());
-        // this thread's tiles [t0, t1) of the step, tile = (grp * r_tiles + rt) * c_tiles + ct: a
-        // thread holds a range of rows, whose boxes it mostly padded itself (see pad_step)
+        // this thread's tiles [t0, t1) of the step, tile = (grp * r_tiles + rt) * c_tiles + ct:
+        // a range of rows, so of image channels, of a few groups
         const int64_t r_tiles = (rows + R - 1) / R, tiles = g.G * c_tiles * r_tiles;
         const int64_t t0 = tiles * me / threads, t1 = tiles * (me + 1) / threads;
+        if (t0 == t1) continue;
+        if (!y_ready) transpose_onto_grid<T, CW>(y, g, n0, nn, c_tiles, ldY, Y.data());
+        y_ready = true;
+        // the boxes of the channels [lo, hi] that the tiles of group grp read (see pad_box)
+        const int64_t boxes = nn * g.G * nc;
+        const int64_t grp0 = t0 / (c_tiles * r_tiles), grp1 = (t1 - 1) / (c_tiles * r_tiles);
+        for (int64_t grp = grp0; grp <= grp1; ++grp) {
+          const int64_t ta = std::max(t0, grp * c_tiles * r_tiles), tb = std::min(t1, (grp + 1) * c_tiles * r_tiles) - 1;
+          const int64_t lo = (ta / c_tiles) % r_tiles * R / g.K;
+          const int64_t hi = std::min(rows - 1, (tb / c_tiles) % r_tiles * R + R - 1) / g.K;
+          for (int64_t i = 0; i < nn; ++i)
+            for (int64_t c = lo; c <= hi + 1; ++c) pad_box(x, g, n0, c0, nc, boxes, (i * g.G + grp) * nc + c, P.data());
+        }
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t grp = t / (c_tiles * r_tiles), r0 = (t / c_tiles) % r_tiles * R;
           for (int r = 0; r < R; ++r) {  // rows past the step's end repeat a valid one (discarded)
@@ -406,7 +442,7 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
                 outer_tile<T, NV, R>(Yq, CW, xrow, q0, std::min(g.S, q0 + run), sums[t - t0]);
               }
             }
-        for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t t = t0; t < t1; ++t) {  // the tiles' elements of acc are this thread's alone
           const int64_t grp = t / (c_tiles * r_tiles), o0 = t % c_tiles * CW;
           const int64_t r0 = (t / c_tiles) % r_tiles * R;
           T lanes[CW];
@@ -416,9 +452,9 @@ void weight_grad_outer(const T* y, const T* x, T* dw, const Geom& g) {
               acc[(grp * g.Cog + o0 + o) * g.CKg + c0 * g.K + r0 + r] += double(lanes[o]);
           }
         }
-#pragma omp barrier  // P is overwritten by the next step
       }
     }
+#pragma omp barrier
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.Co * g.CKg; ++i) dw[i] = T(acc[i]);
   }
@@ -434,8 +470,8 @@ constexpr int64_t kDotMinSlice = 512, kOuterMinSlice = 64;
 template <class T>
 bool weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
   if (!g.flat) return false;
-  if (g.S >= kOuterMinSlice && g.Cog > 2 * Lanes<T>::n) {
-    weight_grad_outer<T, 4>(y, x, dw, g);
+  if (kVecRegs >= 32 && g.S >= kOuterMinSlice && g.Cog > 2 * Lanes<T>::n) {
+    weight_grad_outer<T, 4>(y, x, dw, g);  // 4 x 6 tiles; with 16 registers 2 x 6 ones below
   } else if (g.S >= kOuterMinSlice && g.Cog > Lanes<T>::n) {
     weight_grad_outer<T, 2>(y, x, dw, g);
   } else if (g.S >= kDotMinSlice) {

@@ -33,12 +33,13 @@ struct DirectPlan {
   int64_t out_cstride, out_slice, out_row, out_col;  // where grid position (s, r, c) goes
 };
 
-// Positions per direct block: OB x this many vector registers of sums, 24 of the 32 (the rest
-// hold loads and broadcasts; at most kOverrun positions). With one or two output channels a
-// longer run instead, streamed through L1.
+// Positions per direct block: OB x this many vector registers of sums, kAccRegs in all (24 of
+// AVX-512's 32 registers, 12 of the others' 16; the rest hold loads and broadcasts; at most
+// kOverrun positions). With one or two output channels a longer run instead, streamed through
+// L1.
 template <class T, int OB>
 constexpr int64_t direct_q() {
-  return OB <= 2 ? 512 / OB : (24 / OB) * int64_t(64 / sizeof(T));
+  return OB <= 2 ? 512 / OB : (kAccRegs / OB) * int64_t(Lanes<T>::n);
 }
 
 inline int64_t direct_blocks_per_slice(const DirectPlan& pl, int64_t QB) {
@@ -154,11 +155,28 @@ void direct_blocks(const T* in, const T* wr, int64_t n_out, const T* bias, T* ou
   }
 }
 
-// Output channels per register block: the fewest padded channels, then the most per block.
+// Output channels per register block: the fewest padded channels, then the most per block;
+// blocks of 12 or 8 where kAccRegs is 24 (two or three vectors of positions), of 6 or 4 where
+// it is 12.
 inline int pick_ob(int64_t n_out) {
-  if (n_out % 12 == 0 || (n_out > 8 && (n_out + 11) / 12 * 12 < (n_out + 7) / 8 * 8)) return 12;
-  if (n_out > 4) return 8;
+  constexpr int big = kAccRegs / 2, small = kAccRegs / 3;
+  auto padded = [](int64_t n, int64_t ob) { return (n + ob - 1) / ob * ob; };
+  if (n_out % big == 0 || (n_out > small && padded(n_out, big) < padded(n_out, small))) return big;
+  if (n_out > 4) return small;
   return n_out > 2 ? 4 : int(std::max<int64_t>(n_out, 1));
+}
+
+// f(std::integral_constant<int, OB>{}) with OB = pick_ob(n_out): the block sizes direct_blocks
+// is compiled for.
+template <class F>
+decltype(auto) with_ob(int64_t n_out, F&& f) {
+  constexpr int big = kAccRegs / 2, small = kAccRegs / 3;
+  const int ob = pick_ob(n_out);
+  if (ob == big) return f(std::integral_constant<int, big>{});
+  if (ob == small) return f(std::integral_constant<int, small>{});
+  if (ob == 4) return f(std::integral_constant<int, 4>{});  // (small already where it is 4)
+  if (ob == 2) return f(std::integral_constant<int, 2>{});
+  return f(std::integral_constant<int, 1>{});
 }
 
 // wr[ob][c][t][o] = weight(ob * OB + o, c, t), zero past n_out.

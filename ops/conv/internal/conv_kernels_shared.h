@@ -492,17 +492,33 @@ void gemm(Dst& dst, const Lhs& lhs, const Rhs& rhs, bool accumulate) {
   }
 }
 
-// One 64-byte vector of T (GCC/Clang vector extension): the compiler keeps a small array of
-// these in registers where it would spill (or vectorise the wrong way) an array of plain T.
-// (Without AVX-512, GCC notes at every call that such a vector passed by value has another
-// ABI; irrelevant for these internal, inlined helpers, hence -Wpsabi off here and in the
-// files that use Lanes.)
+// The vector registers of the instruction set this copy is compiled for: their width in bytes
+// and how many there are. The register tilings (direct_q, the weight gradient's tiles) size
+// their sums from these, so that each copy keeps its sums in registers: 64-byte vectors on the
+// AVX2 or baseline path would be pairs or quads of registers, and tiles sized for AVX-512's 32
+// registers would spill on the 16 of the others.
+#if defined(__AVX512F__)
+inline constexpr int kVecBytes = 64, kVecRegs = 32;
+#elif defined(__AVX__)
+inline constexpr int kVecBytes = 32, kVecRegs = 16;
+#else
+inline constexpr int kVecBytes = 16, kVecRegs = 16;
+#endif
+// Registers of sums in a register tile: three quarters of them (the rest hold loads and
+// broadcasts).
+inline constexpr int kAccRegs = kVecRegs * 3 / 4;
+
+// One vector register of T (GCC/Clang vector extension, kVecBytes): the compiler keeps a small
+// array of these in registers where it would spill (or vectorise the wrong way) an array of
+// plain T. (GCC notes at every call that such a vector passed by value has another ABI than on
+// a baseline build; irrelevant for these internal, inlined helpers, hence -Wpsabi off here and
+// in the files that use Lanes.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 template <class T>
 struct Lanes {
-  typedef T vec __attribute__((vector_size(64)));
-  static constexpr int n = int(64 / sizeof(T));
+  typedef T vec __attribute__((vector_size(kVecBytes)));
+  static constexpr int n = int(kVecBytes / sizeof(T));
   static vec load(const T* p) {
     vec v;
     std::memcpy(&v, p, sizeof v);  // unaligned
@@ -555,8 +571,8 @@ struct Lanes {
   template <int... K>
   static void transpose_stages(vec* r, std::integer_sequence<int, K...> lanes) {
     transpose_stage<1>(r, lanes);
-    transpose_stage<2>(r, lanes);
-    transpose_stage<4>(r, lanes);
+    if constexpr (n >= 4) transpose_stage<2>(r, lanes);
+    if constexpr (n >= 8) transpose_stage<4>(r, lanes);
     if constexpr (n >= 16) transpose_stage<8>(r, lanes);
   }
 };
