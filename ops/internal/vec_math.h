@@ -10,7 +10,16 @@
 // Special values: NaN -> NaN; vec_exp(-inf) = 0, vec_exp(+inf) = inf; vec_erf(+-inf) = +-1.
 // A result depends only on the argument, and is the same in the vectorised body and the scalar
 // tail of a loop (tested), so where a thread's piece of a loop starts changes no bits.
+//
+// These are inline code of the kernels, so they live in the instruction set's namespace
+// (ops/internal/isa_dispatch.h): each compile of a *_kernels*.cpp file gets its own copy. Other
+// files (and tests) see the generic copy as tg::vec_exp etc. through the using-declarations at
+// the end. The float versions use no fused multiply-add by hand; a path whose compiler contracts
+// a * b + c into one (AVX2, AVX-512) rounds differently, within about an ulp (tested by
+// tests/test_isa_pointwise.cpp).
 #pragma once
+
+#include "isa_dispatch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +27,7 @@
 #include <cstring>
 #include <limits>
 
-namespace tg {
+namespace tg::kernels::TG_ISA_NS {
 
 inline double vec_exp(double x) { return std::exp(x); }
 inline double vec_erf(double x) { return std::erf(x); }
@@ -115,4 +124,11 @@ template <class F>
   return m;
 }
 
+}  // namespace tg::kernels::TG_ISA_NS
+
+namespace tg {
+using kernels::TG_ISA_NS::max_of;
+using kernels::TG_ISA_NS::sum_in_double;
+using kernels::TG_ISA_NS::vec_erf;
+using kernels::TG_ISA_NS::vec_exp;
 }  // namespace tg
