@@ -7,7 +7,8 @@
 // Tolerances (|x - generic| <= tol * max|generic| over a tensor, see isa_test_util.h): the AVX2
 // and AVX-512 copies may contract a * b + c into a fused multiply-add, which rounds once
 // instead of twice, so a float32 result moves by a few ulps of its magnitude (vec_exp's and
-// vec_erf's polynomials are where it shows most); 2e-6 of the largest value is 32 ulps of it.
+// vec_erf's polynomials, and the cancellations in gelu_tanh's second derivative, are where it
+// shows most: up to 2.4e-6 of the largest value seen); 5e-6 of the largest value is 80 ulps of it.
 // float64 formulas call the same libm functions on every path, so only their arithmetic around
 // those calls can contract (1 - t * t in gelu_tanh's derivative cancels most): 1e-13.
 #include "isa_test_util.h"
@@ -25,7 +26,7 @@ namespace {
 using kernels::Binary;
 using kernels::Unary;
 
-constexpr double kTolFloat = 2e-6;
+constexpr double kTolFloat = 5e-6;
 constexpr double kTolDouble = 1e-13;
 
 double tol_for(DType dt) { return dt == DType::Float32 ? kTolFloat : kTolDouble; }
