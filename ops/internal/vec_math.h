@@ -53,11 +53,8 @@ inline double vec_erf(double x) { return std::erf(x); }
 }
 
 // Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2, e^r = 1 + r + r^2 P(r), e^x = 2^n e^r.
-inline float vec_exp(float x) {
-  // Outside [-104, 89] e^x rounds to 0 or overflows to inf in float; NaN passes the clamp.
-  // (std::min(std::max(x, -104.0f), 89.0f), NaN kept, as a blend: see select_bits.)
-  x = select_bits(x < -104.0f, -104.0f, x);
-  x = select_bits(89.0f < x, 89.0f, x);
+// exp_reduced returns e^r and n (as an int); the callers below scale by 2^n.
+[[gnu::always_inline]] inline float exp_reduced(float x, int32_t& n_out) {
   // n = round(x / ln2) without a float-to-int conversion: adding 1.5 * 2^23 rounds to an
   // integer, which then sits in the low mantissa bits of t.
   constexpr float kRound = 12582912.0f;
@@ -72,21 +69,42 @@ inline float vec_exp(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
-  // 2^n as two factors 2^(n/2) 2^(n - n/2): each stays a normal float for n in [-150, 129],
-  // so subnormal results and overflow to inf come out of the last multiplications.
   int32_t tbits, kbits;
   std::memcpy(&tbits, &t, sizeof t);
   std::memcpy(&kbits, &kRound, sizeof kRound);
-  const int32_t ni = tbits - kbits;
-  const int32_t n1 = ni >> 1, n2 = ni - n1;
-  // Shifted as unsigned: for x = NaN, ni is garbage (and the result NaN through er), and a
-  // negative int shifted left would be undefined behaviour.
-  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127) << 23;
-  float s1, s2;
-  std::memcpy(&s1, &b1, sizeof s1);
-  std::memcpy(&s2, &b2, sizeof s2);
-  return er * s1 * s2;
+  n_out = tbits - kbits;
+  return p * r * r + r + 1.0f;
+}
+
+// 2^n for n in [-126, 127]. Shifted as unsigned: for x = NaN, n is garbage (and the result NaN
+// through e^r), and a negative int shifted left would be undefined behaviour.
+[[gnu::always_inline]] inline float pow2_normal(int32_t n) {
+  const uint32_t b = static_cast<uint32_t>(n + 127) << 23;
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+inline float vec_exp(float x) {
+  // Outside [-104, 89] e^x rounds to 0 or overflows to inf in float; NaN passes the clamp.
+  // (std::min(std::max(x, -104.0f), 89.0f), NaN kept, as a blend: see select_bits.)
+  x = select_bits(x < -104.0f, -104.0f, x);
+  x = select_bits(89.0f < x, 89.0f, x);
+  int32_t n;
+  const float er = exp_reduced(x, n);
+  // 2^n as two factors 2^(n/2) 2^(n - n/2): each stays a normal float for n in [-150, 129],
+  // so subnormal results and overflow to inf come out of the last multiplications.
+  const int32_t n1 = n >> 1;
+  return er * pow2_normal(n1) * pow2_normal(n - n1);
+}
+
+// vec_exp for x in [-87, 88], where e^x is a normal float: no clamp, and 2^n in one factor. The
+// same bits as vec_exp there (er * 2^n1 is exact, so er * 2^n1 * 2^n2 rounds once, as er * 2^n),
+// for less work (vec_erf's exponent stays in [-17, 0.01]).
+[[gnu::always_inline]] inline float vec_exp_normal_range(float x) {
+  int32_t n;
+  const float er = exp_reduced(x, n);
+  return er * pow2_normal(n);
 }
 
 // erf for float, two pieces selected without a branch:
@@ -117,7 +135,7 @@ inline float vec_erf(float x) {
   p = p * s + -6.336981654167175e-1f;
   p = p * s + -1.1293647289276123f;
   p = p * s + 1.4708148955833167e-4f;
-  const float large = std::copysign(1.0f - vec_exp(p), x);
+  const float large = std::copysign(1.0f - vec_exp_normal_range(p), x);  // p in [-17, 0.01]
   return select_bits(a < 0.875f, small, large);
 }
 
