@@ -7,15 +7,16 @@
 //   gelu:    y = x Phi(x)      dx = g * (Phi(x) + x phi(x))     (tanh form: its own derivative)
 //
 // Computed in T, as PyTorch's kernels do (the constants are PyTorch's M_SQRT1_2, M_2_SQRTPI...).
-// gelu's erf and exp are vec_erf / vec_exp: for float they vectorise (about 1 ulp, like
-// PyTorch's Sleef), for double they are std::erf / std::exp. always_inline: a call per element
-// (GCC judged these too big to inline) would keep the loops from vectorising.
+// gelu's erf and exp, and sigmoid's exp, are vec_erf / vec_exp: for float they vectorise (about
+// 1 ulp, like PyTorch's Sleef), for double they are std::erf / std::exp. always_inline: a call
+// per element (GCC judged these too big to inline) would keep the loops from vectorising.
 #include "pointwise_kernels.h"
 
 #include "internal/pointwise_rows.h"
 #include "internal/vec_math.h"
 
 #include <cmath>
+#include <type_traits>
 
 namespace tg::kernels::TG_ISA_NS {
 namespace {
@@ -65,12 +66,17 @@ T gelu_tanh_second_derivative(T x) {
   return (T(1) - t * t) * (du + T(0.5) * x * (ddu - T(2) * t * du * du));
 }
 
-// Stable on both sides: e^-x never overflows for x >= 0, e^x never for x < 0.
+// Stable on both sides: e = e^-|x| <= 1 never overflows; 1 / (1 + e) for x >= 0, e / (1 + e)
+// for x < 0. e is vec_exp: for float a vectorised loop (about 1 ulp), for double std::exp.
 template <class T>
 T sigmoid(T v) {
-  if (v >= T(0)) return T(1) / (T(1) + std::exp(-v));
-  const T e = std::exp(v);
-  return e / (T(1) + e);
+  const T e = vec_exp(-std::fabs(v));
+  const T d = T(1) + e;
+  if constexpr (std::is_same_v<T, float>) {
+    return select_bits(v >= 0.0f, 1.0f / d, e / d);  // a blend, not a branch: see select_bits
+  } else {
+    return v >= T(0) ? T(1) / d : e / d;
+  }
 }
 
 }  // namespace

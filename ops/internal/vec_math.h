@@ -1,7 +1,7 @@
 // exp and erf that a loop can vectorise. glibc's expf / erff are one call per element, and
 // they were most of the time of softmax, cross_entropy and gelu (PyTorch calls Sleef's vector
 // versions). The float overloads below are branch-free straight-line code, so the compiler
-// turns a loop over them into AVX-512 code; the double overloads are std::exp / std::erf, so
+// turns a loop over them into vector code (SSE, AVX2 or AVX-512 by the path); the double overloads are std::exp / std::erf, so
 // float64 (gradcheck, golden float64 fixtures) keeps the correctly rounded library results.
 //
 // Accuracy of the float versions against double-precision references, over all 2^32 floats:
