@@ -26,6 +26,10 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
 constexpr double kGeluCubic = 0.044715;
 
+// e^x for x <= 0: vec_exp_nonpositive for float (vec_exp's bits, less work), std::exp for double.
+[[gnu::always_inline]] inline float exp_nonpositive(float x) { return vec_exp_nonpositive(x); }
+[[gnu::always_inline]] inline double exp_nonpositive(double x) { return vec_exp(x); }
+
 template <class T>
 [[gnu::always_inline]] inline T gelu_erf(T x) {
   return x * T(0.5) * (T(1) + vec_erf(x * static_cast<T>(kSqrt1_2)));
@@ -33,7 +37,7 @@ template <class T>
 template <class T>
 [[gnu::always_inline]] inline T gelu_erf_derivative(T x) {
   const T cdf = T(0.5) * (T(1) + vec_erf(x * static_cast<T>(kSqrt1_2)));
-  const T pdf = static_cast<T>(kInvSqrt2Pi) * vec_exp(T(-0.5) * x * x);
+  const T pdf = static_cast<T>(kInvSqrt2Pi) * exp_nonpositive(T(-0.5) * x * x);
   return cdf + x * pdf;
 }
 
@@ -56,7 +60,7 @@ T gelu_tanh_derivative(T x) {
 //   tanh:  with t = tanh u, u = k (x + c x^3): (1 - t^2) (u' + x/2 (u'' - 2 t u'^2))
 template <class T>
 T gelu_erf_second_derivative(T x) {
-  return static_cast<T>(kInvSqrt2Pi) * vec_exp(T(-0.5) * x * x) * (T(2) - x * x);
+  return static_cast<T>(kInvSqrt2Pi) * exp_nonpositive(T(-0.5) * x * x) * (T(2) - x * x);
 }
 template <class T>
 T gelu_tanh_second_derivative(T x) {

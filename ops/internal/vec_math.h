@@ -107,6 +107,16 @@ inline float vec_exp(float x) {
   return er * pow2_normal(n);
 }
 
+// vec_exp for x <= 0 (or NaN), as gelu's and the normal density's e^(-x^2/2): the same bits with
+// less work. e^x = e^r 2^n with n in [-150, 0]: e^r 2^(n+75) is exact (a normal float), and the
+// one rounding of the product by 2^-75 is that of vec_exp's last product.
+[[gnu::always_inline]] inline float vec_exp_nonpositive(float x) {
+  x = select_bits(x < -104.0f, -104.0f, x);
+  int32_t n;
+  const float er = exp_reduced(x, n);
+  return er * pow2_normal(n + 75) * 0x1p-75f;
+}
+
 // erf for float, two pieces selected without a branch:
 //   |x| < 0.875:         erf x = x + x Q(x^2)      (Q odd-part minimax fit of erf(x)/x - 1)
 //   0.875 <= |x| < 3.93: erf x = 1 - e^P(|x|)      (P fits log erfc; the error of P is scaled
