@@ -18,6 +18,12 @@ void fwd_bwd(benchmark::State& state, Tensor x, Fn fn) {
   }
 }
 
+template <class Fn>
+void fwd(benchmark::State& state, Fn fn) {
+  use_threads(state);
+  for (auto _ : state) benchmark::DoNotOptimize(fn());
+}
+
 const bool registered = [] {
   manual_seed(0);
   add_case("softmax_fwd_bwd/R64_C1000",
@@ -32,6 +38,18 @@ const bool registered = [] {
   });
   add_case("gelu_fwd_bwd/N1048576",
            [](benchmark::State& s) { fwd_bwd(s, randn({1 << 20}), [](const Tensor& x) { return gelu(x); }); });
+  add_case("relu_fwd_bwd/N1048576",
+           [](benchmark::State& s) { fwd_bwd(s, randn({1 << 20}), [](const Tensor& x) { return relu(x); }); });
+  add_case("sigmoid_fwd_bwd/N1048576",
+           [](benchmark::State& s) { fwd_bwd(s, randn({1 << 20}), [](const Tensor& x) { return sigmoid(x); }); });
+  add_case("add_bcast_fwd/R1024_C1024", [](benchmark::State& s) {
+    Tensor a = randn({1024, 1024}), b = randn({1024});
+    fwd(s, [a, b] { return add(a, b); });
+  });
+  add_case("mul_scalar_fwd/N1048576", [](benchmark::State& s) {
+    Tensor a = randn({1 << 20});
+    fwd(s, [a] { return mul(a, 0.5); });
+  });
   add_case("embedding_fwd_bwd/V10000_D256_T32768", [](benchmark::State& s) {
     Tensor idx = randint(0, 10000, {32768});
     fwd_bwd(s, randn({10000, 256}), [idx](const Tensor& w) { return embedding(w, idx); });

@@ -1,4 +1,5 @@
-// Activations. Each saves what its derivative reads: relu and friends their output.
+// Activations. Each saves what its derivative reads: relu and friends their output. The
+// kernels, forward and backward, are in activation_kernels.cpp (pointwise_kernels.h).
 //
 //   relu:    y = max(x, 0)     dx = g * (y > 0)
 //   sigmoid: y = 1/(1+e^-x)    dx = g * y (1 - y)        saves y
@@ -6,15 +7,12 @@
 //   gelu:    y = x Phi(x)      dx = g * (Phi(x) + x phi(x))   saves x (tanh form: its own derivative)
 #include "activation.h"
 
-#include <cmath>
 
 #include "../framework/inplace.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
-#include "internal/elementwise_kernel.h"
 #include "internal/pointwise.h"
 #include "internal/samples.h"
-#include "internal/vec_math.h"
 
 namespace tg {
 
@@ -23,16 +21,15 @@ namespace {
 // The saved slot of relu, sigmoid and tanh (one enum: the three save their output).
 enum ActivationSaved { kOutput };
 
+using kernels::Binary;
+using kernels::Unary;
+
 std::vector<Tensor> relu_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const Tensor y = ctx.saved(kOutput);
   if (ctx.create_graph()) {  // g times a constant mask: differentiable again in g
-    Tensor mask = pointwise_unary(y.detach(), "relu_backward", [](auto v) { return v > decltype(v)(0) ? 1 : 0; });
-    return {mul(g[0], mask)};
+    return {mul(g[0], pointwise_unary(y.detach(), Unary::ReluMask, "relu_backward"))};
   }
-  return {dispatch_floating(y.dtype(), "relu_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return map_binary<T>(g[0], y, "relu_backward", [](T gv, T yv) { return yv > T(0) ? gv : T(0); });
-  })};
+  return {pointwise_binary(g[0], y, Binary::ReluBackward, "relu_backward")};
 }
 
 std::vector<SampleCase> relu_samples() {
@@ -53,40 +50,6 @@ struct GeluAttrs {
   bool tanh_form;
 };
 
-// Computed in T, as PyTorch's kernels do (the constants are PyTorch's M_SQRT1_2, M_2_SQRTPI...).
-// erf and exp are vec_erf / vec_exp: for float they vectorise (about 1 ulp, like PyTorch's
-// Sleef), for double they are std::erf / std::exp. always_inline: a call per element (GCC
-// judged these too big to inline) would keep the loops in elementwise_kernel.h from vectorising.
-constexpr double kSqrt1_2 = 0.70710678118654752440;   // 1/sqrt(2)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
-constexpr double kGeluCubic = 0.044715;
-
-template <class T>
-[[gnu::always_inline]] inline T gelu_erf(T x) {
-  return x * T(0.5) * (T(1) + vec_erf(x * static_cast<T>(kSqrt1_2)));
-}
-template <class T>
-[[gnu::always_inline]] inline T gelu_erf_derivative(T x) {
-  const T cdf = T(0.5) * (T(1) + vec_erf(x * static_cast<T>(kSqrt1_2)));
-  const T pdf = static_cast<T>(kInvSqrt2Pi) * vec_exp(T(-0.5) * x * x);
-  return cdf + x * pdf;
-}
-
-template <class T>
-T gelu_tanh(T x) {
-  const T inner = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
-  return T(0.5) * x * (T(1) + std::tanh(inner));
-}
-template <class T>
-T gelu_tanh_derivative(T x) {
-  const T k = static_cast<T>(kSqrt2OverPi), c = static_cast<T>(kGeluCubic);
-  const T inner = k * (x + c * x * x * x);
-  const T t = std::tanh(inner);
-  const T dinner = k * (T(1) + T(3) * c * x * x);
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
-}
-
 // Under create_graph the same formulas in recorded ops (gelu through its own recorded
 // backward op, whose derivative gelu_backward_backward knows the second derivative).
 std::vector<Tensor> sigmoid_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
@@ -94,37 +57,17 @@ std::vector<Tensor> sigmoid_backward(const BackwardContext& ctx, const std::vect
     const Tensor y = ctx.saved(kOutput);
     return {mul(g[0], mul(y, add(neg(y), 1.0)))};
   }
-  return {pointwise_binary(g[0], ctx.saved(kOutput), "sigmoid_backward",
-                           [](auto gv, auto y) { return gv * y * (decltype(y)(1) - y); })};
+  return {pointwise_binary(g[0], ctx.saved(kOutput), Binary::SigmoidBackward, "sigmoid_backward")};
 }
 std::vector<Tensor> tanh_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   if (ctx.create_graph()) {
     const Tensor y = ctx.saved(kOutput);
     return {mul(g[0], add(neg(mul(y, y)), 1.0))};
   }
-  return {pointwise_binary(g[0], ctx.saved(kOutput), "tanh_backward",
-                           [](auto gv, auto y) { return gv * (decltype(y)(1) - y * y); })};
+  return {pointwise_binary(g[0], ctx.saved(kOutput), Binary::TanhBackward, "tanh_backward")};
 }
-// The second derivative, for the recorded gelu_backward:
-//   exact: d/dx (Phi + x phi) = phi (2 - x^2)
-//   tanh:  with t = tanh u, u = k (x + c x^3): (1 - t^2) (u' + x/2 (u'' - 2 t u'^2))
-template <class T>
-T gelu_erf_second_derivative(T x) {
-  return static_cast<T>(kInvSqrt2Pi) * vec_exp(T(-0.5) * x * x) * (T(2) - x * x);
-}
-template <class T>
-T gelu_tanh_second_derivative(T x) {
-  const T k = static_cast<T>(kSqrt2OverPi), c = static_cast<T>(kGeluCubic);
-  const T t = std::tanh(k * (x + c * x * x * x));
-  const T du = k * (T(1) + T(3) * c * x * x), ddu = T(6) * k * c * x;
-  return (T(1) - t * t) * (du + T(0.5) * x * (ddu - T(2) * t * du * du));
-}
-
 Tensor gelu_times_derivative(const Tensor& g, const Tensor& x, bool tanh_form) {
-  // One loop per form rather than a test per element: the erf body vectorises.
-  if (tanh_form)
-    return pointwise_binary(g, x, "gelu_backward", [](auto gv, auto xv) { return gv * gelu_tanh_derivative(xv); });
-  return pointwise_binary(g, x, "gelu_backward", [](auto gv, auto xv) { return gv * gelu_erf_derivative(xv); });
+  return pointwise_binary(g, x, tanh_form ? Binary::GeluTanhBackward : Binary::GeluBackward, "gelu_backward");
 }
 
 Tensor recorded_gelu_backward(const Tensor& g, const Tensor& x, bool tanh_form);
@@ -147,9 +90,8 @@ std::vector<Tensor> gelu_backward_backward(const BackwardContext& ctx, const std
   Tensor dg, dx;
   if (ctx.needs_grad(0)) dg = recorded_gelu_backward(gg[0], x, tanh_form);
   if (ctx.needs_grad(1)) {
-    Tensor second = tanh_form
-        ? pointwise_unary(x.detach(), "gelu_backward_backward", [](auto v) { return gelu_tanh_second_derivative(v); })
-        : pointwise_unary(x.detach(), "gelu_backward_backward", [](auto v) { return gelu_erf_second_derivative(v); });
+    Tensor second =
+        pointwise_unary(x.detach(), tanh_form ? Unary::GeluTanhSecond : Unary::GeluSecond, "gelu_backward_backward");
     dx = mul(mul(gg[0], g), second);
   }
   return {dg, dx};
@@ -194,13 +136,7 @@ Tensor recorded_gelu_backward(const Tensor& g, const Tensor& x, bool tanh_form) 
 }  // namespace
 
 Tensor sigmoid(const Tensor& x) {
-  // Stable on both sides: e^-x never overflows for x >= 0, e^x never for x < 0.
-  Tensor y = pointwise_unary(x, "sigmoid", [](auto v) {
-    using T = decltype(v);
-    if (v >= T(0)) return T(1) / (T(1) + std::exp(-v));
-    const T e = std::exp(v);
-    return e / (T(1) + e);
-  });
+  Tensor y = pointwise_unary(x, Unary::Sigmoid, "sigmoid");
   if (Recorder rec{kSigmoidOp, {x}}) {
     rec.save(kOutput, y);
     rec.set_outputs({y});
@@ -214,7 +150,7 @@ Tensor& relu_(Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
-  Tensor y = pointwise_unary(x, "tanh", [](auto v) { return std::tanh(v); });
+  Tensor y = pointwise_unary(x, Unary::Tanh, "tanh");
   if (Recorder rec{kTanhOp, {x}}) {
     rec.save(kOutput, y);
     rec.set_outputs({y});
@@ -226,8 +162,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   TG_CHECK(approximate == "none" || approximate == "tanh",
            "gelu: expected approximate to be 'none' or 'tanh', got '", approximate, "'");
   const bool tanh_form = approximate == "tanh";
-  Tensor y = tanh_form ? pointwise_unary(x, "gelu", [](auto v) { return gelu_tanh(v); })
-                       : pointwise_unary(x, "gelu", [](auto v) { return gelu_erf(v); });
+  Tensor y = pointwise_unary(x, tanh_form ? Unary::GeluTanh : Unary::Gelu, "gelu");
   if (Recorder rec{kGeluOp, {x}}) {
     rec.save(kInput, x);
     rec.set_attrs(GeluAttrs{tanh_form});
@@ -239,11 +174,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
 const OpDef kReluOp{"relu", "relu_backward", "self", relu_backward, relu_samples, true};
 
 Tensor relu(const Tensor& x) {
-  TG_CHECK(x.defined(), "relu: the tensor is undefined");
-  Tensor y = dispatch_floating(x.dtype(), "relu", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return map_unary<T>(x, [](T v) { return v > T(0) ? v : T(0); });
-  });
+  Tensor y = pointwise_unary(x, Unary::Relu, "relu");
   if (Recorder rec{kReluOp, {x}}) {
     rec.save(kOutput, y);
     rec.set_outputs({y});

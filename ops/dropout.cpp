@@ -17,7 +17,7 @@ std::vector<Tensor> dropout_backward(const BackwardContext& ctx, const std::vect
   // Under create_graph: the recorded mul by the saved mask (a constant, scale or 0), so the
   // gradient is differentiable again in g.
   if (ctx.create_graph()) return {mul(g[0], ctx.saved(kMask))};
-  return {pointwise_binary(g[0], ctx.saved(kMask), "dropout_backward", [](auto gv, auto m) { return gv * m; })};
+  return {pointwise_binary(g[0], ctx.saved(kMask), kernels::Binary::Mul, "dropout_backward")};
 }
 
 std::vector<SampleCase> dropout_samples() {
@@ -46,7 +46,7 @@ Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
     T* m = mask.data<T>();
     for (int64_t i = 0; i < mask.numel(); ++i) m[i] = g.next_double() >= p ? scale : T(0);
   });
-  Tensor y = pointwise_binary(x, mask, "dropout", [](auto v, auto m) { return v * m; });
+  Tensor y = pointwise_binary(x, mask, kernels::Binary::Mul, "dropout");
   if (Recorder rec{kDropoutOp, {x}}) {
     rec.save(kMask, mask);
     rec.set_outputs({y});

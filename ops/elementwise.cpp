@@ -13,7 +13,7 @@
 #include "../framework/tape.h"
 #include "../framework/inplace.h"
 #include "../framework/views.h"
-#include "internal/elementwise_kernel.h"
+#include "internal/pointwise.h"
 #include "internal/samples.h"
 #include "unary.h"  // reciprocal, for s / x
 
@@ -28,39 +28,18 @@ struct ScalarAttrs {
   double value;
 };
 
-// Forward kernels: plain functions of values, shared by the ops and their backward.
-template <class T>
-Tensor add_kernel(const Tensor& a, const Tensor& b, double alpha) {
-  const T al = static_cast<T>(alpha);
-  if (alpha == 1.0) return map_binary<T>(a, b, "add", [](T x, T y) { return x + y; });
-  return map_binary<T>(a, b, "add", [al](T x, T y) { return x + al * y; });
-}
+// Forward: the pointwise kernels (pointwise_kernels.h), shared by the ops and their backward.
+using kernels::Binary;
+using kernels::Unary;
 
 Tensor add_values(const Tensor& a, const Tensor& b, double alpha = 1.0) {
-  return dispatch_floating(a.dtype(), "add", [&](auto tag) { return add_kernel<typename decltype(tag)::type>(a, b, alpha); });
+  if (alpha == 1.0) return pointwise_binary(a, b, Binary::Add, "add");
+  return pointwise_binary(a, b, Binary::AddScaled, "add", {alpha});
 }
 
-Tensor mul_values(const Tensor& a, const Tensor& b) {
-  return dispatch_floating(a.dtype(), "mul", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return map_binary<T>(a, b, "mul", [](T x, T y) { return x * y; });
-  });
-}
+Tensor mul_values(const Tensor& a, const Tensor& b) { return pointwise_binary(a, b, Binary::Mul, "mul"); }
 
-Tensor div_values(const Tensor& a, const Tensor& b) {
-  return dispatch_floating(a.dtype(), "div", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return map_binary<T>(a, b, "div", [](T x, T y) { return x / y; });
-  });
-}
-
-Tensor scale_values(const Tensor& x, double s) {
-  return dispatch_floating(x.dtype(), "mul", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T f = static_cast<T>(s);
-    return map_unary<T>(x, [f](T v) { return v * f; });
-  });
-}
+Tensor div_values(const Tensor& a, const Tensor& b) { return pointwise_binary(a, b, Binary::Div, "div"); }
 
 // ---- backward ----
 // Written with the recorded ops themselves, so that under create_graph the gradients are
@@ -206,8 +185,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& x, double s) {
-  TG_CHECK(x.defined(), "mul: the tensor is undefined");
-  Tensor out = scale_values(x, s);
+  Tensor out = pointwise_unary(x, Unary::MulScalar, "mul", {s});
   if (Recorder rec{kMulScalarOp, {x}}) {
     rec.set_attrs(ScalarAttrs{s});
     rec.set_outputs({out});
@@ -218,12 +196,7 @@ Tensor mul(const Tensor& x, double s) {
 Tensor neg(const Tensor& x) { return mul(x, -1.0); }
 
 Tensor add(const Tensor& x, double s) {
-  TG_CHECK(x.defined(), "add: the tensor is undefined");
-  Tensor out = dispatch_floating(x.dtype(), "add", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T v = static_cast<T>(s);
-    return map_unary<T>(x, [v](T e) { return e + v; });
-  });
+  Tensor out = pointwise_unary(x, Unary::AddScalar, "add", {s});
   if (Recorder rec{kAddScalarOp, {x}}) rec.set_outputs({out});
   return out;
 }
@@ -233,12 +206,7 @@ Tensor rsub(const Tensor& x, double s) { return add(neg(x), s); }
 // A true division, as PyTorch's x / s on the CPU: x * (1 / s) differs from it in the last bit
 // whenever 1 / s is inexact (s = 3, 10, sqrt(d), ...).
 Tensor div(const Tensor& x, double s) {
-  TG_CHECK(x.defined(), "div: the tensor is undefined");
-  Tensor out = dispatch_floating(x.dtype(), "div", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T v = static_cast<T>(s);
-    return map_unary<T>(x, [v](T e) { return e / v; });
-  });
+  Tensor out = pointwise_unary(x, Unary::DivScalar, "div", {s});
   if (Recorder rec{kDivScalarOp, {x}}) {
     rec.set_attrs(ScalarAttrs{s});
     rec.set_outputs({out});

@@ -30,9 +30,13 @@ struct ClampAttrs {
   double lo, hi;  // -inf / +inf when absent
 };
 
-template <class F>
-std::vector<Tensor> grad_times(const std::vector<Tensor>& g, const Tensor& s, const char* op, F df) {
-  return {pointwise_binary(g[0], s, op, df)};
+using kernels::Binary;
+using kernels::Unary;
+
+// g * (the derivative, from the saved tensor s) in one fused kernel.
+std::vector<Tensor> grad_times(const std::vector<Tensor>& g, const Tensor& s, Binary f, const char* op,
+                               kernels::PointwiseScalars scalars = {}) {
+  return {pointwise_binary(g[0], s, f, op, scalars)};
 }
 
 // Each backward has two spellings of one formula: a fused kernel for plain backward, and
@@ -47,56 +51,36 @@ std::vector<Tensor> pow_backward(const BackwardContext& ctx, const std::vector<T
   const double p = ctx.attrs<PowAttrs>().exponent;
   if (p == 0.0) return {zeros(ctx.input_shape(0), ctx.input_dtype(0))};
   if (ctx.create_graph()) return {mul(g[0], mul(pow(ctx.saved(kInput), p - 1.0), p))};
-  return grad_times(g, ctx.saved(kInput), "pow_backward", [p](auto gv, auto x) {
-    using T = decltype(x);
-    return gv * static_cast<T>(p) * std::pow(x, static_cast<T>(p - 1.0));
-  });
+  return grad_times(g, ctx.saved(kInput), Binary::PowBackward, "pow_backward", {p});
 }
 std::vector<Tensor> exp_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   if (ctx.create_graph()) return {mul(g[0], ctx.saved(kOutput))};
-  return grad_times(g, ctx.saved(kOutput), "exp_backward", [](auto gv, auto y) { return gv * y; });
+  return grad_times(g, ctx.saved(kOutput), Binary::Mul, "exp_backward");
 }
 std::vector<Tensor> log_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   if (ctx.create_graph()) return {div(g[0], ctx.saved(kInput))};
-  return grad_times(g, ctx.saved(kInput), "log_backward", [](auto gv, auto x) { return gv / x; });
+  return grad_times(g, ctx.saved(kInput), Binary::Div, "log_backward");
 }
 std::vector<Tensor> sqrt_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   if (ctx.create_graph()) return {div(g[0], mul(ctx.saved(kOutput), 2.0))};
-  return grad_times(g, ctx.saved(kOutput), "sqrt_backward", [](auto gv, auto y) { return gv / (y + y); });
+  return grad_times(g, ctx.saved(kOutput), Binary::SqrtBackward, "sqrt_backward");
 }
 std::vector<Tensor> rsqrt_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   if (ctx.create_graph()) return {mul(g[0], mul(pow(ctx.saved(kOutput), 3.0), -0.5))};
-  return grad_times(g, ctx.saved(kOutput), "rsqrt_backward", [](auto gv, auto y) {
-    using T = decltype(y);
-    return T(-0.5) * gv * y * y * y;
-  });
+  return grad_times(g, ctx.saved(kOutput), Binary::RsqrtBackward, "rsqrt_backward");
 }
 std::vector<Tensor> abs_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   if (ctx.create_graph()) {
-    Tensor sign = pointwise_unary(ctx.saved(kInput).detach(), "abs_backward", [](auto x) {
-      using T = decltype(x);
-      return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
-    });
-    return {mul(g[0], sign)};
+    return {mul(g[0], pointwise_unary(ctx.saved(kInput).detach(), Unary::Sign, "abs_backward"))};
   }
-  return grad_times(g, ctx.saved(kInput), "abs_backward", [](auto gv, auto x) {
-    using T = decltype(x);
-    return x > T(0) ? gv : (x < T(0) ? -gv : T(0));
-  });
+  return grad_times(g, ctx.saved(kInput), Binary::AbsBackward, "abs_backward");
 }
 std::vector<Tensor> clamp_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const auto a = ctx.attrs<ClampAttrs>();
   if (ctx.create_graph()) {
-    Tensor inside = pointwise_unary(ctx.saved(kInput).detach(), "clamp_backward", [a](auto x) {
-      using T = decltype(x);
-      return (x >= static_cast<T>(a.lo) && x <= static_cast<T>(a.hi)) ? T(1) : T(0);
-    });
-    return {mul(g[0], inside)};
+    return {mul(g[0], pointwise_unary(ctx.saved(kInput).detach(), Unary::ClampMask, "clamp_backward", {a.lo, a.hi}))};
   }
-  return grad_times(g, ctx.saved(kInput), "clamp_backward", [a](auto gv, auto x) {
-    using T = decltype(x);
-    return (x >= static_cast<T>(a.lo) && x <= static_cast<T>(a.hi)) ? gv : T(0);
-  });
+  return grad_times(g, ctx.saved(kInput), Binary::ClampBackward, "clamp_backward", {a.lo, a.hi});
 }
 
 using Inputs = std::vector<Tensor>;
@@ -157,33 +141,33 @@ const OpDef kClampOp{"clamp", "clamp_backward", "self", clamp_backward, clamp_sa
 
 Tensor pow(const Tensor& x, double p) {
   Tensor y;
-  if (p == 2.0) y = pointwise_unary(x, "pow", [](auto v) { return v * v; });
-  else y = pointwise_unary(x, "pow", [p](auto v) { return std::pow(v, static_cast<decltype(v)>(p)); });
+  if (p == 2.0) y = pointwise_unary(x, Unary::Square, "pow");
+  else y = pointwise_unary(x, Unary::Pow, "pow", {p});
   record_one_input(kPowOp, x, y, {{kInput, x}}, PowAttrs{p});
   return y;
 }
 Tensor exp(const Tensor& x) {
-  Tensor y = pointwise_unary(x, "exp", [](auto v) { return std::exp(v); });
+  Tensor y = pointwise_unary(x, Unary::Exp, "exp");
   record_one_input(kExpOp, x, y, {{kOutput, y}});
   return y;
 }
 Tensor log(const Tensor& x) {
-  Tensor y = pointwise_unary(x, "log", [](auto v) { return std::log(v); });
+  Tensor y = pointwise_unary(x, Unary::Log, "log");
   record_one_input(kLogOp, x, y, {{kInput, x}});
   return y;
 }
 Tensor sqrt(const Tensor& x) {
-  Tensor y = pointwise_unary(x, "sqrt", [](auto v) { return std::sqrt(v); });
+  Tensor y = pointwise_unary(x, Unary::Sqrt, "sqrt");
   record_one_input(kSqrtOp, x, y, {{kOutput, y}});
   return y;
 }
 Tensor rsqrt(const Tensor& x) {
-  Tensor y = pointwise_unary(x, "rsqrt", [](auto v) { return decltype(v)(1) / std::sqrt(v); });
+  Tensor y = pointwise_unary(x, Unary::Rsqrt, "rsqrt");
   record_one_input(kRsqrtOp, x, y, {{kOutput, y}});
   return y;
 }
 Tensor abs(const Tensor& x) {
-  Tensor y = pointwise_unary(x, "abs", [](auto v) { return std::abs(v); });
+  Tensor y = pointwise_unary(x, Unary::Abs, "abs");
   record_one_input(kAbsOp, x, y, {{kInput, x}});
   return y;
 }
@@ -192,12 +176,7 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   const double lo = min ? *min : -std::numeric_limits<double>::infinity();
   const double hi = max ? *max : std::numeric_limits<double>::infinity();
   // PyTorch: min(max(x, lo), hi), so hi wins when lo > hi; NaN propagates.
-  Tensor y = pointwise_unary(x, "clamp", [lo, hi](auto v) {
-    using T = decltype(v);
-    if (std::isnan(v)) return v;
-    T r = v < static_cast<T>(lo) ? static_cast<T>(lo) : v;
-    return r > static_cast<T>(hi) ? static_cast<T>(hi) : r;
-  });
+  Tensor y = pointwise_unary(x, Unary::Clamp, "clamp", {lo, hi});
   record_one_input(kClampOp, x, y, {{kInput, x}}, ClampAttrs{lo, hi});
   return y;
 }

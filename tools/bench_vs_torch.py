@@ -104,6 +104,16 @@ def layer_norm_case():
     return fwd_bwd(torch.randn(1024, 768), lambda x: F.layer_norm(x, (768,), w, b))
 
 
+def add_bcast_case():
+    a, b = torch.randn(1024, 1024), torch.randn(1024)
+    return lambda: a + b
+
+
+def mul_scalar_case():
+    a = torch.randn(1 << 20)
+    return lambda: a * 0.5
+
+
 def embedding_case():
     idx = torch.randint(0, 10000, (32768,))
     return fwd_bwd(torch.randn(10000, 256), lambda w: F.embedding(idx, w))
@@ -301,6 +311,10 @@ CASES = {
     "max_fwd_bwd/R4096_C1024_dim1":
         ("bench_core_ops", lambda: fwd_bwd(torch.randn(4096, 1024), lambda x: x.max(1).values)),
     "gelu_fwd_bwd/N1048576": ("bench_core_ops", lambda: fwd_bwd(torch.randn(1 << 20), F.gelu)),
+    "relu_fwd_bwd/N1048576": ("bench_core_ops", lambda: fwd_bwd(torch.randn(1 << 20), torch.relu)),
+    "sigmoid_fwd_bwd/N1048576": ("bench_core_ops", lambda: fwd_bwd(torch.randn(1 << 20), torch.sigmoid)),
+    "add_bcast_fwd/R1024_C1024": ("bench_core_ops", add_bcast_case),
+    "mul_scalar_fwd/N1048576": ("bench_core_ops", mul_scalar_case),
     "embedding_fwd_bwd/V10000_D256_T32768": ("bench_core_ops", embedding_case),
     "max_pool2d_fwd_bwd/N8_C64_H112_W112_k3_s2_p1":
         ("bench_core_ops", lambda: fwd_bwd(torch.randn(8, 64, 112, 112), lambda x: F.max_pool2d(x, 3, 2, 1))),

@@ -1,7 +1,7 @@
 // exp and erf that a loop can vectorise. glibc's expf / erff are one call per element, and
 // they were most of the time of softmax, cross_entropy and gelu (PyTorch calls Sleef's vector
 // versions). The float overloads below are branch-free straight-line code, so the compiler
-// turns a loop over them into AVX-512 code; the double overloads are std::exp / std::erf, so
+// turns a loop over them into vector code (SSE, AVX2 or AVX-512 by the path); the double overloads are std::exp / std::erf, so
 // float64 (gradcheck, golden float64 fixtures) keeps the correctly rounded library results.
 //
 // Accuracy of the float versions against double-precision references, over all 2^32 floats:
@@ -10,7 +10,16 @@
 // Special values: NaN -> NaN; vec_exp(-inf) = 0, vec_exp(+inf) = inf; vec_erf(+-inf) = +-1.
 // A result depends only on the argument, and is the same in the vectorised body and the scalar
 // tail of a loop (tested), so where a thread's piece of a loop starts changes no bits.
+//
+// These are inline code of the kernels, so they live in the instruction set's namespace
+// (ops/internal/isa_dispatch.h): each compile of a *_kernels*.cpp file gets its own copy. Other
+// files (and tests) see the generic copy as tg::vec_exp etc. through the using-declarations at
+// the end. The float versions use no fused multiply-add by hand; a path whose compiler contracts
+// a * b + c into one (AVX2, AVX-512) rounds differently, within about an ulp (tested by
+// tests/test_isa_pointwise.cpp).
 #pragma once
+
+#include "isa_dispatch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,15 +27,34 @@
 #include <cstring>
 #include <limits>
 
-namespace tg {
+namespace tg::kernels::TG_ISA_NS {
 
 inline double vec_exp(double x) { return std::exp(x); }
 inline double vec_erf(double x) { return std::erf(x); }
 
+// c ? a : b, written as a blend of the bits. GCC 12 turns a plain ?: or std::min / std::max
+// followed by arithmetic into a branch (it folds the arithmetic into the constant side), and then
+// will not vectorise the loop without AVX-512 masks, since computing both sides for every lane
+// could raise floating-point exceptions the branch would not. The blend gives the same value.
+// With AVX-512 GCC masks the branch instead, a few per cent faster than the blend.
+[[gnu::always_inline]] inline float select_bits(bool c, float a, float b) {
+#if defined(__AVX512F__)
+  return c ? a : b;
+#else
+  uint32_t ab, bb;
+  std::memcpy(&ab, &a, sizeof ab);
+  std::memcpy(&bb, &b, sizeof bb);
+  const uint32_t m = c ? ~uint32_t{0} : 0;
+  const uint32_t r = (ab & m) | (bb & ~m);
+  float f;
+  std::memcpy(&f, &r, sizeof f);
+  return f;
+#endif
+}
+
 // Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2, e^r = 1 + r + r^2 P(r), e^x = 2^n e^r.
-inline float vec_exp(float x) {
-  // Outside [-104, 89] e^x rounds to 0 or overflows to inf in float; NaN passes the clamp.
-  x = std::min(std::max(x, -104.0f), 89.0f);
+// exp_reduced returns e^r and n (as an int); the callers below scale by 2^n.
+[[gnu::always_inline]] inline float exp_reduced(float x, int32_t& n_out) {
   // n = round(x / ln2) without a float-to-int conversion: adding 1.5 * 2^23 rounds to an
   // integer, which then sits in the low mantissa bits of t.
   constexpr float kRound = 12582912.0f;
@@ -41,21 +69,52 @@ inline float vec_exp(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
-  // 2^n as two factors 2^(n/2) 2^(n - n/2): each stays a normal float for n in [-150, 129],
-  // so subnormal results and overflow to inf come out of the last multiplications.
   int32_t tbits, kbits;
   std::memcpy(&tbits, &t, sizeof t);
   std::memcpy(&kbits, &kRound, sizeof kRound);
-  const int32_t ni = tbits - kbits;
-  const int32_t n1 = ni >> 1, n2 = ni - n1;
-  // Shifted as unsigned: for x = NaN, ni is garbage (and the result NaN through er), and a
-  // negative int shifted left would be undefined behaviour.
-  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127) << 23;
-  float s1, s2;
-  std::memcpy(&s1, &b1, sizeof s1);
-  std::memcpy(&s2, &b2, sizeof s2);
-  return er * s1 * s2;
+  n_out = tbits - kbits;
+  return p * r * r + r + 1.0f;
+}
+
+// 2^n for n in [-126, 127]. Shifted as unsigned: for x = NaN, n is garbage (and the result NaN
+// through e^r), and a negative int shifted left would be undefined behaviour.
+[[gnu::always_inline]] inline float pow2_normal(int32_t n) {
+  const uint32_t b = static_cast<uint32_t>(n + 127) << 23;
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+inline float vec_exp(float x) {
+  // Outside [-104, 89] e^x rounds to 0 or overflows to inf in float; NaN passes the clamp.
+  // (std::min(std::max(x, -104.0f), 89.0f), NaN kept, as a blend: see select_bits.)
+  x = select_bits(x < -104.0f, -104.0f, x);
+  x = select_bits(89.0f < x, 89.0f, x);
+  int32_t n;
+  const float er = exp_reduced(x, n);
+  // 2^n as two factors 2^(n/2) 2^(n - n/2): each stays a normal float for n in [-150, 129],
+  // so subnormal results and overflow to inf come out of the last multiplications.
+  const int32_t n1 = n >> 1;
+  return er * pow2_normal(n1) * pow2_normal(n - n1);
+}
+
+// vec_exp for x in [-87, 88], where e^x is a normal float: no clamp, and 2^n in one factor. The
+// same bits as vec_exp there (er * 2^n1 is exact, so er * 2^n1 * 2^n2 rounds once, as er * 2^n),
+// for less work (vec_erf's exponent stays in [-17, 0.01]).
+[[gnu::always_inline]] inline float vec_exp_normal_range(float x) {
+  int32_t n;
+  const float er = exp_reduced(x, n);
+  return er * pow2_normal(n);
+}
+
+// vec_exp for x <= 0 (or NaN), as gelu's and the normal density's e^(-x^2/2): the same bits with
+// less work. e^x = e^r 2^n with n in [-150, 0]: e^r 2^(n+75) is exact (a normal float), and the
+// one rounding of the product by 2^-75 is that of vec_exp's last product.
+[[gnu::always_inline]] inline float vec_exp_nonpositive(float x) {
+  x = select_bits(x < -104.0f, -104.0f, x);
+  int32_t n;
+  const float er = exp_reduced(x, n);
+  return er * pow2_normal(n + 75) * 0x1p-75f;
 }
 
 // erf for float, two pieces selected without a branch:
@@ -76,7 +135,7 @@ inline float vec_erf(float x) {
   q = q * u + 1.2837916612625122e-1f;
   const float small = x + x * q;
 
-  const float s = std::min(a, 3.93f);  // NaN passes
+  const float s = select_bits(3.93f < a, 3.93f, a);  // std::min(a, 3.93f); NaN passes
   float p = -7.441495313287305e-7f;
   p = p * s + -1.1077398085035384e-5f;
   p = p * s + 3.7663939292542636e-4f;
@@ -86,8 +145,8 @@ inline float vec_erf(float x) {
   p = p * s + -6.336981654167175e-1f;
   p = p * s + -1.1293647289276123f;
   p = p * s + 1.4708148955833167e-4f;
-  const float large = std::copysign(1.0f - vec_exp(p), x);
-  return a < 0.875f ? small : large;
+  const float large = std::copysign(1.0f - vec_exp_normal_range(p), x);  // p in [-17, 0.01]
+  return select_bits(a < 0.875f, small, large);
 }
 
 // sum_{i < n} f(i) in double. `omp simd reduction` lets the compiler keep one partial sum per
@@ -115,4 +174,11 @@ template <class F>
   return m;
 }
 
+}  // namespace tg::kernels::TG_ISA_NS
+
+namespace tg {
+using kernels::TG_ISA_NS::max_of;
+using kernels::TG_ISA_NS::sum_in_double;
+using kernels::TG_ISA_NS::vec_erf;
+using kernels::TG_ISA_NS::vec_exp;
 }  // namespace tg
