@@ -90,24 +90,29 @@ void pack_a(const T* A, int64_t lda, bool trans, int64_t i0, int64_t rows, int64
 template <class T>
 void pack_b(const T* B, int64_t ldb, bool trans, int64_t p0, int64_t kc, int64_t j0, int64_t cols, T* dst) {
   constexpr int NR = Micro<T>::NR;
-  for (int64_t s = 0; s < cols; s += NR, dst += NR * kc) {
+  const int64_t full = cols / NR, tail = cols - full * NR;
+  if (!trans) {  // row by row of B, read contiguously; each row's NR-wide pieces go to their strips
+    for (int64_t p = 0; p < kc; ++p) {
+      const T* src = B + (p0 + p) * ldb + j0;
+      T* d = dst + p * NR;
+      for (int64_t s = 0; s < full; ++s) std::memcpy(d + s * NR * kc, src + s * NR, sizeof(T) * NR);
+      if (tail) {
+        T* dt = d + full * NR * kc;
+        std::memcpy(dt, src + full * NR, sizeof(T) * tail);
+        std::fill(dt + tail, dt + NR, T(0));
+      }
+    }
+    return;
+  }
+  for (int64_t s = 0; s < cols; s += NR, dst += NR * kc) {  // column j is stored as a row
     const int live = int(std::min<int64_t>(NR, cols - s));
-    if (!trans) {  // NR contiguous values per p
-      for (int64_t p = 0; p < kc; ++p) {
-        const T* src = B + (p0 + p) * ldb + j0 + s;
-        T* d = dst + p * NR;
-        std::memcpy(d, src, sizeof(T) * live);
-        for (int c = live; c < NR; ++c) d[c] = T(0);
+    for (int c = 0; c < NR; ++c) {
+      if (c >= live) {
+        for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = T(0);
+        continue;
       }
-    } else {  // column j is stored as a row
-      for (int c = 0; c < NR; ++c) {
-        if (c >= live) {
-          for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = T(0);
-          continue;
-        }
-        const T* src = B + (j0 + s + c) * ldb + p0;
-        for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = src[p];
-      }
+      const T* src = B + (j0 + s + c) * ldb + p0;
+      for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = src[p];
     }
   }
 }
@@ -120,6 +125,11 @@ void micro_tile(int64_t kc, const T* __restrict pa, const T* __restrict pb, T* c
   using M = Micro<T>;
   using vec = typename M::vec;
   constexpr int MR = M::MR, NV = M::NV, W = M::W, NR = M::NR;
+  if (add)  // C's lines arrive while the tile is summed
+    for (int r = 0; r < rows; ++r) {
+      __builtin_prefetch(c + r * ldc);
+      __builtin_prefetch(c + r * ldc + cols - 1);
+    }
   vec acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
@@ -228,6 +238,17 @@ void gemm_item(const T* A, MatrixLayout a, const T* B, MatrixLayout b, T* C, int
   }
 }
 
+// dst (k x m, row-major) = the transpose of X stored (m x k) with leading dimension ld, in
+// square blocks that stay in L1.
+template <class T>
+void transpose_into(const T* X, int64_t ld, int64_t m, int64_t k, T* dst) {
+  constexpr int64_t kBlock = 32;
+  for (int64_t j0 = 0; j0 < m; j0 += kBlock)
+    for (int64_t p0 = 0; p0 < k; p0 += kBlock)
+      for (int64_t j = j0; j < std::min(m, j0 + kBlock); ++j)
+        for (int64_t p = p0; p < std::min(k, p0 + kBlock); ++p) dst[p * m + j] = X[j * ld + p];
+}
+
 }  // namespace
 
 template <class T>
@@ -260,6 +281,15 @@ void gemm_batched(const T* A, MatrixLayout a, const T* B, MatrixLayout b, T* C, 
   }
   const Plan p = plan<T>(n, k, m);
   using M = Micro<T>;
+  // A transposed B would be packed (a strided gather) once per row part: with several, one
+  // plain transpose first is cheaper (linear's forward: x W^T).
+  std::vector<T> b_rows;
+  if (batch == 1 && b.trans && p.row_parts >= 3) {
+    b_rows.resize(size_t(k * m));
+    transpose_into(B, b.ld, m, k, b_rows.data());
+    B = b_rows.data();
+    b = {m, 0, false};
+  }
   const int64_t per_batch = p.row_parts * p.col_parts, items = batch * per_batch;
 #pragma omp parallel for schedule(static) if (items > 1 && batch * n * k * m >= kParallelWork && max_threads() > 1)
   for (int64_t item = 0; item < items; ++item) {
