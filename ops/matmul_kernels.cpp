@@ -73,14 +73,16 @@ void pack_a(const T* A, int64_t lda, bool trans, int64_t i0, int64_t rows, int64
         const T* src = A + (p0 + p) * lda + i0 + s;
         for (int r = 0; r < MR; ++r) dst[p * MR + r] = r < live ? src[r] : T(0);
       }
-    } else {  // row by row, each read contiguously
-      for (int r = 0; r < MR; ++r) {
-        if (r >= live) {
-          for (int64_t p = 0; p < kc; ++p) dst[p * MR + r] = T(0);
-          continue;
-        }
-        const T* src = A + (i0 + s + r) * lda + p0;
-        for (int64_t p = 0; p < kc; ++p) dst[p * MR + r] = src[p];
+    } else {  // the MR rows side by side, each read in order (writes stay contiguous)
+      const T* src[MR];
+      for (int r = 0; r < MR; ++r) src[r] = A + (i0 + s + std::min(r, live - 1)) * lda + p0;
+      if (live == MR) {
+        for (int64_t p = 0; p < kc; ++p)
+#pragma GCC unroll 16
+          for (int r = 0; r < MR; ++r) dst[p * MR + r] = src[r][p];
+      } else {
+        for (int64_t p = 0; p < kc; ++p)
+          for (int r = 0; r < MR; ++r) dst[p * MR + r] = r < live ? src[r][p] : T(0);
       }
     }
   }
@@ -274,6 +276,7 @@ void gemm_batched(const T* A, MatrixLayout a, const T* B, MatrixLayout b, T* C, 
     return;
   }
   if (n * k * m <= kSmallWork) {
+#pragma omp parallel for schedule(static) if (batch * n * k * m >= kParallelWork && max_threads() > 1)
     for (int64_t bi = 0; bi < batch; ++bi)
       gemm_small(A + bi * a.batch_stride, a, B + bi * b.batch_stride, b, C + bi * c.batch_stride, c.ld, n, k, m,
                  accumulate);
