@@ -5,150 +5,88 @@
 //   linear: y = x W^T + bias     dx = g @ W           dW = g^T @ x      dbias = sum over rows of g
 #include "matmul.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "../framework/views.h"
 #include "internal/samples.h"
+#include "matmul_kernels.h"
 
 namespace tg {
 
 namespace {
 
-// One product on one thread: C (n, m) = op(A) op(B), every operand a row-major block with its
-// own leading dimension. Eigen turns products with rows + cols + depth < 20 into coefficient-wise
-// sums whose order follows the buffers' alignment; those run as plain loops so that the result
-// never depends on where the data sits.
-template <class T>
-void gemm_block(const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc, int64_t n, int64_t k,
-                int64_t m, bool trans_a, bool trans_b, bool accumulate) {
-  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using Stride = Eigen::OuterStride<>;
-  Eigen::Map<RowMat, Eigen::Unaligned, Stride> c(C, n, m, Stride(ldc));
-  if (k == 0) {
-    if (!accumulate) c.setZero();
-    return;
-  }
-  // A stored as (n, k), or (k, n) when transposed; likewise B.
-  Eigen::Map<const RowMat, Eigen::Unaligned, Stride> a(A, trans_a ? k : n, trans_a ? n : k, Stride(lda));
-  Eigen::Map<const RowMat, Eigen::Unaligned, Stride> b(B, trans_b ? m : k, trans_b ? k : m, Stride(ldb));
-  auto run = [&](const auto& lhs, const auto& rhs) {
-    if (n + m + k < 20) {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < m; ++j) {
-          T s = 0;
-          for (int64_t p = 0; p < k; ++p) s += lhs(i, p) * rhs(p, j);
-          c(i, j) = accumulate ? c(i, j) + s : s;
-        }
-    } else if (accumulate) {
-      c.noalias() += lhs * rhs;
-    } else {
-      c.noalias() = lhs * rhs;
-    }
-  };
-  if (!trans_a && !trans_b) run(a, b);
-  else if (trans_a && !trans_b) run(a.transpose(), b);
-  else if (!trans_a && trans_b) run(a, b.transpose());
-  else run(a.transpose(), b.transpose());
+Shape with_matrix_dims(Shape batch, const Shape& matrix_shape) {
+  batch.insert(batch.end(), matrix_shape.end() - 2, matrix_shape.end());
+  return batch;
 }
 
-// How a product's output is cut into tiles: a function of (n, k, m) alone, never of the thread
-// count, so each output element is summed in the same order however many threads share the
-// tiles. Tiles are halved along their longer side until there are 4 of them (two each for two
-// threads), or until they would get thinner than 32 or smaller than 2^18 multiply-adds. Not
-// more: each tile packs its own panels of A and B, and a 1024^3 product cut into 16 tiles ran
-// 7% slower on one thread than in one piece, cut into 4 only 3%.
-struct GemmTiling {
-  int64_t rows, cols;  // tile size
-  int64_t row_tiles, col_tiles;
+// A tensor's last two dims as the batch of matrices (batch shape `batch`, t's batch dims
+// broadcast to it) that the kernel reads in place: a transposed view or a slice is read through
+// its strides, a broadcast through batch stride 0. Only when the batch dims do not collapse into
+// one stride, or neither matrix dim is contiguous, is it copied.
+struct Matrices {
+  Tensor data;  // what layout describes (t's storage, or a contiguous copy)
+  kernels::MatrixLayout layout;
+  Matrices transposed() const {
+    Matrices t = *this;
+    t.layout.trans = !t.layout.trans;
+    return t;
+  }
 };
 
-GemmTiling plan_tiles(int64_t n, int64_t k, int64_t m) {
-  constexpr int64_t kMinSide = 32, kMaxTiles = 4, kMinTileWork = int64_t{1} << 18;
-  int64_t rt = 1, ct = 1;
-  auto side = [](int64_t len, int64_t parts) { return ceil_div(ceil_div(len, parts), 16) * 16; };
-  while (rt * ct < kMaxTiles) {
-    const int64_t tr = side(n, rt), tc = side(m, ct);
-    const bool split_rows = tr >= tc;
-    const int64_t longer = split_rows ? tr : tc;
-    if (longer < 2 * kMinSide || (longer / 2) * (split_rows ? tc : tr) * k < kMinTileWork) break;
-    (split_rows ? rt : ct) *= 2;
+Matrices as_matrices(const Tensor& t, const Shape& batch) {
+  Tensor e = t.detach().expand(with_matrix_dims(batch, t.shape()));
+  const Shape &sh = e.shape(), &st = e.strides();
+  const int d = e.dim();
+  const int64_t rows = sh[d - 2], cols = sh[d - 1];
+  kernels::MatrixLayout l;
+  bool ok = true;
+  if (st[d - 1] == 1 && st[d - 2] >= cols) {
+    l.ld = st[d - 2];
+  } else if (st[d - 2] == 1 && st[d - 1] >= rows) {
+    l.ld = st[d - 1];
+    l.trans = true;
+  } else if (rows == 1 || cols == 1) {  // a vector: any stride of its size-1 dim will do
+    const int64_t s = rows == 1 ? st[d - 1] : st[d - 2];
+    ok = s == 1;
+    l.ld = std::max<int64_t>(rows == 1 ? cols : 1, 1);
+  } else {
+    ok = false;
   }
-  const int64_t tr = std::min(n, side(n, rt)), tc = std::min(m, side(m, ct));
-  return {tr, tc, ceil_div(n, tr), ceil_div(m, tc)};
+  // Batch dims of size > 1, inner to outer: each stride must be the next inner one's span.
+  int64_t inner = -1;
+  for (int i = d - 3; i >= 0 && ok; --i) {
+    if (sh[i] == 1) continue;
+    if (st[i] < 0 || (inner >= 0 && st[i] != st[inner] * sh[inner])) ok = false;
+    if (inner < 0) l.batch_stride = st[i];
+    inner = i;
+  }
+  if (!ok) {
+    e = e.contiguous();
+    l = {cols, rows * cols, false};
+  }
+  return {e, l};
 }
 
-}  // namespace
-
-// C = op(A) op(B), threaded over output tiles by us, not by Eigen (the library is built with
-// EIGEN_DONT_PARALLELIZE: Eigen's own threading cuts the work by the thread count, so results
-// changed with it). Called from inside a parallel region, it runs on the calling thread.
-template <class T>
-void gemm(const T* A, const T* B, T* C, int64_t n, int64_t k, int64_t m, bool trans_a, bool trans_b,
-          bool accumulate) {
-  if (n == 0 || m == 0) return;
-  const int64_t lda = trans_a ? n : k, ldb = trans_b ? k : m;
-  const GemmTiling t = plan_tiles(n, k, m);
-  const int64_t tiles = t.row_tiles * t.col_tiles;
-#pragma omp parallel for schedule(dynamic, 1) if (tiles > 1 && max_threads() > 1)
-  for (int64_t tile = 0; tile < tiles; ++tile) {
-    const int64_t i0 = (tile / t.col_tiles) * t.rows, j0 = (tile % t.col_tiles) * t.cols;
-    const int64_t rows = std::min(t.rows, n - i0), cols = std::min(t.cols, m - j0);
-    const T* a = trans_a ? A + i0 : A + i0 * lda;
-    const T* b = trans_b ? B + j0 * ldb : B + j0;
-    gemm_block(a, lda, b, ldb, C + i0 * m + j0, m, rows, k, cols, trans_a, trans_b, accumulate);
-  }
-}
-
-template void gemm<float>(const float*, const float*, float*, int64_t, int64_t, int64_t, bool, bool, bool);
-template void gemm<double>(const double*, const double*, double*, int64_t, int64_t, int64_t, bool, bool, bool);
-
-namespace {
-
-// Batched product of contiguous (batch, n, k) and (batch, k, m) tensors (transposes as flagged).
-Tensor batched_gemm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  const int64_t batch = a.size(0);
-  const int64_t n = trans_a ? a.size(2) : a.size(1), k = trans_a ? a.size(1) : a.size(2);
-  const int64_t m = trans_b ? b.size(1) : b.size(2);
-  Tensor out = Tensor::empty({batch, n, m}, a.dtype());
-  dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+// out (batch..., n, m) = op(a) op(b) over the broadcast batch `batch`, as one kernel call.
+Tensor batched_product(const Matrices& a, const Matrices& b, const Shape& batch, int64_t n, int64_t k, int64_t m,
+                       DType dtype) {
+  Shape shape = batch;
+  shape.insert(shape.end(), {n, m});
+  Tensor out = Tensor::empty(shape, dtype);
+  dispatch_floating(dtype, "matmul", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* po = out.data<T>();
-    // Eigen's GEMM threads itself over one large product; many small products are better
-    // spread over the batch (inside the region Eigen runs single-threaded).
-    const bool over_batch = batch > 1 && n * m * k < (int64_t{1} << 18);
-#pragma omp parallel for schedule(static) if (over_batch && batch * n * m * k >= kParallelGrain)
-    for (int64_t i = 0; i < batch; ++i)
-      gemm<T>(pa + i * n * k, pb + i * k * m, po + i * n * m, n, k, m, trans_a, trans_b);
+    kernels::gemm_batched<T>(a.data.data<T>(), a.layout, b.data.data<T>(), b.layout, out.data<T>(), {m, n * m, false},
+                             shape_numel(batch), n, k, m, false);
   });
   return out;
 }
 
-// Broadcasts the batch dims of a (..., n, k) and b (..., k, m) and returns both as contiguous
-// (batch, ., .) tensors plus the batch shape.
-struct BatchedOperands {
-  Tensor a, b;
-  Shape batch_shape;
-};
-
-BatchedOperands broadcast_batch(const Tensor& a, const Tensor& b) {
-  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
-  Shape batch = broadcast_shapes(ba, bb, "matmul");
-  Shape sa = batch, sb = batch;
-  sa.insert(sa.end(), {a.size(-2), a.size(-1)});
-  sb.insert(sb.end(), {b.size(-2), b.size(-1)});
-  const int64_t nb = shape_numel(batch);
-  return {a.detach().expand(sa).contiguous().reshape({nb, a.size(-2), a.size(-1)}),
-          b.detach().expand(sb).contiguous().reshape({nb, b.size(-2), b.size(-1)}), batch};
-}
-
-Shape with_matrix_dims(Shape batch, const Shape& matrix_shape) {
-  batch.insert(batch.end(), matrix_shape.end() - 2, matrix_shape.end());
-  return batch;
+// The broadcast batch shape of a (..., n, k) and b (..., k, m).
+Shape batch_shape_of(const Shape& sa, const Shape& sb) {
+  return broadcast_shapes(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2), "matmul");
 }
 
 enum MatmulSaved { kSelf, kOther };
@@ -156,23 +94,32 @@ enum MatmulSaved { kSelf, kOther };
 std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const Shape& sa = ctx.input_shape(0);
   const Shape& sb = ctx.input_shape(1);
-  Shape batch = broadcast_shapes(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2), "matmul");
-  const int64_t nb = shape_numel(batch);
-  auto batched = [&](const Tensor& t) {
-    Shape full = with_matrix_dims(batch, t.shape());
-    return t.expand(full).contiguous().reshape({nb, t.size(-2), t.size(-1)});
-  };
   Tensor da, db;
   if (ctx.create_graph()) {  // the same products as recorded ops, differentiable again
     if (ctx.needs_grad(0)) da = sum_to(matmul(g[0], ctx.saved(kOther).transpose(-1, -2)), sa);
     if (ctx.needs_grad(1)) db = sum_to(matmul(ctx.saved(kSelf).transpose(-1, -2), g[0]), sb);
     return {da, db};
   }
-  Tensor g3 = batched(g[0]);
-  if (ctx.needs_grad(0))
-    da = sum_to(batched_gemm(g3, batched(ctx.saved(kOther)), false, true).reshape(with_matrix_dims(batch, sa)), sa);
-  if (ctx.needs_grad(1))
-    db = sum_to(batched_gemm(batched(ctx.saved(kSelf)), g3, true, false).reshape(with_matrix_dims(batch, sb)), sb);
+  const Shape batch = batch_shape_of(sa, sb);
+  const int64_t n = sa[sa.size() - 2], k = sa.back(), m = sb.back();
+  const Matrices gm = as_matrices(g[0], batch);
+  const DType dt = g[0].dtype();
+  if (ctx.needs_grad(0))  // da = g b^T, summed over the dims a was broadcast along
+    da = sum_to(batched_product(gm, as_matrices(ctx.saved(kOther), batch).transposed(), batch, n, m, k, dt), sa);
+  if (ctx.needs_grad(1)) {  // db = a^T g
+    const Matrices am = as_matrices(ctx.saved(kSelf), batch);
+    const int64_t nb = shape_numel(batch);
+    if (shape_numel(Shape(sb.begin(), sb.end() - 2)) == 1 && nb > 1 && !am.layout.trans && !gm.layout.trans &&
+        am.layout.batch_stride == n * am.layout.ld && gm.layout.batch_stride == n * gm.layout.ld) {
+      // One b for the whole batch: the sum over the batch is the depth of one product
+      // (stacked a)^T (stacked g), (nb * n) rows deep.
+      Matrices a1 = am, g1 = gm;
+      a1.layout.batch_stride = g1.layout.batch_stride = 0;
+      db = batched_product(a1.transposed(), g1, {}, k, nb * n, m, dt).reshape(sb);
+    } else {
+      db = sum_to(batched_product(am.transposed(), gm, batch, k, n, m, dt), sb);
+    }
+  }
   return {da, db};
 }
 
@@ -245,10 +192,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (b.dim() == 1) return matmul(a, b.unsqueeze(-1)).squeeze(-1);
   TG_CHECK(a.size(-1) == b.size(-2), "matmul: shapes ", format_shape(a.shape()), " and ", format_shape(b.shape()),
            " cannot be multiplied (", a.size(-1), " != ", b.size(-2), ")");
-  BatchedOperands ops = broadcast_batch(a, b);
-  Shape out_shape = ops.batch_shape;
-  out_shape.insert(out_shape.end(), {a.size(-2), b.size(-1)});
-  Tensor out = batched_gemm(ops.a, ops.b, false, false).reshape(out_shape);
+  const Shape batch = batch_shape_of(a.shape(), b.shape());
+  Tensor out =
+      batched_product(as_matrices(a, batch), as_matrices(b, batch), batch, a.size(-2), a.size(-1), b.size(-1), a.dtype());
   if (Recorder rec{kMatmulOp, {a, b}}) {
     if (rec.needs_grad(1)) rec.save(kSelf, a);
     if (rec.needs_grad(0)) rec.save(kOther, b);

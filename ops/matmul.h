@@ -1,4 +1,4 @@
-// Matrix products on Eigen's GEMM.
+// Matrix products (the GEMM itself: ops/matmul_kernels.h, one copy per instruction set).
 #pragma once
 
 #include "../framework/tensor.h"

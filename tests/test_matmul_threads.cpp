@@ -1,6 +1,6 @@
-// The matrix products' own threading (ops/matmul.cpp): the output is cut into tiles that depend
-// on the shapes alone, so results are the same bits for any thread count, and every tile edge,
-// transpose and accumulation is right against a float64 reference.
+// The matrix products' own threading (ops/matmul_kernels.cpp): the output is cut into tiles
+// that depend on the shapes alone, so results are the same bits for any thread count, and every
+// tile edge, transpose and accumulation is right against a float64 reference.
 #include <gtest/gtest.h>
 
 #include <tapegrad/tapegrad.h>

@@ -1,0 +1,34 @@
+// The matrix-product kernel (raw pointers, no tape): one GEMM with transposes, leading
+// dimensions and a batch, used by matmul, linear and their backwards (ops/matmul.cpp).
+//
+// Shape legend: B = batch, n = rows of C, k = the contracted dim, m = columns of C.
+//
+//   C[b] (n x m)  =  op(A[b]) (n x k)  op(B[b]) (k x m)   (+ C[b] when accumulate)
+//
+// Every matrix is stored row by row with its own leading dimension (ld >= its stored width);
+// a transposed operand is stored as the transpose: op(A) = A^T with A stored (k x n). Matrix b
+// of a batch starts batch_stride elements after matrix b - 1 (0 repeats one matrix for every b).
+//
+// Defined in matmul_dispatch.cpp, which forwards to the copy compiled for the active
+// instruction set (matmul_kernels.cpp, see ops/internal/isa_dispatch.h). Threads: OpenMP over
+// blocks of C cut by the shape alone, every element summed in the same order on any block, so
+// results are identical bit for bit for any thread count (on one instruction-set path). Called
+// from inside a parallel region it runs on the calling thread. No validation: the sizes must
+// describe buffers that exist.
+#pragma once
+
+#include <cstdint>
+
+namespace tg::kernels {
+
+struct MatrixLayout {
+  int64_t ld = 0;            // elements from one stored row to the next
+  int64_t batch_stride = 0;  // elements from one matrix of the batch to the next
+  bool trans = false;        // stored transposed
+};
+
+template <class T>
+void gemm_batched(const T* A, MatrixLayout a, const T* B, MatrixLayout b, T* C, MatrixLayout c, int64_t batch,
+                  int64_t n, int64_t k, int64_t m, bool accumulate);
+
+}  // namespace tg::kernels
