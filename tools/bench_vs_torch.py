@@ -407,6 +407,29 @@ def time_tapegrad(build, program, case, threads):
     return r["real_time"] * scale, r.get("peak_MB")
 
 
+def openblas_coretype_env():
+    """OPENBLAS_CORETYPE for PyTorch's side on CPUs newer than Debian's OpenBLAS (0.3.21) knows.
+
+    It does not recognise e.g. Intel's model 207 (Emerald Rapids) and falls back to its slowest
+    generic kernel ("Prescott"), which made PyTorch's matmul 5 to 40 times slower than it is and
+    every matmul ratio meaningless. Unless the caller set OPENBLAS_CORETYPE, an AVX-512 CPU with
+    bf16 gets Cooperlake's kernels and any other AVX-512 CPU SkylakeX's (what OpenBLAS picks on
+    the CPUs it knows); the table's header says which.
+    """
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return {}
+    if "avx512_bf16" in flags:
+        return {"OPENBLAS_CORETYPE": "Cooperlake"}
+    if "avx512f" in flags:
+        return {"OPENBLAS_CORETYPE": "SkylakeX"}
+    return {}
+
+
 def openblas_note():
     ok = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "libopenblas0-openmp"],
                         capture_output=True, text=True).stdout.startswith("install ok")
@@ -432,6 +455,7 @@ def header(fresh_pages):
             + ("glibc defaults: freed large blocks go back to the kernel (--fresh-pages)." if fresh_pages
                else "Both sides keep freed memory (glibc thresholds at 4 GB).")
             + openblas_note()
+            + (f" OPENBLAS_CORETYPE={CHILD_ENV['OPENBLAS_CORETYPE']}." if "OPENBLAS_CORETYPE" in CHILD_ENV else "")
             + f" tapegrad: {TAPEGRAD_INFO.get('info', 'not run')}.")
 
 
@@ -448,6 +472,7 @@ def main():
     args = ap.parse_args()
     global CHILD_ENV
     CHILD_ENV = dict(os.environ) if args.fresh_pages else dict(os.environ, **REUSE_MEMORY_ENV)
+    CHILD_ENV.update(openblas_coretype_env())
     torch.set_grad_enabled(True)
     if args.worker:
         return worker_main(args.worker[0], int(args.worker[1]))
