@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "../../framework/parallel.h"
+#include "../internal/isa_dispatch.h"
 #include "internal/grid_sample_kernels_shared.h"
 
 // Compiler settings for this file, whatever the build flags:
@@ -55,7 +56,7 @@
 #pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
 #endif
 
-namespace tg::kernels {
+namespace tg::kernels::TG_ISA_NS {
 namespace {
 
 using namespace gs_detail;  // Axis, tap_value, cubic coefficients, kBlock, acc_t
@@ -722,4 +723,4 @@ TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS

@@ -19,8 +19,9 @@
 #include <vector>
 
 #include "../../framework/parallel.h"
+#include "../internal/isa_dispatch.h"
 
-namespace tg::kernels {
+namespace tg::kernels::TG_ISA_NS {
 namespace {
 
 // Below this many output elements an OpenMP region costs more than it saves.
@@ -269,4 +270,4 @@ TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS
