@@ -16,6 +16,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
+
+#include <omp.h>
 
 #include "../../framework/parallel.h"
 #include "../internal/isa_dispatch.h"
@@ -258,18 +261,36 @@ double run_sum(const T* x, int64_t n) {
   return (((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]))) + tail;
 }
 
+// The adaptive windows of one dim, [start[o], end[o]) for each output o, computed once per
+// call: the divisions cost more than summing a small window (a global pool has 49 elements).
+struct AdaptiveWindows {
+  std::vector<int64_t> start, end;
+  AdaptiveWindows(int64_t out, int64_t in) : start(out), end(out) {
+    for (int64_t o = 0; o < out; ++o) {
+      start[o] = adaptive_start(o, out, in);
+      end[o] = adaptive_end(o, out, in);
+    }
+  }
+};
+
 template <class T>
 void adaptive_avg_pool2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
+  const AdaptiveWindows wh(Ho, H), ww(Wo, W);
   // Every input position is read about once (more where windows overlap).
-  const int64_t work = NC * (H * W + Ho * Wo);
-#pragma omp parallel for collapse(2) schedule(static) if (parallel_forward(NC, Ho, work))
-  for (int64_t plane = 0; plane < NC; ++plane) {
-    for (int64_t oh = 0; oh < Ho; ++oh) {
+  const int64_t work = NC * (H * W + Ho * Wo), rows = NC * Ho;
+#pragma omp parallel if (parallel_forward(NC, Ho, work))
+  {
+    // This thread's block of output rows (plane, oh), walked without a division per row.
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t r0 = rows / threads * t + std::min<int64_t>(t, rows % threads);
+    const int64_t r1 = r0 + rows / threads + (t < rows % threads ? 1 : 0);
+    int64_t plane = r0 / std::max<int64_t>(Ho, 1), oh = r0 - plane * Ho;
+    for (int64_t r = r0; r < r1; ++r) {
       const T* xp = x + plane * H * W;
-      T* yr = y + (plane * Ho + oh) * Wo;
-      const int64_t h0 = adaptive_start(oh, Ho, H), h1 = adaptive_end(oh, Ho, H);
+      T* yr = y + r * Wo;
+      const int64_t h0 = wh.start[oh], h1 = wh.end[oh];
       for (int64_t ow = 0; ow < Wo; ++ow) {
-        const int64_t w0 = adaptive_start(ow, Wo, W), w1 = adaptive_end(ow, Wo, W);
+        const int64_t w0 = ww.start[ow], w1 = ww.end[ow];
         double sum = 0;
         if (w1 - w0 == W) {  // whole rows (a global pool): one contiguous run
           sum = run_sum(xp + h0 * W, (h1 - h0) * W);
@@ -279,6 +300,10 @@ void adaptive_avg_pool2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_
         }
         yr[ow] = static_cast<T>(sum / static_cast<double>((h1 - h0) * (w1 - w0)));
       }
+      if (++oh == Ho) {
+        oh = 0;
+        ++plane;
+      }
     }
   }
 }
@@ -286,6 +311,7 @@ void adaptive_avg_pool2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_
 template <class T>
 void adaptive_avg_pool2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, int64_t Ho,
                                   int64_t Wo) {
+  const AdaptiveWindows wh(Ho, H), ww(Wo, W);
   // Windows that tile the input (Ho divides H, Wo divides W) cover each position once: it is
   // written once, as 0 + share (the bits of the zeroing and the add below, -0 included).
   const bool tiles = H % Ho == 0 && W % Wo == 0;
@@ -295,11 +321,16 @@ void adaptive_avg_pool2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
     const T* dy = grad_y + plane * Ho * Wo;
     if (!tiles) std::memset(dx, 0, sizeof(T) * H * W);
     for (int64_t oh = 0; oh < Ho; ++oh) {
-      const int64_t h0 = adaptive_start(oh, Ho, H), h1 = adaptive_end(oh, Ho, H);
+      const int64_t h0 = wh.start[oh], h1 = wh.end[oh];
       for (int64_t ow = 0; ow < Wo; ++ow) {
-        const int64_t w0 = adaptive_start(ow, Wo, W), w1 = adaptive_end(ow, Wo, W);
+        const int64_t w0 = ww.start[ow], w1 = ww.end[ow];
         const T share = dy[oh * Wo + ow] / static_cast<T>(h1 - h0) / static_cast<T>(w1 - w0);  // aten's order
-        if (tiles) {
+        if (tiles && w1 - w0 == W) {  // whole rows: one contiguous run
+          const T once = T(0) + share;
+          T* d = dx + h0 * W;
+#pragma omp simd
+          for (int64_t i = 0; i < (h1 - h0) * W; ++i) d[i] = once;
+        } else if (tiles) {
           const T once = T(0) + share;
           for (int64_t h = h0; h < h1; ++h)
 #pragma omp simd
