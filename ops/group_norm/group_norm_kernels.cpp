@@ -6,6 +6,10 @@
 // cut into fixed chunks of kChunk elements instead, partial sums are taken per chunk in parallel
 // and combined in chunk order. Both paths add the very same partial sums in the same order, so
 // which path runs (and how many threads there are) never changes a bit of the result.
+//
+// One copy of this file per instruction set (ops/internal/isa_dispatch.h; group_norm_dispatch.cpp
+// holds the public entry points). The lanes below keep one order of summation on every path;
+// only FMA contraction (AVX2 and AVX-512 copies) moves results by an ulp.
 #include "group_norm_kernels.h"
 
 #include <algorithm>

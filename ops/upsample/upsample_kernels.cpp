@@ -12,6 +12,10 @@
 // row sums the grad_y rows that read it (vertical, vectorised), then each input pixel sums the
 // columns that read it (horizontal). Every grad_x element is owned by one thread and summed in
 // a fixed order: no atomics, no scatter races, the same bits for any thread count.
+//
+// One copy of this file per instruction set (ops/internal/isa_dispatch.h; upsample_dispatch.cpp
+// holds the public entry points): the vectorised loops take each copy's full width, and the
+// AVX2 and AVX-512 copies fuse the blends' multiply-adds (an ulp from the generic copy).
 #include "upsample_kernels.h"
 
 #include <algorithm>
