@@ -235,8 +235,37 @@ inline void add_to_double(D8 (&a)[2], const F16& v) {
     a[hi / kParts].p[hi % kParts] += to_double<kD>(v.p[f], half);
   }
 }
-// The 16 lanes of a pair, in reduce's tree.
-inline double reduce2(const D8 (&a)[2]) { return fold(a[0] + a[1]); }
+// fold(s) and fold(t) with the shuffles shared by both sums.
+template <class V>
+inline void fold_pair(const V& s, const V& t, double* sa, double* sb) {
+  constexpr int n = sizeof(V) / sizeof(double);
+  if constexpr (n == 8) {
+    // u = (s0+s4, s1+s5, s2+s6, s3+s7, t0+t4, t1+t5, t2+t6, t3+t7)
+    const V u = __builtin_shufflevector(s, t, 0, 1, 2, 3, 8, 9, 10, 11) +
+                __builtin_shufflevector(s, t, 4, 5, 6, 7, 12, 13, 14, 15);
+    const V v = u + __builtin_shufflevector(u, u, 2, 3, 0, 1, 6, 7, 4, 5);
+    *sa = v[0] + v[1];
+    *sb = v[4] + v[5];
+  } else if constexpr (n == 4) {
+    const V u = __builtin_shufflevector(s, t, 0, 1, 4, 5) + __builtin_shufflevector(s, t, 2, 3, 6, 7);
+    *sa = u[0] + u[1];
+    *sb = u[2] + u[3];
+  } else {
+    *sa = fold(s);
+    *sb = fold(t);
+  }
+}
+// The 16 lanes of a and of b, each in reduce's tree, the two sums sharing their shuffles
+// (this runs once per channel: an 8x8 image's backward feels it).
+inline void reduce2(const D8 (&a)[2], const D8 (&b)[2], double* sa, double* sb) {
+  D8 x = a[0] + a[1], y = b[0] + b[1];
+  for (int n = kParts; n > 1; n /= 2)
+    for (int k = 0; k < n / 2; ++k) {
+      x.p[k] += x.p[k + n / 2];
+      y.p[k] += y.p[k + n / 2];
+    }
+  fold_pair(x.p[0], y.p[0], sa, sb);
+}
 
 void grad_sums(const float* dy, const float* x, int64_t n, double m, double* sdy, double* sdyx) {
   const float mf = static_cast<float>(m);  // exact: m is a float mean
@@ -265,8 +294,10 @@ void grad_sums(const float* dy, const float* x, int64_t n, double m, double* sdy
     t1 += g;
     t2 += g * (static_cast<double>(x[j]) - m);
   }
-  *sdy = reduce2(a1) + t1;
-  *sdyx = reduce2(a2) + t2;
+  double r1, r2;
+  reduce2(a1, a2, &r1, &r2);
+  *sdy = r1 + t1;
+  *sdyx = r2 + t2;
 }
 
 // y = (x - mean) * rstd * gamma[c] + beta[c] over the elements [a, b) of group i.
