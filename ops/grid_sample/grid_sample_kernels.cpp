@@ -28,6 +28,12 @@
 // thread (N a multiple of the thread count, or N large), both gradients are computed in
 // one pass per sample ("fused"), which computes the taps and reads grad_output once;
 // it performs exactly the same additions in the same order as the split passes.
+//
+// Instruction sets: this file and grid_sample_kernels_double_backward.cpp are compiled once per
+// instruction set (ops/internal/isa_dispatch.h), grid_sample_dispatch.cpp holds the public entry
+// points. With no contraction and no auto-vectorisation (below) every copy does the same scalar
+// arithmetic, so all paths give the same bits (std::fma is an instruction in the AVX2 and
+// AVX-512 copies, a library call in the generic one).
 #include "grid_sample_kernels.h"
 
 #include <algorithm>
@@ -38,6 +44,7 @@
 #include <vector>
 
 #include "../../framework/parallel.h"
+#include "../internal/isa_dispatch.h"
 #include "internal/grid_sample_kernels_shared.h"
 
 // Compiler settings for this file, whatever the build flags:
@@ -55,7 +62,7 @@
 #pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
 #endif
 
-namespace tg::kernels {
+namespace tg::kernels::TG_ISA_NS {
 namespace {
 
 using namespace gs_detail;  // Axis, tap_value, cubic coefficients, kBlock, acc_t
@@ -722,4 +729,4 @@ TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS

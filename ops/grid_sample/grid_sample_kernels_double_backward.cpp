@@ -55,10 +55,11 @@
 #include <vector>
 
 #include "../../framework/parallel.h"
+#include "../internal/isa_dispatch.h"
 #include "grid_sample_kernels.h"
 #include "internal/grid_sample_kernels_shared.h"
 
-namespace tg::kernels {
+namespace tg::kernels::TG_ISA_NS {
 namespace {
 
 using namespace gs_detail;
@@ -316,4 +317,4 @@ template void grid_sample_2d_double_backward<double>(const double*, const double
                                                      int64_t, GridSampleMode, GridSamplePadding,
                                                      bool);
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS

@@ -6,6 +6,10 @@
 // cut into fixed chunks of kChunk elements instead, partial sums are taken per chunk in parallel
 // and combined in chunk order. Both paths add the very same partial sums in the same order, so
 // which path runs (and how many threads there are) never changes a bit of the result.
+//
+// One copy of this file per instruction set (ops/internal/isa_dispatch.h; group_norm_dispatch.cpp
+// holds the public entry points). The lanes below keep one order of summation on every path;
+// only FMA contraction (AVX2 and AVX-512 copies) moves results by an ulp.
 #include "group_norm_kernels.h"
 
 #include <algorithm>
@@ -13,45 +17,101 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "../../framework/parallel.h"
+#include "../internal/isa_dispatch.h"
+#include "../internal/simd_width.h"
 
-// The 64-byte vector types below only pass between inlined helpers of this file, so GCC's note
-// that their calling convention differs without AVX-512 concerns no real call.
+// The vector types below only pass between inlined helpers of this file, so GCC's note that
+// their calling convention depends on the instruction set concerns no real call.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-namespace tg::kernels {
+namespace tg::kernels::TG_ISA_NS {
 namespace {
 
 // Reductions use 32 independent double accumulators ("lanes"): they break the chain of
 // dependent adds (so the loop runs at full vector throughput) and fix the order of summation,
-// whatever the alignment or the number of threads. The lanes are four 8-wide vectors written
-// with GCC/Clang vector extensions: unlike plain arrays, which the compiler spills to the stack
-// for the final reduction (costly when it runs once per channel of an 8x8 image), they stay in
-// registers. Element j of a range goes to vector (j / 8) % 4, lane j % 8; the last n % 8
-// elements go to a scalar.
-typedef double d8 __attribute__((vector_size(64)));
-typedef float f8 __attribute__((vector_size(32)));
+// whatever the alignment, the number of threads or the instruction set. The lanes are four
+// blocks of 8 (D8), each held in registers of this copy's width (kSimdBytes: one AVX-512
+// register, two AVX2 or four SSE ones) written with GCC/Clang vector extensions: unlike plain
+// arrays, which the compiler spills to the stack for the final reduction (costly when it runs
+// once per channel of an 8x8 image), they stay in registers; and unlike a 64-byte vector type,
+// they are never split by the compiler through the stack on a narrower target. Element j of
+// a range goes to block (j / 8) % 4, lane j % 8; the last n % 8 elements go to a scalar.
+typedef double dv __attribute__((vector_size(kSimdBytes)));
+typedef float fv __attribute__((vector_size(kSimdBytes)));
+typedef float fh __attribute__((vector_size(kSimdBytes / 2)));  // as many floats as dv has doubles
+constexpr int kD = kSimdBytes / 8;  // doubles per register
+constexpr int kParts = 8 / kD;      // registers per block of 8 lanes
 
-inline d8 load8(const double* p) {
-  d8 v;
+struct D8 {
+  dv p[kParts];
+};
+inline D8& operator+=(D8& a, const D8& b) {
+  for (int k = 0; k < kParts; ++k) a.p[k] += b.p[k];
+  return a;
+}
+inline D8 operator+(D8 a, const D8& b) { return a += b; }
+inline D8 operator-(D8 a, double m) {
+  for (int k = 0; k < kParts; ++k) a.p[k] -= m;
+  return a;
+}
+inline D8 operator*(D8 a, const D8& b) {
+  for (int k = 0; k < kParts; ++k) a.p[k] *= b.p[k];
+  return a;
+}
+
+inline D8 load8(const double* p) {
+  D8 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline d8 load8(const float* p) {
-  f8 v;
-  std::memcpy(&v, p, sizeof v);
-  return __builtin_convertvector(v, d8);
+// Lanes [Off, Off + kD) of a float register as doubles.
+template <int Off, class V, int... I>
+inline dv to_double(const V& v, std::integer_sequence<int, I...>) {
+  return __builtin_convertvector(__builtin_shufflevector(v, v, (Off + I)...), dv);
+}
+inline D8 load8(const float* p) {
+  D8 v;
+  for (int k = 0; k < kParts; ++k) {
+    fh f;
+    std::memcpy(&f, p + k * kD, sizeof f);
+    v.p[k] = __builtin_convertvector(f, dv);
+  }
+  return v;
+}
+
+// The lanes of one register added by halving: lanes [0, n/2) + [n/2, n), and again.
+template <class V, int... I>
+inline auto half_sum(const V& v, std::integer_sequence<int, I...>) {
+  return __builtin_shufflevector(v, v, I...) +
+         __builtin_shufflevector(v, v, (I + static_cast<int>(sizeof...(I)))...);
+}
+template <class V>
+inline double fold(const V& v) {
+  constexpr int n = sizeof(V) / sizeof(double);
+  if constexpr (n == 2)
+    return v[0] + v[1];
+  else
+    return fold(half_sum(v, std::make_integer_sequence<int, n / 2>{}));
+}
+// The 8 lanes of a block added by the same halving tree on every instruction set: lanes
+// [0, 4) + [4, 8), then [0, 2) + [2, 4), then lane 0 + lane 1 (the first halvings add whole
+// registers when a block spans several).
+inline double fold(const D8& a) {
+  dv p[kParts];
+  for (int k = 0; k < kParts; ++k) p[k] = a.p[k];
+  for (int n = kParts; n > 1; n /= 2)
+    for (int k = 0; k < n / 2; ++k) p[k] += p[k + n / 2];
+  return fold(p[0]);
 }
 
 // A fixed pairwise tree over the 32 lanes.
-inline double reduce(const d8 (&a)[4]) {
-  const d8 s = (a[0] + a[1]) + (a[2] + a[3]);
-  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
+inline double reduce(const D8 (&a)[4]) { return fold((a[0] + a[1]) + (a[2] + a[3])); }
 
 // Unit of the chunked reductions. Fixed (not derived from the thread count) for determinism.
 constexpr int64_t kChunk = 16384;
@@ -88,7 +148,7 @@ inline int64_t for_blocks(int64_t n, Step step) {
 // sum of x[0..n)
 template <class T>
 double sum_of(const T* x, int64_t n) {
-  d8 acc[4] = {};
+  D8 acc[4] = {};
   int64_t j = for_blocks(n, [&](int q, int64_t k) { acc[q] += load8(x + k); });
   double tail = 0.0;
   for (; j < n; ++j) tail += static_cast<double>(x[j]);
@@ -99,9 +159,9 @@ double sum_of(const T* x, int64_t n) {
 // double precision the usual compensation term (sum (x - m))^2 / n is below rounding level.
 template <class T>
 double centred_sq_sum(const T* x, int64_t n, double m) {
-  d8 acc[4] = {};
+  D8 acc[4] = {};
   int64_t j = for_blocks(n, [&](int q, int64_t k) {
-    const d8 d = load8(x + k) - m;
+    const D8 d = load8(x + k) - m;
     acc[q] += d * d;
   });
   double tail = 0.0;
@@ -116,9 +176,9 @@ double centred_sq_sum(const T* x, int64_t n, double m) {
 // grad_gamma and grad_x accurate when |mean| >> std.
 template <class T>
 void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double* sdyx) {
-  d8 a1[4] = {}, a2[4] = {};
+  D8 a1[4] = {}, a2[4] = {};
   int64_t j = for_blocks(n, [&](int q, int64_t k) {
-    const d8 g = load8(dy + k);
+    const D8 g = load8(dy + k);
     a1[q] += g;
     a2[q] += g * (load8(x + k) - m);
   });
@@ -139,43 +199,88 @@ void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double
 // exact (sum dy, which cancels most, is the worst), while converting every element to double
 // cost more than the rest of the backward. Small images (8x8: two steps per channel) also
 // need the cheap final reduction below.
-typedef float f16 __attribute__((vector_size(64)));
+// 16 float lanes (F16) in registers of this copy's width, as D8.
+constexpr int kF = kSimdBytes / 4;  // floats per register
+constexpr int kFParts = 16 / kF;    // registers per 16 lanes
 
-inline f16 load16(const float* p) {
-  f16 v;
+struct F16 {
+  fv p[kFParts];
+};
+inline F16& operator+=(F16& a, const F16& b) {
+  for (int k = 0; k < kFParts; ++k) a.p[k] += b.p[k];
+  return a;
+}
+inline F16 operator+(F16 a, const F16& b) { return a += b; }
+inline F16 operator-(F16 a, float m) {
+  for (int k = 0; k < kFParts; ++k) a.p[k] -= m;
+  return a;
+}
+inline F16 operator*(F16 a, const F16& b) {
+  for (int k = 0; k < kFParts; ++k) a.p[k] *= b.p[k];
+  return a;
+}
+
+inline F16 load16(const float* p) {
+  F16 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-// Adds the 16 float lanes of v into the 16 double lanes a[0], a[1].
-inline void add_to_double(d8 (&a)[2], const f16& v) {
-  a[0] += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), d8);
-  a[1] += __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), d8);
+// Adds the 16 float lanes of v into the 16 double lanes a[0], a[1] (float lane i to double
+// lane i: register f's halves are double registers 2f and 2f + 1 of the pair).
+inline void add_to_double(D8 (&a)[2], const F16& v) {
+  const auto half = std::make_integer_sequence<int, kD>{};
+  for (int f = 0; f < kFParts; ++f) {
+    const int lo = 2 * f, hi = 2 * f + 1;
+    a[lo / kParts].p[lo % kParts] += to_double<0>(v.p[f], half);
+    a[hi / kParts].p[hi % kParts] += to_double<kD>(v.p[f], half);
+  }
 }
-// Reduces the 16 lanes of a and of b together (one shuffle tree for both sums).
-inline void reduce2(const d8 (&a)[2], const d8 (&b)[2], double* sa, double* sb) {
-  const d8 s = a[0] + a[1], t = b[0] + b[1];
-  // u = (s0+s4, s1+s5, s2+s6, s3+s7, t0+t4, t1+t5, t2+t6, t3+t7)
-  const d8 u = __builtin_shufflevector(s, t, 0, 1, 2, 3, 8, 9, 10, 11) +
-               __builtin_shufflevector(s, t, 4, 5, 6, 7, 12, 13, 14, 15);
-  const d8 v = u + __builtin_shufflevector(u, u, 2, 3, 0, 1, 6, 7, 4, 5);
-  *sa = v[0] + v[1];
-  *sb = v[4] + v[5];
+// fold(s) and fold(t) with the shuffles shared by both sums.
+template <class V>
+inline void fold_pair(const V& s, const V& t, double* sa, double* sb) {
+  constexpr int n = sizeof(V) / sizeof(double);
+  if constexpr (n == 8) {
+    // u = (s0+s4, s1+s5, s2+s6, s3+s7, t0+t4, t1+t5, t2+t6, t3+t7)
+    const V u = __builtin_shufflevector(s, t, 0, 1, 2, 3, 8, 9, 10, 11) +
+                __builtin_shufflevector(s, t, 4, 5, 6, 7, 12, 13, 14, 15);
+    const V v = u + __builtin_shufflevector(u, u, 2, 3, 0, 1, 6, 7, 4, 5);
+    *sa = v[0] + v[1];
+    *sb = v[4] + v[5];
+  } else if constexpr (n == 4) {
+    const V u = __builtin_shufflevector(s, t, 0, 1, 4, 5) + __builtin_shufflevector(s, t, 2, 3, 6, 7);
+    *sa = u[0] + u[1];
+    *sb = u[2] + u[3];
+  } else {
+    *sa = fold(s);
+    *sb = fold(t);
+  }
+}
+// The 16 lanes of a and of b, each in reduce's tree, the two sums sharing their shuffles
+// (this runs once per channel: an 8x8 image's backward feels it).
+inline void reduce2(const D8 (&a)[2], const D8 (&b)[2], double* sa, double* sb) {
+  D8 x = a[0] + a[1], y = b[0] + b[1];
+  for (int n = kParts; n > 1; n /= 2)
+    for (int k = 0; k < n / 2; ++k) {
+      x.p[k] += x.p[k + n / 2];
+      y.p[k] += y.p[k + n / 2];
+    }
+  fold_pair(x.p[0], y.p[0], sa, sb);
 }
 
 void grad_sums(const float* dy, const float* x, int64_t n, double m, double* sdy, double* sdyx) {
   const float mf = static_cast<float>(m);  // exact: m is a float mean
-  d8 a1[2] = {}, a2[2] = {};
+  D8 a1[2] = {}, a2[2] = {};
   int64_t j = 0;
   while (j + 16 <= n) {
-    f16 g1[2] = {}, g2[2] = {};  // float partials, two per sum for throughput
+    F16 g1[2] = {}, g2[2] = {};  // float partials, two per sum for throughput
     for (int step = 0; step < 4 && j + 32 <= n; ++step, j += 32)
       for (int q = 0; q < 2; ++q) {
-        const f16 g = load16(dy + j + 16 * q);
+        const F16 g = load16(dy + j + 16 * q);
         g1[q] += g;
         g2[q] += g * (load16(x + j + 16 * q) - mf);
       }
     if (j + 32 > n && j + 16 <= n) {  // one last half step
-      const f16 g = load16(dy + j);
+      const F16 g = load16(dy + j);
       g1[0] += g;
       g2[0] += g * (load16(x + j) - mf);
       j += 16;
@@ -466,4 +571,4 @@ TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS

@@ -30,6 +30,9 @@
 // a contiguous aligned buffer (see worth_copying) so that they use the whole cache. A slice's
 // per-query inputs are M queries apart in memory, too far for the hardware prefetcher, so they
 // are prefetched a few queries ahead.
+//
+// One copy of this file (and of ms_deform_attn_kernels_double_backward.cpp) per instruction set
+// (ops/internal/isa_dispatch.h); ms_deform_attn_dispatch.cpp holds the public entry points.
 #include "ms_deform_attn_kernels.h"
 
 #include <omp.h>
@@ -43,12 +46,14 @@
 #include <vector>
 
 #include "../../framework/parallel.h"
+#include "../internal/isa_dispatch.h"
+#include "../internal/simd_width.h"
 
 // The SIMD helpers below pass vectors by value between inline functions of this file only; GCC's
 // note that such an ABI depends on -mavx is irrelevant here.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-namespace tg::kernels {
+namespace tg::kernels::TG_ISA_NS {
 namespace {
 
 // Below this many multiply-adds a parallel region costs more than it saves.
@@ -61,14 +66,9 @@ constexpr int64_t kQueryBlock = 64;
 // One SIMD register of T as a GCC/Clang vector extension, as wide as the target's registers
 // (wider types are split by the compiler, badly: scalars go through the stack). Plain loops are
 // not enough here: the channel dots are reductions, which the compiler may not reorder into
-// vector lanes by itself.
-#if defined(__AVX512F__)
-constexpr int kSimdBytes = 64;
-#elif defined(__AVX__)
-constexpr int kSimdBytes = 32;
-#else
-constexpr int kSimdBytes = 16;  // SSE2, NEON
-#endif
+// vector lanes by itself. kSimdBytes (ops/internal/simd_width.h) follows each copy's target:
+// 64 bytes in the AVX-512 copy, 32 in the AVX2 one, 16 in the generic one, so the channel dots
+// are summed in a different order on each path (tests/test_isa_families.cpp states the bound).
 template <class T>
 struct Simd {
   typedef T Vec __attribute__((vector_size(kSimdBytes)));
@@ -689,4 +689,4 @@ TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS

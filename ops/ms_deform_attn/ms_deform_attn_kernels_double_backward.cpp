@@ -77,8 +77,9 @@
 #include <vector>
 
 #include "ms_deform_attn_kernels.h"
+#include "../internal/isa_dispatch.h"
 
-namespace tg::kernels {
+namespace tg::kernels::TG_ISA_NS {
 namespace {
 
 // Below this many multiply-adds a parallel region costs more than it saves (as the first order).
@@ -295,4 +296,4 @@ TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS

@@ -7,24 +7,25 @@
 // CNN batches have hundreds of planes.)
 // Backward adds in T, like aten: a position receives at most ceil(kH / sH) * ceil(kW / sW)
 // contributions (usually 1 to 4), too few for the order or the precision to matter.
+//
+// One copy of these kernels per instruction set (ops/internal/isa_dispatch.h); pool_dispatch.cpp
+// holds pool_output_size and the public entry points that call the active copy.
 #include "pool_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
+
+#include <omp.h>
 
 #include "../../framework/parallel.h"
+#include "../internal/isa_dispatch.h"
 
-namespace tg::kernels {
+namespace tg::kernels::TG_ISA_NS {
 
 namespace {
-
-// floor(a / b) for b > 0, any sign of a (aten's div_rtn).
-int64_t floor_div(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && a < 0) ? q - 1 : q;
-}
 
 // The first position start + m * step (m >= 0) that is >= 0.
 int64_t first_inside(int64_t start, int64_t step) {
@@ -78,13 +79,6 @@ AvgWindow avg_window(const Pool2dParams& p, int64_t oh, int64_t ow, bool count_i
 }
 
 }  // namespace
-
-int64_t pool_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
-  int64_t out = floor_div(in + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0), stride) + 1;
-  // In ceil mode the last window must start inside the input or the left padding.
-  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
-  return out;
-}
 
 // ---- max pooling ------------------------------------------------------------------------
 
@@ -250,22 +244,65 @@ void avg_pool2d_backward(const T* grad_y, T* grad_x, const Pool2dParams& p, bool
 
 // ---- adaptive average pooling -----------------------------------------------------------
 
+// Sum of x[0..n) in double, in one fixed order whatever the instruction set: element j goes to
+// lane j % 8 of eight accumulators (one AVX-512 register of doubles, two AVX2 or four SSE ones),
+// the last n % 8 elements to a scalar, and the lanes meet in a fixed tree. The lanes break the
+// chain of dependent adds that made a global pool (49 adds per plane, one after the other)
+// cost twice PyTorch's time.
+template <class T>
+double run_sum(const T* x, int64_t n) {
+  double lane[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+#pragma omp simd
+    for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(x[j + k]);
+  double tail = 0;
+  for (; j < n; ++j) tail += static_cast<double>(x[j]);
+  return (((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]))) + tail;
+}
+
+// The adaptive windows of one dim, [start[o], end[o]) for each output o, computed once per
+// call: the divisions cost more than summing a small window (a global pool has 49 elements).
+struct AdaptiveWindows {
+  std::vector<int64_t> start, end;
+  AdaptiveWindows(int64_t out, int64_t in) : start(out), end(out) {
+    for (int64_t o = 0; o < out; ++o) {
+      start[o] = adaptive_start(o, out, in);
+      end[o] = adaptive_end(o, out, in);
+    }
+  }
+};
+
 template <class T>
 void adaptive_avg_pool2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
+  const AdaptiveWindows wh(Ho, H), ww(Wo, W);
   // Every input position is read about once (more where windows overlap).
-  const int64_t work = NC * (H * W + Ho * Wo);
-#pragma omp parallel for collapse(2) schedule(static) if (parallel_forward(NC, Ho, work))
-  for (int64_t plane = 0; plane < NC; ++plane) {
-    for (int64_t oh = 0; oh < Ho; ++oh) {
+  const int64_t work = NC * (H * W + Ho * Wo), rows = NC * Ho;
+#pragma omp parallel if (parallel_forward(NC, Ho, work))
+  {
+    // This thread's block of output rows (plane, oh), walked without a division per row.
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t r0 = rows / threads * t + std::min<int64_t>(t, rows % threads);
+    const int64_t r1 = r0 + rows / threads + (t < rows % threads ? 1 : 0);
+    int64_t plane = r0 / std::max<int64_t>(Ho, 1), oh = r0 - plane * Ho;
+    for (int64_t r = r0; r < r1; ++r) {
       const T* xp = x + plane * H * W;
-      T* yr = y + (plane * Ho + oh) * Wo;
-      const int64_t h0 = adaptive_start(oh, Ho, H), h1 = adaptive_end(oh, Ho, H);
+      T* yr = y + r * Wo;
+      const int64_t h0 = wh.start[oh], h1 = wh.end[oh];
       for (int64_t ow = 0; ow < Wo; ++ow) {
-        const int64_t w0 = adaptive_start(ow, Wo, W), w1 = adaptive_end(ow, Wo, W);
+        const int64_t w0 = ww.start[ow], w1 = ww.end[ow];
         double sum = 0;
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) sum += static_cast<double>(xp[h * W + w]);
+        if (w1 - w0 == W) {  // whole rows (a global pool): one contiguous run
+          sum = run_sum(xp + h0 * W, (h1 - h0) * W);
+        } else {
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) sum += static_cast<double>(xp[h * W + w]);
+        }
         yr[ow] = static_cast<T>(sum / static_cast<double>((h1 - h0) * (w1 - w0)));
+      }
+      if (++oh == Ho) {
+        oh = 0;
+        ++plane;
       }
     }
   }
@@ -274,18 +311,34 @@ void adaptive_avg_pool2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_
 template <class T>
 void adaptive_avg_pool2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, int64_t Ho,
                                   int64_t Wo) {
+  const AdaptiveWindows wh(Ho, H), ww(Wo, W);
+  // Windows that tile the input (Ho divides H, Wo divides W) cover each position once: it is
+  // written once, as 0 + share (the bits of the zeroing and the add below, -0 included).
+  const bool tiles = H % Ho == 0 && W % Wo == 0;
 #pragma omp parallel for schedule(static) if (parallel_backward(NC, NC * (H * W + Ho * Wo)))
   for (int64_t plane = 0; plane < NC; ++plane) {
     T* dx = grad_x + plane * H * W;
     const T* dy = grad_y + plane * Ho * Wo;
-    std::memset(dx, 0, sizeof(T) * H * W);
+    if (!tiles) std::memset(dx, 0, sizeof(T) * H * W);
     for (int64_t oh = 0; oh < Ho; ++oh) {
-      const int64_t h0 = adaptive_start(oh, Ho, H), h1 = adaptive_end(oh, Ho, H);
+      const int64_t h0 = wh.start[oh], h1 = wh.end[oh];
       for (int64_t ow = 0; ow < Wo; ++ow) {
-        const int64_t w0 = adaptive_start(ow, Wo, W), w1 = adaptive_end(ow, Wo, W);
+        const int64_t w0 = ww.start[ow], w1 = ww.end[ow];
         const T share = dy[oh * Wo + ow] / static_cast<T>(h1 - h0) / static_cast<T>(w1 - w0);  // aten's order
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) dx[h * W + w] += share;
+        if (tiles && w1 - w0 == W) {  // whole rows: one contiguous run
+          const T once = T(0) + share;
+          T* d = dx + h0 * W;
+#pragma omp simd
+          for (int64_t i = 0; i < (h1 - h0) * W; ++i) d[i] = once;
+        } else if (tiles) {
+          const T once = T(0) + share;
+          for (int64_t h = h0; h < h1; ++h)
+#pragma omp simd
+            for (int64_t w = w0; w < w1; ++w) dx[h * W + w] = once;
+        } else {
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) dx[h * W + w] += share;
+        }
       }
     }
   }
@@ -303,4 +356,4 @@ TG_INSTANTIATE_POOL(float)
 TG_INSTANTIATE_POOL(double)
 #undef TG_INSTANTIATE_POOL
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS

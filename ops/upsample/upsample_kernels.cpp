@@ -12,6 +12,10 @@
 // row sums the grad_y rows that read it (vertical, vectorised), then each input pixel sums the
 // columns that read it (horizontal). Every grad_x element is owned by one thread and summed in
 // a fixed order: no atomics, no scatter races, the same bits for any thread count.
+//
+// One copy of this file per instruction set (ops/internal/isa_dispatch.h; upsample_dispatch.cpp
+// holds the public entry points): the vectorised loops take each copy's full width, and the
+// AVX2 and AVX-512 copies fuse the blends' multiply-adds (an ulp from the generic copy).
 #include "upsample_kernels.h"
 
 #include <algorithm>
@@ -19,8 +23,9 @@
 #include <vector>
 
 #include "../../framework/parallel.h"
+#include "../internal/isa_dispatch.h"
 
-namespace tg::kernels {
+namespace tg::kernels::TG_ISA_NS {
 namespace {
 
 // Below this many output elements an OpenMP region costs more than it saves.
@@ -28,6 +33,45 @@ namespace {
 
 // Row blocks per plane: one when the planes alone keep every thread busy, else enough blocks
 // for ~4 work items per thread. Results do not depend on it (see the file comment).
+// Rows of n elements of a thread's scratch (the forward's two interpolated rows), each starting
+// on a 64-byte boundary: the vector loops store whole registers into them, and with
+// std::vector's 16-byte alignment an AVX-512 store would straddle two cache lines.
+template <class T>
+class AlignedRows {
+ public:
+  AlignedRows(int64_t rows, int64_t n)
+      : stride_(ceil_div(std::max<int64_t>(n, 1), kLine) * kLine), buf_(rows * stride_ + kLine) {
+    const auto misalign = reinterpret_cast<std::uintptr_t>(buf_.data()) % 64;
+    base_ = buf_.data() + (64 - misalign) % 64 / sizeof(T);
+  }
+  T* row(int64_t r) { return base_ + r * stride_; }
+
+ private:
+  static constexpr int64_t kLine = 64 / sizeof(T);
+  int64_t stride_;
+  std::vector<T> buf_;
+  T* base_;
+};
+
+// The backward's row of vertical sums, placed anew for each input row 2 KB away (modulo 4 KB)
+// from the first grad_y row it reads. A load whose address matches a pending store's in its
+// low 12 bits waits for that store ("4K aliasing"): with the buffer at whatever address the
+// heap gave, the vertical pass ran up to 1.3x slower on one path, in one build and not in
+// another. Reads run at 4 bytes per element (float) and writes at 8, so the distance moves by
+// 4 * Wo over a row; starting at 2 KB it stays clear for rows under ~500 elements.
+class SumRow {
+ public:
+  explicit SumRow(int64_t n) : buf_(n + 4096 / sizeof(double)) {}
+  double* away_from(const void* row) {
+    const auto base = reinterpret_cast<std::uintptr_t>(buf_.data());
+    const std::uintptr_t want = (reinterpret_cast<std::uintptr_t>(row) + 2048) % 4096 / 64 * 64;
+    return buf_.data() + (want + 4096 - base % 4096) % 4096 / sizeof(double);
+  }
+
+ private:
+  std::vector<double> buf_;
+};
+
 int64_t row_blocks(int64_t planes, int64_t rows) {
   const int64_t nt = max_threads();
   if (planes >= nt || rows <= 1) return 1;
@@ -164,7 +208,7 @@ void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_
 #pragma omp parallel if (NC * Ho * Wo >= kParallelMin)
   {
     // Two horizontally interpolated input rows and which rows they hold.
-    std::vector<T> cache(2 * Wo);
+    AlignedRows<T> cache(2, Wo);
     int64_t held[2];
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < NC * blocks; ++item) {
@@ -178,7 +222,7 @@ void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_
         if (held[0] == ih) return 0;
         if (held[1] == ih) return 1;
         const int slot = keep == 0 ? 1 : 0;
-        interp_row(xp + ih * W, tw, Wo, cache.data() + slot * Wo);
+        interp_row(xp + ih * W, tw, Wo, cache.row(slot));
         held[slot] = ih;
         return slot;
       };
@@ -187,8 +231,8 @@ void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_
         const int64_t h1 = th.i1[oh];
         const int s0 = row(th.i0[oh], held[0] == h1 ? 0 : (held[1] == h1 ? 1 : -1));
         const int s1 = row(h1, s0);
-        const T* r0 = cache.data() + s0 * Wo;
-        const T* r1 = cache.data() + s1 * Wo;
+        const T* r0 = cache.row(s0);
+        const T* r1 = cache.row(s1);
         const T l0 = th.l0[oh], l1 = th.l1[oh];
         T* yr = yp + oh * Wo;
 #pragma omp simd
@@ -218,7 +262,7 @@ void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
   {
     // One input row's worth of grad_y summed vertically, in double: the sums can be long
     // (every output row for H = 1) and double keeps float results exact to the last ulp.
-    std::vector<double> acc(Wo);
+    SumRow sums(Wo);
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < NC * blocks; ++item) {
       const int64_t p = item / blocks, b = item % blocks;
@@ -228,10 +272,11 @@ void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
       for (int64_t ih = b * rows_per_block; ih < ih_end; ++ih) {
         // acc = sum over the adjoint list of w * grad_y[oh, :], two rows per pass over acc
         // (half its loads and stores); the first pass assigns, which also clears acc.
-        double* a = acc.data();
         int64_t k = ah.start[ih];
         const int64_t k_end = ah.start[ih + 1];
-        if (k == k_end) std::fill(acc.begin(), acc.end(), 0.0);
+        double* acc = sums.away_from(gyp + (k < k_end ? ah.out[k] * Wo : 0));
+        double* a = acc;
+        if (k == k_end) std::fill(acc, acc + Wo, 0.0);
         for (bool first = true; k < k_end; k += 2, first = false) {
           const T* g0 = gyp + ah.out[k] * Wo;
           const double w0 = static_cast<double>(ah.w[k]);
@@ -269,4 +314,4 @@ TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
 
-}  // namespace tg::kernels
+}  // namespace tg::kernels::TG_ISA_NS

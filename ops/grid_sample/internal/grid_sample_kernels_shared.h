@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "../grid_sample_kernels.h"
+#include "../../internal/isa_dispatch.h"
 
 // The arithmetic below must be compiled the same way in every file that includes it (a
 // coordinate computed one ulp differently can land on another pixel; see the pragma's
@@ -22,7 +23,7 @@
 #pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
 #endif
 
-namespace tg::kernels::gs_detail {
+namespace tg::kernels::TG_ISA_NS::gs_detail {
 
 // Long sums (the grid gradient over channels, grad_theta over positions) of float data
 // are accumulated in double.
@@ -189,4 +190,4 @@ inline void cubic_coefficients_grad(T t, T c[4]) {
   c[3] = (T(3) * A * x - T(10) * A) * x + T(8) * A;
 }
 
-}  // namespace tg::kernels::gs_detail
+}  // namespace tg::kernels::TG_ISA_NS::gs_detail
