@@ -48,22 +48,32 @@ typedef float fh __attribute__((vector_size(kSimdBytes / 2)));  // as many float
 constexpr int kD = kSimdBytes / 8;  // doubles per register
 constexpr int kParts = 8 / kD;      // registers per block of 8 lanes
 
-struct D8 {
-  dv p[kParts];
+// A block of lanes held in Parts registers of vector type V (scalar S): D8 and F16 below.
+template <class V, class S, int Parts>
+struct LaneBlock {
+  V p[Parts];
 };
-inline D8& operator+=(D8& a, const D8& b) {
-  for (int k = 0; k < kParts; ++k) a.p[k] += b.p[k];
+template <class V, class S, int Parts>
+inline LaneBlock<V, S, Parts>& operator+=(LaneBlock<V, S, Parts>& a, const LaneBlock<V, S, Parts>& b) {
+  for (int k = 0; k < Parts; ++k) a.p[k] += b.p[k];
   return a;
 }
-inline D8 operator+(D8 a, const D8& b) { return a += b; }
-inline D8 operator-(D8 a, double m) {
-  for (int k = 0; k < kParts; ++k) a.p[k] -= m;
+template <class V, class S, int Parts>
+inline LaneBlock<V, S, Parts> operator+(LaneBlock<V, S, Parts> a, const LaneBlock<V, S, Parts>& b) {
+  return a += b;
+}
+template <class V, class S, int Parts>
+inline LaneBlock<V, S, Parts> operator-(LaneBlock<V, S, Parts> a, S m) {
+  for (int k = 0; k < Parts; ++k) a.p[k] -= m;
   return a;
 }
-inline D8 operator*(D8 a, const D8& b) {
-  for (int k = 0; k < kParts; ++k) a.p[k] *= b.p[k];
+template <class V, class S, int Parts>
+inline LaneBlock<V, S, Parts> operator*(LaneBlock<V, S, Parts> a, const LaneBlock<V, S, Parts>& b) {
+  for (int k = 0; k < Parts; ++k) a.p[k] *= b.p[k];
   return a;
 }
+
+using D8 = LaneBlock<dv, double, kParts>;
 
 inline D8 load8(const double* p) {
   D8 v;
@@ -203,22 +213,7 @@ void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double
 constexpr int kF = kSimdBytes / 4;  // floats per register
 constexpr int kFParts = 16 / kF;    // registers per 16 lanes
 
-struct F16 {
-  fv p[kFParts];
-};
-inline F16& operator+=(F16& a, const F16& b) {
-  for (int k = 0; k < kFParts; ++k) a.p[k] += b.p[k];
-  return a;
-}
-inline F16 operator+(F16 a, const F16& b) { return a += b; }
-inline F16 operator-(F16 a, float m) {
-  for (int k = 0; k < kFParts; ++k) a.p[k] -= m;
-  return a;
-}
-inline F16 operator*(F16 a, const F16& b) {
-  for (int k = 0; k < kFParts; ++k) a.p[k] *= b.p[k];
-  return a;
-}
+using F16 = LaneBlock<fv, float, kFParts>;
 
 inline F16 load16(const float* p) {
   F16 v;
