@@ -59,10 +59,11 @@ namespace {
 template <class Draw>
 Tensor fill_random(const Shape& shape, DType dtype, const char* op, Draw draw) {
   Tensor t = Tensor::empty(shape, dtype);
-  dispatch_floating(dtype, op, [&](auto tag) {
+  dispatch_all_floating(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(draw());
+    // A 16-bit type rounds the float32 value of the double drawn (twice, as PyTorch rounds).
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(static_cast<opmath_t<T>>(draw()));
   });
   return t;
 }

@@ -28,8 +28,32 @@ const char* dtype_name(DType t) {
     case DType::Float32: return "float32";
     case DType::Float64: return "float64";
     case DType::Int64: return "int64";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Float16: return "float16";
+    case DType::Int32: return "int32";
   }
   return "unknown";
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::Float64:
+    case DType::Int64: return 8;
+    case DType::Float32:
+    case DType::Int32: return 4;
+    case DType::BFloat16:
+    case DType::Float16: return 2;
+  }
+  return 8;
+}
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  const bool fa = is_floating(a), fb = is_floating(b);
+  if (fa != fb) return fa ? a : b;  // floating beats integer, whatever the widths
+  if (!fa) return DType::Int64;     // int32 with int64
+  if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
+  return DType::Float32;  // float32 with a 16-bit type, or bfloat16 with float16
 }
 
 // Checked: a shape that reaches here unchecked (a user's from_vector or normalized_shape) is
@@ -300,6 +324,17 @@ void detail::copy_into_new(Tensor& dst, const Tensor& src) {
   apply_inplace(dst, src, "copy_", [](auto, auto s) { return s; }, /*bump=*/false);
 }
 
+Tensor detail::convert(const Tensor& src, DType dtype) {
+  if (src.dtype() == dtype) return src.detach();
+  Tensor out = Tensor::empty(src.shape(), dtype);
+  copy_into_new(out, src.detach());
+  return out;
+}
+
+Tensor detail::widen(const Tensor& t) {
+  return t.defined() && is_reduced_floating(t.dtype()) ? convert(t, DType::Float32) : t;
+}
+
 void detail::raw_fill_(Tensor& dst, double value) {
   dispatch_all(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -320,17 +355,20 @@ void detail::raw_add_(Tensor& dst, const Tensor& other, double alpha) {
   if (alpha == 1.0) {
     apply_inplace(dst, other, "add_", [](auto d, auto s) { return d + s; });
   } else {
-    apply_inplace(dst, other, "add_", [alpha](auto d, auto s) { return d + static_cast<decltype(d)>(alpha) * s; });
+    apply_inplace(dst, other, "add_", [alpha](auto d, auto s) {
+      using A = opmath_t<decltype(d)>;
+      return A(d) + static_cast<A>(alpha) * A(s);
+    });
   }
 }
 
 void detail::raw_mul_(Tensor& dst, double factor) {
   dispatch_all(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T f = static_cast<T>(factor);
+    const auto f = static_cast<opmath_t<T>>(factor);
     T* d = dst.data<T>();
     for_each_row<1>(dst.shape(), {dst.strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
-      for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] *= f;
+      for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] = static_cast<T>(d[off[0] + i * st[0]] * f);
     });
   });
   dst.bump_version();
@@ -384,6 +422,9 @@ Tensor from_values(const std::vector<T>& values, const Shape& shape) {
 Tensor from_vector(const std::vector<float>& v, const Shape& s) { return from_values(v, s); }
 Tensor from_vector(const std::vector<double>& v, const Shape& s) { return from_values(v, s); }
 Tensor from_vector(const std::vector<int64_t>& v, const Shape& s) { return from_values(v, s); }
+Tensor from_vector(const std::vector<int32_t>& v, const Shape& s) { return from_values(v, s); }
+Tensor from_vector(const std::vector<BFloat16>& v, const Shape& s) { return from_values(v, s); }
+Tensor from_vector(const std::vector<Float16>& v, const Shape& s) { return from_values(v, s); }
 
 // ---- printing ----
 

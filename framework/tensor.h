@@ -148,6 +148,9 @@ Tensor ones_like(const Tensor& t);
 Tensor from_vector(const std::vector<float>& values, const Shape& shape);
 Tensor from_vector(const std::vector<double>& values, const Shape& shape);
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape);
+Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape);
+Tensor from_vector(const std::vector<BFloat16>& values, const Shape& shape);
+Tensor from_vector(const std::vector<Float16>& values, const Shape& shape);
 
 // Shape helpers shared by ops.
 int64_t shape_numel(const Shape& shape);
@@ -161,6 +164,12 @@ std::string describe_shape(const Tensor& t);
 namespace detail {
 // copy_ for a tensor that was just allocated: no version bump, so fresh copies start at 0.
 void copy_into_new(Tensor& dst, const Tensor& src);
+// A copy of src in `dtype`, never recorded; src itself (detached) when it has that dtype.
+Tensor convert(const Tensor& src, DType dtype);
+// How a kernel that has float32 and float64 versions only computes a 16-bit tensor: a float32
+// copy of a bfloat16 or float16 tensor, never recorded; any other tensor (or an undefined one)
+// passes through. The kernel's result is then rounded once with convert(out, dtype).
+Tensor widen(const Tensor& t);
 // The in-place kernels alone: no autograd rules, never recorded (they bump the version). For
 // the engine's own gradient accumulation and the in-place methods' unrecorded path.
 void raw_fill_(Tensor& dst, double value);

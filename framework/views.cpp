@@ -204,6 +204,11 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
              format_shape(shape));
     out_strides[d] = (s == 1 && grad.size(d) != 1) ? 0 : out_contig[d - lead];
   }
+  if (is_reduced_floating(grad.dtype())) {  // summed in float32 (widen detaches), rounded once
+    Tensor out = detail::convert(sum_to(detail::widen(grad), shape), grad.dtype());
+    record_one_input(kSumToOp, grad, out);
+    return out;
+  }
   Tensor out = zeros(shape, grad.dtype());
   dispatch_floating(grad.dtype(), "sum_to", [&](auto tag) {
     using T = typename decltype(tag)::type;

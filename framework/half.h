@@ -1,0 +1,111 @@
+// The two 16-bit floating types, bfloat16 and IEEE float16, as storage types: a value is held as
+// its 16 bits and converts to and from float implicitly, so `float y = x;` and `x = 2.0f * y;`
+// read and round as expected. There are no 16-bit arithmetic operators on purpose: arithmetic on
+// these types happens in float32 (as PyTorch's CPU kernels do) and rounds once, when stored.
+//
+//   bfloat16: 1 sign, 8 exponent, 7 mantissa bits: float32's range, 3 significant digits.
+//   float16:  1 sign, 5 exponent, 10 mantissa bits: largest finite 65504, subnormals from 2^-24.
+//
+// float -> 16 bits rounds to nearest, ties to even. Too large for float16 gives inf (as PyTorch).
+// NaN stays NaN of the same sign, keeping as much of its payload as fits, so every one of the
+// 65,536 patterns of either type survives a round trip through float32 bit for bit (a signalling
+// NaN is not quieted: the conversions are integer operations, not the FPU's).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace tg {
+
+namespace half_bits {
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+
+inline uint16_t float_to_bf16(float f) {
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep the top of the payload; never become inf
+    const uint16_t r = static_cast<uint16_t>(u >> 16);
+    return (r & 0x7f) ? r : static_cast<uint16_t>(r | 0x40);
+  }
+  // Round to nearest even at bit 16: add just under half, plus one when the kept part is odd.
+  // The largest floats carry into the exponent and give inf, which is the right answer.
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float fp16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0x1f) return bits_float(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
+  if (exponent == 0) {  // zero and subnormals: mantissa * 2^-24, exact in float32
+    return bits_float(sign | float_bits(static_cast<float>(mantissa) * 5.9604644775390625e-8f));
+  }
+  return bits_float(sign | ((exponent + 112) << 23) | (mantissa << 13));  // rebias 15 -> 127
+}
+
+inline uint16_t float_to_fp16(float f) {
+  const uint32_t u = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) {  // NaN
+    const uint32_t payload = (a >> 13) & 0x3ffu;
+    return static_cast<uint16_t>(sign | 0x7c00u | (payload ? payload : 0x200u));
+  }
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
+  if (a >= 0x38800000u) {  // normal in float16 (>= 2^-14): round to nearest even at bit 13, rebias
+    const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);
+    return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+  }
+  // Subnormal or zero: 0.5f has a unit in the last place of 2^-24, float16's smallest step, so
+  // adding it lets the FPU round |f| to a multiple of 2^-24 (ties to even); the low bits are then
+  // the float16 pattern (0x400, the smallest normal, when it rounds up to 2^-14).
+  const float aligned = bits_float(a) + 0.5f;
+  return static_cast<uint16_t>(sign | (float_bits(aligned) - 0x3f000000u));
+}
+
+}  // namespace half_bits
+
+struct BFloat16 {
+  uint16_t bits = 0;
+  BFloat16() = default;
+  BFloat16(float f) : bits(half_bits::float_to_bf16(f)) {}  // NOLINT: implicit, as a float is
+  operator float() const { return half_bits::bf16_to_float(bits); }  // NOLINT
+  static BFloat16 from_bits(uint16_t b) {
+    BFloat16 x;
+    x.bits = b;
+    return x;
+  }
+};
+
+struct Float16 {
+  uint16_t bits = 0;
+  Float16() = default;
+  Float16(float f) : bits(half_bits::float_to_fp16(f)) {}  // NOLINT
+  operator float() const { return half_bits::fp16_to_float(bits); }  // NOLINT
+  static Float16 from_bits(uint16_t b) {
+    Float16 x;
+    x.bits = b;
+    return x;
+  }
+};
+
+// The type arithmetic on T happens in: float for the 16-bit types, T itself otherwise.
+template <class T> struct OpMath { using type = T; };
+template <> struct OpMath<BFloat16> { using type = float; };
+template <> struct OpMath<Float16> { using type = float; };
+template <class T> using opmath_t = typename OpMath<T>::type;
+
+static_assert(sizeof(BFloat16) == 2 && sizeof(Float16) == 2, "16-bit types must be 2 bytes");
+
+}  // namespace tg
