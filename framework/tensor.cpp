@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <iomanip>
+#include <limits>
 #include <new>
 #include <ostream>
 #include <sstream>
+#include <type_traits>
 
 #include "checked_math.h"
 #include "inplace.h"
@@ -289,6 +291,30 @@ void detail::retain_grad_hook(const std::shared_ptr<TensorImpl>& owner) {
 
 namespace {
 
+// A floating value converts to an integer dtype only when it is finite and in range (C++ leaves
+// the rest undefined; PyTorch returns garbage): refuse the whole copy before writing anything.
+template <class D, class S>
+void check_fits(const Tensor& s, const char* op) {
+  if constexpr (std::is_integral_v<D> && !std::is_integral_v<S>) {
+    constexpr double lo = static_cast<double>(std::numeric_limits<D>::min());  // -2^(bits-1), exact
+    const S* p = s.data<S>();
+    bool fits = true;
+    double bad = 0;
+    // (No throw inside the loop: for_each_row runs it in an OpenMP region, which must not throw.)
+    for_each_row<1>(
+        s.shape(), {s.strides()},
+        [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
+          for (int64_t i = 0; i < n && fits; ++i) {
+            const double v = static_cast<double>(static_cast<opmath_t<S>>(p[off[0] + i * st[0]]));
+            if (!(v >= lo && v < -lo)) fits = false, bad = v;
+          }
+        },
+        /*allow_parallel=*/false);
+    TG_CHECK(fits, op, ": cannot convert ", bad, " to ", dtype_name(dtype_of<D>::value), " (expected a finite value in [",
+             static_cast<int64_t>(lo), ", ", std::numeric_limits<D>::max(), "])");
+  }
+}
+
 // dst[i] = f(dst[i], src[i]) with src broadcast to dst's shape, converting src's dtype.
 template <class F>
 void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f, bool bump = true) {
@@ -300,6 +326,7 @@ void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f, bool bum
     using D = typename decltype(dtag)::type;
     dispatch_all(s.dtype(), [&](auto stag) {
       using S = typename decltype(stag)::type;
+      check_fits<D, S>(s, op);
       D* d = dst.data<D>();
       const S* p = s.data<S>();
       for_each_row<2>(dst.shape(), {dst.strides(), s.strides()},
@@ -320,14 +347,14 @@ void apply_inplace(Tensor& dst, const Tensor& src, const char* op, F f, bool bum
 
 }  // namespace
 
-void detail::copy_into_new(Tensor& dst, const Tensor& src) {
-  apply_inplace(dst, src, "copy_", [](auto, auto s) { return s; }, /*bump=*/false);
+void detail::copy_into_new(Tensor& dst, const Tensor& src, const char* op) {
+  apply_inplace(dst, src, op, [](auto, auto s) { return s; }, /*bump=*/false);
 }
 
 Tensor detail::convert(const Tensor& src, DType dtype) {
   if (src.dtype() == dtype) return src.detach();
   Tensor out = Tensor::empty(src.shape(), dtype);
-  copy_into_new(out, src.detach());
+  copy_into_new(out, src.detach(), "to");
   return out;
 }
 

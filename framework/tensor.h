@@ -163,7 +163,7 @@ std::string describe_shape(const Tensor& t);
 
 namespace detail {
 // copy_ for a tensor that was just allocated: no version bump, so fresh copies start at 0.
-void copy_into_new(Tensor& dst, const Tensor& src);
+void copy_into_new(Tensor& dst, const Tensor& src, const char* op = "copy_");
 // A copy of src in `dtype`, never recorded; src itself (detached) when it has that dtype.
 Tensor convert(const Tensor& src, DType dtype);
 // How a kernel that has float32 and float64 versions only computes a 16-bit tensor: a float32

@@ -406,7 +406,7 @@ Tensor Tensor::to(DType target) const {
   check_defined("to");
   if (target == dtype()) return *this;
   Tensor out = Tensor::empty(shape(), target);
-  detail::copy_into_new(out, detach());
+  detail::copy_into_new(out, detach(), "to");
   if (is_floating(target)) record_one_input(kToOp, *this, out);
   return out;
 }

@@ -50,5 +50,8 @@ TG_INSTANTIATE(double)
 template void row_extremes<float>(const float*, int64_t, int64_t, bool, float*, int64_t*);
 template void row_extremes<double>(const double*, int64_t, int64_t, bool, double*, int64_t*);
 template void row_extremes<int64_t>(const int64_t*, int64_t, int64_t, bool, int64_t*, int64_t*);
+template void row_extremes<int32_t>(const int32_t*, int64_t, int64_t, bool, int32_t*, int64_t*);
+template void row_extremes<BFloat16>(const BFloat16*, int64_t, int64_t, bool, BFloat16*, int64_t*);
+template void row_extremes<Float16>(const Float16*, int64_t, int64_t, bool, Float16*, int64_t*);
 
 }  // namespace tg::kernels

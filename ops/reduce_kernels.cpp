@@ -38,18 +38,21 @@ void for_each_row_mean(const T* x, int64_t outer, int64_t R, Fn fn) {
 // then a search that stops early finds the index. Rows with z = NaN take the scalar walk.
 template <class T>
 int64_t first_extreme(const T* row, int64_t R, bool is_max) {
-  T m = row[0], z = 0;
+  using A = opmath_t<T>;  // 16-bit values compare in float
+  A m = row[0], z = 0;
   if (is_max) {
 #pragma omp simd reduction(max : m) reduction(+ : z)
     for (int64_t i = 0; i < R; ++i) {
-      m = row[i] > m ? row[i] : m;
-      z += row[i] - row[i];
+      const A v = row[i];
+      m = v > m ? v : m;
+      z += v - v;
     }
   } else {
 #pragma omp simd reduction(min : m) reduction(+ : z)
     for (int64_t i = 0; i < R; ++i) {
-      m = row[i] < m ? row[i] : m;
-      z += row[i] - row[i];
+      const A v = row[i];
+      m = v < m ? v : m;
+      z += v - v;
     }
   }
   if (z == z) {  // no NaN, no infinity: m is the extreme
@@ -143,5 +146,8 @@ TG_INSTANTIATE(double)
 template void row_extremes<float>(const float*, int64_t, int64_t, bool, float*, int64_t*);
 template void row_extremes<double>(const double*, int64_t, int64_t, bool, double*, int64_t*);
 template void row_extremes<int64_t>(const int64_t*, int64_t, int64_t, bool, int64_t*, int64_t*);
+template void row_extremes<int32_t>(const int32_t*, int64_t, int64_t, bool, int32_t*, int64_t*);
+template void row_extremes<BFloat16>(const BFloat16*, int64_t, int64_t, bool, BFloat16*, int64_t*);
+template void row_extremes<Float16>(const Float16*, int64_t, int64_t, bool, Float16*, int64_t*);
 
 }  // namespace tg::kernels::TG_ISA_NS

@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "../framework/half.h"
+
 namespace tg::kernels {
 
 template <class T>
