@@ -13,28 +13,28 @@ struct MsdaInputs {
   Tensor value, shapes, start, loc, attn, grad;
 };
 
-MsdaInputs make_inputs(int64_t queries, int64_t bs, int64_t heads) {
+MsdaInputs make_inputs(int64_t queries, int64_t bs, int64_t heads, DType dt) {
   manual_seed(0);
   const int64_t channels = 32, levels = 4, points = 4, keys = 5440;
   MsdaInputs in;
-  in.value = randn({bs, keys, heads, channels});
+  in.value = randn({bs, keys, heads, channels}, dt);
   in.shapes = from_vector(std::vector<int64_t>{64, 64, 32, 32, 16, 16, 8, 8}, {levels, 2});
   in.start = from_vector(std::vector<int64_t>{0, 4096, 5120, 5376}, {levels});
-  in.loc = rand({bs, queries, heads, levels, points, 2});
-  in.attn = rand({bs, queries, heads, levels, points});
-  in.grad = randn({bs, queries, heads * channels});
+  in.loc = rand({bs, queries, heads, levels, points, 2}, dt);
+  in.attn = rand({bs, queries, heads, levels, points}, dt);
+  in.grad = randn({bs, queries, heads * channels}, dt);
   return in;
 }
 
-void msda_fwd(benchmark::State& state, int64_t queries, int64_t bs, int64_t heads) {
+void msda_fwd(benchmark::State& state, int64_t queries, int64_t bs, int64_t heads, DType dt = DType::Float32) {
   use_threads(state);
-  MsdaInputs in = make_inputs(queries, bs, heads);
+  MsdaInputs in = make_inputs(queries, bs, heads, dt);
   for (auto _ : state) benchmark::DoNotOptimize(ms_deform_attn(in.value, in.shapes, in.start, in.loc, in.attn));
 }
 
-void msda_bwd(benchmark::State& state, int64_t queries, int64_t bs, int64_t heads) {
+void msda_bwd(benchmark::State& state, int64_t queries, int64_t bs, int64_t heads, DType dt = DType::Float32) {
   use_threads(state);
-  MsdaInputs in = make_inputs(queries, bs, heads);
+  MsdaInputs in = make_inputs(queries, bs, heads, dt);
   for (auto _ : state)
     benchmark::DoNotOptimize(ms_deform_attn_backward(in.value, in.shapes, in.start, in.loc, in.attn, in.grad));
 }
@@ -51,6 +51,10 @@ const bool registered = [] {
     add_case("ms_deform_attn_fwd/" + suffix, [c](benchmark::State& s) { msda_fwd(s, c.queries, c.bs, c.heads); });
     add_case("ms_deform_attn_bwd/" + suffix, [c](benchmark::State& s) { msda_bwd(s, c.queries, c.bs, c.heads); });
   }
+  // bfloat16 (issue 22's rows), the encoder shape.
+  const auto bf16 = DType::BFloat16;
+  add_case("ms_deform_attn_fwd/encoder_B2_Q5440_H8_C32_L4_P4_bf16", [=](benchmark::State& s) { msda_fwd(s, 5440, 2, 8, bf16); });
+  add_case("ms_deform_attn_bwd/encoder_B2_Q5440_H8_C32_L4_P4_bf16", [=](benchmark::State& s) { msda_bwd(s, 5440, 2, 8, bf16); });
   return true;
 }();
 

@@ -18,35 +18,35 @@ void copy_case(benchmark::State& state, Shape shape) {
   set_bandwidth(state, 2.0 * x.numel() * 4);  // read + write
 }
 
-void group_norm_fwd(benchmark::State& state, Shape shape, int64_t groups) {
+void group_norm_fwd(benchmark::State& state, Shape shape, int64_t groups, DType dt = DType::Float32) {
   use_threads(state);
-  Tensor x = randn(shape), w = randn({shape[1]}), b = randn({shape[1]});
+  Tensor x = randn(shape, dt), w = randn({shape[1]}, dt), b = randn({shape[1]}, dt);
   for (auto _ : state) benchmark::DoNotOptimize(group_norm(x, groups, w, b));
-  set_bandwidth(state, 2.0 * x.numel() * 4);  // read x, write y
+  set_bandwidth(state, 2.0 * x.numel() * dtype_size(dt));  // read x, write y
 }
 
-void group_norm_bwd(benchmark::State& state, Shape shape, int64_t groups) {
+void group_norm_bwd(benchmark::State& state, Shape shape, int64_t groups, DType dt = DType::Float32) {
   use_threads(state);
   const int64_t N = shape[0], C = shape[1], HxW = shape_numel(shape) / (N * C);
-  Tensor x = randn(shape), w = randn({C}), g = randn(shape);
+  Tensor x = randn(shape, dt), w = randn({C}, dt), g = randn(shape, dt);
   GroupNormResult r = native_group_norm(x, w, Tensor(), N, C, HxW, groups, 1e-5);
   for (auto _ : state) benchmark::DoNotOptimize(native_group_norm_backward(g, x, r.mean, r.rstd, w, N, C, HxW, groups));
-  set_bandwidth(state, 3.0 * x.numel() * 4);  // read grad_y and x, write grad_x
+  set_bandwidth(state, 3.0 * x.numel() * dtype_size(dt));  // read grad_y and x, write grad_x
 }
 
-void upsample_fwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out, bool ac) {
+void upsample_fwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out, bool ac, DType dt = DType::Float32) {
   use_threads(state);
-  Tensor x = randn(in);
+  Tensor x = randn(in, dt);
   for (auto _ : state) benchmark::DoNotOptimize(upsample_bilinear2d(x, out, ac));
-  set_bandwidth(state, 4.0 * (x.numel() + in[0] * in[1] * out[0] * out[1]));
+  set_bandwidth(state, dtype_size(dt) * double(x.numel() + in[0] * in[1] * out[0] * out[1]));
 }
 
-void upsample_bwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out, bool ac) {
+void upsample_bwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out, bool ac, DType dt = DType::Float32) {
   use_threads(state);
-  Tensor g = randn({in[0], in[1], out[0], out[1]});
+  Tensor g = randn({in[0], in[1], out[0], out[1]}, dt);
   for (auto _ : state)
     benchmark::DoNotOptimize(upsample_bilinear2d_backward(g, out, {in[0], in[1], in[2], in[3]}, ac));
-  set_bandwidth(state, 4.0 * (g.numel() + shape_numel(in)));
+  set_bandwidth(state, dtype_size(dt) * double(g.numel() + shape_numel(in)));
 }
 
 std::string shape_name(const Shape& s) {
@@ -76,6 +76,13 @@ const bool registered = [] {
       add_case("upsample_bwd/" + name, [u, ac](benchmark::State& s) { upsample_bwd(s, u.in, u.out, ac); });
     }
   }
+  // bfloat16 (issue 22's rows): the first shape of each op, beside its float32 row.
+  const Shape gn{8, 256, 32, 32}, up{8, 64, 32, 32};
+  const auto bf16 = DType::BFloat16;
+  add_case("group_norm_fwd/N8_C256_H32_W32_G32_bf16", [=](benchmark::State& s) { group_norm_fwd(s, gn, 32, bf16); });
+  add_case("group_norm_bwd/N8_C256_H32_W32_G32_bf16", [=](benchmark::State& s) { group_norm_bwd(s, gn, 32, bf16); });
+  add_case("upsample_fwd/N8_C64_H32_W32_to64x64_bf16", [=](benchmark::State& s) { upsample_fwd(s, up, {64, 64}, false, bf16); });
+  add_case("upsample_bwd/N8_C64_H32_W32_to64x64_bf16", [=](benchmark::State& s) { upsample_bwd(s, up, {64, 64}, false, bf16); });
   return true;
 }();
 

@@ -195,29 +195,29 @@ def copy_case(shape):
     return lambda: y.copy_(x)
 
 
-def group_norm_fwd(shape, groups):
-    x, w, b = torch.randn(shape), torch.randn(shape[1]), torch.randn(shape[1])
+def group_norm_fwd(shape, groups, dtype=torch.float32):
+    x, w, b = torch.randn(shape, dtype=dtype), torch.randn(shape[1], dtype=dtype), torch.randn(shape[1], dtype=dtype)
     return lambda: F.group_norm(x, groups, w, b)
 
 
-def group_norm_bwd(shape, groups):
+def group_norm_bwd(shape, groups, dtype=torch.float32):
     """Backward alone: the autograd graph is kept and replayed with retain_graph."""
-    x = torch.randn(shape, requires_grad=True)
-    w = torch.randn(shape[1])
+    x = torch.randn(shape, dtype=dtype, requires_grad=True)
+    w = torch.randn(shape[1], dtype=dtype)
     y = F.group_norm(x, groups, w)
-    g = torch.randn(shape)
+    g = torch.randn(shape, dtype=dtype)
     return lambda: torch.autograd.grad(y, x, g, retain_graph=True)
 
 
-def upsample_fwd(shape, out, ac):
-    x = torch.randn(shape)
+def upsample_fwd(shape, out, ac, dtype=torch.float32):
+    x = torch.randn(shape, dtype=dtype)
     return lambda: F.interpolate(x, size=out, mode="bilinear", align_corners=ac)
 
 
-def upsample_bwd(shape, out, ac):
-    x = torch.randn(shape, requires_grad=True)
+def upsample_bwd(shape, out, ac, dtype=torch.float32):
+    x = torch.randn(shape, dtype=dtype, requires_grad=True)
     y = F.interpolate(x, size=out, mode="bilinear", align_corners=ac)
-    g = torch.randn(y.shape)
+    g = torch.randn(y.shape, dtype=dtype)
     return lambda: torch.autograd.grad(y, x, g, retain_graph=True)
 
 
@@ -270,6 +270,21 @@ def norm_upsample_cases():
         suffix = name + "_C32_L4_P4"
         cases["ms_deform_attn_fwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q, b=bs, h=heads: msda_fwd(q, b, h))
         cases["ms_deform_attn_bwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q, b=bs, h=heads: msda_bwd(q, b, h))
+    # bfloat16 rows (issue 22). PyTorch 1.13 has bf16 CPU kernels for group_norm and upsampling;
+    # it has none for grid_sample, so Deformable DETR's reference cannot run in bf16 either: the
+    # PyTorch side of the MSDA and grid_sample bf16 rows is its float32 time (the name says so).
+    bf16 = torch.bfloat16
+    cases["group_norm_fwd/N8_C256_H32_W32_G32_bf16"] = (
+        "bench_norm_upsample", lambda: group_norm_fwd((8, 256, 32, 32), 32, bf16))
+    cases["group_norm_bwd/N8_C256_H32_W32_G32_bf16"] = (
+        "bench_norm_upsample", lambda: group_norm_bwd((8, 256, 32, 32), 32, bf16))
+    cases["upsample_fwd/N8_C64_H32_W32_to64x64_bf16"] = (
+        "bench_norm_upsample", lambda: upsample_fwd((8, 64, 32, 32), (64, 64), False, bf16))
+    cases["upsample_bwd/N8_C64_H32_W32_to64x64_bf16"] = (
+        "bench_norm_upsample", lambda: upsample_bwd((8, 64, 32, 32), (64, 64), False, bf16))
+    for kind, factory in (("fwd", msda_fwd), ("bwd", msda_bwd)):
+        cases[f"ms_deform_attn_{kind}/encoder_B2_Q5440_H8_C32_L4_P4_bf16"] = (
+            "bench_ms_deform_attn", lambda f=factory: f(5440, 2, 8))
     return cases
 
 
@@ -294,6 +309,9 @@ def grid_sample_cases():
             cases[f"grid_sample_{kind}/{shape}"] = (
                 "bench_grid_sample", lambda n=n, c=c, s=s, mode=mode, padding=padding, bwd=bwd:
                 grid_sample_case(n, c, s, s, s, s, mode, padding, bwd))
+    for kind, bwd in (("fwd", False), ("bwd", True)):  # PyTorch's side in float32: see norm_upsample_cases
+        cases[f"grid_sample_{kind}/N8_C32_H64_W64_Ho64_Wo64_bilinear_zeros_bf16"] = (
+            "bench_grid_sample", lambda bwd=bwd: grid_sample_case(8, 32, 64, 64, 64, 64, "bilinear", "zeros", bwd))
     return cases
 
 
