@@ -222,18 +222,23 @@ Tensor div(const Tensor& x, double s) {
 Tensor div(double s, const Tensor& x) { return mul(reciprocal(x), s); }
 
 // In place, as the out-of-place op: mul and div save self for other's gradient, so they get a
-// copy of self's old value when other requires grad.
+// copy of self's old value when other requires grad. With an other of another dtype the result
+// is computed in the promoted dtype and written back in self's (a recorded cast), as PyTorch:
+// a bfloat16 x.mul_(float32) stays bfloat16.
+namespace {
+Tensor in_dtype_of(const Tensor& self, const Tensor& result) { return result.to(self.dtype()); }
+}  // namespace
 Tensor& sub_(Tensor& x, const Tensor& other, double alpha) {
   detail::InplaceOp op{x, "sub_", {other}};
-  return op.commit(sub(op.old_value(), other, alpha));
+  return op.commit(in_dtype_of(x, sub(op.old_value(), other, alpha)));
 }
 Tensor& mul_(Tensor& x, const Tensor& other) {
   detail::InplaceOp op{x, "mul_", {other}};
-  return op.commit(mul(op.old_value(other.requires_grad()), other));
+  return op.commit(in_dtype_of(x, mul(op.old_value(other.requires_grad()), other)));
 }
 Tensor& div_(Tensor& x, const Tensor& other) {
   detail::InplaceOp op{x, "div_", {other}};
-  return op.commit(div(op.old_value(other.requires_grad()), other));
+  return op.commit(in_dtype_of(x, div(op.old_value(other.requires_grad()), other)));
 }
 Tensor& sub_(Tensor& x, double s) {
   detail::InplaceOp op{x, "sub_"};

@@ -184,7 +184,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
       using T = typename decltype(tag)::type;
       using M = opmath_t<T>;
       T* p = flat.data<T>();
-      for (int64_t l = 0; l < lanes; ++l) p[l] = static_cast<T>(static_cast<M>((1.0 - eps) * nll[l] + eps / C * smooth[l]));
+      for (int64_t l = 0; l < lanes; ++l)
+        p[l] = static_cast<T>(static_cast<M>((1.0 - eps) * nll[l] + eps / C * smooth[l]));
     });
     out = flat.reshape(target.shape());
   } else {

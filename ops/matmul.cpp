@@ -106,7 +106,8 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
   const Matrices gm = as_matrices(detail::widen(g[0]), batch);
   const DType dt = gm.data.dtype();
   if (ctx.needs_grad(0))  // da = g b^T, summed over the dims a was broadcast along
-    da = sum_to(batched_product(gm, as_matrices(detail::widen(ctx.saved(kOther)), batch).transposed(), batch, n, m, k, dt), sa);
+    da = sum_to(
+        batched_product(gm, as_matrices(detail::widen(ctx.saved(kOther)), batch).transposed(), batch, n, m, k, dt), sa);
   if (ctx.needs_grad(1)) {  // db = a^T g
     const Matrices am = as_matrices(detail::widen(ctx.saved(kSelf)), batch);
     const int64_t nb = shape_numel(batch);

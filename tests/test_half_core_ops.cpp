@@ -56,14 +56,17 @@ const std::map<std::string, GoldenOp>& golden_ops() {
       {"matmul", {[](const In& x) { return matmul(x.at("a"), x.at("b")); }, {"a", "b"}}},
       {"softmax", {[](const In& x) { return softmax(mul(x.at("x"), 3.0), -1); }, {"x"}}},
       {"log_softmax", {[](const In& x) { return log_softmax(mul(x.at("x"), 3.0), 1); }, {"x"}}},
-      {"layer_norm", {[](const In& x) { return layer_norm(x.at("x"), {48}, x.at("w"), x.at("b"), 1e-5); }, {"x", "w", "b"}}},
+      {"layer_norm",
+       {[](const In& x) { return layer_norm(x.at("x"), {48}, x.at("w"), x.at("b"), 1e-5); }, {"x", "w", "b"}}},
       {"sum", {[](const In& x) { return sum(x.at("x"), {1}); }, {"x"}}},
       {"mean_all", {[](const In& x) { return mean(x.at("x")); }, {"x"}}},
       {"gelu", {[](const In& x) { return gelu(x.at("x")); }, {"x"}}},
       {"gelu_tanh", {[](const In& x) { return gelu(x.at("x"), "tanh"); }, {"x"}}},
       {"cross_entropy", {[](const In& x) { return cross_entropy(x.at("x"), x.at("t")); }, {"x"}}},
       {"cross_entropy_smoothing_none",
-       {[](const In& x) { return cross_entropy(x.at("x"), x.at("t"), CrossEntropyOptions{Reduction::None, -100, 0.1}); },
+       {[](const In& x) {
+          return cross_entropy(x.at("x"), x.at("t"), CrossEntropyOptions{Reduction::None, -100, 0.1});
+        },
         {"x"}}},
   };
   return ops;
@@ -97,8 +100,8 @@ void check_three_ways(const Tensor& a, const Tensor& p, const Tensor& r, const s
     err_tg = std::max(err_tg, std::abs(va[i] - vr[i]));
     err_pt = std::max(err_pt, std::abs(vp[i] - vr[i]));
   }
-  EXPECT_LE(err_tg, 2 * err_pt + eps / 2 * rmax) << what << ": tapegrad's max error against float64 " << err_tg
-                                                 << ", PyTorch's " << err_pt;
+  EXPECT_LE(err_tg, 2 * err_pt + eps / 2 * rmax)
+      << what << ": tapegrad's max error against float64 " << err_tg << ", PyTorch's " << err_pt;
   std::cout << "[half_core] " << what << ": max |tg - f64| / max|f64| = " << err_tg / std::max(rmax, 1e-300)
             << ", PyTorch's " << err_pt / std::max(rmax, 1e-300) << "; max |tg - torch| / max|torch| = " << worst_ulps
             << " eps\n";
@@ -136,13 +139,14 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HalfCoreGolden, ::testing::ValuesIn(testing::
 // ---- type promotion ----------------------------------------------------------------------
 
 Tensor vec(std::vector<double> v, DType dt) { return from_vector(v, {static_cast<int64_t>(v.size())}).to(dt); }
+std::vector<double> values(const Tensor& t) { return t.to(DType::Float64).to_vector<double>(); }
+double value(const Tensor& t) { return t.to(DType::Float64).item<double>(); }
 
 TEST(HalfPromotion, ResultDtypesFollowPyTorch) {
   struct Case {
     DType a, b, result;
   };
-  const DType bf = DType::BFloat16, fp = DType::Float16, f32 = DType::Float32, f64 = DType::Float64,
-              i64 = DType::Int64;
+  const DType bf = DType::BFloat16, fp = DType::Float16, f32 = DType::Float32, f64 = DType::Float64, i64 = DType::Int64;
   for (const Case& c : {Case{bf, f32, f32}, Case{f32, bf, f32}, Case{f32, f64, f64}, Case{i64, f32, f32},
                         Case{bf, fp, f32}, Case{fp, f64, f64}, Case{i64, bf, bf}, Case{bf, bf, bf}}) {
     const Tensor a = vec({1, -2}, c.a), b = vec({0.5, 4}, c.b);
@@ -153,8 +157,8 @@ TEST(HalfPromotion, ResultDtypesFollowPyTorch) {
     EXPECT_EQ(div(a, b).dtype(), c.result) << "div of " << what;
     EXPECT_EQ(where(vec({1, 0}, i64), a, b).dtype(), c.result) << "where of " << what;
     EXPECT_EQ(gt(a, b).dtype(), DType::Int64) << "gt of " << what;
-    EXPECT_EQ(add(a, b).to(DType::Float64).to_vector<double>(), (std::vector<double>{1.5, 2})) << "add of " << what;
-    EXPECT_EQ(where(vec({1, 0}, i64), a, b).to(DType::Float64).to_vector<double>(), (std::vector<double>{1, 4})) << what;
+    EXPECT_EQ(values(add(a, b)), (std::vector<double>{1.5, 2})) << "add of " << what;
+    EXPECT_EQ(values(where(vec({1, 0}, i64), a, b)), (std::vector<double>{1, 4})) << what;
   }
 }
 
@@ -163,15 +167,15 @@ TEST(HalfPromotion, ResultDtypesFollowPyTorch) {
 TEST(HalfPromotion, ValuesAreComputedInThePromotedDtype) {
   const double tiny = std::ldexp(1.0, -10);
   Tensor a = vec({1}, DType::BFloat16), b = vec({1 + tiny}, DType::Float32);
-  EXPECT_EQ(add(a, b).to(DType::Float64).item<double>(), 2 + tiny);
-  EXPECT_EQ(mul(b, a).to(DType::Float64).item<double>(), 1 + tiny);
+  EXPECT_EQ(value(add(a, b)), 2 + tiny);
+  EXPECT_EQ(value(mul(b, a)), 1 + tiny);
   // Comparisons of mixed dtypes compare the promoted values, as PyTorch.
   EXPECT_EQ(lt(a, b).item<int64_t>(), 1);
   EXPECT_EQ(eq(vec({1}, DType::Float16), vec({1}, DType::BFloat16)).item<int64_t>(), 1);
   // In 16 bits the result is rounded once: bfloat16 has 8 significant bits, so 1 + 2^-8 is a tie
   // between 1 and 1 + 2^-7, rounded to even (1); float16 (11 bits) holds 1 + 2^-10 exactly.
-  EXPECT_EQ(add(vec({1}, DType::BFloat16), vec({std::ldexp(1.0, -8)}, DType::BFloat16)).to(DType::Float64).item<double>(), 1.0);
-  EXPECT_EQ(add(vec({1}, DType::Float16), vec({std::ldexp(1.0, -10)}, DType::Float16)).to(DType::Float64).item<double>(), 1 + tiny);
+  EXPECT_EQ(value(add(vec({1}, DType::BFloat16), vec({std::ldexp(1.0, -8)}, DType::BFloat16))), 1.0);
+  EXPECT_EQ(value(add(vec({1}, DType::Float16), vec({std::ldexp(1.0, -10)}, DType::Float16))), 1 + tiny);
 }
 
 TEST(HalfPromotion, EachGradientComesBackInItsInputsDtype) {
@@ -189,12 +193,12 @@ TEST(HalfPromotion, EachGradientComesBackInItsInputsDtype) {
   EXPECT_EQ(c.grad().dtype(), DType::Float64);
   // y = a + c / b: dy/da = 1 (+1 from where where the mask is 1), dy/db = -c / b^2 (+1 where 0),
   // dy/dc = sum 1/b. Exact in each dtype for these values but b = -3's float32 -2/9.
-  EXPECT_EQ(a.grad().to(DType::Float64).to_vector<double>(), (std::vector<double>{2, 1, 2}));
-  const std::vector<double> gb = b.grad().to(DType::Float64).to_vector<double>();
+  EXPECT_EQ(values(a.grad()), (std::vector<double>{2, 1, 2}));
+  const std::vector<double> gb = values(b.grad());
   EXPECT_EQ(gb[0], -8.0);
   EXPECT_EQ(gb[1], 1 - 0.125);
   EXPECT_FLOAT_EQ(gb[2], static_cast<float>(-2.0 / 9));
-  EXPECT_DOUBLE_EQ(c.grad().to(DType::Float64).item<double>(), 2 + 0.25 - 1.0 / 3);
+  EXPECT_DOUBLE_EQ(value(c.grad()), 2 + 0.25 - 1.0 / 3);
 }
 
 // The tape stays readable: a promotion is one `to` entry before the op, named as such.
@@ -211,15 +215,37 @@ TEST(HalfPromotion, TheCastIsARecordedToEntryAndSameDtypesRecordNone) {
   EXPECT_EQ(same.find(" to "), std::string::npos) << same;
 }
 
+// In place, the result is computed in the promoted dtype and written back in self's, as PyTorch.
+TEST(HalfPromotion, InPlaceOpsKeepSelfsDtype) {
+  Tensor x = vec({1, 2}, DType::BFloat16);
+  mul_(x, vec({1.5, 0.25}, DType::Float32));
+  EXPECT_EQ(x.dtype(), DType::BFloat16);
+  EXPECT_EQ(values(x), (std::vector<double>{1.5, 0.5}));
+  Tensor a = vec({1, 2}, DType::BFloat16).requires_grad_();
+  Tensor w = vec({3, 4}, DType::Float32).requires_grad_();
+  Tensor y = add(a, 0.0);
+  sub_(y, w);
+  EXPECT_EQ(y.dtype(), DType::BFloat16);
+  EXPECT_EQ(values(y), (std::vector<double>{-2, -2}));
+  backward({sum(y)});
+  EXPECT_EQ(a.grad().dtype(), DType::BFloat16);
+  EXPECT_EQ(w.grad().dtype(), DType::Float32);
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{-1, -1}));
+}
+
 TEST(HalfPromotion, WhatPyTorchRefusesStaysAnError) {
   // Integer operands of the arithmetic ops stay refused (tapegrad's ops are floating), and a
   // shape mismatch is still reported after promotion.
   EXPECT_NE(error_of([] { add(vec({1}, DType::Int64), vec({2}, DType::Int64)); }).find("expected floating operands"),
             std::string::npos);
-  EXPECT_NE(error_of([] { add(vec({1, 2}, DType::BFloat16), vec({1, 2, 3}, DType::Float32)); }).find("add"),
+  EXPECT_NE(error_of([] {
+              add(vec({1, 2}, DType::BFloat16), vec({1, 2, 3}, DType::Float32));
+            }).find("add"),
             std::string::npos);
   // Ops outside the elementwise family keep one dtype per call, naming the argument.
-  EXPECT_NE(error_of([] { matmul(zeros({2, 2}, DType::BFloat16), zeros({2, 2})); }).find("same dtype"),
+  EXPECT_NE(error_of([] {
+              matmul(zeros({2, 2}, DType::BFloat16), zeros({2, 2}));
+            }).find("same dtype"),
             std::string::npos);
 }
 
@@ -228,12 +254,12 @@ TEST(HalfPromotion, WhatPyTorchRefusesStaysAnError) {
 TEST(HalfCoreOps, ReductionsAccumulateInFloat32AndRoundOnce) {
   // 4096 ones plus one: a bfloat16 running sum would stall at 256; float32 gets 4096 exactly.
   Tensor x = ones({4096}, DType::BFloat16);
-  EXPECT_EQ(sum(x).to(DType::Float64).item<double>(), 4096.0);
-  EXPECT_EQ(mean(x).to(DType::Float64).item<double>(), 1.0);
+  EXPECT_EQ(value(sum(x)), 4096.0);
+  EXPECT_EQ(value(mean(x)), 1.0);
   Tensor h = full({3000}, 0.1, DType::Float16);
   // 3000 float16 0.1 (= 0.0999755859375) sum to 299.93 in float32, rounded once to float16: 300
   // (float16's step is 0.25 there). A float16 running sum would stall at 256 (step 0.25 > 0.1 x 2).
-  EXPECT_EQ(sum(h).to(DType::Float64).item<double>(), 300.0);
+  EXPECT_EQ(value(sum(h)), 300.0);
   EXPECT_EQ(sum(h).dtype(), DType::Float16);
 }
 
@@ -242,7 +268,7 @@ TEST(HalfCoreOps, MaxArgmaxAndIndexOpsKeep16BitValuesExactly) {
   ValuesIndices m = max(x, 1);
   EXPECT_EQ(m.values.dtype(), DType::BFloat16);
   EXPECT_EQ(m.indices.to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
-  EXPECT_EQ(m.values.to(DType::Float64).to_vector<double>(), (std::vector<double>{x.to(DType::Float64).to_vector<double>()[1], x.to(DType::Float64).to_vector<double>()[5]}));
+  EXPECT_EQ(values(m.values), (std::vector<double>{values(x)[1], values(x)[5]}));
   EXPECT_EQ(argmax(x).item<int64_t>(), 5);
   Tensor idx = from_vector(std::vector<int64_t>{2, 0}, {2});
   EXPECT_EQ(index_select(x, 1, idx).dtype(), DType::BFloat16);
@@ -251,7 +277,7 @@ TEST(HalfCoreOps, MaxArgmaxAndIndexOpsKeep16BitValuesExactly) {
   EXPECT_EQ(e.dtype(), DType::Float16);
   backward({sum(e)});
   EXPECT_EQ(w.grad().dtype(), DType::Float16);
-  EXPECT_EQ(w.grad().to(DType::Float64).to_vector<double>(), (std::vector<double>{1, 1, 2, 2}));
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{1, 1, 2, 2}));
 }
 
 TEST(HalfCoreOps, DropoutAndPoolingTake16Bits) {
@@ -259,18 +285,18 @@ TEST(HalfCoreOps, DropoutAndPoolingTake16Bits) {
   Generator gen(3);
   Tensor y = dropout(x, 0.5, true, &gen);
   EXPECT_EQ(y.dtype(), DType::BFloat16);
-  for (double v : y.to(DType::Float64).to_vector<double>()) EXPECT_TRUE(v == 0.0 || v == 2.0) << v;
+  for (double v : values(y)) EXPECT_TRUE(v == 0.0 || v == 2.0) << v;
   Tensor p = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {1, 1, 4, 4})
                  .to(DType::Float16)
                  .requires_grad_();
   Tensor mp = max_pool2d(p, {2});
   EXPECT_EQ(mp.dtype(), DType::Float16);
-  EXPECT_EQ(mp.to(DType::Float64).to_vector<double>(), (std::vector<double>{6, 8, 14, 16}));
+  EXPECT_EQ(values(mp), (std::vector<double>{6, 8, 14, 16}));
   Tensor ap = avg_pool2d(p, {2});
-  EXPECT_EQ(ap.to(DType::Float64).to_vector<double>(), (std::vector<double>{3.5, 5.5, 11.5, 13.5}));
+  EXPECT_EQ(values(ap), (std::vector<double>{3.5, 5.5, 11.5, 13.5}));
   backward({sum(add(mp, ap))});
   EXPECT_EQ(p.grad().dtype(), DType::Float16);
-  EXPECT_EQ(p.grad().to(DType::Float64).to_vector<double>()[5], 1.25);
+  EXPECT_EQ(values(p.grad())[5], 1.25);
 }
 
 }  // namespace

@@ -26,8 +26,8 @@
 namespace tg {
 namespace {
 
-constexpr double kBf16Eps = 1.0 / 256;    // 2^-8
-constexpr double kFp16Eps = 1.0 / 2048;   // 2^-11
+constexpr double kBf16Eps = 1.0 / 256;   // 2^-8
+constexpr double kFp16Eps = 1.0 / 2048;  // 2^-11
 constexpr double kTolFactor = 4;
 
 // Ops of the five operator families being taught 16 bits by other engineers in parallel
@@ -71,8 +71,8 @@ std::vector<HalfSample> all_half_samples() {
 }
 
 std::string test_name(const ::testing::TestParamInfo<HalfSample>& info) {
-  std::string n = std::string(info.param.op->name) + "_" + std::to_string(info.param.index) + "_" +
-                  dtype_name(info.param.dtype);
+  std::string n =
+      std::string(info.param.op->name) + "_" + std::to_string(info.param.index) + "_" + dtype_name(info.param.dtype);
   for (char& c : n)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return n;
@@ -154,7 +154,8 @@ std::string check_half(const std::string& name, const SampleCase& sample, DType 
       if (!in64[k].defined() || !in64[k].requires_grad()) continue;
       const std::string what = "gradient of input " + std::to_string(k);
       Tensor g16 = in16[k].grad(), g64 = in64[k].grad();
-      if (!g16.defined() || !g64.defined()) return what + ": missing in the " + (g16.defined() ? "float64" : "16-bit") + " run";
+      if (!g16.defined() || !g64.defined())
+        return what + ": missing in the " + (g16.defined() ? "float64" : "16-bit") + " run";
       if (g16.dtype() != dt) return what + " is " + dtype_name(g16.dtype()) + ", not " + dtype_name(dt);
       std::string err = compare(g16, g64, tol_factor, name + ": " + what);
       if (!err.empty()) return err;
