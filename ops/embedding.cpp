@@ -11,6 +11,7 @@
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "internal/samples.h"
+#include "internal/reduced_float.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -28,7 +29,7 @@ struct EmbeddingAttrs {
 // Deterministic without atomics: each thread owns a range of rows of dW and adds in index order.
 Tensor embedding_backward_values(const Tensor& grad, const Tensor& idx, int64_t V, int64_t pad) {
   if (is_reduced_floating(grad.dtype()))  // 16 bits: added up in float32, rounded once
-    return detail::convert(embedding_backward_values(detail::widen(grad), idx, V, pad), grad.dtype());
+    return round_result(embedding_backward_values(detail::widen(grad), idx, V, pad), grad.dtype());
   const int64_t D = grad.dim() > 0 ? grad.size(grad.dim() - 1) : 1, n = idx.numel();
   Tensor g = grad.detach().contiguous();
   Tensor dw = zeros({V, D}, grad.dtype());

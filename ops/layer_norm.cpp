@@ -20,6 +20,7 @@
 #include "internal/samples.h"
 #include "layer_norm_kernels.h"
 #include "unary.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -73,7 +74,7 @@ std::vector<Tensor> layer_norm_bw(const BackwardContext& ctx, const std::vector<
                            rstd.data<double>(), pdx, pdw, pdb, R, N);
   });
   for (Tensor* t : {&dx, &dw, &db})
-    if (t->defined()) *t = detail::convert(*t, dtype);
+    if (t->defined()) *t = round_result(*t, dtype);
   return {dx, dw, db};
 }
 
@@ -122,7 +123,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     kernels::layer_norm_forward<T>(xc.data<T>(), wc.defined() ? wc.data<T>() : nullptr, bc.defined() ? bc.data<T>() : nullptr,
                           y.data<T>(), mean.data<double>(), rstd.data<double>(), R, N, eps);
   });
-  y = detail::convert(y, x.dtype());
+  y = round_result(y, x.dtype());
   if (Recorder rec{kLayerNormOp, {x, weight, bias}}) {
     // x and weight themselves (not the contiguous copies) so that create_graph can follow their
     // history; backward makes them contiguous, which costs nothing when they are.

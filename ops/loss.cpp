@@ -25,6 +25,7 @@
 #include "reduce.h"
 #include "internal/samples.h"
 #include "unary.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -108,9 +109,9 @@ std::vector<Tensor> diff_loss_backward(const BackwardContext& ctx, const std::ve
     return gv * diff_loss_derivative(dv, a.kind, static_cast<decltype(dv)>(a.beta));
   });
   Tensor da, db;
-  if (ctx.needs_grad(0)) da = detail::convert(sum_to(dd, ctx.input_shape(0)), ctx.input_dtype(0));
+  if (ctx.needs_grad(0)) da = round_result(sum_to(dd, ctx.input_shape(0)), ctx.input_dtype(0));
   if (ctx.needs_grad(1))
-    db = detail::convert(sum_to(pointwise_unary(dd, "loss_backward", [](auto v) { return -v; }), ctx.input_shape(1)),
+    db = round_result(sum_to(pointwise_unary(dd, "loss_backward", [](auto v) { return -v; }), ctx.input_shape(1)),
                          ctx.input_dtype(1));
   return {da, db};
 }
@@ -199,7 +200,7 @@ std::vector<Tensor> bce_backward(const BackwardContext& ctx, const std::vector<T
   if (dpw.defined()) dpw = sum_to(dpw, ctx.input_shape(2));
   for (int i : {0, 1, 2}) {
     Tensor& t = i == 0 ? dx : i == 1 ? dy : dpw;
-    if (t.defined()) t = detail::convert(t, ctx.input_dtype(i));
+    if (t.defined()) t = round_result(t, ctx.input_dtype(i));
   }
   return {dx, dy, dpw};
 }
@@ -324,7 +325,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
       o[i] = (T(1) - yv) * xv + w * sp_neg;
     }
   });
-  out = detail::convert(out, input.dtype());
+  out = round_result(out, input.dtype());
   if (Recorder rec{kBceWithLogitsOp, {input, target, pos_weight}}) {
     // input and target themselves (not the contiguous copies, which alias them when they are
     // contiguous) and pos_weight as given, for their history under create_graph; the expanded

@@ -27,6 +27,7 @@
 #include "internal/samples.h"
 #include "softmax.h"
 #include "unary.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -91,7 +92,7 @@ std::vector<Tensor> cross_entropy_backward(const BackwardContext& ctx, const std
                                        a.eps / static_cast<double>(C) / a.smooth_denominator,
                                        dx.data<T>());
   });
-  return {detail::convert(dx, logp.dtype()).reshape(ctx.input_shape(0))};
+  return {round_result(dx, logp.dtype()).reshape(ctx.input_shape(0))};
 }
 
 using Inputs = std::vector<Tensor>;
@@ -202,7 +203,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     if (eps > 0) value += eps / C * smooth_sum / attrs.smooth_denominator;
     out = full({}, value, dtype);
   }
-  logp = detail::convert(logp, dtype);
+  logp = round_result(logp, dtype);
   if (Recorder rec{kCrossEntropyOp, {logits}}) {
     rec.save(kLogProbs, logp);
     rec.save(kTarget, t);

@@ -12,6 +12,7 @@
 #include "../framework/views.h"
 #include "internal/samples.h"
 #include "matmul_kernels.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -122,8 +123,8 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
       db = sum_to(batched_product(am.transposed(), gm, batch, k, n, m, dt), sb);
     }
   }
-  if (da.defined()) da = detail::convert(da, ctx.input_dtype(0));
-  if (db.defined()) db = detail::convert(db, ctx.input_dtype(1));
+  if (da.defined()) da = round_result(da, ctx.input_dtype(0));
+  if (db.defined()) db = round_result(db, ctx.input_dtype(1));
   return {da, db};
 }
 
@@ -158,7 +159,7 @@ std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vecto
   });
   for (int i : {0, 1, 2}) {
     Tensor& t = i == 0 ? dx : i == 1 ? dw : db;
-    if (t.defined()) t = detail::convert(t, ctx.input_dtype(i));
+    if (t.defined()) t = round_result(t, ctx.input_dtype(i));
   }
   return {dx, dw, db};
 }
@@ -204,7 +205,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Shape batch = batch_shape_of(a.shape(), b.shape());
   // 16 bits: the product of float32 copies (accumulated in float32), rounded once.
   const Tensor aw = detail::widen(a), bw = detail::widen(b);
-  Tensor out = detail::convert(batched_product(as_matrices(aw, batch), as_matrices(bw, batch), batch, a.size(-2),
+  Tensor out = round_result(batched_product(as_matrices(aw, batch), as_matrices(bw, batch), batch, a.size(-2),
                                                a.size(-1), b.size(-1), aw.dtype()),
                                a.dtype());
   if (Recorder rec{kMatmulOp, {a, b}}) {
@@ -247,7 +248,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     }
     gemm<T>(xc.data<T>(), wc.data<T>(), o, rows, in_f, out_f, false, true, bias.defined());
   });
-  out = detail::convert(out, x.dtype());
+  out = round_result(out, x.dtype());
   if (Recorder rec{kLinearOp, {x, weight, bias}}) {
     // The tensors themselves (not the contiguous copies), so that under create_graph their
     // gradients flow back; backward makes them contiguous, which costs nothing when they are.

@@ -15,6 +15,7 @@
 #include "reduce.h"
 #include "reduce_kernels.h"
 #include "internal/samples.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -41,7 +42,7 @@ Extremes extremes(const Tensor& x, int64_t dim, bool is_max, bool want_values, c
   if (is_reduced_floating(x.dtype()) || x.dtype() == DType::Int32) {
     const DType wide = x.dtype() == DType::Int32 ? DType::Int64 : DType::Float32;
     Extremes e = extremes(detail::convert(x, wide), dim, is_max, want_values, op);
-    if (want_values) e.values = detail::convert(e.values, x.dtype());
+    if (want_values) e.values = round_result(e.values, x.dtype());
     return e;
   }
   Extremes e;
@@ -69,7 +70,7 @@ std::vector<Tensor> dim_backward(const BackwardContext& ctx, const std::vector<T
 // counting as equal to a NaN extreme), 0 elsewhere; total undefined: 1, the weights alone.
 Tensor spread_over_extremes(const Tensor& x, const Tensor& best, const Tensor& total) {
   if (is_reduced_floating(x.dtype()))  // float32 (exact copies), the shares rounded once
-    return detail::convert(spread_over_extremes(detail::widen(x), detail::widen(best), detail::widen(total)),
+    return round_result(spread_over_extremes(detail::widen(x), detail::widen(best), detail::widen(total)),
                            x.dtype());
   Tensor w = Tensor::empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), "max_backward", [&](auto tag) {

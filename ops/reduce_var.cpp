@@ -11,6 +11,7 @@
 #include "reduce.h"
 #include "reduce_kernels.h"
 #include "internal/samples.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -43,7 +44,7 @@ std::vector<Tensor> var_backward(const BackwardContext& ctx, const std::vector<T
     using T = typename decltype(tag)::type;
     kernels::var_backward<T>(gc.data<T>(), m.data<T>(), dm.data<T>(), outer, R, a.correction);
   });
-  dm = detail::convert(dm, x.dtype());  // rounded once
+  dm = round_result(dm, x.dtype());  // rounded once
   // Undo reduced_dims_last's permutation.
   std::vector<int64_t> order, permuted_shape;
   for (int64_t d = 0; d < x.dim(); ++d)
@@ -84,7 +85,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims_in, double correcti
     using T = typename decltype(tag)::type;
     kernels::var_rows<T>(m.data<T>(), out.data<T>(), outer, R, correction);
   });
-  out = detail::convert(out, x.dtype());
+  out = round_result(out, x.dtype());
   if (Recorder rec{kVarOp, {x}}) {
     rec.save(kInput, x);  // x itself, for its history under create_graph; backward reads any strides
     rec.set_attrs(VarAttrs{dims, correction});

@@ -10,6 +10,7 @@
 #include "reduce.h"
 #include "internal/samples.h"
 #include "unary.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -38,7 +39,7 @@ std::vector<Tensor> backward_impl(const BackwardContext& ctx, const std::vector<
     using T = typename decltype(tag)::type;
     softmax_backward<T>(gc.data<T>(), yc.data<T>(), dx.data<T>(), l.outer, l.D, l.inner, log);
   });
-  return {detail::convert(dx, y.dtype())};
+  return {round_result(dx, y.dtype())};
 }
 std::vector<Tensor> softmax_bw(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   return backward_impl(ctx, g, false);
@@ -76,7 +77,7 @@ Tensor softmax_impl(const OpDef& op, const Tensor& x, int64_t dim_in, bool log) 
     using T = typename decltype(tag)::type;
     softmax_forward<T>(xc.data<T>(), y.data<T>(), l.outer, l.D, l.inner, log);
   });
-  y = detail::convert(y, x.dtype());  // rounded once; the 16-bit y is what backward reads
+  y = round_result(y, x.dtype());  // rounded once; the 16-bit y is what backward reads
   if (Recorder rec{op, {x}}) {
     rec.save(kOutput, y);
     rec.set_attrs(SoftmaxAttrs{dim});

@@ -5,18 +5,19 @@
 #include "../../framework/tensor.h"
 #include "../pointwise_kernels.h"
 #include "elementwise_kernel.h"
+#include "reduced_float.h"
 
 namespace tg {
 
 // A bfloat16 or float16 operand is computed by the float32 kernels (widened, never recorded) and
-// the result rounded once to its 16-bit dtype: PyTorch's CPU rule. (A native 16-bit kernel that
-// converts in registers would save the two copies; that is a speed job for later.)
+// the result rounded once to its 16-bit dtype: PyTorch's CPU rule (internal/reduced_float.h). A
+// native 16-bit kernel that converts in registers would save the two copies: a later speed job.
 
 // out = f(x) for a floating x; throws a tg::Error naming `op` for an undefined or integer x.
 inline Tensor pointwise_unary(const Tensor& x, kernels::Unary f, const char* op, kernels::PointwiseScalars s = {}) {
   TG_CHECK(x.defined(), op, ": the tensor is undefined");
   if (is_reduced_floating(x.dtype()))
-    return detail::convert(pointwise_unary(detail::widen(x), f, op, s), x.dtype());
+    return round_result(pointwise_unary(detail::widen(x), f, op, s), x.dtype());
   return dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     Tensor out = Tensor::empty(x.shape(), x.dtype());
@@ -29,7 +30,7 @@ inline Tensor pointwise_unary(const Tensor& x, kernels::Unary f, const char* op,
 inline Tensor pointwise_binary(const Tensor& a, const Tensor& b, kernels::Binary f, const char* op,
                                kernels::PointwiseScalars s = {}) {
   if (is_reduced_floating(a.dtype()))
-    return detail::convert(pointwise_binary(detail::widen(a), detail::widen(b), f, op, s), a.dtype());
+    return round_result(pointwise_binary(detail::widen(a), detail::widen(b), f, op, s), a.dtype());
   return dispatch_floating(a.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);

@@ -21,6 +21,7 @@
 #include "../../framework/tape.h"
 #include "pool_kernels.h"
 #include "../internal/samples.h"
+#include "../internal/reduced_float.h"
 
 namespace tg {
 
@@ -284,7 +285,7 @@ ValuesIndices max_pool2d_with_indices(const Tensor& input, const IntList& kernel
     using T = typename decltype(tag)::type;
     kernels::max_pool2d_forward<T>(x.data<T>(), r.values.data<T>(), r.indices.data<int64_t>(), p);
   });
-  r.values = detail::convert(r.values, input.dtype());
+  r.values = round_result(r.values, input.dtype());
   if (Recorder rec{kMaxPool2dOp, {input}}) {
     rec.save(kIndices, r.indices);
     rec.set_outputs({r.values});
@@ -323,7 +324,7 @@ Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Shape& 
     using T = typename decltype(tag)::type;
     kernels::max_pool2d_backward<T>(g.data<T>(), ip, grad_input.data<T>(), p);
   });
-  grad_input = detail::convert(grad_input, grad_output.dtype());
+  grad_input = round_result(grad_input, grad_output.dtype());
   if (Recorder rec{kMaxPool2dBackwardOp, {grad_output}}) {  // under create_graph, say
     rec.save(kIndices, idx);
     rec.set_outputs({grad_input});
@@ -346,7 +347,7 @@ Tensor max_pool_double_backward(const Tensor& x, const Tensor& indices) {
     using T = typename decltype(tag)::type;
     kernels::max_pool2d_gather<T>(xc.data<T>(), idx.data<int64_t>(), y.data<T>(), p);
   });
-  y = detail::convert(y, x.dtype());
+  y = round_result(y, x.dtype());
   if (Recorder rec{kMaxPoolDoubleBackwardOp, {x}}) {
     rec.save(kIndices, idx);
     rec.set_outputs({y});
@@ -369,7 +370,7 @@ Tensor avg_pool2d(const Tensor& input, const IntList& kernel_size, const IntList
     using T = typename decltype(tag)::type;
     kernels::avg_pool2d_forward<T>(x.data<T>(), out.data<T>(), p, count_include_pad, divisor_override.value_or(0));
   });
-  out = detail::convert(out, input.dtype());
+  out = round_result(out, input.dtype());
   if (Recorder rec{kAvgPool2dOp, {input}}) {
     rec.set_attrs(AvgPoolAttrs{kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override});
     rec.set_outputs({out});
@@ -391,7 +392,7 @@ Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_size, c
     kernels::avg_pool2d_backward<T>(g.data<T>(), grad_input.data<T>(), p, count_include_pad,
                                     divisor_override.value_or(0));
   });
-  grad_input = detail::convert(grad_input, grad_output.dtype());
+  grad_input = round_result(grad_input, grad_output.dtype());
   if (Recorder rec{kAvgPool2dBackwardOp, {grad_output}}) {  // under create_graph, say
     rec.set_attrs(AvgPoolAttrs{kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override});
     rec.set_outputs({grad_input});
@@ -424,7 +425,7 @@ Tensor adaptive_avg_pool2d(const Tensor& input, const IntList& output_size) {
     using T = typename decltype(tag)::type;
     kernels::adaptive_avg_pool2d_forward<T>(x.data<T>(), out.data<T>(), NC, H, W, out_hw[0], out_hw[1]);
   });
-  out = detail::convert(out, input.dtype());
+  out = round_result(out, input.dtype());
   if (Recorder rec{kAdaptiveAvgPool2dOp, {input}}) rec.set_outputs({out});
   return out;
 }
@@ -445,7 +446,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& inpu
     using T = typename decltype(tag)::type;
     kernels::adaptive_avg_pool2d_backward<T>(g.data<T>(), grad_input.data<T>(), NC, H, W, g.size(-2), g.size(-1));
   });
-  grad_input = detail::convert(grad_input, grad_output.dtype());
+  grad_input = round_result(grad_input, grad_output.dtype());
   if (Recorder rec{kAdaptiveAvgPool2dBackwardOp, {grad_output}}) rec.set_outputs({grad_input});  // create_graph
   return grad_input;
 }
