@@ -270,6 +270,9 @@ TEST(HalfCoreOps, MaxArgmaxAndIndexOpsKeep16BitValuesExactly) {
   EXPECT_EQ(m.indices.to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(values(m.values), (std::vector<double>{values(x)[1], values(x)[5]}));
   EXPECT_EQ(argmax(x).item<int64_t>(), 5);
+  // int32 (issue 22's index dtype) is searched as int64, exactly.
+  EXPECT_EQ(argmax(from_vector(std::vector<int32_t>{3, 7, -1}, {3})).item<int64_t>(), 1);
+  EXPECT_EQ(values(max(from_vector(std::vector<int32_t>{3, 7, -1, 9}, {2, 2}), 1).values), (std::vector<double>{7, 9}));
   Tensor idx = from_vector(std::vector<int64_t>{2, 0}, {2});
   EXPECT_EQ(index_select(x, 1, idx).dtype(), DType::BFloat16);
   Tensor w = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}).to(DType::Float16).requires_grad_();
