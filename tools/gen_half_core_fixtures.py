@@ -11,6 +11,10 @@ of every differentiable input. The same forward and backward in float64 on the s
 npy has no bfloat16: every bfloat16 tensor is stored as float32 (each bfloat16 value is exact in
 float32); cases.json gives each tensor's real dtype under "dtypes". Integer targets are int64.
 Writes tests/data/half_core/cases.json and the .npy files beside it.
+
+Every op here has a bfloat16 CPU kernel in PyTorch 1.13, so every reference is PyTorch's own
+bfloat16 result (no float32 stand-in). float16 has no fixtures: PyTorch 1.13 lacks most float16 CPU
+kernels; tests/test_registry_half.cpp checks float16 against float64 instead.
 """
 import json
 import os
@@ -19,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "half_core")
+OUT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "half_core"))
 NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64", torch.int64: "int64"}
 cases = []
 
