@@ -40,7 +40,8 @@ Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   if (!train || p == 0.0) return x;
   Generator& g = gen ? *gen : default_generator();
   Tensor mask = Tensor::empty(x.shape(), x.dtype());
-  dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
+  // In 16 bits the mask holds the scale rounded to T, as PyTorch's does.
+  dispatch_all_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T scale = p == 1.0 ? T(0) : static_cast<T>(1.0 / (1.0 - p));
     T* m = mask.data<T>();

@@ -6,6 +6,9 @@
 //   mul:  out = a * b         da = g * b        db = g * a
 //   div:  out = a / b         da = g / b        db = -g * a / b^2
 //
+// Operands of two dtypes are promoted first (promote_operands: bfloat16 + float32 -> float32),
+// each through a recorded cast, so each gradient returns in its own input's dtype.
+//
 // With a scalar s: add_scalar (x + s, dx = g), mul_scalar (x * s, dx = g * s) and div_scalar
 // (x / s, dx = g / s); x - s and s - x are add_scalar of x and of -x.
 #include "elementwise.h"
@@ -147,7 +150,8 @@ const OpDef kAddScalarOp{"add_scalar", "add_scalar_backward", "self", add_scalar
 const OpDef kDivScalarOp{"div_scalar", "div_scalar_backward", "self", div_scalar_backward, div_scalar_samples, true};
 
 namespace {
-Tensor add_with_alpha(const OpDef& op, const Tensor& a, const Tensor& b, double alpha) {
+Tensor add_with_alpha(const OpDef& op, const Tensor& a_in, const Tensor& b_in, double alpha) {
+  const auto [a, b] = promote_operands(a_in, b_in, op.name);
   check_binary_operands(a, b, op.name);
   Tensor out = add_values(a, b, alpha);
   if (Recorder rec{op, {a, b}}) {
@@ -161,7 +165,8 @@ Tensor add_with_alpha(const OpDef& op, const Tensor& a, const Tensor& b, double 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) { return add_with_alpha(kAddOp, a, b, alpha); }
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_with_alpha(kSubOp, a, b, -alpha); }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  const auto [a, b] = promote_operands(a_in, b_in, "mul");
   check_binary_operands(a, b, "mul");
   Tensor out = mul_values(a, b);
   if (Recorder rec{kMulOp, {a, b}}) {
@@ -173,7 +178,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  const auto [a, b] = promote_operands(a_in, b_in, "div");
   check_binary_operands(a, b, "div");
   Tensor out = div_values(a, b);
   if (Recorder rec{kDivOp, {a, b}}) {
@@ -216,18 +222,23 @@ Tensor div(const Tensor& x, double s) {
 Tensor div(double s, const Tensor& x) { return mul(reciprocal(x), s); }
 
 // In place, as the out-of-place op: mul and div save self for other's gradient, so they get a
-// copy of self's old value when other requires grad.
+// copy of self's old value when other requires grad. With an other of another dtype the result
+// is computed in the promoted dtype and written back in self's (a recorded cast), as PyTorch:
+// a bfloat16 x.mul_(float32) stays bfloat16.
+namespace {
+Tensor in_dtype_of(const Tensor& self, const Tensor& result) { return result.to(self.dtype()); }
+}  // namespace
 Tensor& sub_(Tensor& x, const Tensor& other, double alpha) {
   detail::InplaceOp op{x, "sub_", {other}};
-  return op.commit(sub(op.old_value(), other, alpha));
+  return op.commit(in_dtype_of(x, sub(op.old_value(), other, alpha)));
 }
 Tensor& mul_(Tensor& x, const Tensor& other) {
   detail::InplaceOp op{x, "mul_", {other}};
-  return op.commit(mul(op.old_value(other.requires_grad()), other));
+  return op.commit(in_dtype_of(x, mul(op.old_value(other.requires_grad()), other)));
 }
 Tensor& div_(Tensor& x, const Tensor& other) {
   detail::InplaceOp op{x, "div_", {other}};
-  return op.commit(div(op.old_value(other.requires_grad()), other));
+  return op.commit(in_dtype_of(x, div(op.old_value(other.requires_grad()), other)));
 }
 Tensor& sub_(Tensor& x, double s) {
   detail::InplaceOp op{x, "sub_"};

@@ -11,6 +11,7 @@
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "internal/samples.h"
+#include "internal/reduced_float.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -27,6 +28,8 @@ struct EmbeddingAttrs {
 // dW = zeros(V, D) with the rows of g added at the indices (the padding row skipped).
 // Deterministic without atomics: each thread owns a range of rows of dW and adds in index order.
 Tensor embedding_backward_values(const Tensor& grad, const Tensor& idx, int64_t V, int64_t pad) {
+  if (is_reduced_floating(grad.dtype()))  // 16 bits: added up in float32, rounded once
+    return round_result(embedding_backward_values(detail::widen(grad), idx, V, pad), grad.dtype());
   const int64_t D = grad.dim() > 0 ? grad.size(grad.dim() - 1) : 1, n = idx.numel();
   Tensor g = grad.detach().contiguous();
   Tensor dw = zeros({V, D}, grad.dtype());
@@ -78,7 +81,7 @@ std::vector<Tensor> embedding_backward_backward(const BackwardContext& ctx, cons
   Shape mshape = idx.shape();
   mshape.push_back(1);
   Tensor mask = Tensor::empty(mshape, gg[0].dtype());
-  dispatch_floating(mask.dtype(), "embedding_backward_backward", [&](auto tag) {
+  dispatch_all_floating(mask.dtype(), "embedding_backward_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t* ip = idx.data<int64_t>();
     T* m = mask.data<T>();
@@ -140,7 +143,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   Shape out_shape = indices.shape();
   out_shape.push_back(D);
   Tensor out = Tensor::empty(out_shape, weight.dtype());
-  dispatch_floating(weight.dtype(), op, [&](auto tag) {
+  dispatch_all_floating(weight.dtype(), op, [&](auto tag) {  // a copy of rows: any floating dtype
     using T = typename decltype(tag)::type;
     const T* wp = w.data<T>();
     T* o = out.data<T>();

@@ -14,6 +14,7 @@
 #include "../framework/tape.h"
 #include "internal/dim_layout.h"
 #include "internal/samples.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -35,6 +36,8 @@ void check_non_negative(const Tensor& idx, int64_t size, const char* op, int64_t
 // zeros(shape) with g's slices added at index along dim: the kernel of index_select's
 // backward, deterministic (threads split `outer`, the picks are added in index order).
 Tensor index_add_zeros_values(const Tensor& grad, const Shape& shape, int64_t dim, const Tensor& idx) {
+  if (is_reduced_floating(grad.dtype()))  // 16 bits: added up in float32, rounded once
+    return round_result(index_add_zeros_values(detail::widen(grad), shape, dim, idx), grad.dtype());
   DimLayout l = dim_layout(shape, dim);
   const int64_t n = idx.numel();
   Tensor g = grad.detach().contiguous();
@@ -125,6 +128,8 @@ std::vector<SampleCase> gather_samples() {
 
 namespace {
 Tensor scatter_add_values(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src) {
+  if (is_reduced_floating(src.dtype()))  // 16 bits: added up in float32, rounded once
+    return round_result(scatter_add_values(shape, dim, idx, detail::widen(src)), src.dtype());
   Tensor g = src.detach().contiguous();
   Tensor dx = zeros(shape, src.dtype());
   if (idx.numel() == 0) return dx;

@@ -20,6 +20,7 @@
 #include "internal/samples.h"
 #include "layer_norm_kernels.h"
 #include "unary.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -54,13 +55,15 @@ std::vector<Tensor> layer_norm_bw(const BackwardContext& ctx, const std::vector<
     return recomputed_backward(ctx, {ctx.saved(kInput), a.has_weight ? ctx.saved(kWeight) : Tensor(), bias}, grads,
                                [a](const std::vector<Tensor>& in) { return layer_norm_composite(in, a.N, a.eps); });
   }
-  const Tensor x = ctx.saved(kInput).contiguous();
-  const Tensor w = a.has_weight ? ctx.saved(kWeight).contiguous() : Tensor();
+  // 16 bits: x, w and g widened to float32, the gradients rounded once to their inputs' dtype.
+  const DType dtype = ctx.input_dtype(0);
+  const Tensor x = detail::widen(ctx.saved(kInput).contiguous());
+  const Tensor w = a.has_weight ? detail::widen(ctx.saved(kWeight).contiguous()) : Tensor();
   const Tensor& mean = ctx.saved(kMean);
   const Tensor& rstd = ctx.saved(kRstd);
   const int64_t N = ctx.attrs<LayerNormAttrs>().N;
   const int64_t R = N == 0 ? 0 : x.numel() / N;
-  Tensor g = grads[0].contiguous();
+  Tensor g = detail::widen(grads[0].contiguous());
   Tensor dx, dw, db;
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -70,6 +73,8 @@ std::vector<Tensor> layer_norm_bw(const BackwardContext& ctx, const std::vector<
     kernels::layer_norm_backward<T>(g.data<T>(), x.data<T>(), w.defined() ? w.data<T>() : nullptr, mean.data<double>(),
                            rstd.data<double>(), pdx, pdw, pdb, R, N);
   });
+  for (Tensor* t : {&dx, &dw, &db})
+    if (t->defined()) *t = round_result(*t, dtype);
   return {dx, dw, db};
 }
 
@@ -107,16 +112,18 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   TG_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
   const int64_t N = shape_numel(normalized_shape);
   const int64_t R = N == 0 ? 0 : x.numel() / N;
-  Tensor xc = x.detach().contiguous();
-  Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
-  Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  // 16 bits: computed from float32 copies (statistics in double, as for float32), rounded once.
+  Tensor xc = detail::widen(x.detach().contiguous());
+  Tensor wc = weight.defined() ? detail::widen(weight.detach().contiguous()) : Tensor();
+  Tensor bc = bias.defined() ? detail::widen(bias.detach().contiguous()) : Tensor();
+  Tensor y = Tensor::empty(x.shape(), xc.dtype());
   Tensor mean = Tensor::empty({R}, DType::Float64), rstd = Tensor::empty({R}, DType::Float64);
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
+  dispatch_floating(xc.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::layer_norm_forward<T>(xc.data<T>(), wc.defined() ? wc.data<T>() : nullptr, bc.defined() ? bc.data<T>() : nullptr,
                           y.data<T>(), mean.data<double>(), rstd.data<double>(), R, N, eps);
   });
+  y = round_result(y, x.dtype());
   if (Recorder rec{kLayerNormOp, {x, weight, bias}}) {
     // x and weight themselves (not the contiguous copies) so that create_graph can follow their
     // history; backward makes them contiguous, which costs nothing when they are.

@@ -25,6 +25,7 @@
 #include "reduce.h"
 #include "internal/samples.h"
 #include "unary.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -100,13 +101,18 @@ std::vector<Tensor> diff_loss_backward(const BackwardContext& ctx, const std::ve
     if (ctx.needs_grad(1)) db = sum_to(neg(dd), ctx.input_shape(1));
     return {da, db};
   }
-  Tensor d = pointwise_binary(ctx.saved(kInput), ctx.saved(kTarget), "loss_backward", [](auto x, auto y) { return x - y; });
-  Tensor dd = pointwise_binary(g[0], d, "loss_backward", [a](auto gv, auto dv) {
+  // 16 bits: from float32 copies, so that d and g d' are not rounded on the way; each gradient is
+  // summed in float32 and rounded once.
+  Tensor d = pointwise_binary(detail::widen(ctx.saved(kInput)), detail::widen(ctx.saved(kTarget)), "loss_backward",
+                              [](auto x, auto y) { return x - y; });
+  Tensor dd = pointwise_binary(detail::widen(g[0]), d, "loss_backward", [a](auto gv, auto dv) {
     return gv * diff_loss_derivative(dv, a.kind, static_cast<decltype(dv)>(a.beta));
   });
   Tensor da, db;
-  if (ctx.needs_grad(0)) da = sum_to(dd, ctx.input_shape(0));
-  if (ctx.needs_grad(1)) db = sum_to(pointwise_unary(dd, "loss_backward", [](auto v) { return -v; }), ctx.input_shape(1));
+  if (ctx.needs_grad(0)) da = round_result(sum_to(dd, ctx.input_shape(0)), ctx.input_dtype(0));
+  if (ctx.needs_grad(1))
+    db = round_result(sum_to(pointwise_unary(dd, "loss_backward", [](auto v) { return -v; }), ctx.input_shape(1)),
+                         ctx.input_dtype(1));
   return {da, db};
 }
 
@@ -163,10 +169,12 @@ std::vector<Tensor> bce_backward(const BackwardContext& ctx, const std::vector<T
       return std::vector<Tensor>{add(mul(rsub(y, 1.0), x), w.defined() ? mul(w, sp) : sp)};
     });
   }
-  const Tensor x = ctx.saved(kInput).contiguous();  // free when the inputs were contiguous
-  const Tensor y = ctx.saved(kTarget).contiguous();
-  const Tensor pw = has_pw ? ctx.saved(kPosWeightExpanded) : Tensor();  // absent: 1
-  const Tensor gx = g[0].contiguous();
+  // Contiguous copies are free when the inputs were contiguous; 16 bits: widened to float32, the
+  // gradients rounded once below.
+  const Tensor x = detail::widen(ctx.saved(kInput).contiguous());
+  const Tensor y = detail::widen(ctx.saved(kTarget).contiguous());
+  const Tensor pw = has_pw ? detail::widen(ctx.saved(kPosWeightExpanded)) : Tensor();  // absent: 1
+  const Tensor gx = detail::widen(g[0].contiguous());
   Tensor dx, dy, dpw;
   dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -190,6 +198,10 @@ std::vector<Tensor> bce_backward(const BackwardContext& ctx, const std::vector<T
     }
   });
   if (dpw.defined()) dpw = sum_to(dpw, ctx.input_shape(2));
+  for (int i : {0, 1, 2}) {
+    Tensor& t = i == 0 ? dx : i == 1 ? dy : dpw;
+    if (t.defined()) t = round_result(t, ctx.input_dtype(i));
+  }
   return {dx, dy, dpw};
 }
 
@@ -294,13 +306,15 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
              format_shape(input.shape()));
     pw = pos_weight.detach().expand(input.shape()).contiguous();
   }
-  Tensor x = input.detach().contiguous(), y = target.detach().contiguous();
-  Tensor out = Tensor::empty(input.shape(), input.dtype());
-  dispatch_floating(input.dtype(), op, [&](auto tag) {
+  // 16 bits: computed from float32 copies, rounded once.
+  const Tensor pww = detail::widen(pw);
+  Tensor x = detail::widen(input.detach().contiguous()), y = detail::widen(target.detach().contiguous());
+  Tensor out = Tensor::empty(input.shape(), x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = x.data<T>();
     const T* py = y.data<T>();
-    const T* pp = pw.defined() ? pw.data<T>() : nullptr;
+    const T* pp = pww.defined() ? pww.data<T>() : nullptr;
     T* o = out.data<T>();
     const int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
@@ -311,6 +325,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
       o[i] = (T(1) - yv) * xv + w * sp_neg;
     }
   });
+  out = round_result(out, input.dtype());
   if (Recorder rec{kBceWithLogitsOp, {input, target, pos_weight}}) {
     // input and target themselves (not the contiguous copies, which alias them when they are
     // contiguous) and pos_weight as given, for their history under create_graph; the expanded

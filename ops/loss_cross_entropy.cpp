@@ -27,6 +27,7 @@
 #include "internal/samples.h"
 #include "softmax.h"
 #include "unary.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -47,7 +48,7 @@ std::vector<Tensor> recorded_backward(const BackwardContext& ctx, const Tensor& 
   const Tensor logp = logp_saved.detach();
   const int64_t N = logp.size(0), C = logp.size(1), K = logp.numel() / std::max<int64_t>(N * C, 1);
   Tensor w = zeros(logp.shape(), logp.dtype());
-  dispatch_floating(logp.dtype(), "cross_entropy_backward", [&](auto tag) {
+  dispatch_all_floating(logp.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t* t = target.data<int64_t>();
     T* pw = w.data<T>();
@@ -80,17 +81,18 @@ std::vector<Tensor> cross_entropy_backward(const BackwardContext& ctx, const std
   const Tensor& target = ctx.saved(kTarget);
   if (ctx.create_graph()) return recorded_backward(ctx, g[0], logp, target);
   const int64_t N = logp.size(0), C = logp.size(1), K = logp.numel() / std::max<int64_t>(N * C, 1);
-  Tensor gc = g[0].contiguous();
-  Tensor dx = Tensor::empty(logp.shape(), logp.dtype());
-  dispatch_floating(logp.dtype(), "cross_entropy_backward", [&](auto tag) {
+  // 16 bits: the saved (16-bit) logp and g widened, the gradient rounded once.
+  const Tensor lp = detail::widen(logp), gc = detail::widen(g[0].contiguous());
+  Tensor dx = Tensor::empty(logp.shape(), lp.dtype());
+  dispatch_floating(lp.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kernels::cross_entropy_backward<T>(logp.data<T>(), target.data<int64_t>(), gc.data<T>(),
+    kernels::cross_entropy_backward<T>(lp.data<T>(), target.data<int64_t>(), gc.data<T>(),
                                        a.reduction == Reduction::None, N, C, K, a.ignore_index,
                                        (1.0 - a.eps) / a.nll_denominator,
                                        a.eps / static_cast<double>(C) / a.smooth_denominator,
                                        dx.data<T>());
   });
-  return {dx.reshape(ctx.input_shape(0))};
+  return {round_result(dx, logp.dtype()).reshape(ctx.input_shape(0))};
 }
 
 using Inputs = std::vector<Tensor>;
@@ -149,7 +151,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   TG_CHECK(target.shape() == expected_target, op, ": expected target of shape ", format_shape(expected_target),
            " for logits of shape ", format_shape(logits.shape()), ", got ", format_shape(target.shape()));
 
-  Tensor x = logits.detach().contiguous();
+  // 16 bits: log_softmax and the lane losses from a float32 copy; the loss is rounded once, and
+  // logp is saved rounded to the logits' dtype (as PyTorch saves its 16-bit log_softmax).
+  const DType dtype = logits.dtype();
+  Tensor x = detail::widen(logits.detach().contiguous());
   if (unbatched) x = x.reshape({1, logits.size(0)});
   const int64_t N = x.size(0), C = x.size(1), K = x.numel() / std::max<int64_t>(N * C, 1);
   Tensor t = target.detach().contiguous();
@@ -175,11 +180,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   Tensor out;
   CrossEntropyAttrs attrs{o.reduction, o.ignore_index, eps, 1.0, 1.0};
   if (o.reduction == Reduction::None) {
-    Tensor flat = Tensor::empty({lanes}, x.dtype());
-    dispatch_floating(x.dtype(), op, [&](auto tag) {
+    Tensor flat = Tensor::empty({lanes}, dtype);
+    dispatch_all_floating(dtype, op, [&](auto tag) {
       using T = typename decltype(tag)::type;
+      using M = opmath_t<T>;
       T* p = flat.data<T>();
-      for (int64_t l = 0; l < lanes; ++l) p[l] = static_cast<T>((1.0 - eps) * nll[l] + eps / C * smooth[l]);
+      for (int64_t l = 0; l < lanes; ++l)
+        p[l] = static_cast<T>(static_cast<M>((1.0 - eps) * nll[l] + eps / C * smooth[l]));
     });
     out = flat.reshape(target.shape());
   } else {
@@ -194,8 +201,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     }
     double value = (1.0 - eps) * nll_sum / attrs.nll_denominator;
     if (eps > 0) value += eps / C * smooth_sum / attrs.smooth_denominator;
-    out = full({}, value, x.dtype());
+    out = full({}, value, dtype);
   }
+  logp = round_result(logp, dtype);
   if (Recorder rec{kCrossEntropyOp, {logits}}) {
     rec.save(kLogProbs, logp);
     rec.save(kTarget, t);

@@ -12,6 +12,7 @@
 #include "../framework/views.h"
 #include "internal/samples.h"
 #include "matmul_kernels.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -102,12 +103,14 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
   }
   const Shape batch = batch_shape_of(sa, sb);
   const int64_t n = sa[sa.size() - 2], k = sa.back(), m = sb.back();
-  const Matrices gm = as_matrices(g[0], batch);
-  const DType dt = g[0].dtype();
+  // 16 bits: the products of float32 copies (accumulated in float32), rounded once at the end.
+  const Matrices gm = as_matrices(detail::widen(g[0]), batch);
+  const DType dt = gm.data.dtype();
   if (ctx.needs_grad(0))  // da = g b^T, summed over the dims a was broadcast along
-    da = sum_to(batched_product(gm, as_matrices(ctx.saved(kOther), batch).transposed(), batch, n, m, k, dt), sa);
+    da = sum_to(
+        batched_product(gm, as_matrices(detail::widen(ctx.saved(kOther)), batch).transposed(), batch, n, m, k, dt), sa);
   if (ctx.needs_grad(1)) {  // db = a^T g
-    const Matrices am = as_matrices(ctx.saved(kSelf), batch);
+    const Matrices am = as_matrices(detail::widen(ctx.saved(kSelf)), batch);
     const int64_t nb = shape_numel(batch);
     if (shape_numel(Shape(sb.begin(), sb.end() - 2)) == 1 && nb > 1 && !am.layout.trans && !gm.layout.trans &&
         am.layout.batch_stride == n * am.layout.ld && gm.layout.batch_stride == n * gm.layout.ld) {
@@ -120,6 +123,8 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
       db = sum_to(batched_product(am.transposed(), gm, batch, k, n, m, dt), sb);
     }
   }
+  if (da.defined()) da = round_result(da, ctx.input_dtype(0));
+  if (db.defined()) db = round_result(db, ctx.input_dtype(1));
   return {da, db};
 }
 
@@ -136,21 +141,26 @@ std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vecto
     if (ctx.needs_grad(2)) db = sum_to(g2, {out_f});
     return {dx, dw, db};
   }
-  Tensor g2 = g[0].contiguous();
+  // 16 bits: g, W and x widened to float32 (accumulated in float32), each gradient rounded once.
+  Tensor g2 = detail::widen(g[0].contiguous());
   dispatch_floating(g2.dtype(), "linear_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (ctx.needs_grad(0)) {
       dx = Tensor::empty(ctx.input_shape(0), g2.dtype());
-      Tensor w = ctx.saved(kWeight).contiguous();
+      Tensor w = detail::widen(ctx.saved(kWeight).contiguous());
       gemm<T>(g2.data<T>(), w.data<T>(), dx.data<T>(), rows, out_f, in_f, false, false);
     }
     if (ctx.needs_grad(1)) {
       dw = Tensor::empty({out_f, in_f}, g2.dtype());
-      Tensor x = ctx.saved(kInput).contiguous();
+      Tensor x = detail::widen(ctx.saved(kInput).contiguous());
       gemm<T>(g2.data<T>(), x.data<T>(), dw.data<T>(), out_f, rows, in_f, true, false);
     }
     if (ctx.needs_grad(2)) db = sum_to(g2.reshape({rows, out_f}), {out_f});
   });
+  for (int i : {0, 1, 2}) {
+    Tensor& t = i == 0 ? dx : i == 1 ? dw : db;
+    if (t.defined()) t = round_result(t, ctx.input_dtype(i));
+  }
   return {dx, dw, db};
 }
 
@@ -193,8 +203,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   TG_CHECK(a.size(-1) == b.size(-2), "matmul: shapes ", format_shape(a.shape()), " and ", format_shape(b.shape()),
            " cannot be multiplied (", a.size(-1), " != ", b.size(-2), ")");
   const Shape batch = batch_shape_of(a.shape(), b.shape());
-  Tensor out =
-      batched_product(as_matrices(a, batch), as_matrices(b, batch), batch, a.size(-2), a.size(-1), b.size(-1), a.dtype());
+  // 16 bits: the product of float32 copies (accumulated in float32), rounded once.
+  const Tensor aw = detail::widen(a), bw = detail::widen(b);
+  Tensor out = round_result(batched_product(as_matrices(aw, batch), as_matrices(bw, batch), batch, a.size(-2),
+                                               a.size(-1), b.size(-1), aw.dtype()),
+                               a.dtype());
   if (Recorder rec{kMatmulOp, {a, b}}) {
     if (rec.needs_grad(1)) rec.save(kSelf, a);
     if (rec.needs_grad(0)) rec.save(kOther, b);
@@ -219,21 +232,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     TG_CHECK(bias.dtype() == x.dtype(), "linear: expected bias of dtype ", dtype_name(x.dtype()), ", got ",
              dtype_name(bias.dtype()));
   }
-  Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
+  // 16 bits: computed from float32 copies (accumulated in float32), rounded once.
+  Tensor xc = detail::widen(x.detach().contiguous()), wc = detail::widen(weight.detach().contiguous());
   const int64_t rows = x.numel() / std::max<int64_t>(in_f, 1);
   Shape out_shape = x.shape();
   out_shape.back() = out_f;
-  Tensor out = Tensor::empty(out_shape, x.dtype());
-  dispatch_floating(x.dtype(), "linear", [&](auto tag) {
+  Tensor out = Tensor::empty(out_shape, xc.dtype());
+  dispatch_floating(xc.dtype(), "linear", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data<T>();
     if (bias.defined()) {
-      Tensor bc = bias.detach().contiguous();
+      Tensor bc = detail::widen(bias.detach().contiguous());
       const T* pb = bc.data<T>();
       for (int64_t r = 0; r < rows; ++r) std::copy(pb, pb + out_f, o + r * out_f);
     }
     gemm<T>(xc.data<T>(), wc.data<T>(), o, rows, in_f, out_f, false, true, bias.defined());
   });
+  out = round_result(out, x.dtype());
   if (Recorder rec{kLinearOp, {x, weight, bias}}) {
     // The tensors themselves (not the contiguous copies), so that under create_graph their
     // gradients flow back; backward makes them contiguous, which costs nothing when they are.

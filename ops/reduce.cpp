@@ -12,6 +12,7 @@
 #include "elementwise.h"
 #include "internal/samples.h"
 #include "reduce_kernels.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -61,6 +62,9 @@ struct ReduceAttrs {
 };
 
 Tensor sum_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, double scale) {
+  // 16 bits: summed (in double, as float32 is) from a float32 copy, rounded once.
+  if (is_reduced_floating(x.dtype()))
+    return round_result(sum_rows(detail::widen(x), dims, keepdim, scale), x.dtype());
   Tensor m = reduced_dims_last(x, dims);
   const int64_t outer = x.dim() == 0 ? 1 : (dims.size() == static_cast<size_t>(x.dim()) ? 1 : m.size(0));
   const int64_t R = x.numel() / std::max<int64_t>(outer, 1);

@@ -15,6 +15,7 @@
 #include "reduce.h"
 #include "reduce_kernels.h"
 #include "internal/samples.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -36,14 +37,24 @@ Extremes extremes(const Tensor& x, int64_t dim, bool is_max, bool want_values, c
   TG_CHECK(R > 0, op, ": cannot reduce over a zero-size dimension ", dim, " of shape ", format_shape(x.shape()));
   const int64_t outer = x.numel() / R;
   Shape keep = reduced_shape(x.shape(), {dim}, true);
+  // The kernels know float, double and int64: a 16-bit tensor is searched as float32 and an int32
+  // one as int64 (both exact), the values converted back.
+  if (is_reduced_floating(x.dtype()) || x.dtype() == DType::Int32) {
+    const DType wide = x.dtype() == DType::Int32 ? DType::Int64 : DType::Float32;
+    Extremes e = extremes(detail::convert(x, wide), dim, is_max, want_values, op);
+    if (want_values) e.values = round_result(e.values, x.dtype());
+    return e;
+  }
   Extremes e;
   e.indices = Tensor::empty(keep, DType::Int64);
   if (want_values) e.values = Tensor::empty(keep, x.dtype());
-  dispatch_all(x.dtype(), [&](auto tag) {
+  auto run = [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::row_extremes<T>(m.data<T>(), outer, R, is_max, want_values ? e.values.data<T>() : nullptr,
                     e.indices.data<int64_t>());
-  });
+  };
+  if (x.dtype() == DType::Int64) run(TypeTag<int64_t>{});
+  else dispatch_floating(x.dtype(), op, run);
   return e;
 }
 
@@ -58,6 +69,9 @@ std::vector<Tensor> dim_backward(const BackwardContext& ctx, const std::vector<T
 // max_all's gradient: `total` shared equally by the k elements equal to the extreme (NaN
 // counting as equal to a NaN extreme), 0 elsewhere; total undefined: 1, the weights alone.
 Tensor spread_over_extremes(const Tensor& x, const Tensor& best, const Tensor& total) {
+  if (is_reduced_floating(x.dtype()))  // float32 (exact copies), the shares rounded once
+    return round_result(spread_over_extremes(detail::widen(x), detail::widen(best), detail::widen(total)),
+                           x.dtype());
   Tensor w = Tensor::empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), "max_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -11,6 +11,7 @@
 #include "reduce.h"
 #include "reduce_kernels.h"
 #include "internal/samples.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -34,15 +35,16 @@ std::vector<Tensor> var_backward(const BackwardContext& ctx, const std::vector<T
     const Tensor gk = g[0].reshape(reduced_shape(x.shape(), a.dims, /*keepdim=*/true));
     return {mul(mul(centered, gk), 2.0 / denom)};
   }
-  Tensor m = reduced_dims_last(x, a.dims);
+  Tensor m = detail::widen(reduced_dims_last(x, a.dims));  // 16 bits: computed in float32
   const int64_t R = std::max<int64_t>(m.dim() == 2 ? m.size(1) : 1, 1);
   const int64_t outer = x.numel() / R;
-  Tensor gc = g[0].contiguous();
-  Tensor dm = Tensor::empty(m.shape(), x.dtype());
-  dispatch_floating(x.dtype(), "var_backward", [&](auto tag) {
+  Tensor gc = detail::widen(g[0].contiguous());
+  Tensor dm = Tensor::empty(m.shape(), m.dtype());
+  dispatch_floating(m.dtype(), "var_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::var_backward<T>(gc.data<T>(), m.data<T>(), dm.data<T>(), outer, R, a.correction);
   });
+  dm = round_result(dm, x.dtype());  // rounded once
   // Undo reduced_dims_last's permutation.
   std::vector<int64_t> order, permuted_shape;
   for (int64_t d = 0; d < x.dim(); ++d)
@@ -74,14 +76,16 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims_in, double correcti
   TG_CHECK(x.defined(), "var: the tensor is undefined");
   TG_CHECK(is_floating(x.dtype()), "var: expected a floating tensor, got ", dtype_name(x.dtype()));
   std::vector<int64_t> dims = reduction_dims(x, dims_in, "var");
-  Tensor m = x.dim() == 0 ? x.detach().reshape({1, 1}) : reduced_dims_last(x, dims);
+  // 16 bits: the rows widened to float32 (statistics in double, as for float32), rounded once.
+  Tensor m = detail::widen(x.dim() == 0 ? x.detach().reshape({1, 1}) : reduced_dims_last(x, dims));
   const int64_t R = std::max<int64_t>(m.size(1), 1);
   const int64_t outer = m.size(1) == 0 ? 0 : x.numel() / R;
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), x.dtype());
-  dispatch_floating(x.dtype(), "var", [&](auto tag) {
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), m.dtype());
+  dispatch_floating(m.dtype(), "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::var_rows<T>(m.data<T>(), out.data<T>(), outer, R, correction);
   });
+  out = round_result(out, x.dtype());
   if (Recorder rec{kVarOp, {x}}) {
     rec.save(kInput, x);  // x itself, for its history under create_graph; backward reads any strides
     rec.set_attrs(VarAttrs{dims, correction});

@@ -10,6 +10,7 @@
 #include "reduce.h"
 #include "internal/samples.h"
 #include "unary.h"
+#include "internal/reduced_float.h"
 
 namespace tg {
 
@@ -31,13 +32,14 @@ std::vector<Tensor> backward_impl(const BackwardContext& ctx, const std::vector<
     return {mul(y, sub(g[0], sum(mul(g[0], y), dim, true)))};           // y (g - sum g y)
   }
   DimLayout l = dim_layout(y.shape(), ctx.attrs<SoftmaxAttrs>().dim);
-  Tensor gc = g[0].contiguous();
-  Tensor dx = Tensor::empty(y.shape(), y.dtype());
-  dispatch_floating(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&](auto tag) {
+  // 16 bits: g and the saved (16-bit) y widened, the gradient computed in float32, rounded once.
+  Tensor gc = detail::widen(g[0].contiguous()), yc = detail::widen(y);
+  Tensor dx = Tensor::empty(y.shape(), yc.dtype());
+  dispatch_floating(yc.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_backward<T>(gc.data<T>(), y.data<T>(), dx.data<T>(), l.outer, l.D, l.inner, log);
+    softmax_backward<T>(gc.data<T>(), yc.data<T>(), dx.data<T>(), l.outer, l.D, l.inner, log);
   });
-  return {dx};
+  return {round_result(dx, y.dtype())};
 }
 std::vector<Tensor> softmax_bw(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   return backward_impl(ctx, g, false);
@@ -69,12 +71,13 @@ Tensor softmax_impl(const OpDef& op, const Tensor& x, int64_t dim_in, bool log) 
   const int64_t dim = x.dim() == 0 ? 0 : wrap_dim(dim_in, x.dim(), op.name);
   TG_CHECK(x.dim() > 0 || dim_in == 0 || dim_in == -1, op.name, ": dim ", dim_in, " is out of range for a 0-d tensor");
   DimLayout l = dim_layout(x.shape(), dim);
-  Tensor xc = x.detach().contiguous();
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
-  dispatch_floating(x.dtype(), op.name, [&](auto tag) {
+  Tensor xc = detail::widen(x.detach().contiguous());  // 16 bits: computed in float32
+  Tensor y = Tensor::empty(x.shape(), xc.dtype());
+  dispatch_floating(xc.dtype(), op.name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     softmax_forward<T>(xc.data<T>(), y.data<T>(), l.outer, l.D, l.inner, log);
   });
+  y = round_result(y, x.dtype());  // rounded once; the 16-bit y is what backward reads
   if (Recorder rec{op, {x}}) {
     rec.save(kOutput, y);
     rec.set_attrs(SoftmaxAttrs{dim});

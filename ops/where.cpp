@@ -1,5 +1,6 @@
 // Comparisons and where. Shape legend: cond, a, b broadcast to out's shape.
 //   where: out = cond ? a : b     da = sum_to(g * cond)    db = sum_to(g * !cond)   (saves cond)
+// a and b of two dtypes are promoted (promote_operands), and so are a comparison's operands.
 #include "where.h"
 
 #include "../framework/inplace.h"
@@ -13,14 +14,14 @@ namespace tg {
 namespace {
 
 template <class Cmp>
-Tensor compare(const Tensor& a, const Tensor& b, const char* op, Cmp cmp) {
-  TG_CHECK(a.defined() && b.defined(), op, ": expected two defined tensors");
-  TG_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ", dtype_name(a.dtype()),
-           " and ", dtype_name(b.dtype()));
-  return dispatch_all(a.dtype(), [&](auto tag) {
+Tensor compare(const Tensor& a_in, const Tensor& b_in, const char* op, Cmp cmp) {
+  // Mixed dtypes compare in their promoted dtype, as PyTorch (a bfloat16 and a float32 compare
+  // as float32); the cast is not recorded, the result is not differentiable.
+  const auto [a, b] = promote_operands(a_in, b_in, op, /*recorded=*/false);
+  return dispatch_all(a.dtype(), [&, &a = a, &b = b](auto tag) {
     using T = typename decltype(tag)::type;
     // Computed as 0/1 in T (exact), then converted: one loop for every dtype.
-    return map_binary<T>(a.detach(), b.detach(), op, [cmp](T x, T y) { return cmp(x, y) ? T(1) : T(0); })
+    return map_binary<T>(a.detach(), b.detach(), op, [cmp](auto x, auto y) { return cmp(x, y) ? 1 : 0; })
         .to(DType::Int64);
   });
 }
@@ -30,7 +31,7 @@ Tensor scalar_like(const Tensor& a, double s) { return full({}, s, a.defined() ?
 Tensor mask_as(const Tensor& cond, DType dt) {
   return dispatch_all(cond.dtype(), [&](auto tag) {
     using C = typename decltype(tag)::type;
-    return map_unary<C>(cond.detach(), [](C v) { return v != C(0) ? C(1) : C(0); });
+    return map_unary<C>(cond.detach(), [](auto v) { return v != 0 ? 1 : 0; });
   }).to(dt);
 }
 
@@ -45,13 +46,14 @@ std::vector<Tensor> where_backward(const BackwardContext& ctx, const std::vector
     if (ctx.needs_grad(1)) db = sum_to(where(m, zero, g[0]), ctx.input_shape(1));
     return {da, db};
   }
-  dispatch_floating(g[0].dtype(), "where_backward", [&](auto tag) {
+  dispatch_all_floating(g[0].dtype(), "where_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
     if (ctx.needs_grad(0))
-      da = sum_to(map_binary<T>(g[0], m, "where_backward", [](T gv, T mv) { return mv != T(0) ? gv : T(0); }),
+      da = sum_to(map_binary<T>(g[0], m, "where_backward", [](M gv, M mv) { return mv != M(0) ? gv : M(0); }),
                   ctx.input_shape(0));
     if (ctx.needs_grad(1))
-      db = sum_to(map_binary<T>(g[0], m, "where_backward", [](T gv, T mv) { return mv != T(0) ? T(0) : gv; }),
+      db = sum_to(map_binary<T>(g[0], m, "where_backward", [](M gv, M mv) { return mv != M(0) ? M(0) : gv; }),
                   ctx.input_shape(1));
   });
   return {da, db};
@@ -88,20 +90,21 @@ TG_COMPARISON(eq, x == y)
 TG_COMPARISON(ne, x != y)
 #undef TG_COMPARISON
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   const char* op = "where";
-  TG_CHECK(cond.defined() && a.defined() && b.defined(), op, ": expected defined condition, self and other");
-  TG_CHECK(a.dtype() == b.dtype(), op, ": expected self and other to have the same dtype, got ",
-           dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  TG_CHECK(cond.defined() && a_in.defined() && b_in.defined(), op, ": expected defined condition, self and other");
+  const auto [a, b] = promote_operands(a_in, b_in, op);  // self and other of two dtypes meet in one
   TG_CHECK(is_floating(a.dtype()), op, ": expected floating self and other, got ", dtype_name(a.dtype()));
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), op), b.shape(), op);
   Tensor m = mask_as(cond, a.dtype()).expand(shape);
-  Tensor out = dispatch_floating(a.dtype(), op, [&](auto tag) {
+  Tensor out = dispatch_all_floating(a.dtype(), op, [&, &a = a, &b = b](auto tag) {
     using T = typename decltype(tag)::type;
-    // a where m, else b: two broadcasting passes keep to the shared kernel.
-    Tensor picked_a = map_binary<T>(m, a.detach(), op, [](T mv, T av) { return mv != T(0) ? av : T(0); });
-    Tensor mb = map_binary<T>(m, b.detach(), op, [](T mv, T bv) { return mv != T(0) ? T(0) : bv; });
-    return map_binary<T>(picked_a, mb, op, [](T x, T y) { return x + y; });
+    using M = opmath_t<T>;
+    // a where m, else b: two broadcasting passes keep to the shared kernel (exact in 16 bits too:
+    // one of the two terms is zero).
+    Tensor picked_a = map_binary<T>(m, a.detach(), op, [](M mv, M av) { return mv != M(0) ? av : M(0); });
+    Tensor mb = map_binary<T>(m, b.detach(), op, [](M mv, M bv) { return mv != M(0) ? M(0) : bv; });
+    return map_binary<T>(picked_a, mb, op, [](M x, M y) { return x + y; });
   });
   if (Recorder rec{kWhereOp, {a, b}}) {
     rec.save(kMask, m);

@@ -52,7 +52,9 @@ TEST(CoreOpsErrors, WrongDtypes) {
   expect_error([&] { tg::mse_loss(x, x.to(DType::Float64)); }, {"mse_loss", "same dtype"});
   expect_error([&] { tg::exp(tg::zeros({2}, DType::Int64)); }, {"exp", "floating", "int64"});
   expect_error([&] { tg::layer_norm(x, {3}, tg::ones({3}, DType::Float64)); }, {"layer_norm", "weight", "float64"});
-  expect_error([&] { tg::where(tg::ones({2, 3}), x, x.to(DType::Float64)); }, {"where", "same dtype"});
+  // where promotes two floating dtypes (as PyTorch); integer self and other stay refused.
+  expect_error([&] { tg::where(tg::ones({2, 3}), x.to(DType::Int64), x.to(DType::Int64)); },
+               {"where", "floating", "int64"});
 }
 
 TEST(CoreOpsErrors, WrongShapesAndDims) {

@@ -7,9 +7,14 @@
 
 namespace tg {
 
+// f receives opmath_t<T> values (float for bfloat16 and float16, T otherwise) and its result is
+// rounded to T once, when stored: a 16-bit map computes in float32 as PyTorch's CPU kernels do.
+
 // out = f(x), same dtype, contiguous output.
 template <class T, class F>
-Tensor map_unary(const Tensor& x, F f) {
+Tensor map_unary(const Tensor& x, F f_math) {
+  using M = opmath_t<T>;
+  auto f = [&f_math](T v) { return static_cast<T>(f_math(static_cast<M>(v))); };
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   T* o = out.data<T>();
   const T* p = x.data<T>();
@@ -28,7 +33,9 @@ Tensor map_unary(const Tensor& x, F f) {
 
 // out = f(a, b) with a and b broadcast together; both of dtype T.
 template <class T, class F>
-Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
+Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f_math) {
+  using M = opmath_t<T>;
+  auto f = [&f_math](T x, T y) { return static_cast<T>(f_math(static_cast<M>(x), static_cast<M>(y))); };
   Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
   Tensor out = Tensor::empty(shape, a.dtype());
   Tensor ea = a.detach().expand(shape), eb = b.detach().expand(shape);
@@ -54,6 +61,23 @@ Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
                     }
                   });
   return out;
+}
+
+// PyTorch's type promotion for the elementwise binary ops: both operands in promote_types(a, b)
+// (bfloat16 + float32 -> float32, int64 + float32 -> float32, bfloat16 + float16 -> float32).
+// The cast is a recorded `to`, an entry of its own on the tape whose backward casts the gradient
+// back, so each input's gradient arrives in that input's dtype. Operands of one dtype pass
+// through untouched (no copy, no entry). `recorded` false casts without recording, for ops whose
+// output is not differentiable (the comparisons).
+struct PromotedOperands {
+  Tensor a, b;
+};
+inline PromotedOperands promote_operands(const Tensor& a, const Tensor& b, const char* op, bool recorded = true) {
+  TG_CHECK(a.defined() && b.defined(), op, ": expected two defined tensors");
+  if (a.dtype() == b.dtype()) return {a, b};
+  const DType t = promote_types(a.dtype(), b.dtype());
+  if (!recorded) return {detail::convert(a, t), detail::convert(b, t)};
+  return {a.to(t), b.to(t)};
 }
 
 // Validation shared by binary ops: both defined, same floating dtype.

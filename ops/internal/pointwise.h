@@ -5,12 +5,19 @@
 #include "../../framework/tensor.h"
 #include "../pointwise_kernels.h"
 #include "elementwise_kernel.h"
+#include "reduced_float.h"
 
 namespace tg {
 
-// out = f(x) for a floating x; throws a tg::Error naming `op` for an undefined or int64 x.
+// A bfloat16 or float16 operand is computed by the float32 kernels (widened, never recorded) and
+// the result rounded once to its 16-bit dtype: PyTorch's CPU rule (internal/reduced_float.h). A
+// native 16-bit kernel that converts in registers would save the two copies: a later speed job.
+
+// out = f(x) for a floating x; throws a tg::Error naming `op` for an undefined or integer x.
 inline Tensor pointwise_unary(const Tensor& x, kernels::Unary f, const char* op, kernels::PointwiseScalars s = {}) {
   TG_CHECK(x.defined(), op, ": the tensor is undefined");
+  if (is_reduced_floating(x.dtype()))
+    return round_result(pointwise_unary(detail::widen(x), f, op, s), x.dtype());
   return dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     Tensor out = Tensor::empty(x.shape(), x.dtype());
@@ -22,6 +29,8 @@ inline Tensor pointwise_unary(const Tensor& x, kernels::Unary f, const char* op,
 // out = f(a, b), a and b broadcast together; of the same floating dtype (checked by the caller).
 inline Tensor pointwise_binary(const Tensor& a, const Tensor& b, kernels::Binary f, const char* op,
                                kernels::PointwiseScalars s = {}) {
+  if (is_reduced_floating(a.dtype()))
+    return round_result(pointwise_binary(detail::widen(a), detail::widen(b), f, op, s), a.dtype());
   return dispatch_floating(a.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
@@ -34,21 +43,22 @@ inline Tensor pointwise_binary(const Tensor& a, const Tensor& b, kernels::Binary
 }
 
 // The same for a formula given as a generic lambda of values (`[](auto v) { ... }`, instantiated
-// for float and double): for the few ops whose formula has no kernel function. Compiled in the op's
-// own file, such a loop runs at the baseline instruction set, so hot ops use the kernels above.
+// for float and double; a 16-bit tensor's values reach it as float, its result is rounded once):
+// for the few ops whose formula has no kernel function. Compiled in the op's own file, such a
+// loop runs at the baseline instruction set, so hot ops use the kernels above.
 template <class F>
 Tensor pointwise_unary(const Tensor& x, const char* op, F f) {
   TG_CHECK(x.defined(), op, ": the tensor is undefined");
-  return dispatch_floating(x.dtype(), op, [&](auto tag) {
+  return dispatch_all_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return map_unary<T>(x, [&f](T v) { return static_cast<T>(f(v)); });
+    return map_unary<T>(x, f);
   });
 }
 template <class F>
 Tensor pointwise_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
-  return dispatch_floating(a.dtype(), op, [&](auto tag) {
+  return dispatch_all_floating(a.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return map_binary<T>(a, b, op, [&f](T x, T y) { return static_cast<T>(f(x, y)); });
+    return map_binary<T>(a, b, op, f);
   });
 }
 

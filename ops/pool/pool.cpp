@@ -1,4 +1,5 @@
 // Pooling: argument checking, dtype dispatch and the tape. The kernels are in pool_kernels.cpp.
+// A bfloat16 or float16 tensor is pooled by the float32 kernels (widened) and rounded once.
 //
 //   max_pool2d:          dx = grad scattered to the argmax        (saves the int64 indices)
 //   avg_pool2d:          dx = grad / divisor spread over the window  (saves nothing)
@@ -20,6 +21,7 @@
 #include "../../framework/tape.h"
 #include "pool_kernels.h"
 #include "../internal/samples.h"
+#include "../internal/reduced_float.h"
 
 namespace tg {
 
@@ -58,7 +60,7 @@ void check_pool_output_size(const char* op, int64_t in, int64_t kernel, int64_t 
 
 void check_floating(const char* op, const char* what, const Tensor& t) {
   TG_CHECK(t.defined(), op, ": expected a defined ", what);
-  TG_CHECK(is_floating(t.dtype()), op, ": expected ", what, " to be floating (float32 or float64), got ",
+  TG_CHECK(is_floating(t.dtype()), op, ": expected ", what, " to be floating, got ",
            dtype_name(t.dtype()));
 }
 
@@ -277,12 +279,13 @@ ValuesIndices max_pool2d_with_indices(const Tensor& input, const IntList& kernel
   check_floating(op, "input", input);
   const kernels::Pool2dParams p = check_pool(op, input.shape(), kernel_size, stride, padding, dilation, ceil_mode);
   const Shape out_shape = with_spatial(input.shape(), p.Ho, p.Wo);
-  Tensor x = input.detach().contiguous();  // accepts any strides
-  ValuesIndices r{Tensor::empty(out_shape, input.dtype()), Tensor::empty(out_shape, DType::Int64)};
-  dispatch_floating(input.dtype(), op, [&](auto tag) {
+  Tensor x = detail::widen(input.detach().contiguous());  // accepts any strides
+  ValuesIndices r{Tensor::empty(out_shape, x.dtype()), Tensor::empty(out_shape, DType::Int64)};
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::max_pool2d_forward<T>(x.data<T>(), r.values.data<T>(), r.indices.data<int64_t>(), p);
   });
+  r.values = round_result(r.values, input.dtype());
   if (Recorder rec{kMaxPool2dOp, {input}}) {
     rec.save(kIndices, r.indices);
     rec.set_outputs({r.values});
@@ -305,7 +308,7 @@ Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Shape& 
            op, ": expected indices with the leading dims of input_size ", format_shape(input_size), ", got ",
            format_shape(indices.shape()));
   check_grad_output(op, grad_output, indices.shape());
-  Tensor idx = indices.contiguous(), g = grad_output.contiguous();
+  Tensor idx = indices.contiguous(), g = detail::widen(grad_output.contiguous());
   kernels::Pool2dParams p;
   p.NC = planes_of(input_size);
   p.H = input_size[input_size.size() - 2], p.W = input_size[input_size.size() - 1];
@@ -316,11 +319,12 @@ Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Shape& 
   for (int64_t i = 0; i < count; ++i)
     TG_CHECK(ip[i] >= -1 && ip[i] < plane, op, ": expected indices in [0, H * W) = [0, ", p.H * p.W,
              ") (or -1), got ", ip[i], " at element ", i);
-  Tensor grad_input = Tensor::empty(input_size, grad_output.dtype());
-  dispatch_floating(grad_output.dtype(), op, [&](auto tag) {
+  Tensor grad_input = Tensor::empty(input_size, g.dtype());
+  dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::max_pool2d_backward<T>(g.data<T>(), ip, grad_input.data<T>(), p);
   });
+  grad_input = round_result(grad_input, grad_output.dtype());
   if (Recorder rec{kMaxPool2dBackwardOp, {grad_output}}) {  // under create_graph, say
     rec.save(kIndices, idx);
     rec.set_outputs({grad_input});
@@ -333,16 +337,17 @@ namespace {
 Tensor max_pool_double_backward(const Tensor& x, const Tensor& indices) {
   const char* op = "max_pool_double_backward";
   check_floating(op, "self", x);
-  Tensor xc = x.detach().contiguous(), idx = indices.contiguous();
+  Tensor xc = detail::widen(x.detach().contiguous()), idx = indices.contiguous();
   kernels::Pool2dParams p;
   p.NC = planes_of(x.shape());
   p.H = x.size(-2), p.W = x.size(-1);
   p.Ho = idx.size(-2), p.Wo = idx.size(-1);
-  Tensor y = Tensor::empty(idx.shape(), x.dtype());
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
+  Tensor y = Tensor::empty(idx.shape(), xc.dtype());
+  dispatch_floating(xc.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::max_pool2d_gather<T>(xc.data<T>(), idx.data<int64_t>(), y.data<T>(), p);
   });
+  y = round_result(y, x.dtype());
   if (Recorder rec{kMaxPoolDoubleBackwardOp, {x}}) {
     rec.save(kIndices, idx);
     rec.set_outputs({y});
@@ -359,12 +364,13 @@ Tensor avg_pool2d(const Tensor& input, const IntList& kernel_size, const IntList
   check_floating(op, "input", input);
   const kernels::Pool2dParams p = check_pool(op, input.shape(), kernel_size, stride, padding, {1}, ceil_mode);
   check_divisor(op, divisor_override);
-  Tensor x = input.detach().contiguous();
-  Tensor out = Tensor::empty(with_spatial(input.shape(), p.Ho, p.Wo), input.dtype());
-  dispatch_floating(input.dtype(), op, [&](auto tag) {
+  Tensor x = detail::widen(input.detach().contiguous());
+  Tensor out = Tensor::empty(with_spatial(input.shape(), p.Ho, p.Wo), x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::avg_pool2d_forward<T>(x.data<T>(), out.data<T>(), p, count_include_pad, divisor_override.value_or(0));
   });
+  out = round_result(out, input.dtype());
   if (Recorder rec{kAvgPool2dOp, {input}}) {
     rec.set_attrs(AvgPoolAttrs{kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override});
     rec.set_outputs({out});
@@ -379,13 +385,14 @@ Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_size, c
   const kernels::Pool2dParams p = check_pool(op, input_size, kernel_size, stride, padding, {1}, ceil_mode);
   check_divisor(op, divisor_override);
   check_grad_output(op, grad_output, with_spatial(input_size, p.Ho, p.Wo));
-  Tensor g = grad_output.contiguous();
-  Tensor grad_input = Tensor::empty(input_size, grad_output.dtype());
-  dispatch_floating(grad_output.dtype(), op, [&](auto tag) {
+  Tensor g = detail::widen(grad_output.contiguous());
+  Tensor grad_input = Tensor::empty(input_size, g.dtype());
+  dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::avg_pool2d_backward<T>(g.data<T>(), grad_input.data<T>(), p, count_include_pad,
                                     divisor_override.value_or(0));
   });
+  grad_input = round_result(grad_input, grad_output.dtype());
   if (Recorder rec{kAvgPool2dBackwardOp, {grad_output}}) {  // under create_graph, say
     rec.set_attrs(AvgPoolAttrs{kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override});
     rec.set_outputs({grad_input});
@@ -410,14 +417,15 @@ Tensor adaptive_avg_pool2d(const Tensor& input, const IntList& output_size) {
   const auto out_hw = checked_output_size(op, output_size);
   const Shape& s = input.shape();
   const int64_t NC = planes_of(s), H = s[s.size() - 2], W = s[s.size() - 1];
-  Tensor x = input.detach().contiguous();
+  Tensor x = detail::widen(input.detach().contiguous());
   const Shape out_shape = with_spatial(s, out_hw[0], out_hw[1]);
   checked_numel(out_shape, op, "the output shape");
-  Tensor out = Tensor::empty(out_shape, input.dtype());
-  dispatch_floating(input.dtype(), op, [&](auto tag) {
+  Tensor out = Tensor::empty(out_shape, x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::adaptive_avg_pool2d_forward<T>(x.data<T>(), out.data<T>(), NC, H, W, out_hw[0], out_hw[1]);
   });
+  out = round_result(out, input.dtype());
   if (Recorder rec{kAdaptiveAvgPool2dOp, {input}}) rec.set_outputs({out});
   return out;
 }
@@ -432,12 +440,13 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& inpu
            op, ": expected grad_output with the leading dims of input_size ", format_shape(input_size),
            " and a non-empty output size, got ", format_shape(grad_output.shape()));
   const int64_t NC = planes_of(input_size), H = input_size[input_size.size() - 2], W = input_size.back();
-  Tensor g = grad_output.contiguous();
-  Tensor grad_input = Tensor::empty(input_size, grad_output.dtype());
-  dispatch_floating(grad_output.dtype(), op, [&](auto tag) {
+  Tensor g = detail::widen(grad_output.contiguous());
+  Tensor grad_input = Tensor::empty(input_size, g.dtype());
+  dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::adaptive_avg_pool2d_backward<T>(g.data<T>(), grad_input.data<T>(), NC, H, W, g.size(-2), g.size(-1));
   });
+  grad_input = round_result(grad_input, grad_output.dtype());
   if (Recorder rec{kAdaptiveAvgPool2dBackwardOp, {grad_output}}) rec.set_outputs({grad_input});  // create_graph
   return grad_input;
 }
