@@ -15,7 +15,10 @@ namespace tg {
 
 namespace detail {
 
-void ms_deform_attn_check_dtype(const char* op, const char* name, const Tensor& t, const Tensor& value);
+void ms_deform_attn_check_dtype(const char* op, const char* name, const Tensor& t, const Tensor& value) {
+  TG_CHECK(t.dtype() == value.dtype(), op, ": expected ", name, " of value's dtype ", dtype_name(value.dtype()),
+           ", got ", dtype_name(t.dtype()));
+}
 
 MsdaSizes ms_deform_attn_check_inputs(const char* op, const Tensor& value, const Tensor& spatial_shapes,
                                       const Tensor& level_start_index, const Tensor& loc, const Tensor& attn) {
@@ -73,11 +76,6 @@ void ms_deform_attn_check_grad_output(const char* op, const MsdaSizes& s, const 
   TG_CHECK(grad_output.defined() && grad_output.shape() == out_shape, op, ": expected grad_output of shape ",
            format_shape(out_shape), ", got ", describe_shape(grad_output));
   ms_deform_attn_check_dtype(op, "grad_output", grad_output, value);
-}
-
-void ms_deform_attn_check_dtype(const char* op, const char* name, const Tensor& t, const Tensor& value) {
-  TG_CHECK(t.dtype() == value.dtype(), op, ": expected ", name, " of value's dtype ", dtype_name(value.dtype()),
-           ", got ", dtype_name(t.dtype()));
 }
 
 }  // namespace detail

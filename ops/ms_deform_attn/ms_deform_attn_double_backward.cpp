@@ -56,8 +56,7 @@ void check_upstream(const char* op, const char* name, const Tensor& t, const Ten
   if (!t.defined()) return;
   TG_CHECK(t.shape() == like.shape(), op, ": expected ", name, " of shape ", format_shape(like.shape()), ", got ",
            format_shape(t.shape()));
-  TG_CHECK(t.dtype() == like.dtype(), op, ": expected ", name, " of value's dtype ", dtype_name(like.dtype()), ", got ",
-           dtype_name(t.dtype()));
+  detail::ms_deform_attn_check_dtype(op, name, t, like);
 }
 
 }  // namespace

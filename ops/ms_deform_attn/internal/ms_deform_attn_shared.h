@@ -22,6 +22,10 @@ MsdaSizes ms_deform_attn_check_inputs(const char* op, const Tensor& value, const
                                       const Tensor& level_start_index, const Tensor& sampling_locations,
                                       const Tensor& attention_weights);
 
+// A floating tensor (`name`) of another dtype than value's is an error naming it: the floating
+// tensors of one call share value's dtype (no promotion).
+void ms_deform_attn_check_dtype(const char* op, const char* name, const Tensor& t, const Tensor& value);
+
 // spatial_shapes or level_start_index (int32 or int64) as a contiguous int64 tensor, which is
 // what the kernels read: converted once here, exactly.
 inline Tensor index_as_int64(const Tensor& t) { return convert(t, DType::Int64).contiguous(); }
