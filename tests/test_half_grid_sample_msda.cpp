@@ -360,5 +360,32 @@ TEST(HalfGridSampleMsda, HostileInt32ShapesGiveTheErrorsOfInt64) {
                                  from_vector(std::vector<int64_t>{0, 4}, {2}), loc, attn));
 }
 
+// Strided 16-bit views go through the same widening copy: the results are those of their
+// contiguous copies, bit for bit, and an empty batch gives empty results.
+TEST(HalfGridSampleMsda, NonContiguousAndEmptyInputs) {
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    Tensor x = randn({2, 3, 5, 4}).to(dt).transpose(2, 3), grid = (0.6 * randn({2, 3, 4, 2})).to(dt);
+    ASSERT_FALSE(x.is_contiguous());
+    EXPECT_TRUE(same_bits(grid_sample(x, grid), grid_sample(x.contiguous(), grid)));
+    Tensor go = randn({2, 3, 3, 4}).to(dt);
+    GridSampleGrads a = grid_sampler_2d_backward(go, x, grid, 0, 1, true);
+    GridSampleGrads b = grid_sampler_2d_backward(go, x.contiguous(), grid, 0, 1, true);
+    EXPECT_TRUE(same_bits(a.grad_input, b.grad_input));
+    EXPECT_TRUE(same_bits(a.grad_grid, b.grad_grid));
+    Tensor theta = randn({2, 3, 2}).to(dt).transpose(1, 2);
+    EXPECT_TRUE(same_bits(affine_grid(theta, {2, 1, 3, 4}), affine_grid(theta.contiguous(), {2, 1, 3, 4})));
+    EXPECT_EQ(grid_sample(zeros({0, 3, 5, 4}, dt), zeros({0, 3, 4, 2}, dt)).dtype(), dt);
+
+    const Tensor ss = from_vector(std::vector<int32_t>{2, 2, 1, 3}, {2, 2});
+    const Tensor lsi = from_vector(std::vector<int32_t>{0, 4}, {2});
+    Tensor v = randn({1, 2, 7, 4}).to(dt).transpose(1, 2), loc = (0.5 * randn({1, 3, 2, 2, 2, 2})).to(dt);
+    Tensor attn = randn({1, 3, 2, 2, 2}).to(dt);
+    ASSERT_FALSE(v.is_contiguous());
+    EXPECT_TRUE(same_bits(ms_deform_attn(v, ss, lsi, loc, attn), ms_deform_attn(v.contiguous(), ss, lsi, loc, attn)));
+    EXPECT_TRUE(same_bits(ms_deform_attn(v, ss.transpose(0, 1).contiguous().transpose(0, 1), lsi, loc, attn),
+                          ms_deform_attn(v, ss, lsi, loc, attn)));  // strided int32 table
+  }
+}
+
 }  // namespace
 }  // namespace tg
