@@ -106,6 +106,22 @@ void check_against_references(const std::string& what, const Tensor& ours, DType
               torch64 / std::max(n64, 1e-300));
 }
 
+// The double backwards have no PyTorch reference: against tapegrad's float64 result on the same
+// exact inputs, |ours - f64| <= 2u |f64| + 4u max|f64| (the 2-norm error is printed too).
+void check_against_float64(const std::string& what, const Tensor& ours, DType dt, const Tensor& f64) {
+  ASSERT_TRUE(ours.defined()) << what;
+  EXPECT_EQ(ours.dtype(), dt) << what;
+  const double u = unit_roundoff(dt);
+  const std::vector<double> a = values(ours), e = values(f64);
+  const double scale = max_abs(e);
+  testing::expect_close(ours, f64, 2 * u, 4 * u * scale, what + " vs float64");
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - e[i]));
+  const double n = norm_diff(e, std::vector<double>(e.size(), 0.0));
+  std::printf("[half2] %-52s max|ours-f64|/max %.3g  |ours-f64| %.3g (2-norm / |f64|)\n", what.c_str(),
+              worst / std::max(scale, 1e-300), norm_diff(a, e) / std::max(n, 1e-300));
+}
+
 std::vector<GoldenCase> cases_of(const std::string& op) {
   std::vector<GoldenCase> out;
   for (GoldenCase& c : testing::load_golden_cases(kTopic))
@@ -155,7 +171,6 @@ TEST(HalfGridSample, DoubleBackwardIsTheFloat32OneRoundedOnceAndCloseToFloat64) 
   for (const GoldenCase& c : cases_of("grid_sample")) {
     if (mode_of(c) != GridSampleMode::Bilinear) continue;
     const DType dt = half_dtype(c);
-    const double u = unit_roundoff(dt);
     const bool ac = c.json["align_corners"].get<bool>();
     const int64_t m = 0, p = static_cast<int64_t>(padding_of(c));
     Tensor input = load16(c, "input"), grid = load16(c, "grid"), go = load16(c, "grad_output");
@@ -171,10 +186,9 @@ TEST(HalfGridSample, DoubleBackwardIsTheFloat32OneRoundedOnceAndCloseToFloat64) 
       EXPECT_EQ(half.dtype(), dt) << c.name();
       EXPECT_TRUE(same_bits(half, single.to(dt))) << c.name();
     }
-    testing::expect_close(h.grad_input, d.grad_input, 2 * u, 4 * u * max_abs(values(d.grad_input)),
-                          c.name() + " double backward grad_input vs float64");
-    testing::expect_close(h.grad_grid, d.grad_grid, 2 * u, 4 * u * max_abs(values(d.grad_grid)),
-                          c.name() + " double backward grad_grid vs float64");
+    check_against_float64(c.name() + " 2nd grad_grad_output", h.grad_grad_output, dt, d.grad_grad_output);
+    check_against_float64(c.name() + " 2nd grad_input", h.grad_input, dt, d.grad_input);
+    check_against_float64(c.name() + " 2nd grad_grid", h.grad_grid, dt, d.grad_grid);
 
     // Through the tape (create_graph): the gradient of <gg, grad_grid> in grid. (Only grid
     // requires grad: with input too, the tape sums two second-order terms with tg::add, which
@@ -189,7 +203,7 @@ TEST(HalfGridSample, DoubleBackwardIsTheFloat32OneRoundedOnceAndCloseToFloat64) 
     ASSERT_TRUE(sh.defined()) << c.name();
     EXPECT_EQ(sh.dtype(), dt) << c.name();
     EXPECT_TRUE(same_bits(sh, h.grad_grid)) << c.name();
-    testing::expect_close(sh, sd, 2 * u, 4 * u * max_abs(values(sd)), c.name() + " create_graph second derivative");
+    check_against_float64(c.name() + " create_graph 2nd grid", sh, dt, sd);
   }
 }
 
@@ -253,7 +267,6 @@ TEST(HalfMsDeformAttn, ForwardAndGradientsMatchPyTorchAndFloat64WithInt32AndInt6
 TEST(HalfMsDeformAttn, DoubleBackwardIsTheFloat32OneRoundedOnceAndCloseToFloat64) {
   for (const GoldenCase& c : cases_of("ms_deform_attn")) {
     const DType dt = half_dtype(c);
-    const double u = unit_roundoff(dt);
     MsdaInputs in = msda_inputs(c, DType::Int32);
     Tensor value = in.value.detach(), loc = in.loc.detach(), attn = in.attn.detach();
     // 16-bit-exact upstream gradients of the three first-order gradients.
@@ -272,11 +285,13 @@ TEST(HalfMsDeformAttn, DoubleBackwardIsTheFloat32OneRoundedOnceAndCloseToFloat64
         {h.grad_sampling_locations, h64.grad_sampling_locations, f.grad_sampling_locations,
          d.grad_sampling_locations},
         {h.grad_attention_weights, h64.grad_attention_weights, f.grad_attention_weights, d.grad_attention_weights}};
-    for (const auto& r : rows) {
-      EXPECT_EQ(r[0].dtype(), dt) << c.name();
+    const char* names[] = {" 2nd grad_grad_output", " 2nd grad_value", " 2nd grad_sampling_locations",
+                           " 2nd grad_attention_weights"};
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
       EXPECT_TRUE(same_bits(r[0], r[1])) << c.name() << ": int32 and int64 differ";
       EXPECT_TRUE(same_bits(r[0], r[2].to(dt))) << c.name() << ": not the float32 result rounded once";
-      testing::expect_close(r[0], r[3], 2 * u, 4 * u * max_abs(values(r[3])), c.name() + " double backward");
+      check_against_float64(c.name() + names[i], r[0], dt, r[3]);
     }
     // Through the tape (create_graph), 16-bit end to end: the gradients of
     // <ggl, grad_sampling_locations> are the double backward's for that upstream alone.
@@ -288,12 +303,8 @@ TEST(HalfMsDeformAttn, DoubleBackwardIsTheFloat32OneRoundedOnceAndCloseToFloat64
       return tg::grad({first[1]}, {v, l, a}, {ggl.to(as)}, false, true, false);
     };
     std::vector<Tensor> sh = second(dt), sd = second(DType::Float64);
-    for (size_t i = 0; i < sh.size(); ++i) {
-      ASSERT_TRUE(sh[i].defined()) << c.name();
-      EXPECT_EQ(sh[i].dtype(), dt) << c.name();
-      testing::expect_close(sh[i], sd[i], 2 * u, 4 * u * max_abs(values(sd[i])),
-                            c.name() + " create_graph second derivative " + std::to_string(i));
-    }
+    for (size_t i = 0; i < sh.size(); ++i)
+      check_against_float64(c.name() + " create_graph" + names[i + 1], sh[i], dt, sd[i]);
   }
 }
 
