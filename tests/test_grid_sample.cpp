@@ -195,9 +195,9 @@ TEST(GridSample, RejectsBadInputNamingTheArgument) {
   EXPECT_EQ(error_of([&] { grid_sample(zeros({2, 3, 5, 0}), grid); }),
             "grid_sample: expected input to have non-empty spatial dimensions H and W, got [2, 3, 5, 0]");
   EXPECT_EQ(error_of([&] { grid_sample(input, grid.to(DType::Float64)); }),
-            "grid_sample: expected input and grid of one dtype, got float32 and float64");
+            "grid_sample: expected grid of input's dtype float32, got float64");
   EXPECT_EQ(error_of([&] { grid_sample(input.to(DType::Int64), grid.to(DType::Int64)); }),
-            "grid_sample: expected input of a floating dtype (float32 or float64), got int64");
+            "grid_sample: expected input of a floating dtype (float32, float64, bfloat16 or float16), got int64");
   EXPECT_EQ(error_of([&] { grid_sampler_2d(input, grid, 3, 0, false); }),
             "grid_sampler_2d: expected interpolation_mode 0 (bilinear), 1 (nearest) or 2 (bicubic), got 3");
   EXPECT_EQ(error_of([&] { grid_sampler_2d(input, grid, 0, -1, false); }),
@@ -217,7 +217,7 @@ TEST(GridSample, RejectsBadInputNamingTheArgument) {
   EXPECT_EQ(error_of([&] { grid_sampler_2d_backward(zeros({3, 3, 4, 4}), input, grid, 0, 0, false); }),
             "grid_sampler_2d_backward: expected grad_output of shape [N, C, Ho, Wo] = [2, 3, 4, 4], got [3, 3, 4, 4]");
   EXPECT_EQ(error_of([&] { grid_sampler_2d_backward(g.to(DType::Float64), input, grid, 0, 0, false); }),
-            "grid_sampler_2d_backward: expected grad_output of dtype float32, got float64");
+            "grid_sampler_2d_backward: expected grad_output of input's dtype float32, got float64");
   EXPECT_EQ(error_of([&] { grid_sampler_2d_backward(g, input, grid, 0, 3, false); }),
             "grid_sampler_2d_backward: expected padding_mode 0 (zeros), 1 (border) or 2 (reflection), got 3");
   EXPECT_EQ(error_of([&] { grid_sampler_2d_backward(g, input, zeros({2, 4, 4, 1}), 0, 0, false); }),
@@ -236,7 +236,7 @@ TEST(AffineGrid, RejectsBadInputNamingTheArgument) {
   EXPECT_EQ(error_of([&] { affine_grid(theta, {2, 1, 0, 5}); }),
             "affine_grid: expected a non-negative N and C and a positive H and W in size, got [2, 1, 0, 5]");
   EXPECT_EQ(error_of([&] { affine_grid(theta.to(DType::Int64), {2, 1, 4, 5}); }),
-            "affine_grid: expected theta of a floating dtype (float32 or float64), got int64");
+            "affine_grid: expected theta of a floating dtype (float32, float64, bfloat16 or float16), got int64");
   EXPECT_EQ(error_of([&] { affine_grid_generator_backward(zeros({2, 4, 5, 3}), {2, 1, 4, 5}, false); }),
             "affine_grid_generator_backward: expected grad_grid of shape [N, H, W, 2] = [2, 4, 5, 2], got [2, 4, 5, "
             "3]");

@@ -263,7 +263,7 @@ TEST(GridSampleDoubleBackward, RejectsBadInputNamingTheArgument) {
   EXPECT_EQ(error_of([&] { grid_sampler_2d_double_backward(go, input, grid, Tensor(), 0, 0, false); }),
             "grid_sampler_2d_double_backward: expected gg_grid of grid's shape [2, 4, 4, 2], got undefined");
   EXPECT_EQ(error_of([&] { grid_sampler_2d_double_backward(go, input, grid, gg.to(DType::Float64), 0, 0, false); }),
-            "grid_sampler_2d_double_backward: expected gg_grid of dtype float32, got float64");
+            "grid_sampler_2d_double_backward: expected gg_grid of input's dtype float32, got float64");
   EXPECT_EQ(error_of([&] { grid_sampler_2d_double_backward(zeros({2, 3, 4, 5}), input, grid, gg, 0, 0, false); }),
             "grid_sampler_2d_double_backward: expected grad_output of shape [N, C, Ho, Wo] = [2, 3, 4, 4], got "
             "[2, 3, 4, 5]");

@@ -94,12 +94,11 @@ TEST(MsDeformAttn, RejectsBadInputNamingTheArgument) {
   EXPECT_EQ(error_of([&] { ms_deform_attn(v, ss, from_vector(std::vector<int64_t>{0, 15}, {2}), loc, attn); }),
             "ms_deform_attn: level_start_index[1] is 15, but the levels before it hold 16 keys");
   EXPECT_EQ(error_of([&] { ms_deform_attn(v, ss.to(DType::Float32), lsi, loc, attn); }),
-            "ms_deform_attn: expected spatial_shapes of dtype int64, got float32");
+            "ms_deform_attn: expected spatial_shapes of dtype int64 or int32, got float32");
   EXPECT_EQ(error_of([&] { ms_deform_attn(v, ss, lsi.to(DType::Float64), loc, attn); }),
-            "ms_deform_attn: expected level_start_index of dtype int64, got float64");
+            "ms_deform_attn: expected level_start_index of dtype int64 or int32, got float64");
   EXPECT_EQ(error_of([&] { ms_deform_attn(v, ss, lsi, loc.to(DType::Float64), attn); }),
-            "ms_deform_attn: expected value, sampling_locations and attention_weights of one dtype, got float32, "
-            "float64 and float32");
+            "ms_deform_attn: expected sampling_locations of value's dtype float32, got float64");
   EXPECT_EQ(error_of([&] { ms_deform_attn(v, zeros({3, 2}, DType::Int64), lsi, loc, attn); }),
             "ms_deform_attn: expected spatial_shapes of shape [2, 2] (levels, (H, W)), got [3, 2]");
   EXPECT_EQ(error_of([&] { ms_deform_attn(v, from_vector(std::vector<int64_t>{4, 4, 0, 2}, {2, 2}), lsi, loc, attn); }),

@@ -294,11 +294,11 @@ TEST(MsDeformAttnDoubleBackward, RejectsBadInputNamingTheArgument) {
   EXPECT_EQ(call(v, zeros({2, 3, 7}), Tensor(), Tensor(), Tensor()),
             "ms_deform_attn_double_backward: expected grad_output of shape [2, 3, 8], got [2, 3, 7]");
   EXPECT_EQ(call(v, go.to(DType::Float64), Tensor(), Tensor(), Tensor()),
-            "ms_deform_attn_double_backward: expected grad_output of dtype float32, got float64");
+            "ms_deform_attn_double_backward: expected grad_output of value's dtype float32, got float64");
   EXPECT_EQ(call(v, go, zeros({2, 20, 2, 3}), Tensor(), Tensor()),
             "ms_deform_attn_double_backward: expected grad_grad_value of shape [2, 20, 2, 4], got [2, 20, 2, 3]");
   EXPECT_EQ(call(v, go, Tensor(), zeros({2, 3, 2, 2, 4, 2}, DType::Float64), Tensor()),
-            "ms_deform_attn_double_backward: expected grad_grad_sampling_locations of dtype float32, got float64");
+            "ms_deform_attn_double_backward: expected grad_grad_sampling_locations of value's dtype float32, got float64");
   EXPECT_EQ(call(v, go, Tensor(), Tensor(), zeros({2, 3, 2, 2, 5})),
             "ms_deform_attn_double_backward: expected grad_grad_attention_weights of shape [2, 3, 2, 2, 4], got [2, "
             "3, 2, 2, 5]");

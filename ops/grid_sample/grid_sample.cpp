@@ -34,6 +34,23 @@ GridSamplePadding checked_padding(const char* op, int64_t padding) {
   return static_cast<GridSamplePadding>(padding);
 }
 
+// The dtypes every floating tensor of these ops may have. The 16-bit ones run the float32
+// kernels: the bindings below widen their inputs (detail::widen) and round each output to the
+// 16-bit dtype once (round_once), as PyTorch computes 16-bit tensors on the CPU.
+constexpr const char* kFloatingDTypes = "(float32, float64, bfloat16 or float16)";
+
+// Mixed floating dtypes are an error naming the argument that differs (no promotion, as in
+// PyTorch's grid_sampler).
+void check_same_dtype(const char* op, const char* name, const Tensor& t, const char* whose, DType expected) {
+  TG_CHECK(t.dtype() == expected, op, ": expected ", name, " of ", whose, " dtype ", dtype_name(expected), ", got ",
+           dtype_name(t.dtype()));
+}
+
+// A float32 result of a 16-bit computation, rounded to `dtype` once; anything else is left as is.
+void round_once(Tensor& t, DType dtype) {
+  if (t.defined() && t.dtype() != dtype) t = detail::convert(t, dtype);
+}
+
 // Checks input and grid; the spec's list, in the order a user would want to hear it.
 void check_input_and_grid(const char* op, const Tensor& input, const Tensor& grid) {
   TG_CHECK(input.defined() && grid.defined(), op, ": expected input and grid, got an undefined tensor");
@@ -44,10 +61,9 @@ void check_input_and_grid(const char* op, const Tensor& input, const Tensor& gri
            format_shape(input.shape()), " and grid ", format_shape(grid.shape()));
   TG_CHECK(input.size(2) > 0 && input.size(3) > 0, op,
            ": expected input to have non-empty spatial dimensions H and W, got ", format_shape(input.shape()));
-  TG_CHECK(is_floating(input.dtype()), op, ": expected input of a floating dtype (float32 or float64), got ",
+  TG_CHECK(is_floating(input.dtype()), op, ": expected input of a floating dtype ", kFloatingDTypes, ", got ",
            dtype_name(input.dtype()));
-  TG_CHECK(grid.dtype() == input.dtype(), op, ": expected input and grid of one dtype, got ",
-           dtype_name(input.dtype()), " and ", dtype_name(grid.dtype()));
+  check_same_dtype(op, "grid", grid, "input's", input.dtype());
 }
 
 // grad_output of the backward kernels: defined, [N, C, Ho, Wo], input's dtype. After
@@ -58,8 +74,7 @@ void check_grad_output(const char* op, const Tensor& grad_output, const Tensor& 
   TG_CHECK(grad_output.defined(), op, ": expected grad_output of shape ", format_shape(out_shape), ", got undefined");
   TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output of shape [N, C, Ho, Wo] = ",
            format_shape(out_shape), ", got ", format_shape(grad_output.shape()));
-  TG_CHECK(grad_output.dtype() == input.dtype(), op, ": expected grad_output of dtype ", dtype_name(input.dtype()),
-           ", got ", dtype_name(grad_output.dtype()));
+  check_same_dtype(op, "grad_output", grad_output, "input's", input.dtype());
 }
 
 // The backward on validated, contiguous tensors. input is read only for a bilinear or bicubic
@@ -67,19 +82,23 @@ void check_grad_output(const char* op, const Tensor& grad_output, const Tensor& 
 GridSampleGrads run_backward(const char* op, const Tensor& grad_output, const Tensor& input, const Shape& input_shape,
                              const Tensor& grid, const GridSampleAttrs& a, bool want_input, bool want_grid) {
   GridSampleGrads grads;
-  const DType dt = grid.dtype();
-  if (want_input) grads.grad_input = Tensor::empty(input_shape, dt);
-  if (want_grid) grads.grad_grid = Tensor::empty(grid.shape(), dt);
   if (!want_input && !want_grid) return grads;
+  // 16-bit: the float32 kernel on widened copies, each gradient rounded once at the end.
+  const Tensor go = detail::widen(grad_output), x = detail::widen(input), gr = detail::widen(grid);
+  const DType kt = gr.dtype();
+  if (want_input) grads.grad_input = Tensor::empty(input_shape, kt);
+  if (want_grid) grads.grad_grid = Tensor::empty(grid.shape(), kt);
   const int64_t N = input_shape[0], C = input_shape[1], H = input_shape[2], W = input_shape[3];
   const int64_t Ho = grid.size(1), Wo = grid.size(2);
-  dispatch_floating(dt, op, [&](auto tag) {
+  dispatch_floating(kt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-    kernels::grid_sample_2d_backward<T>(grad_output.data<T>(), input.defined() ? input.data<T>() : nullptr, grid.data<T>(),
+    kernels::grid_sample_2d_backward<T>(go.data<T>(), x.defined() ? x.data<T>() : nullptr, gr.data<T>(),
                                         ptr(grads.grad_input), ptr(grads.grad_grid), N, C, H, W, Ho, Wo, a.mode,
                                         a.padding, a.align_corners);
   });
+  round_once(grads.grad_input, grid.dtype());
+  round_once(grads.grad_grid, grid.dtype());
   return grads;
 }
 
@@ -334,13 +353,14 @@ Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid,
   // behind them, and their product can overflow.
   const Shape out_shape{N, C, Ho, Wo};
   checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
-  Tensor in = input.detach().contiguous(), gr = grid.detach().contiguous();
+  Tensor in = detail::widen(input.detach()).contiguous(), gr = detail::widen(grid.detach()).contiguous();
   Tensor out = Tensor::empty(out_shape, in.dtype());
   dispatch_floating(in.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::grid_sample_2d_forward<T>(in.data<T>(), gr.data<T>(), out.data<T>(), N, C, H, W, Ho, Wo, mode, padding,
                                        align_corners);
   });
+  round_once(out, input.dtype());
   if (Recorder rec{kGridSampleOp, {input, grid}}) {
     // grad_input needs only grid (and grad_output); grad_grid needs input as well, except
     // nearest's, which is zero.
@@ -393,25 +413,27 @@ GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output,
            ", got undefined");
   TG_CHECK(gg_grid.shape() == grid.shape(), op, ": expected gg_grid of grid's shape ", format_shape(grid.shape()),
            ", got ", format_shape(gg_grid.shape()));
-  TG_CHECK(gg_grid.dtype() == grid.dtype(), op, ": expected gg_grid of dtype ", dtype_name(grid.dtype()), ", got ",
-           dtype_name(gg_grid.dtype()));
+  check_same_dtype(op, "gg_grid", gg_grid, "input's", input.dtype());
   const DType dt = input.dtype();
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
   const int64_t Ho = grid.size(1), Wo = grid.size(2);
   GridSampleDoubleGrads r;
-  if (output_mask[0]) r.grad_grad_output = Tensor::empty(grad_output.shape(), dt);
-  if (output_mask[1]) r.grad_input = Tensor::empty(input.shape(), dt);
-  if (output_mask[2]) r.grad_grid = Tensor::empty(grid.shape(), dt);
   if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return r;
-  const Tensor go = grad_output.detach().contiguous(), x = input.detach().contiguous();
-  const Tensor gr = grid.detach().contiguous(), gg = gg_grid.detach().contiguous();
-  dispatch_floating(dt, op, [&](auto tag) {
+  // 16-bit: the float32 kernel on widened copies, each output rounded once below.
+  auto wide = [](const Tensor& t) { return detail::widen(t.detach()).contiguous(); };
+  const Tensor go = wide(grad_output), x = wide(input), gr = wide(grid), gg = wide(gg_grid);
+  const DType kt = x.dtype();
+  if (output_mask[0]) r.grad_grad_output = Tensor::empty(grad_output.shape(), kt);
+  if (output_mask[1]) r.grad_input = Tensor::empty(input.shape(), kt);
+  if (output_mask[2]) r.grad_grid = Tensor::empty(grid.shape(), kt);
+  dispatch_floating(kt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
     kernels::grid_sample_2d_double_backward<T>(go.data<T>(), x.data<T>(), gr.data<T>(), gg.data<T>(),
                                                ptr(r.grad_grad_output), ptr(r.grad_input), ptr(r.grad_grid), N, C,
                                                H, W, Ho, Wo, mode, padding, align_corners);
   });
+  for (Tensor* t : {&r.grad_grad_output, &r.grad_input, &r.grad_grid}) round_once(*t, dt);
   // Recorded (when a third derivative is asked for through it) only so that the tape raises
   // instead of treating these gradients as constants: its own backward is not implemented.
   if (Recorder rec{kGridSampleDoubleBackwardOp, {grad_output, input, grid, gg_grid}}) {
@@ -426,7 +448,7 @@ GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output,
 Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool align_corners) {
   const char* op = "affine_grid";
   TG_CHECK(theta.defined(), op, ": expected theta, got an undefined tensor");
-  TG_CHECK(is_floating(theta.dtype()), op, ": expected theta of a floating dtype (float32 or float64), got ",
+  TG_CHECK(is_floating(theta.dtype()), op, ": expected theta of a floating dtype ", kFloatingDTypes, ", got ",
            dtype_name(theta.dtype()));
   check_affine_size(op, size);
   TG_CHECK(theta.dim() == 3 && theta.size(1) == 2 && theta.size(2) == 3, op,
@@ -434,14 +456,15 @@ Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool a
   TG_CHECK(theta.size(0) == size[0], op, ": expected theta's batch size to match size[0] = ", size[0], ", got theta ",
            format_shape(theta.shape()));
   const int64_t N = size[0], H = size[2], W = size[3];
-  Tensor th = theta.detach().contiguous();
-  Tensor grid = Tensor::empty({N, H, W, 2}, theta.dtype());
+  Tensor th = detail::widen(theta.detach()).contiguous();
+  Tensor grid = Tensor::empty({N, H, W, 2}, th.dtype());
   // N = 0: nothing to compute, and the kernel's per-row tables of H and W (which may be 2^40
   // for an empty grid) must not be built.
-  if (grid.numel() > 0) dispatch_floating(theta.dtype(), op, [&](auto tag) {
+  if (grid.numel() > 0) dispatch_floating(th.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::affine_grid_2d_forward<T>(th.data<T>(), grid.data<T>(), N, H, W, align_corners);
   });
+  round_once(grid, theta.dtype());
   if (Recorder rec{kAffineGridOp, {theta}}) {
     rec.set_attrs(AffineGridAttrs{size, align_corners});
     rec.set_outputs({grid});
@@ -456,13 +479,16 @@ Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector
   const Shape grid_shape{N, H, W, 2};
   TG_CHECK(grad_grid.defined() && grad_grid.shape() == grid_shape, op, ": expected grad_grid of shape [N, H, W, 2] = ",
            format_shape(grid_shape), ", got ", describe_shape(grad_grid));
-  Tensor g = grad_grid.contiguous();
+  TG_CHECK(is_floating(grad_grid.dtype()), op, ": expected grad_grid of a floating dtype ", kFloatingDTypes, ", got ",
+           dtype_name(grad_grid.dtype()));
+  Tensor g = detail::widen(grad_grid.detach()).contiguous();
   Tensor grad_theta = Tensor::empty({N, 2, 3}, g.dtype());
   // N = 0: as in affine_grid, no per-row tables for an empty grid.
   if (N > 0) dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::affine_grid_2d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, H, W, align_corners);
   });
+  round_once(grad_theta, grad_grid.dtype());
   if (Recorder rec{kAffineGridGeneratorBackwardOp, {grad_grid}}) {  // under create_graph, say
     rec.set_attrs(AffineGridAttrs{size, align_corners});
     rec.set_outputs({grad_theta});

@@ -2,6 +2,9 @@
 // The maths (unnormalisation, padding, rounding, NaN handling) is documented in
 // ops/grid_sample/grid_sample_kernels.h. Shapes: input (N, C, H, W), grid (N, Ho, Wo, 2) holding (x, y)
 // normalised to [-1, 1], output (N, C, Ho, Wo); theta (N, 2, 3).
+// Dtypes (every function below): float32, float64, bfloat16 or float16, one dtype per call (a
+// tensor of another is a tg::Error naming it). bfloat16 and float16 are computed in float32 and
+// each output rounded once, as PyTorch does on the CPU; gradients come back in that dtype.
 #pragma once
 
 #include <array>

@@ -15,6 +15,11 @@ namespace tg {
 
 namespace detail {
 
+void ms_deform_attn_check_dtype(const char* op, const char* name, const Tensor& t, const Tensor& value) {
+  TG_CHECK(t.dtype() == value.dtype(), op, ": expected ", name, " of value's dtype ", dtype_name(value.dtype()),
+           ", got ", dtype_name(t.dtype()));
+}
+
 MsdaSizes ms_deform_attn_check_inputs(const char* op, const Tensor& value, const Tensor& spatial_shapes,
                                       const Tensor& level_start_index, const Tensor& loc, const Tensor& attn) {
   TG_CHECK(value.defined() && spatial_shapes.defined() && level_start_index.defined() && loc.defined() &&
@@ -26,14 +31,16 @@ MsdaSizes ms_deform_attn_check_inputs(const char* op, const Tensor& value, const
            ": expected sampling_locations of shape [bs, queries, heads, levels, points, 2], got ",
            format_shape(loc.shape()));
   MsdaSizes s{value.size(0), value.size(1), value.size(2), value.size(3), loc.size(3), loc.size(1), loc.size(4)};
-  TG_CHECK(spatial_shapes.dtype() == DType::Int64, op, ": expected spatial_shapes of dtype int64, got ",
-           dtype_name(spatial_shapes.dtype()));
-  TG_CHECK(level_start_index.dtype() == DType::Int64, op, ": expected level_start_index of dtype int64, got ",
-           dtype_name(level_start_index.dtype()));
-  TG_CHECK(is_floating(value.dtype()), op, ": expected a floating value, got ", dtype_name(value.dtype()));
-  TG_CHECK(loc.dtype() == value.dtype() && attn.dtype() == value.dtype(), op,
-           ": expected value, sampling_locations and attention_weights of one dtype, got ", dtype_name(value.dtype()),
-           ", ", dtype_name(loc.dtype()), " and ", dtype_name(attn.dtype()));
+  auto check_index = [&](const char* name, const Tensor& t) {
+    TG_CHECK(t.dtype() == DType::Int64 || t.dtype() == DType::Int32, op, ": expected ", name,
+             " of dtype int64 or int32, got ", dtype_name(t.dtype()));
+  };
+  check_index("spatial_shapes", spatial_shapes);
+  check_index("level_start_index", level_start_index);
+  TG_CHECK(is_floating(value.dtype()), op, ": expected value of a floating dtype (float32, float64, bfloat16 or "
+           "float16), got ", dtype_name(value.dtype()));
+  ms_deform_attn_check_dtype(op, "sampling_locations", loc, value);
+  ms_deform_attn_check_dtype(op, "attention_weights", attn, value);
   TG_CHECK(loc.size(0) == s.bs && loc.size(2) == s.heads, op, ": sampling_locations ", format_shape(loc.shape()),
            " does not match value ", format_shape(value.shape()), " in bs or heads");
   const Shape attn_shape{s.bs, s.queries, s.heads, s.levels, s.points};
@@ -45,7 +52,9 @@ MsdaSizes ms_deform_attn_check_inputs(const char* op, const Tensor& value, const
            ", 2] (levels, (H, W)), got ", format_shape(spatial_shapes.shape()));
   TG_CHECK(level_start_index.shape() == (Shape{s.levels}), op, ": expected level_start_index of shape [", s.levels,
            "], got ", format_shape(level_start_index.shape()));
-  std::vector<int64_t> hw = spatial_shapes.to_vector<int64_t>(), start = level_start_index.to_vector<int64_t>();
+  // int32 tables are read as int64 (exact), so hostile values fail the same checks either way.
+  std::vector<int64_t> hw = index_as_int64(spatial_shapes).to_vector<int64_t>();
+  std::vector<int64_t> start = index_as_int64(level_start_index).to_vector<int64_t>();
   int64_t keys = 0;
   for (int64_t l = 0; l < s.levels; ++l) {
     TG_CHECK(hw[2 * l] > 0 && hw[2 * l + 1] > 0, op, ": expected positive level sizes, level ", l, " has (H, W) = (",
@@ -66,8 +75,7 @@ void ms_deform_attn_check_grad_output(const char* op, const MsdaSizes& s, const 
   const Shape out_shape{s.bs, s.queries, s.heads * s.channels};
   TG_CHECK(grad_output.defined() && grad_output.shape() == out_shape, op, ": expected grad_output of shape ",
            format_shape(out_shape), ", got ", describe_shape(grad_output));
-  TG_CHECK(grad_output.dtype() == value.dtype(), op, ": expected grad_output of dtype ", dtype_name(value.dtype()),
-           ", got ", dtype_name(grad_output.dtype()));
+  ms_deform_attn_check_dtype(op, "grad_output", grad_output, value);
 }
 
 }  // namespace detail
@@ -158,16 +166,18 @@ Tensor ms_deform_attn(const Tensor& value, const Tensor& spatial_shapes, const T
                       const Tensor& sampling_locations, const Tensor& attention_weights) {
   const MsdaSizes s =
       check_inputs("ms_deform_attn", value, spatial_shapes, level_start_index, sampling_locations, attention_weights);
-  Tensor v = value.detach().contiguous(), loc = sampling_locations.detach().contiguous();
-  Tensor attn = attention_weights.detach().contiguous();
-  Tensor shapes = spatial_shapes.contiguous(), start = level_start_index.contiguous();
-  Tensor out = Tensor::empty({s.bs, s.queries, s.heads * s.channels}, value.dtype());
-  dispatch_floating(value.dtype(), "ms_deform_attn", [&](auto tag) {
+  // 16-bit: the float32 kernel on widened copies, the output rounded once.
+  Tensor v = detail::widen_contiguous(value), loc = detail::widen_contiguous(sampling_locations);
+  Tensor attn = detail::widen_contiguous(attention_weights);
+  Tensor shapes = detail::index_as_int64(spatial_shapes), start = detail::index_as_int64(level_start_index);
+  Tensor out = Tensor::empty({s.bs, s.queries, s.heads * s.channels}, v.dtype());
+  dispatch_floating(v.dtype(), "ms_deform_attn", [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::ms_deform_attn_forward<T>(v.data<T>(), shapes.data<int64_t>(), start.data<int64_t>(), loc.data<T>(),
                                        attn.data<T>(), out.data<T>(), s.bs, s.num_keys, s.heads, s.channels, s.levels,
                                        s.queries, s.points);
   });
+  detail::round_once(out, value.dtype());
   if (Recorder rec{kMsDeformAttnOp, {value, sampling_locations, attention_weights}}) {
     rec.save(kValue, value);
     rec.save(kSpatialShapes, shapes);
@@ -187,13 +197,16 @@ MsDeformAttnGrads ms_deform_attn_backward(const Tensor& value, const Tensor& spa
   const MsdaSizes s = check_inputs(op, value, spatial_shapes, level_start_index, sampling_locations, attention_weights);
   detail::ms_deform_attn_check_grad_output(op, s, value, grad_output);
   MsDeformAttnGrads grads;
-  if (output_mask[0]) grads.grad_value = Tensor::empty(value.shape(), value.dtype());
-  if (output_mask[1]) grads.grad_sampling_locations = Tensor::empty(sampling_locations.shape(), value.dtype());
-  if (output_mask[2]) grads.grad_attention_weights = Tensor::empty(attention_weights.shape(), value.dtype());
   if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return grads;
-  Tensor v = value.contiguous(), loc = sampling_locations.contiguous(), attn = attention_weights.contiguous();
-  Tensor shapes = spatial_shapes.contiguous(), start = level_start_index.contiguous(), g = grad_output.contiguous();
-  dispatch_floating(value.dtype(), op, [&](auto tag) {
+  // 16-bit: the float32 kernel on widened copies, each gradient rounded once.
+  Tensor v = detail::widen_contiguous(value), loc = detail::widen_contiguous(sampling_locations);
+  Tensor attn = detail::widen_contiguous(attention_weights), g = detail::widen_contiguous(grad_output);
+  Tensor shapes = detail::index_as_int64(spatial_shapes), start = detail::index_as_int64(level_start_index);
+  const DType kt = v.dtype();
+  if (output_mask[0]) grads.grad_value = Tensor::empty(value.shape(), kt);
+  if (output_mask[1]) grads.grad_sampling_locations = Tensor::empty(sampling_locations.shape(), kt);
+  if (output_mask[2]) grads.grad_attention_weights = Tensor::empty(attention_weights.shape(), kt);
+  dispatch_floating(kt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
     kernels::ms_deform_attn_backward<T>(v.data<T>(), shapes.data<int64_t>(), start.data<int64_t>(), loc.data<T>(),
@@ -201,6 +214,8 @@ MsDeformAttnGrads ms_deform_attn_backward(const Tensor& value, const Tensor& spa
                                         ptr(grads.grad_sampling_locations), ptr(grads.grad_attention_weights), s.bs,
                                         s.num_keys, s.heads, s.channels, s.levels, s.queries, s.points);
   });
+  for (Tensor* t : {&grads.grad_value, &grads.grad_sampling_locations, &grads.grad_attention_weights})
+    detail::round_once(*t, value.dtype());
   return grads;
 }
 

@@ -10,10 +10,14 @@
 
 namespace tg {
 
-// value (bs, num_keys, heads, channels); spatial_shapes (levels, 2) int64 rows (H, W);
-// level_start_index (levels) int64; sampling_locations (bs, queries, heads, levels, points, 2);
-// attention_weights (bs, queries, heads, levels, points) -> (bs, queries, heads * channels).
+// value (bs, num_keys, heads, channels); spatial_shapes (levels, 2) int64 or int32 rows (H, W);
+// level_start_index (levels) int64 or int32; sampling_locations (bs, queries, heads, levels,
+// points, 2); attention_weights (bs, queries, heads, levels, points) -> (bs, queries, heads * channels).
 // Differentiable in value, sampling_locations and attention_weights, twice (create_graph).
+// Dtypes (here and in the kernel API below): the floating tensors all float32, float64, bfloat16
+// or float16, one dtype per call (another is a tg::Error naming the argument); bfloat16 and
+// float16 are computed in float32 and each output rounded once, as PyTorch does on the CPU, and
+// gradients come back in value's dtype. int32 and int64 tables give identical results.
 Tensor ms_deform_attn(const Tensor& value, const Tensor& spatial_shapes, const Tensor& level_start_index,
                       const Tensor& sampling_locations, const Tensor& attention_weights);
 

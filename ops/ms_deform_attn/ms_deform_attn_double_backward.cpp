@@ -56,8 +56,7 @@ void check_upstream(const char* op, const char* name, const Tensor& t, const Ten
   if (!t.defined()) return;
   TG_CHECK(t.shape() == like.shape(), op, ": expected ", name, " of shape ", format_shape(like.shape()), ", got ",
            format_shape(t.shape()));
-  TG_CHECK(t.dtype() == like.dtype(), op, ": expected ", name, " of dtype ", dtype_name(like.dtype()), ", got ",
-           dtype_name(t.dtype()));
+  detail::ms_deform_attn_check_dtype(op, name, t, like);
 }
 
 }  // namespace
@@ -111,17 +110,20 @@ MsDeformAttnDoubleGrads ms_deform_attn_double_backward(const Tensor& value, cons
   check_upstream(op, "grad_grad_attention_weights", grad_grad_attention_weights, attention_weights);
   MsDeformAttnDoubleGrads r;
   if (!output_mask[0] && !output_mask[1] && !output_mask[2] && !output_mask[3]) return r;
-  const DType dt = value.dtype();
+  // 16-bit: everything below (the kernel, the forward term and their sum) runs in float32 on
+  // widened copies, and each result is rounded once at the end.
+  using detail::widen_contiguous;
+  Tensor v = widen_contiguous(value), loc = widen_contiguous(sampling_locations);
+  Tensor attn = widen_contiguous(attention_weights);
+  Tensor shapes = detail::index_as_int64(spatial_shapes), start = detail::index_as_int64(level_start_index);
+  Tensor go = widen_contiguous(grad_output), ggv = widen_contiguous(grad_grad_value);
+  Tensor ggl = widen_contiguous(grad_grad_sampling_locations), gga = widen_contiguous(grad_grad_attention_weights);
+  const DType dt = v.dtype();
   // The part of d/dgrad_output the kernel computes (from gg_loc and gg_attn) ...
   Tensor go_rest = output_mask[0] ? Tensor::empty(grad_output.shape(), dt) : Tensor();
   if (output_mask[1]) r.grad_value = Tensor::empty(value.shape(), dt);
   if (output_mask[2]) r.grad_sampling_locations = Tensor::empty(sampling_locations.shape(), dt);
   if (output_mask[3]) r.grad_attention_weights = Tensor::empty(attention_weights.shape(), dt);
-  auto contiguous = [](const Tensor& t) { return t.defined() ? t.detach().contiguous() : t; };
-  Tensor v = contiguous(value), loc = contiguous(sampling_locations), attn = contiguous(attention_weights);
-  Tensor shapes = spatial_shapes.contiguous(), start = level_start_index.contiguous();
-  Tensor go = contiguous(grad_output), ggv = contiguous(grad_grad_value);
-  Tensor ggl = contiguous(grad_grad_sampling_locations), gga = contiguous(grad_grad_attention_weights);
   dispatch_floating(dt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto in = [](const Tensor& t) -> const T* { return t.defined() ? t.data<T>() : nullptr; };
@@ -137,11 +139,9 @@ MsDeformAttnDoubleGrads ms_deform_attn_double_backward(const Tensor& value, cons
   // silently partial third derivatives.
   NoGradGuard no_grad;
   if (output_mask[0])
-    r.grad_grad_output = grad_grad_value.defined()
-                             ? add(ms_deform_attn(grad_grad_value, spatial_shapes, level_start_index,
-                                                  sampling_locations, attention_weights),
-                                   go_rest)
-                             : go_rest;
+    r.grad_grad_output = ggv.defined() ? add(ms_deform_attn(ggv, shapes, start, loc, attn), go_rest) : go_rest;
+  for (Tensor* t : {&r.grad_grad_output, &r.grad_value, &r.grad_sampling_locations, &r.grad_attention_weights})
+    detail::round_once(*t, value.dtype());
   return r;
 }
 

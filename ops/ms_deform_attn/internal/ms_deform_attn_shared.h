@@ -22,6 +22,23 @@ MsdaSizes ms_deform_attn_check_inputs(const char* op, const Tensor& value, const
                                       const Tensor& level_start_index, const Tensor& sampling_locations,
                                       const Tensor& attention_weights);
 
+// A floating tensor (`name`) of another dtype than value's is an error naming it: the floating
+// tensors of one call share value's dtype (no promotion).
+void ms_deform_attn_check_dtype(const char* op, const char* name, const Tensor& t, const Tensor& value);
+
+// spatial_shapes or level_start_index (int32 or int64) as a contiguous int64 tensor, which is
+// what the kernels read: converted once here, exactly.
+inline Tensor index_as_int64(const Tensor& t) { return convert(t, DType::Int64).contiguous(); }
+
+// A contiguous, detached copy the kernels can read: float32 for a 16-bit tensor (the kernels
+// compute 16-bit tensors in float32), the tensor itself otherwise; undefined stays undefined.
+inline Tensor widen_contiguous(const Tensor& t) { return t.defined() ? widen(t.detach()).contiguous() : t; }
+
+// A float32 result computed for 16-bit inputs, rounded to `dtype` once; others are left as is.
+inline void round_once(Tensor& t, DType dtype) {
+  if (t.defined() && t.dtype() != dtype) t = convert(t, dtype);
+}
+
 // Checks that grad_output is (bs, queries, heads * channels) in value's dtype.
 void ms_deform_attn_check_grad_output(const char* op, const MsdaSizes& s, const Tensor& value,
                                       const Tensor& grad_output);
