@@ -43,12 +43,8 @@ constexpr double kSecondOrderTolFactor = 8;
 // (the test then reports it as skipped, with the error); the lead empties this list at merge.
 const std::map<std::string, const char*>& expected_to_fail_on_this_branch() {
   static const std::map<std::string, const char*> ops = {
-      {"affine_grid", "grid_sample family"},
-      {"affine_grid_generator_backward", "grid_sample family"},
       {"convolution", "convolution family"},
-      {"grid_sample", "grid_sample family"},
       {"group_norm", "group_norm family"},
-      {"ms_deform_attn", "ms_deform_attn family"},
       {"upsample_bilinear2d", "upsample family"},
   };
   return ops;

@@ -9,6 +9,7 @@
 #include "../../framework/random.h"
 #include "../../framework/tape.h"
 #include "../elementwise.h"
+#include "../internal/reduced_float.h"
 #include "../internal/samples.h"
 
 namespace tg {
@@ -36,7 +37,8 @@ GridSamplePadding checked_padding(const char* op, int64_t padding) {
 
 // The dtypes every floating tensor of these ops may have. The 16-bit ones run the float32
 // kernels: the bindings below widen their inputs (detail::widen) and round each output to the
-// 16-bit dtype once (round_once), as PyTorch computes 16-bit tensors on the CPU.
+// 16-bit dtype once (round_result, ops/internal/reduced_float.h), as PyTorch computes 16-bit
+// tensors on the CPU.
 constexpr const char* kFloatingDTypes = "(float32, float64, bfloat16 or float16)";
 
 // Mixed floating dtypes are an error naming the argument that differs (no promotion, as in
@@ -44,11 +46,6 @@ constexpr const char* kFloatingDTypes = "(float32, float64, bfloat16 or float16)
 void check_same_dtype(const char* op, const char* name, const Tensor& t, const char* whose, DType expected) {
   TG_CHECK(t.dtype() == expected, op, ": expected ", name, " of ", whose, " dtype ", dtype_name(expected), ", got ",
            dtype_name(t.dtype()));
-}
-
-// A float32 result of a 16-bit computation, rounded to `dtype` once; anything else is left as is.
-void round_once(Tensor& t, DType dtype) {
-  if (t.defined() && t.dtype() != dtype) t = detail::convert(t, dtype);
 }
 
 // Checks input and grid; the spec's list, in the order a user would want to hear it.
@@ -97,8 +94,8 @@ GridSampleGrads run_backward(const char* op, const Tensor& grad_output, const Te
                                         ptr(grads.grad_input), ptr(grads.grad_grid), N, C, H, W, Ho, Wo, a.mode,
                                         a.padding, a.align_corners);
   });
-  round_once(grads.grad_input, grid.dtype());
-  round_once(grads.grad_grid, grid.dtype());
+  grads.grad_input = round_result(grads.grad_input, grid.dtype());
+  grads.grad_grid = round_result(grads.grad_grid, grid.dtype());
   return grads;
 }
 
@@ -360,7 +357,7 @@ Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid,
     kernels::grid_sample_2d_forward<T>(in.data<T>(), gr.data<T>(), out.data<T>(), N, C, H, W, Ho, Wo, mode, padding,
                                        align_corners);
   });
-  round_once(out, input.dtype());
+  out = round_result(out, input.dtype());
   if (Recorder rec{kGridSampleOp, {input, grid}}) {
     // grad_input needs only grid (and grad_output); grad_grid needs input as well, except
     // nearest's, which is zero.
@@ -433,7 +430,7 @@ GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output,
                                                ptr(r.grad_grad_output), ptr(r.grad_input), ptr(r.grad_grid), N, C,
                                                H, W, Ho, Wo, mode, padding, align_corners);
   });
-  for (Tensor* t : {&r.grad_grad_output, &r.grad_input, &r.grad_grid}) round_once(*t, dt);
+  for (Tensor* t : {&r.grad_grad_output, &r.grad_input, &r.grad_grid}) *t = round_result(*t, dt);
   // Recorded (when a third derivative is asked for through it) only so that the tape raises
   // instead of treating these gradients as constants: its own backward is not implemented.
   if (Recorder rec{kGridSampleDoubleBackwardOp, {grad_output, input, grid, gg_grid}}) {
@@ -464,7 +461,7 @@ Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool a
     using T = typename decltype(tag)::type;
     kernels::affine_grid_2d_forward<T>(th.data<T>(), grid.data<T>(), N, H, W, align_corners);
   });
-  round_once(grid, theta.dtype());
+  grid = round_result(grid, theta.dtype());
   if (Recorder rec{kAffineGridOp, {theta}}) {
     rec.set_attrs(AffineGridAttrs{size, align_corners});
     rec.set_outputs({grid});
@@ -488,7 +485,7 @@ Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector
     using T = typename decltype(tag)::type;
     kernels::affine_grid_2d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, H, W, align_corners);
   });
-  round_once(grad_theta, grad_grid.dtype());
+  grad_theta = round_result(grad_theta, grad_grid.dtype());
   if (Recorder rec{kAffineGridGeneratorBackwardOp, {grad_grid}}) {  // under create_graph, say
     rec.set_attrs(AffineGridAttrs{size, align_corners});
     rec.set_outputs({grad_theta});

@@ -10,9 +10,9 @@ namespace tg {
 
 // A kernel's fresh result in the dtype it should have: rounded once when it was computed in
 // float32 for a 16-bit dtype; itself otherwise (no copy, no new handle: the float32 and float64
-// paths pay nothing).
+// paths pay nothing), and undefined stays undefined (a gradient an output mask did not ask for).
 inline Tensor round_result(const Tensor& out, DType dtype) {
-  return out.dtype() == dtype ? out : detail::convert(out, dtype);
+  return !out.defined() || out.dtype() == dtype ? out : detail::convert(out, dtype);
 }
 
 }  // namespace tg

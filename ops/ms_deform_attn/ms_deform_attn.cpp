@@ -177,7 +177,7 @@ Tensor ms_deform_attn(const Tensor& value, const Tensor& spatial_shapes, const T
                                        attn.data<T>(), out.data<T>(), s.bs, s.num_keys, s.heads, s.channels, s.levels,
                                        s.queries, s.points);
   });
-  detail::round_once(out, value.dtype());
+  out = round_result(out, value.dtype());
   if (Recorder rec{kMsDeformAttnOp, {value, sampling_locations, attention_weights}}) {
     rec.save(kValue, value);
     rec.save(kSpatialShapes, shapes);
@@ -215,7 +215,7 @@ MsDeformAttnGrads ms_deform_attn_backward(const Tensor& value, const Tensor& spa
                                         s.num_keys, s.heads, s.channels, s.levels, s.queries, s.points);
   });
   for (Tensor* t : {&grads.grad_value, &grads.grad_sampling_locations, &grads.grad_attention_weights})
-    detail::round_once(*t, value.dtype());
+    *t = round_result(*t, value.dtype());
   return grads;
 }
 

@@ -141,7 +141,7 @@ MsDeformAttnDoubleGrads ms_deform_attn_double_backward(const Tensor& value, cons
   if (output_mask[0])
     r.grad_grad_output = ggv.defined() ? add(ms_deform_attn(ggv, shapes, start, loc, attn), go_rest) : go_rest;
   for (Tensor* t : {&r.grad_grad_output, &r.grad_value, &r.grad_sampling_locations, &r.grad_attention_weights})
-    detail::round_once(*t, value.dtype());
+    *t = round_result(*t, value.dtype());
   return r;
 }
 

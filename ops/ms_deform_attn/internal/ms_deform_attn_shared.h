@@ -7,6 +7,7 @@
 
 #include "../../../framework/registry.h"
 #include "../../../framework/tensor.h"
+#include "../../internal/reduced_float.h"
 #include "../ms_deform_attn.h"
 
 namespace tg::detail {
@@ -33,11 +34,6 @@ inline Tensor index_as_int64(const Tensor& t) { return convert(t, DType::Int64).
 // A contiguous, detached copy the kernels can read: float32 for a 16-bit tensor (the kernels
 // compute 16-bit tensors in float32), the tensor itself otherwise; undefined stays undefined.
 inline Tensor widen_contiguous(const Tensor& t) { return t.defined() ? widen(t.detach()).contiguous() : t; }
-
-// A float32 result computed for 16-bit inputs, rounded to `dtype` once; others are left as is.
-inline void round_once(Tensor& t, DType dtype) {
-  if (t.defined() && t.dtype() != dtype) t = convert(t, dtype);
-}
 
 // Checks that grad_output is (bs, queries, heads * channels) in value's dtype.
 void ms_deform_attn_check_grad_output(const char* op, const MsdaSizes& s, const Tensor& value,
