@@ -287,5 +287,24 @@ TEST(HalfConvGroupNormUpsample, MixedDtypesAreErrorsNamingTheArgument) {
             "native_group_norm_backward: expected grad_out of dtype float16, got float32");
 }
 
+// The layers built in a 16-bit dtype: parameters, output and every gradient in that dtype.
+TEST_P(HalfKernelApi, LayersRunInSixteenBits) {
+  const DType dt = std::string(GetParam()) == "bfloat16" ? DType::BFloat16 : DType::Float16;
+  Conv2d conv(4, 6, {3}, {2}, {1}, {1}, 2, true, dt);
+  ConvTranspose2d deconv(6, 4, {3}, {2}, {1}, {1}, 2, true, {1}, dt);
+  GroupNorm norm(2, 6, 1e-5, true, dt);
+  Tensor x = from_vector(std::vector<float>(2 * 4 * 8 * 8, 0.25f), {2, 4, 8, 8}).to(dt).requires_grad_();
+  Tensor y = deconv.forward(norm.forward(conv.forward(x)));
+  y = upsample_bilinear2d(y, {5, 7}, false);
+  EXPECT_EQ(y.dtype(), dt);
+  y.backward(ones(y.shape(), dt));
+  EXPECT_EQ(x.grad().dtype(), dt);
+  for (const Tensor& p : {conv.weight, conv.bias, deconv.weight, deconv.bias, norm.weight, norm.bias}) {
+    EXPECT_EQ(p.dtype(), dt);
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().dtype(), dt);
+  }
+}
+
 }  // namespace
 }  // namespace tg
