@@ -196,6 +196,15 @@ ConvolutionGrads backward_with_params(const char* op, const Tensor& grad_output,
                                       const Tensor& weight, const Shape& input_shape, const Shape& weight_shape,
                                       const kernels::ConvParams& p, std::array<bool, 3> mask) {
   const DType dt = grad_output.dtype();
+  if (is_reduced_floating(dt)) {
+    // 16 bits, as PyTorch on the CPU: the float32 kernels on float32 copies, each gradient
+    // rounded once to the dtype of what it is the gradient of (all three share it).
+    ConvolutionGrads r = backward_with_params(op, detail::widen(grad_output), detail::widen(input),
+                                              detail::widen(weight), input_shape, weight_shape, p, mask);
+    for (Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
+      if (t->defined()) *t = detail::convert(*t, dt);
+    return r;
+  }
   ConvolutionGrads r;
   if (mask[0]) r.grad_input = Tensor::empty(input_shape, dt);
   if (mask[1]) r.grad_weight = Tensor::empty(weight_shape, dt);
@@ -402,7 +411,8 @@ Tensor convolution_impl(const char* op, int dims, const Tensor& input, const Ten
   const kernels::ConvParams p = check_geometry(op, dims, input.shape(), weight.shape(), stride, padding, dilation,
                                                transposed, output_padding, groups);
   const DType dt = input.dtype();
-  TG_CHECK(is_floating(dt), op, ": expected a floating input (float32 or float64), got ", dtype_name(dt));
+  TG_CHECK(is_floating(dt), op, ": expected a floating input (float32, float64, bfloat16 or float16), got ",
+           dtype_name(dt));
   check_same_dtype(op, "weight", weight, dt);
   if (bias.defined()) {
     TG_CHECK(bias.shape() == (Shape{p.C_out}), op, ": expected bias to have shape [", p.C_out, "] (out_channels), got ",
@@ -413,10 +423,13 @@ Tensor convolution_impl(const char* op, int dims, const Tensor& input, const Ten
   return forward_with_params(op, input, weight, bias, p);
 }
 
-// The forward once the arguments are checked: computes and records the entry.
-Tensor forward_with_params(const char* op, const Tensor& input, const Tensor& weight, const Tensor& bias,
-                           const kernels::ConvParams& p) {
+// The forward's output, not recorded. A 16-bit convolution runs the float32 kernels on float32
+// copies (accumulating in float32, as PyTorch's CPU kernels) and rounds the output once.
+Tensor forward_values(const char* op, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                      const kernels::ConvParams& p) {
   const DType dt = input.dtype();
+  if (is_reduced_floating(dt))
+    return detail::convert(forward_values(op, detail::widen(input), detail::widen(weight), detail::widen(bias), p), dt);
   Tensor x = input.detach().contiguous(), w = weight.detach().contiguous();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor out = Tensor::empty(output_shape(p), dt);
@@ -434,6 +447,13 @@ Tensor forward_with_params(const char* op, const Tensor& input, const Tensor& we
       kernels::convolution_forward<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, out.data<T>(), p);
     });
   }
+  return out;
+}
+
+// The forward once the arguments are checked: computes and records the entry.
+Tensor forward_with_params(const char* op, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                           const kernels::ConvParams& p) {
+  Tensor out = forward_values(op, input, weight, bias, p);
   if (Recorder rec{kConvolutionOp, {input, weight, bias}}) {
     // grad_input needs only the weight, grad_weight only the input, grad_bias neither.
     if (rec.needs_grad(1)) rec.save(kInput, input);
@@ -499,7 +519,8 @@ ConvolutionGrads convolution_backward(const Tensor& grad_output, const Tensor& i
   const kernels::ConvParams p = check_geometry(op, 0, input.shape(), weight.shape(), stride, padding, dilation,
                                                transposed, output_padding, groups);
   const DType dt = input.dtype();
-  TG_CHECK(is_floating(dt), op, ": expected a floating input (float32 or float64), got ", dtype_name(dt));
+  TG_CHECK(is_floating(dt), op, ": expected a floating input (float32, float64, bfloat16 or float16), got ",
+           dtype_name(dt));
   check_same_dtype(op, "weight", weight, dt);
   check_same_dtype(op, "grad_output", grad_output, dt);
   const Shape out_shape = output_shape(p);

@@ -23,6 +23,11 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias
                    const IntList& padding, const IntList& dilation, bool transposed, const IntList& output_padding,
                    int64_t groups);
 
+// Dtypes: float32, float64, bfloat16, float16; input, weight, bias (and grad_output) share one
+// (a mixed call is a tg::Error naming the argument, as PyTorch). In bfloat16 / float16 the
+// arithmetic is float32 and each output and gradient is rounded once to the dtype (PyTorch's
+// CPU rule).
+
 // PyTorch's functional wrappers, with its argument order and defaults.
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const IntList& stride = {1},
               const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1);

@@ -106,6 +106,14 @@ const OpDef kGroupNormOp{"group_norm", "native_group_norm_backward", "input, wei
 GroupNormResult native_group_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t N,
                                   int64_t C, int64_t HxW, int64_t group, double eps) {
   check_sizes("native_group_norm", input, weight, bias, N, C, HxW, group);
+  const DType dt = input.dtype();
+  if (is_reduced_floating(dt)) {
+    // 16 bits, as PyTorch 1.13 on the CPU: statistics and output computed in float32 (the float
+    // kernels on float32 copies), then the output, mean and rstd each rounded once to the dtype.
+    GroupNormResult r = native_group_norm(detail::widen(input), detail::widen(weight), detail::widen(bias), N, C, HxW,
+                                          group, eps);
+    return {detail::convert(r.output, dt), detail::convert(r.mean, dt), detail::convert(r.rstd, dt)};
+  }
   Tensor x = input.detach().contiguous();
   Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
@@ -137,6 +145,16 @@ GroupNormGrads native_group_norm_backward(const Tensor& grad_out, const Tensor& 
            format_shape(mean.shape()));
   TG_CHECK(rstd.numel() == Ngroup, op, ": expected rstd with N * group = ", Ngroup, " elements, got shape ",
            format_shape(rstd.shape()));
+  if (is_reduced_floating(input.dtype())) {
+    // In float32 from the 16-bit inputs (and the 16-bit mean and rstd the forward returned, as
+    // PyTorch 1.13), each gradient rounded once.
+    GroupNormGrads r = native_group_norm_backward(detail::widen(grad_out), detail::widen(input), detail::widen(mean),
+                                                  detail::widen(rstd), detail::widen(weight), N, C, HxW, group,
+                                                  output_mask);
+    for (Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
+      if (t->defined()) *t = detail::convert(*t, input.dtype());
+    return r;
+  }
   GroupNormGrads grads;
   if (output_mask[0]) grads.grad_input = Tensor::empty({N, C, HxW}, input.dtype());
   if (output_mask[1]) grads.grad_weight = Tensor::empty({C}, input.dtype());

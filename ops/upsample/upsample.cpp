@@ -62,6 +62,44 @@ std::array<int64_t, 4> checked_input_size(const char* op, const Tensor& input) {
   return in;
 }
 
+// The forward's output, not recorded. A 16-bit input is interpolated in float32 (the float
+// kernel on a float32 copy, as PyTorch's CPU kernels compute) and the output rounded once.
+Tensor forward_values(const char* op, const Tensor& input, std::array<int64_t, 4> in,
+                      std::array<int64_t, 2> output_size, bool align_corners, std::optional<double> scales_h,
+                      std::optional<double> scales_w) {
+  if (is_reduced_floating(input.dtype()))
+    return detail::convert(
+        forward_values(op, detail::widen(input), in, output_size, align_corners, scales_h, scales_w), input.dtype());
+  Tensor x = input.detach().contiguous();  // accepts any strides (a channels-last view, say)
+  Tensor out = Tensor::empty({in[0], in[1], output_size[0], output_size[1]}, input.dtype());
+  dispatch_floating(input.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::upsample_bilinear2d_forward<T>(x.data<T>(), out.data<T>(), in[0] * in[1], in[2], in[3], output_size[0],
+                                            output_size[1], align_corners, scales_h.value_or(0.0),
+                                            scales_w.value_or(0.0));
+  });
+  return out;
+}
+
+// The input gradient, not recorded; a 16-bit grad_out is summed in float32, rounded once.
+Tensor backward_values(const char* op, const Tensor& grad_out, const Shape& in_shape,
+                       std::array<int64_t, 2> output_size, bool align_corners, std::optional<double> scales_h,
+                       std::optional<double> scales_w) {
+  if (is_reduced_floating(grad_out.dtype()))
+    return detail::convert(backward_values(op, detail::widen(grad_out), in_shape, output_size, align_corners,
+                                           scales_h, scales_w),
+                           grad_out.dtype());
+  Tensor g = grad_out.detach().contiguous();
+  Tensor grad_in = Tensor::empty(in_shape, grad_out.dtype());
+  dispatch_floating(grad_out.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::upsample_bilinear2d_backward<T>(g.data<T>(), grad_in.data<T>(), in_shape[0] * in_shape[1], in_shape[2],
+                                             in_shape[3], output_size[0], output_size[1], align_corners,
+                                             scales_h.value_or(0.0), scales_w.value_or(0.0));
+  });
+  return grad_in;
+}
+
 }  // namespace
 
 const OpDef kUpsampleBilinear2dOp{"upsample_bilinear2d", "upsample_bilinear2d_backward", "input",
@@ -86,16 +124,9 @@ Tensor upsample_bilinear2d(const Tensor& input, std::array<int64_t, 2> output_si
   check_output_size(op, output_size);
   check_scale(op, "scales_h", scales_h);
   check_scale(op, "scales_w", scales_w);
-  Tensor x = input.detach().contiguous();  // accepts any strides (a channels-last view, say)
   const Shape out_shape{in[0], in[1], output_size[0], output_size[1]};
   checked_numel(out_shape, op, "the output shape (N, C, output_size)");
-  Tensor out = Tensor::empty(out_shape, input.dtype());
-  dispatch_floating(input.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    kernels::upsample_bilinear2d_forward<T>(x.data<T>(), out.data<T>(), in[0] * in[1], in[2], in[3], output_size[0],
-                                            output_size[1], align_corners, scales_h.value_or(0.0),
-                                            scales_w.value_or(0.0));
-  });
+  Tensor out = forward_values(op, input, in, output_size, align_corners, scales_h, scales_w);
   if (Recorder rec{kUpsampleBilinear2dOp, {input}}) {
     rec.set_attrs(UpsampleAttrs{output_size, in, align_corners, scales_h, scales_w});
     rec.set_outputs({out});
@@ -119,14 +150,7 @@ Tensor upsample_bilinear2d_backward(const Tensor& grad_out, std::array<int64_t, 
   // Checked: input_size [4, 4, 2^31, 2^31] must be an Error, not an allocation.
   const Shape in_shape{input_size[0], input_size[1], input_size[2], input_size[3]};
   checked_numel(in_shape, op, "input_size");
-  Tensor g = grad_out.contiguous();
-  Tensor grad_in = Tensor::empty(in_shape, grad_out.dtype());
-  dispatch_floating(grad_out.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    kernels::upsample_bilinear2d_backward<T>(g.data<T>(), grad_in.data<T>(), input_size[0] * input_size[1],
-                                             input_size[2], input_size[3], output_size[0], output_size[1],
-                                             align_corners, scales_h.value_or(0.0), scales_w.value_or(0.0));
-  });
+  Tensor grad_in = backward_values(op, grad_out, in_shape, output_size, align_corners, scales_h, scales_w);
   if (Recorder rec{kUpsampleBilinear2dBackwardOp, {grad_out}}) {  // under create_graph, say
     rec.set_attrs(UpsampleAttrs{output_size, input_size, align_corners, scales_h, scales_w});
     rec.set_outputs({grad_in});

@@ -9,6 +9,9 @@
 
 namespace tg {
 
+// Dtypes: float32, float64, bfloat16, float16. In bfloat16 / float16 the interpolation (and the
+// backward's sums) run in float32 and each result is rounded once to the dtype.
+
 // input (N, C, H, W) -> (N, C, Ho, Wo). scales_h / scales_w are the user's scale factors
 // (output / input) when given: with align_corners false they set the source step (1 / scale)
 // instead of in / out; with align_corners true they are ignored.
