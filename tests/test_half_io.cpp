@@ -226,7 +226,7 @@ TEST(HalfIo, RandomCorruptionsLoadOrThrowTgError) {
                           [](const std::string& bytes) { parse_npy(bytes, "fuzz"); }, &loaded, &rejected);
   }
   // Both outcomes occur (a flipped data byte still loads), so the loop exercised the checks.
-  EXPECT_GT(rejected, 500);
+  EXPECT_GT(rejected, 100);
   EXPECT_GT(loaded, 100);
 }
 
@@ -296,8 +296,11 @@ TEST(HalfModule, Float32CheckpointLoadsIntoBf16ModuleAsPyTorchRoundsIt) {
     load_state_dict_from_file(other.state_dict(), data_path("half_io/f32_linear.safetensors"));
     const StateDict src = load_safetensors(data_path("half_io/f32_linear.safetensors")).tensors;
     for (const auto& [name, t] : other.state_dict()) {
-      for (const auto& [n, s] : src)
-        if (n == name) EXPECT_EQ(bits_of(t), bits_of(s.to(dt))) << name;
+      for (const auto& [n, s] : src) {
+        if (n == name) {
+          EXPECT_EQ(bits_of(t), bits_of(s.to(dt))) << name;
+        }
+      }
     }
   }
   // A bf16 checkpoint back into a float32 module is exact (every bf16 value is a float32).

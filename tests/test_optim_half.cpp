@@ -41,7 +41,7 @@ using MakeOpt = std::function<std::unique_ptr<Optimizer>(const Tensor&, bool mas
 // parameter bit for bit and the 16-bit parameter is it rounded once.
 void expect_master_follows_float32(DType dt, const MakeOpt& make, int steps,
                                    const std::function<std::vector<float>(int)>& grad_at) {
-  Tensor p = param16({1.0f, -3.0f, 0.25f, 100.0f, -0.0078125f}, dt);
+  Tensor p = param16({1.0f, -3.0f, 0.25f, 100.0f, -0.5f}, dt);
   Tensor q = twin32(p);
   auto opt16 = make(p, true);
   auto opt32 = make(q, true);
@@ -57,7 +57,9 @@ void expect_master_follows_float32(DType dt, const MakeOpt& make, int steps,
   EXPECT_EQ(master.to_vector<float>(), q.to_vector<float>());
   EXPECT_EQ(bits16(p), bits16(q.to(dt)));
   for (const auto& [key, t] : opt16->state(0)) {
-    if (key != "step") EXPECT_EQ(t.dtype(), DType::Float32) << key;  // moments, momentum: float32
+    if (key != "step") {
+      EXPECT_EQ(t.dtype(), DType::Float32) << key;  // moments, momentum: float32
+    }
   }
 }
 
@@ -86,7 +88,7 @@ TEST(OptimHalf, TinySgdUpdatesAccumulateInTheMasterAndAreLostWithoutIt) {
     }
     EXPECT_NEAR(p.to(DType::Float32).item(), 0.9, dt == DType::BFloat16 ? 0.004 : 0.0005);  // half an ulp at 0.9
     // Without the master the same 1000 updates leave every element where it was.
-    Tensor r = param16({1.0f, -3.0f, 0.25f, 100.0f, -0.0078125f}, dt);
+    Tensor r = param16({1.0f, -3.0f, 0.25f, 100.0f, -0.5f}, dt);
     const std::vector<uint16_t> start = bits16(r);
     auto plain = sgd(r, false);
     for (int s = 0; s < 1000; ++s) {
@@ -150,32 +152,37 @@ TEST(OptimHalf, AdamInBf16WithMasterTracksFloat32Adam) {
     return p.to(DType::Float32).to_vector<float>();
   };
   const int steps = 1500;
+  const double lr = 2e-3;
   const std::vector<float> ref = run(DType::Float32, true, steps);
   const std::vector<float> with = run(DType::BFloat16, true, steps);
   const std::vector<float> without = run(DType::BFloat16, false, steps);
-  double worst_with = 0, mean_without = 0, mean_with = 0;
+  // Tolerance per element: one bfloat16 ulp at the float32 result (the final rounding is half
+  // of one) plus 2^-8 of the path length lr * steps. Each step's direction m / (sqrt(v) + eps)
+  // comes from gradients of the rounded parameter, rounded themselves (2^-9 relative each),
+  // so the two paths drift apart by up to ~2^-8 of the distance Adam can travel (each Adam step
+  // is at most about lr). Many elements are still moving after 1500 steps, so this term is real.
+  double worst_ratio = 0, worst_abs = 0, mean_with = 0, mean_without = 0;
   for (int64_t i = 0; i < n; ++i) {
-    // In units of bfloat16's ulp at the float32 result (2^-7 relative for [1, 2)).
-    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::abs(ref[i]), 1e-3f)) - 7);
-    worst_with = std::max(worst_with, std::abs(with[i] - ref[i]) / ulp);
-    mean_with += std::abs(with[i] - ref[i]) / ulp / n;
-    mean_without += std::abs(without[i] - ref[i]) / ulp / n;
+    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::abs(ref[i]), 1e-30f)) - 7);
+    const double tol = ulp + std::ldexp(lr * steps, -8);
+    const double err = std::abs(with[i] - ref[i]);
+    worst_ratio = std::max(worst_ratio, err / tol);
+    worst_abs = std::max(worst_abs, err);
+    mean_with += err / n;
+    mean_without += std::abs(without[i] - ref[i]) / n;
   }
-  // With the master the bf16 run stays within 2 bf16 ulps of float32 Adam: the final rounding
-  // is half an ulp, and the gradients of the rounded parameter (off by up to half an ulp times
-  // 2c, then rounded) shift Adam's normalised steps by a bounded amount near the optimum.
-  EXPECT_LE(worst_with, 2.0) << "mean " << mean_with;
-  // Without it the late small steps (lr * m/sqrt(v) < half an ulp of |p| > 0.26) are lost:
-  // the parameters stall measurably further away on average.
-  EXPECT_GT(mean_without, mean_with);
-  std::printf("[ measured ] bf16 Adam vs float32 Adam after %d steps: with master worst %.3f ulp, mean %.3f ulp;"
-              " without master mean %.3f ulp\n", steps, worst_with, mean_with, mean_without);
+  EXPECT_LE(worst_ratio, 1.0) << "worst |bf16 - float32| " << worst_abs;
+  // Without the master, steps below half an ulp of the parameter (lr = 2e-3 against 2^-9 |p|:
+  // every |p| > 1) are rounded away and those elements stall far from float32's path.
+  EXPECT_GT(mean_without, 20 * mean_with);
+  std::printf("[ measured ] bf16 Adam vs float32 Adam, %d steps: with master worst %.4g (%.2f of the tolerance), "
+              "mean %.3g; without master mean %.3g\n", steps, worst_abs, worst_ratio, mean_with, mean_without);
 }
 
 TEST(OptimHalf, StateDictRoundTripCarriesTheMaster) {
   for (DType dt : {DType::BFloat16, DType::Float16}) {
     SCOPED_TRACE(dtype_name(dt));
-    Tensor p = param16({1.0f, -3.0f, 0.25f, 100.0f, -0.0078125f}, dt);
+    Tensor p = param16({1.0f, -3.0f, 0.25f, 100.0f, -0.5f}, dt);
     AdamW opt({p});
     for (int s = 0; s < 5; ++s) {
       p.set_grad(from_vector(varying_grad(s), {5}).to(dt));
