@@ -55,7 +55,8 @@ class Optimizer {
   // match this optimizer's. Keys this optimizer does not know are an error.
   void load_state_dict(const StateDict& state);
 
-  // The buffers of parameter i ("momentum_buffer", "exp_avg", "step", ...), empty before its first update.
+  // The buffers of parameter i ("momentum_buffer", "exp_avg", "step", "master_param" for a 16-bit
+  // parameter, ...), empty before its first update.
   const std::map<std::string, Tensor>& state(size_t param_index) const;
 
  protected:
