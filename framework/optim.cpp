@@ -120,13 +120,12 @@ void reseed_stale_master(const Tensor& p, Tensor& master) {
 
 // What the update kernels run on: a float32 or float64 parameter itself; for a 16-bit
 // parameter its float32 master (state "master_param", created on the first step) when the
-// group keeps one, else a fresh float32 copy.
+// group keeps one, else a fresh float32 copy. A master left over from before the parameter
+// was converted to float32/float64 (Module::to) or the option was turned off is dropped.
 Tensor update_target(const Tensor& p, std::map<std::string, Tensor>& st, bool keep_master) {
+  if (!is_reduced_floating(p.dtype()) || !keep_master) st.erase("master_param");
   if (!is_reduced_floating(p.dtype())) return p;
-  if (!keep_master) {
-    st.erase("master_param");
-    return detail::convert(p, DType::Float32);
-  }
+  if (!keep_master) return detail::convert(p, DType::Float32);
   auto it = st.find("master_param");
   if (it == st.end()) return st.emplace("master_param", detail::convert(p, DType::Float32)).first->second;
   it->second.bump_version();

@@ -240,6 +240,10 @@ TEST(OptimHalf, AParameterWrittenBetweenStepsReseedsItsMaster) {
   EXPECT_EQ(m[0], (1.0f - 1e-4f) - 1e-4f);  // untouched element: the master carries on
   EXPECT_EQ(m[1], 5.0f - 1e-4f);            // written element: restarted from the new value
   EXPECT_EQ(p.to(DType::Float32).to_vector<float>(), (std::vector<float>{1.0f, 5.0f}));
+  // The option is a hyperparameter of the group: turned off, the master is dropped.
+  opt.set(0, "float32_master_weights", 0.0);
+  opt.step();
+  EXPECT_EQ(opt.state(0).count("master_param"), 0u);
 }
 
 TEST(OptimHalf, ClipGradNormSumsBf16GradientsInWideArithmetic) {
