@@ -197,6 +197,41 @@ class HeaderParser {
   size_t i_ = 0;
 };
 
+// The little-endian descr strings numpy writes for the dtypes tapegrad has. bfloat16 has none:
+// numpy has no bfloat16 type (ml_dtypes' bfloat16 saves as an anonymous 2-byte void, '|V2',
+// which loses the type), and PyTorch's .numpy() refuses bfloat16. A bfloat16 tensor goes to
+// safetensors ("BF16"), or to npy as float32, which holds every bfloat16 value exactly.
+const char* npy_descr(DType t) {
+  switch (t) {
+    case DType::Float32: return "<f4";
+    case DType::Float64: return "<f8";
+    case DType::Float16: return "<f2";
+    case DType::Int64: return "<i8";
+    case DType::Int32: return "<i4";
+    default: return nullptr;
+  }
+}
+
+bool npy_dtype(const std::string& descr, DType& out) {
+  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::Int64, DType::Int32}) {
+    if (descr == npy_descr(t)) {
+      out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+// What an unsupported descr message adds: a 2-byte void is most likely a bfloat16 array.
+std::string npy_dtype_hint(const std::string& descr) {
+  std::string hint = "expected <f2, <f4, <f8, <i4 or <i8";
+  if (descr == "|V2" || descr == "<V2" || descr == ">V2") {
+    hint += "; a 2-byte void is how numpy saves an ml_dtypes bfloat16 array, without its type: save bfloat16 "
+            "with safetensors, or as float32 (exact)";
+  }
+  return hint;
+}
+
 // The reader shared by load_npy (a file) and parse_npy (bytes): `in` holds `size` bytes.
 Tensor read_npy(std::istream& in, int64_t file_size, const std::string& path) {
   char magic[8] = {};
@@ -230,13 +265,9 @@ Tensor read_npy(std::istream& in, int64_t file_size, const std::string& path) {
            "np.ascontiguousarray first");
 
   DType dtype;
-  int64_t item = 8;
-  bool from_int32 = false;
-  if (h.descr == "<f4") dtype = DType::Float32, item = 4;
-  else if (h.descr == "<f8") dtype = DType::Float64;
-  else if (h.descr == "<i8") dtype = DType::Int64;
-  else if (h.descr == "<i4") dtype = DType::Int64, item = 4, from_int32 = true;
-  else TG_ERROR("load_npy: ", path, ": unsupported dtype '", excerpt(h.descr), "' (expected <f4, <f8, <i8 or <i4)");
+  TG_CHECK(npy_dtype(h.descr, dtype), "load_npy: ", path, ": unsupported dtype '", excerpt(h.descr), "' (",
+           npy_dtype_hint(h.descr), ")");
+  const int64_t item = static_cast<int64_t>(dtype_size(dtype));
 
   // numel is bounded by the file size at every step, so it cannot overflow.
   int64_t numel = 1;
@@ -253,13 +284,7 @@ Tensor read_npy(std::istream& in, int64_t file_size, const std::string& path) {
            format_shape(h.shape), " needs ", data_bytes, " bytes of data, the file has ",
            file_size - prefix - header_len);
   Tensor t = Tensor::empty(h.shape, dtype);
-  if (from_int32) {
-    std::vector<int32_t> tmp(static_cast<size_t>(numel));
-    in.read(reinterpret_cast<char*>(tmp.data()), data_bytes);
-    std::copy(tmp.begin(), tmp.end(), t.data<int64_t>());
-  } else {
-    in.read(static_cast<char*>(t.impl()->storage->data()), data_bytes);
-  }
+  in.read(static_cast<char*>(t.impl()->storage->data()), data_bytes);
   TG_CHECK(in.good() || numel == 0, "load_npy: ", path, ": read failed");
   return t;
 }
@@ -292,7 +317,10 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
 void save_npy(const std::string& path, const Tensor& t) {
   TG_CHECK(t.defined(), "save_npy: the tensor is undefined");
   Tensor c = t.contiguous();
-  const char* descr = c.dtype() == DType::Float32 ? "<f4" : c.dtype() == DType::Float64 ? "<f8" : "<i8";
+  const char* descr = npy_descr(c.dtype());
+  TG_CHECK(descr != nullptr, "save_npy: ", path, ": numpy has no ", dtype_name(c.dtype()),
+           " dtype, so a .npy file cannot say what its bytes are: save it with save_safetensors (\"BF16\"), or "
+           "as t.to(DType::Float32), which holds every bfloat16 value exactly");
   std::string shape;
   for (int64_t d : c.shape()) shape += std::to_string(d) + ", ";
   if (c.dim() > 1) shape.resize(shape.size() - 2);

@@ -1,6 +1,8 @@
 // NumPy .npy files: the format of the golden fixtures and a simple way to move tensors
-// between PyTorch and tapegrad. Version 1.0/2.0/3.0 headers; little-endian float32, float64,
-// int64 and int32 (read as int64); C order only.
+// between PyTorch and tapegrad. Version 1.0/2.0/3.0 headers; little-endian float32 ('<f4'),
+// float64 ('<f8'), float16 ('<f2'), int64 ('<i8') and int32 ('<i4'), each loaded as that
+// dtype; C order only. numpy has no bfloat16: save_npy refuses it and says to use safetensors
+// (or float32, which holds every bfloat16 value exactly).
 #pragma once
 
 #include <string>

@@ -6,10 +6,18 @@
 //   Adam:  g += wd*p (Adam only);  p *= 1 - lr*wd (AdamW only)
 //          m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
 //          p -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
+//
+// 16-bit (bfloat16, float16) parameters: the kernels run in float32 on a float32 copy of the
+// parameter, with the gradient widened to float32 and the state (momentum, moments) in float32,
+// and the parameter is that copy rounded once. With float32_master_weights (the default) the
+// copy is kept across steps as state "master_param", so updates below half the parameter's ulp
+// accumulate instead of rounding away: the master follows exactly the trajectory a float32
+// parameter with the same gradients would.
 #include "optim.h"
 
 #include <cmath>
 #include <set>
+#include <type_traits>
 
 #include "grad_mode.h"
 #include "parallel.h"
@@ -90,6 +98,44 @@ Tensor grad_for_update(const Tensor& p, const char* opt) {
            " ", dtype_name(g.dtype()), " does not match its parameter ", format_shape(p.shape()), " ",
            dtype_name(p.dtype()));
   return g.contiguous();
+}
+
+// The dtype of an update's arithmetic and of its state: float32 for 16-bit parameters.
+DType state_dtype(DType param) { return is_reduced_floating(param) ? DType::Float32 : param; }
+
+// Elements of the float32 master that no longer round to the 16-bit parameter were written by
+// someone else (a checkpoint loaded into the model, a manual edit): they restart from the
+// parameter, so a stale master never undoes such a write.
+void reseed_stale_master(const Tensor& p, Tensor& master) {
+  dispatch_all_floating(p.dtype(), "optimizer", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>) {
+      const T* pp = p.data<T>();
+      float* m = master.data<float>();
+      for (int64_t i = 0, n = p.numel(); i < n; ++i)
+        if (T(m[i]).bits != pp[i].bits) m[i] = static_cast<float>(pp[i]);
+    }
+  });
+}
+
+// What the update kernels run on: a float32 or float64 parameter itself; for a 16-bit
+// parameter its float32 master (state "master_param", created on the first step) when the
+// group keeps one, else a fresh float32 copy. A master left over from before the parameter
+// was converted to float32/float64 (Module::to) or the option was turned off is dropped.
+Tensor update_target(const Tensor& p, std::map<std::string, Tensor>& st, bool keep_master) {
+  if (!is_reduced_floating(p.dtype()) || !keep_master) st.erase("master_param");
+  if (!is_reduced_floating(p.dtype())) return p;
+  if (!keep_master) return detail::convert(p, DType::Float32);
+  auto it = st.find("master_param");
+  if (it == st.end()) return st.emplace("master_param", detail::convert(p, DType::Float32)).first->second;
+  it->second.bump_version();
+  reseed_stale_master(p, it->second);
+  return it->second;
+}
+
+// After the kernel: a 16-bit parameter becomes its float32 target rounded once.
+void finish_update(Tensor& p, const Tensor& target) {
+  if (target.impl() != p.impl()) detail::raw_copy_(p, target);
 }
 
 }  // namespace
@@ -204,7 +250,12 @@ void Optimizer::load_state_dict(const StateDict& state) {
       const bool is_step = buffer == "step";
       TG_CHECK(is_step || value.shape() == params[i].shape(), name(), ".load_state_dict: \"", key, "\" has shape ",
                format_shape(value.shape()), ", expected ", format_shape(params[i].shape()));
-      new_state[i][buffer] = is_step ? value.to(DType::Float64).clone() : value.to(params[i].dtype()).contiguous().clone();
+      // A master copy exists for 16-bit parameters only; every state buffer is float32 for them.
+      TG_CHECK(buffer != "master_param" || is_reduced_floating(params[i].dtype()), name(), ".load_state_dict: \"",
+               key, "\" is a float32 master copy, but parameter ", i, " is ", dtype_name(params[i].dtype()),
+               ", which needs none");
+      const DType dt = is_step ? DType::Float64 : state_dtype(params[i].dtype());
+      new_state[i][buffer] = detail::convert(value, dt).contiguous().clone();
     } else if (key.rfind("param_groups.", 0) == 0) {
       auto [g, hyper] = parse_index(key.substr(13), groups_.size(), "param group");
       TG_CHECK(value.numel() == 1, name(), ".load_state_dict: \"", key, "\" must hold one value, got shape ",
@@ -239,26 +290,30 @@ void SGD::add_param_group(std::vector<Tensor> params, SGDOptions o) {
                                 {"momentum", o.momentum},
                                 {"dampening", o.dampening},
                                 {"weight_decay", o.weight_decay},
-                                {"nesterov", o.nesterov ? 1.0 : 0.0}});
+                                {"nesterov", o.nesterov ? 1.0 : 0.0},
+                                {"float32_master_weights", o.float32_master_weights ? 1.0 : 0.0}});
 }
 
 void SGD::step() {
   for_each_param_with_grad([](const Group& group, Tensor& p, const Tensor& g, std::map<std::string, Tensor>& st) {
     const double momentum = group.h("momentum");
+    Tensor w = update_target(p, st, group.h("float32_master_weights") != 0);
+    const Tensor gw = detail::widen(g);
     bool first = false;
     Tensor buf;
     if (momentum != 0) {
       auto it = st.find("momentum_buffer");
       first = it == st.end();
-      if (first) it = st.emplace("momentum_buffer", Tensor::empty(p.shape(), p.dtype())).first;
+      if (first) it = st.emplace("momentum_buffer", Tensor::empty(p.shape(), w.dtype())).first;
       buf = it->second;
       buf.bump_version();
     }
-    dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
+    dispatch_floating(w.dtype(), "SGD", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      sgd_kernel<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr, p.numel(), group.h("lr"),
+      sgd_kernel<T>(w.data<T>(), gw.data<T>(), buf.defined() ? buf.data<T>() : nullptr, p.numel(), group.h("lr"),
                     momentum, group.h("dampening"), group.h("weight_decay"), group.h("nesterov") != 0, first);
     });
+    finish_update(p, w);
   });
 }
 
@@ -278,17 +333,20 @@ void Adam::add_param_group(std::vector<Tensor> params, AdamOptions o) {
                                 {"beta1", o.beta1},
                                 {"beta2", o.beta2},
                                 {"eps", o.eps},
-                                {"weight_decay", o.weight_decay}});
+                                {"weight_decay", o.weight_decay},
+                                {"float32_master_weights", o.float32_master_weights ? 1.0 : 0.0}});
 }
 
 void Adam::step() {
   const bool decoupled = decoupled_;
   for_each_param_with_grad([decoupled](const Group& group, Tensor& p, const Tensor& g,
                                        std::map<std::string, Tensor>& st) {
+    Tensor w = update_target(p, st, group.h("float32_master_weights") != 0);
+    const Tensor gw = detail::widen(g);
     if (!st.count("step")) {
       st["step"] = scalar_tensor(0.0, DType::Float64);
-      st["exp_avg"] = zeros(p.shape(), p.dtype());
-      st["exp_avg_sq"] = zeros(p.shape(), p.dtype());
+      st["exp_avg"] = zeros(p.shape(), w.dtype());
+      st["exp_avg_sq"] = zeros(p.shape(), w.dtype());
     }
     Tensor& step_t = st["step"];
     const double step = step_t.item() + 1;
@@ -297,11 +355,12 @@ void Adam::step() {
     Tensor& v = st["exp_avg_sq"];
     m.bump_version();
     v.bump_version();
-    dispatch_floating(p.dtype(), decoupled ? "AdamW" : "Adam", [&](auto tag) {
+    dispatch_floating(w.dtype(), decoupled ? "AdamW" : "Adam", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      adam_kernel<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(), group.h("lr"), group.h("beta1"),
+      adam_kernel<T>(w.data<T>(), gw.data<T>(), m.data<T>(), v.data<T>(), p.numel(), group.h("lr"), group.h("beta1"),
                      group.h("beta2"), group.h("eps"), group.h("weight_decay"), decoupled, step);
     });
+    finish_update(p, w);
   });
 }
 

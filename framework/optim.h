@@ -8,6 +8,17 @@
 //
 //   tg::SGD opt(model->parameters(), {/*lr=*/0.1, /*momentum=*/0.9});
 //   for (...) { model->zero_grad(); loss.backward(); opt.step(); }
+//
+// bfloat16 and float16 parameters: the update is computed in float32 and its state (momentum,
+// Adam's moments) is float32. With the option float32_master_weights (on by default; it only
+// matters for 16-bit parameters) the optimizer keeps a float32 master copy of each 16-bit
+// parameter, state "master_param" (saved and loaded with the rest of the state): each step
+// updates the master and the parameter becomes the master rounded once, so updates smaller
+// than half the parameter's ulp (lr * grad below 2^-9 of the value for bfloat16) add up
+// instead of being rounded away. Without it a 16-bit parameter is widened, updated and
+// rounded each step, and such updates are lost. If the parameter was written between steps
+// (a checkpoint loaded into the model), the elements that no longer match their master
+// restart from the parameter.
 #pragma once
 
 #include <map>
@@ -44,7 +55,8 @@ class Optimizer {
   // match this optimizer's. Keys this optimizer does not know are an error.
   void load_state_dict(const StateDict& state);
 
-  // The buffers of parameter i ("momentum_buffer", "exp_avg", "step", ...), empty before its first update.
+  // The buffers of parameter i ("momentum_buffer", "exp_avg", "step", "master_param" for a 16-bit
+  // parameter, ...), empty before its first update.
   const std::map<std::string, Tensor>& state(size_t param_index) const;
 
  protected:
@@ -69,6 +81,7 @@ struct SGDOptions {
   double dampening = 0;
   double weight_decay = 0;
   bool nesterov = false;
+  bool float32_master_weights = true;  // 16-bit parameters: keep and update a float32 copy
 };
 
 class SGD : public Optimizer {
@@ -86,6 +99,7 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0;  // Adam: L2 added to the gradient; AdamW: decoupled decay
+  bool float32_master_weights = true;  // 16-bit parameters: keep and update a float32 copy
 };
 
 class Adam : public Optimizer {
@@ -116,7 +130,9 @@ class AdamW : public Adam {
 
 // Scales the gradients so that their global norm (the norm of all of them as one vector) is
 // at most max_norm: g *= min(1, max_norm / (total + 1e-6)), PyTorch's formula. Returns the
-// norm before clipping. norm_type: any p >= 1, or INFINITY for the max-abs norm.
+// norm before clipping. norm_type: any p >= 1, or INFINITY for the max-abs norm. The norms
+// are accumulated in float64 whatever the gradients' dtype (16-bit gradients included), and a
+// 16-bit gradient is scaled in float32 and rounded once.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
 }  // namespace tg

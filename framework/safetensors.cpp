@@ -24,14 +24,26 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr size_t kMaxDepth = 3;
 constexpr size_t kMaxArrayLength = 64;
 
-const char* st_dtype(DType t) { return t == DType::Float32 ? "F32" : t == DType::Float64 ? "F64" : "I64"; }
+// safetensors' dtype names for tapegrad's dtypes, in one table both directions read.
+constexpr std::pair<DType, const char*> kStDtypes[] = {
+    {DType::Float32, "F32"}, {DType::Float64, "F64"}, {DType::Int64, "I64"},
+    {DType::BFloat16, "BF16"}, {DType::Float16, "F16"}, {DType::Int32, "I32"},
+};
+
+const char* st_dtype(DType t) {
+  for (const auto& [d, s] : kStDtypes)
+    if (d == t) return s;
+  TG_ERROR("save_safetensors: no safetensors name for dtype ", dtype_name(t));
+}
 
 bool parse_st_dtype(const std::string& s, DType& out) {
-  if (s == "F32") out = DType::Float32;
-  else if (s == "F64") out = DType::Float64;
-  else if (s == "I64") out = DType::Int64;
-  else return false;
-  return true;
+  for (const auto& [d, name] : kStDtypes) {
+    if (s == name) {
+      out = d;
+      return true;
+    }
+  }
+  return false;
 }
 
 struct Entry {
@@ -200,7 +212,7 @@ Entry read_entry(const std::string& name, const ordered_json& v, uint64_t data_s
   Entry e;
   e.name = name;
   const std::string dt = v["dtype"].get<std::string>();
-  TG_CHECK(parse_st_dtype(dt, e.dtype), t, "unsupported dtype \"", dt, "\" (expected F32, F64 or I64)");
+  TG_CHECK(parse_st_dtype(dt, e.dtype), t, "unsupported dtype \"", dt, "\" (expected F32, F64, I64, BF16, F16 or I32)");
   // numel is bounded by the data size at every step, so it cannot overflow.
   uint64_t numel = 1;
   for (const auto& d : v["shape"]) {
@@ -318,9 +330,11 @@ LoadStateDictReport load_state_dict(const StateDict& target, const StateDict& so
     if (s.shape() != t.shape()) {
       report.mismatches.push_back(name + ": shape " + format_shape(s.shape()) + " in the source, " +
                                   format_shape(t.shape()) + " in the target");
-    } else if (s.dtype() != t.dtype()) {
+    } else if (is_floating(s.dtype()) != is_floating(t.dtype())) {
+      // PyTorch would copy_ an integer tensor into a floating one (or truncate the other
+      // way); between kinds that is a wrong checkpoint far more often than an intent.
       report.mismatches.push_back(name + ": dtype " + dtype_name(s.dtype()) + " in the source, " +
-                                  dtype_name(t.dtype()) + " in the target");
+                                  dtype_name(t.dtype()) + " in the target (one floating, one integer)");
     } else {
       copies.emplace_back(t, &s);
     }
@@ -332,6 +346,8 @@ LoadStateDictReport load_state_dict(const StateDict& target, const StateDict& so
   TG_CHECK(!fail, "load_state_dict: error(s) loading the state dict (nothing was copied):\n", report.to_string());
   // A checkpoint load is not part of the model's computation: no tape entries.
   NoGradGuard no_grad;
+  // copy_ converts, as PyTorch's param.copy_(input_param) does: a float32 checkpoint loads
+  // into a bfloat16 module rounded to nearest even once, an int64 buffer into an int32 one.
   for (auto& [dst, s] : copies) dst.copy_(*s);
   return report;
 }

@@ -1,7 +1,8 @@
 // safetensors checkpoints: an 8-byte little-endian header length, a JSON header
 // {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
 //  "__metadata__": {"key": "value"}}, then the raw little-endian tensor data. The format
-// Hugging Face and PyTorch users exchange weights in; tapegrad reads and writes F32, F64, I64.
+// Hugging Face and PyTorch users exchange weights in; tapegrad reads and writes F32, F64, I64,
+// BF16, F16 and I32 (a bf16 checkpoint of PyTorch loads and writes back bit for bit).
 #pragma once
 
 #include <map>
@@ -35,7 +36,7 @@ void save_safetensors(const std::string& path, const StateDict& tensors, const S
 // Reads a safetensors file. The file is untrusted: the header length, JSON syntax, dtypes,
 // shapes and data_offsets are all checked against the file size before any tensor is
 // allocated; offsets that overlap, run past the data or disagree with shape x dtype size,
-// duplicate names and unsupported dtypes (F16, BF16, I32, ...) throw tg::Error naming the
+// duplicate names and unsupported dtypes (U8, F8_E4M3, BOOL, ...) throw tg::Error naming the
 // file and the tensor.
 SafetensorsFile load_safetensors(const std::string& path);
 // The same from bytes in memory; `what` names the source in messages.
@@ -52,8 +53,11 @@ struct LoadStateDictReport {
 
 // Copies source tensors into the target's tensors of the same name, in place (the target's
 // tensors keep their identity, so a module's parameters are updated, without recording on
-// the tape). As in PyTorch, shape or dtype mismatches always throw; with strict, missing or
-// unexpected keys throw too. A throw lists every problem and copies nothing. Without strict
+// the tape). As PyTorch's param.copy_(input_param), values are converted to the target's
+// dtype: a float32 checkpoint loads into a bfloat16 or float16 model (rounded to nearest even
+// once), float64 into float32, int64 into int32. A floating tensor and an integer one do not
+// meet (PyTorch would convert them; that is almost always a wrong checkpoint): that and shape
+// mismatches always throw; with strict, missing or unexpected keys throw too. A throw lists every problem and copies nothing. Without strict
 // the report of missing and unexpected keys is returned and the matching tensors are copied.
 LoadStateDictReport load_state_dict(const StateDict& target, const StateDict& source, bool strict = true);
 

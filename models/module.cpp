@@ -124,9 +124,10 @@ void convert_in_place(const Tensor& t, DType dtype) {
 }
 }  // namespace
 
-void Module::to(DType dtype) {
+Module& Module::to(DType dtype) {
   TG_CHECK(is_floating(dtype), this->name(), ".to: expected a floating dtype, got ", dtype_name(dtype));
   for (auto& e : state_dict()) convert_in_place(e.second, dtype);
+  return *this;
 }
 
 void Module::zero_grad() {

@@ -50,7 +50,8 @@ class Module {
   // Parameters and buffers of each module, then its children: PyTorch's state_dict order.
   StateDict state_dict() const;
   // Copies values into the registered tensors through tg::load_state_dict (framework/safetensors.h):
-  // shapes and dtypes must match; strict: every key of the module must be present and no other
+  // shapes must match, floating values are converted to each tensor's dtype (PyTorch's
+  // copy_ rule: a float32 checkpoint loads into a bfloat16 module); strict: every key of the module must be present and no other
   // key may be. On error nothing is copied; the report lists missing and unexpected keys.
   LoadStateDictReport load_state_dict(const StateDict& state, bool strict = true);
 
@@ -62,9 +63,12 @@ class Module {
   bool is_training() const { return training_; }
 
   int64_t num_parameters() const;  // elements, counted once per parameter
-  // Converts every floating parameter and buffer to `dtype` in place: the tensor handles
-  // held by members stay valid. Gradients are dropped.
-  void to(DType dtype);
+  // Converts every floating parameter and buffer to the floating `dtype` (float32, float64,
+  // bfloat16, float16) in place, rounding to nearest even: the tensor handles held by members
+  // stay valid. Integer buffers (counters, indices) keep their dtype. Gradients are dropped.
+  // Returns the module, as PyTorch's module.to(dtype) does, so calls chain:
+  //   net->to(tg::DType::BFloat16).train(false);
+  Module& to(DType dtype);
   void zero_grad();  // drops the gradients (set_to_none, PyTorch 2's default)
 
  protected:

@@ -31,12 +31,13 @@ TEST(Npy, NumpyWrittenFilesLoadExactly) {
     Tensor t = c.tensor("array");
     EXPECT_EQ(t.shape(), c.json["shape"].get<Shape>());
     const std::string dt = c.json["dtype"];
-    // int32 widens to int64; float32 stays float32 (its values are exact in JSON's doubles).
-    const DType want = dt == "float32" ? DType::Float32 : dt == "float64" ? DType::Float64 : DType::Int64;
+    // Each dtype loads as itself (int32 stays int32); float32's values are exact in JSON's doubles.
+    const DType want = dt == "float32" ? DType::Float32 : dt == "float64" ? DType::Float64
+                       : dt == "int32"  ? DType::Int32   : DType::Int64;
     ASSERT_EQ(t.dtype(), want);
-    if (want == DType::Int64) {
+    if (want == DType::Int64 || want == DType::Int32) {
       // Compared as integers: 2^62 + 3 is not representable in a double.
-      EXPECT_EQ(t.to_vector<int64_t>(), c.json["values"].get<std::vector<int64_t>>());
+      EXPECT_EQ(t.to(DType::Int64).to_vector<int64_t>(), c.json["values"].get<std::vector<int64_t>>());
     } else {
       std::vector<double> got = t.to(DType::Float64).to_vector<double>();
       EXPECT_EQ(got, c.json["values"].get<std::vector<double>>());
@@ -145,8 +146,10 @@ TEST(Npy, CorruptFilesThrowClearErrors) {
   const std::string data24(24, '\0');
   check("fortran", npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", data24),
         {"Fortran-order"});
-  check("half", npy_with_header("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", data24),
-        {"unsupported dtype '<f2'"});
+  check("bf16_as_void", npy_with_header("{'descr': '|V2', 'fortran_order': False, 'shape': (2, 3), }", data24),
+        {"unsupported dtype '|V2'", "ml_dtypes bfloat16", "safetensors"});
+  check("big_endian_half", npy_with_header("{'descr': '>f2', 'fortran_order': False, 'shape': (2, 3), }", data24),
+        {"unsupported dtype '>f2'"});
   check("big_endian", npy_with_header("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", data24),
         {"unsupported dtype '>f4'"});
   check("uint8", npy_with_header("{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", data24),
@@ -248,7 +251,7 @@ TEST(Npy, LongAndMalformedHeadersAreRefusedWithoutCrashing) {
         {"header of 10001 bytes exceeds the limit of 10000 bytes"});
   check("descr_9900",
         npy_with_header("{'descr': '" + std::string(9900, 'f') + "', 'fortran_order': False, 'shape': (2, 3), }", data24),
-        {"unsupported dtype 'ffffffff", "...' (expected <f4"});
+        {"unsupported dtype 'ffffffff", "...' (expected <f2, <f4"});
   check("shape_9900", npy_v2_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (" +
                                              std::string(9900, '(') + "), }\n", data24),
         {"invalid shape (((("});

@@ -135,7 +135,8 @@ TEST(Optim, StateDictNames) {
   for (auto& e : opt.state_dict()) names.push_back(e.first);
   std::vector<std::string> expected = {"state.1.exp_avg",     "state.1.exp_avg_sq",  "state.1.step",
                                        "param_groups.0.lr",   "param_groups.0.beta1", "param_groups.0.beta2",
-                                       "param_groups.0.eps",  "param_groups.0.weight_decay"};
+                                       "param_groups.0.eps",  "param_groups.0.weight_decay",
+                                       "param_groups.0.float32_master_weights"};
   EXPECT_EQ(names, expected);
   EXPECT_EQ(opt.state_dict()[3].second.dim(), 0);  // hyperparameters are 0-d tensors
 }
