@@ -38,25 +38,6 @@ constexpr double kFp16Eps = 1.0 / 2048;  // 2^-11
 constexpr double kTolFactor = 4;
 constexpr double kSecondOrderTolFactor = 8;
 
-// Ops of the five operator families being taught 16 bits by other engineers in parallel
-// (issue 22): they still refuse bfloat16 / float16 on this branch. Each is run and may fail
-// (the test then reports it as skipped, with the error); the lead empties this list at merge.
-const std::map<std::string, const char*>& expected_to_fail_on_this_branch() {
-  static const std::map<std::string, const char*> ops = {
-      {"convolution", "convolution family"},
-      {"group_norm", "group_norm family"},
-      {"upsample_bilinear2d", "upsample family"},
-  };
-  return ops;
-}
-
-// Ops that cannot run in 16 bits by design, with the reason (PyTorch refuses them too). Empty:
-// every other op of the framework takes bfloat16 and float16.
-const std::map<std::string, const char*>& refused_by_design() {
-  static const std::map<std::string, const char*> ops = {};
-  return ops;
-}
-
 struct HalfSample {
   const OpDef* op;
   size_t index;
@@ -244,17 +225,14 @@ class RegistryHalf : public ::testing::TestWithParam<HalfSample> {
   }
 };
 
-// Runs `check` on the parameter's sample, with the two lists above.
+// Runs `check` on the parameter's sample. Every registered op takes both 16-bit dtypes: none is
+// skipped.
 template <class Check>
 void run_check(const HalfSample& s, Check check) {
   const SampleCase sample = s.op->samples()[s.index];
   const std::string what = std::string(s.op->name) + " / " + sample.name + " in " + dtype_name(s.dtype);
-  if (auto it = refused_by_design().find(s.op->name); it != refused_by_design().end())
-    GTEST_SKIP() << what << ": refused by design: " << it->second;
   const std::string err = check(what, sample, s.dtype, 2200 + s.index);
   if (err.empty()) return;
-  if (auto it = expected_to_fail_on_this_branch().find(s.op->name); it != expected_to_fail_on_this_branch().end())
-    GTEST_SKIP() << what << ": expected to fail on this branch (" << it->second << "): " << err;
   ADD_FAILURE() << what << ": " << err;
 }
 

@@ -10,6 +10,7 @@
 #include "../../framework/tape.h"
 #include "conv_kernels.h"
 #include "../elementwise.h"
+#include "../internal/reduced_float.h"
 #include "../internal/samples.h"
 
 namespace tg {
@@ -202,7 +203,7 @@ ConvolutionGrads backward_with_params(const char* op, const Tensor& grad_output,
     ConvolutionGrads r = backward_with_params(op, detail::widen(grad_output), detail::widen(input),
                                               detail::widen(weight), input_shape, weight_shape, p, mask);
     for (Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
-      if (t->defined()) *t = detail::convert(*t, dt);
+      *t = round_result(*t, dt);
     return r;
   }
   ConvolutionGrads r;

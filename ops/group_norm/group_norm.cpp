@@ -8,6 +8,7 @@
 #include "../elementwise.h"
 #include "group_norm_kernels.h"
 #include "../reduce.h"
+#include "../internal/reduced_float.h"
 #include "../internal/samples.h"
 #include "../unary.h"
 
@@ -152,7 +153,7 @@ GroupNormGrads native_group_norm_backward(const Tensor& grad_out, const Tensor& 
                                                   detail::widen(rstd), detail::widen(weight), N, C, HxW, group,
                                                   output_mask);
     for (Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
-      if (t->defined()) *t = detail::convert(*t, input.dtype());
+      *t = round_result(*t, input.dtype());
     return r;
   }
   GroupNormGrads grads;
