@@ -74,9 +74,12 @@ Tensor MSDeformAttn::forward(const Tensor& query, const Tensor& reference_points
                (reference_points.size(3) == 2 || reference_points.size(3) == 4),
            "MSDeformAttn: expected reference_points of shape (", N, ", ", Lq, ", ", L, ", 2 or 4), got ",
            describe_shape(reference_points));
-  TG_CHECK(spatial_shapes.defined() && spatial_shapes.dtype() == DType::Int64 && spatial_shapes.dim() == 2 &&
-               spatial_shapes.size(0) == L && spatial_shapes.size(1) == 2,
-           "MSDeformAttn: expected spatial_shapes int64 of shape (", L, ", 2), got ", describe_shape(spatial_shapes));
+  TG_CHECK(spatial_shapes.defined() &&
+               (spatial_shapes.dtype() == DType::Int64 || spatial_shapes.dtype() == DType::Int32) &&
+               spatial_shapes.dim() == 2 && spatial_shapes.size(0) == L && spatial_shapes.size(1) == 2,
+           "MSDeformAttn: expected spatial_shapes int64 or int32 of shape (", L, ", 2), got ",
+           describe_shape(spatial_shapes), spatial_shapes.defined() ? " " : "",
+           spatial_shapes.defined() ? dtype_name(spatial_shapes.dtype()) : "");
   if (input_padding_mask.defined())
     TG_CHECK(input_padding_mask.shape() == Shape({N, Lin}), "MSDeformAttn: expected input_padding_mask of shape (",
              N, ", ", Lin, "), got ", format_shape(input_padding_mask.shape()));
@@ -91,7 +94,7 @@ Tensor MSDeformAttn::forward(const Tensor& query, const Tensor& reference_points
   Tensor locations;
   if (reference_points.size(3) == 2) {
     // (W_l, H_l) per level, in the query's dtype: offsets are in pixels of their level.
-    std::vector<int64_t> hw = spatial_shapes.to_vector<int64_t>();
+    std::vector<int64_t> hw = spatial_shapes.to(DType::Int64).to_vector<int64_t>();
     std::vector<double> normalizer(static_cast<size_t>(L * 2));
     for (int64_t l = 0; l < L; ++l) {
       normalizer[static_cast<size_t>(2 * l)] = static_cast<double>(hw[static_cast<size_t>(2 * l + 1)]);

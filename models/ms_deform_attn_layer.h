@@ -26,8 +26,8 @@ class MSDeformAttn : public Module {
   void reset_parameters(Generator* gen = nullptr);
 
   // query (N, Lq, C); reference_points (N, Lq, L, 2) normalised (x, y) in [0, 1], or
-  // (N, Lq, L, 4) boxes (cx, cy, w, h); input_flatten (N, Lin, C); spatial_shapes (L, 2) int64
-  // rows (H, W); level_start_index (L) int64; input_padding_mask (N, Lin), non-zero marks padding
+  // (N, Lq, L, 4) boxes (cx, cy, w, h); input_flatten (N, Lin, C); spatial_shapes (L, 2) int64 or int32
+  // rows (H, W); level_start_index (L) int64 or int32; input_padding_mask (N, Lin), non-zero marks padding
   // (its values are zeroed). Returns (N, Lq, C).
   Tensor forward(const Tensor& query, const Tensor& reference_points, const Tensor& input_flatten,
                  const Tensor& spatial_shapes, const Tensor& level_start_index,
