@@ -32,46 +32,49 @@ inline float bits_float(uint32_t u) {
 
 inline float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
+// The conversions below compute every case and select the answer (no branches), so that a loop
+// converting an array (the 16-bit kernels' loads and stores) vectorises.
 inline uint16_t float_to_bf16(float f) {
   const uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep the top of the payload; never become inf
-    const uint16_t r = static_cast<uint16_t>(u >> 16);
-    return (r & 0x7f) ? r : static_cast<uint16_t>(r | 0x40);
-  }
   // Round to nearest even at bit 16: add just under half, plus one when the kept part is odd.
   // The largest floats carry into the exponent and give inf, which is the right answer.
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  // NaN: keep the top of the payload; never become inf (set a mantissa bit if none is left).
+  const uint32_t top = u >> 16;
+  const uint32_t nan = top | ((top & 0x7fu) == 0 ? 0x40u : 0u);
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 inline float fp16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return bits_float(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
-  if (exponent == 0) {  // zero and subnormals: mantissa * 2^-24, exact in float32
-    return bits_float(sign | float_bits(static_cast<float>(mantissa) * 5.9604644775390625e-8f));
-  }
-  return bits_float(sign | ((exponent + 112) << 23) | (mantissa << 13));  // rebias 15 -> 127
+  const uint32_t bits = h & 0x7fffu;  // exponent and mantissa
+  const uint32_t exponent = bits >> 10;
+  const uint32_t normal = (bits << 13) + 0x38000000u;     // rebias 15 -> 127
+  const uint32_t inf_nan = (bits << 13) | 0x7f800000u;    // exponent 0x1f: inf, NaN (payload kept)
+  // zero and subnormals: mantissa * 2^-24, exact in float32 (bits is the mantissa there)
+  const uint32_t small = float_bits(static_cast<float>(static_cast<int32_t>(bits)) * 5.9604644775390625e-8f);
+  const uint32_t r = exponent == 0 ? small : (exponent == 0x1fu ? inf_nan : normal);
+  return bits_float(sign | r);
 }
 
 inline uint16_t float_to_fp16(float f) {
   const uint32_t u = float_bits(f);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) {  // NaN
-    const uint32_t payload = (a >> 13) & 0x3ffu;
-    return static_cast<uint16_t>(sign | 0x7c00u | (payload ? payload : 0x200u));
-  }
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (a >= 0x38800000u) {  // normal in float16 (>= 2^-14): round to nearest even at bit 13, rebias
-    const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);
-    return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
-  }
+  // NaN: keep the top of the payload (a quiet bit if none is left)
+  const uint32_t payload = (a >> 13) & 0x3ffu;
+  const uint32_t nan = 0x7c00u | (payload ? payload : 0x200u);
+  // normal in float16 (>= 2^-14): round to nearest even at bit 13, rebias (wraps harmlessly,
+  // and is not selected, below 2^-14)
+  const uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
   // Subnormal or zero: 0.5f has a unit in the last place of 2^-24, float16's smallest step, so
   // adding it lets the FPU round |f| to a multiple of 2^-24 (ties to even); the low bits are then
   // the float16 pattern (0x400, the smallest normal, when it rounds up to 2^-14).
-  const float aligned = bits_float(a) + 0.5f;
-  return static_cast<uint16_t>(sign | (float_bits(aligned) - 0x3f000000u));
+  const uint32_t small = float_bits(bits_float(a) + 0.5f) - 0x3f000000u;
+  uint32_t r = a >= 0x38800000u ? normal : small;
+  r = a >= 0x477ff000u ? 0x7c00u : r;  // >= 65520 rounds to inf
+  r = a > 0x7f800000u ? nan : r;
+  return static_cast<uint16_t>(sign | r);
 }
 
 }  // namespace half_bits
