@@ -25,6 +25,7 @@
 
 #include "../../framework/half.h"
 #include "../../framework/parallel.h"
+#include "../internal/half_access.h"
 #include "../internal/isa_dispatch.h"
 
 namespace tg::kernels::TG_ISA_NS {
@@ -201,7 +202,7 @@ const O* widened_row(const T* xr, int64_t W, std::vector<O>& buf) {
     return xr;
   } else {
 #pragma omp simd
-    for (int64_t k = 0; k < W; ++k) buf[k] = static_cast<O>(xr[k]);
+    for (int64_t k = 0; k < W; ++k) buf[k] = load_op(xr, k);
     return buf.data();
   }
 }
@@ -257,7 +258,7 @@ void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_
         for (int64_t ow = 0; ow < Wo; ++ow) {
           O v = r0[ow] * l0;
           v += r1[ow] * l1;
-          yr[ow] = static_cast<T>(v);
+          store_op(yr, ow, v);
         }
       }
     }
@@ -305,11 +306,11 @@ void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
           if (first) {
 #pragma omp simd
             for (int64_t ow = 0; ow < Wo; ++ow)
-              a[ow] = w0 * static_cast<double>(g0[ow]) + w1 * static_cast<double>(g1[ow]);
+              a[ow] = w0 * static_cast<double>(load_op(g0, ow)) + w1 * static_cast<double>(load_op(g1, ow));
           } else {
 #pragma omp simd
             for (int64_t ow = 0; ow < Wo; ++ow)
-              a[ow] += w0 * static_cast<double>(g0[ow]) + w1 * static_cast<double>(g1[ow]);
+              a[ow] += w0 * static_cast<double>(load_op(g0, ow)) + w1 * static_cast<double>(load_op(g1, ow));
           }
         }
         T* gx = gxp + ih * W;
@@ -317,7 +318,7 @@ void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
           double s = 0.0;
           for (int64_t k = aw.start[iw]; k < aw.start[iw + 1]; ++k)
             s += static_cast<double>(aw.w[k]) * acc[aw.out[k]];
-          gx[iw] = static_cast<T>(s);
+          store_op(gx, iw, static_cast<O>(s));  // 16-bit: via float, as the float kernel's
         }
       }
     }
