@@ -10,6 +10,11 @@
 // One copy of this file per instruction set (ops/internal/isa_dispatch.h; group_norm_dispatch.cpp
 // holds the public entry points). The lanes below keep one order of summation on every path;
 // only FMA contraction (AVX2 and AVX-512 copies) moves results by an ulp.
+//
+// 16-bit storage (BFloat16, Float16): every load widens to float exactly (load8/load16 below,
+// load_op from ../internal/half_access.h) and the float code runs unchanged; every store rounds
+// once (store_op). The statistics stay float32. So the result is the float32 kernel's on the
+// widened input, rounded once (tests/test_half_kernels.cpp checks this against the float32 kernel).
 #include "group_norm_kernels.h"
 
 #include <algorithm>

@@ -54,7 +54,8 @@ void group_norm_forward(const T* x, const T* gamma, const T* beta, int64_t N, in
 // mean and rstd are the forward's outputs; gamma may be null (taken as 1).
 // Each of grad_x (N, C, HxW), grad_gamma (C), grad_beta (C) may be null: it is then neither
 // computed nor written (the output mask). Non-null outputs are overwritten, not accumulated.
-// grad_gamma and grad_beta are T (for 16-bit T: summed in double, rounded once, via float).
+// grad_gamma and grad_beta are T (for 16-bit T: summed in double and rounded to float, then to T,
+// exactly as the float32 kernel's result rounded to T).
 template <class T>
 void group_norm_backward(const T* grad_y, const T* x, const opmath_t<T>* mean,
                          const opmath_t<T>* rstd, const T* gamma, int64_t N, int64_t C,
