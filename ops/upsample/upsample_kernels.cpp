@@ -16,6 +16,11 @@
 // One copy of this file per instruction set (ops/internal/isa_dispatch.h; upsample_dispatch.cpp
 // holds the public entry points): the vectorised loops take each copy's full width, and the
 // AVX2 and AVX-512 copies fuse the blends' multiply-adds (an ulp from the generic copy).
+//
+// 16-bit storage (BFloat16, Float16): the forward widens each input row it interpolates to float
+// (widened_row) and rounds each output once as it stores the blend; the backward reads grad_y
+// widened (load_op, ../internal/half_access.h) and rounds each grad_x once. All arithmetic is
+// the float kernel's, so the result is its result on the widened input, rounded once.
 #include "upsample_kernels.h"
 
 #include <algorithm>
