@@ -40,11 +40,12 @@ inline uint16_t float_to_bf16(float f) {
   const uint32_t u = float_bits(f);
   // Round to nearest even at bit 16: add just under half, plus one when the kept part is odd.
   // The largest floats carry into the exponent and give inf, which is the right answer.
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  // NaN: keep the top of the payload; never become inf (set a mantissa bit if none is left).
-  const uint32_t top = u >> 16;
-  const uint32_t nan = top | ((top & 0x7fu) == 0 ? 0x40u : 0u);
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  // NaN: truncate instead, keeping the top of the payload, and never become inf: set a mantissa
+  // bit (0x40 of the result) if none is left.
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t add = nan ? 0u : 0x7fffu + ((u >> 16) & 1u);
+  const uint32_t quiet = nan && (u & 0x7f0000u) == 0 ? 0x400000u : 0u;
+  return static_cast<uint16_t>(((u | quiet) + add) >> 16);
 }
 
 inline float fp16_to_float(uint16_t h) {
