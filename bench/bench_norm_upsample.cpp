@@ -2,6 +2,9 @@
 // below; and a plain copy, the memory-bandwidth yardstick for group norm's GB/s.
 #include "bench_common.h"
 
+#include <tapegrad/ops/group_norm/group_norm_kernels.h>
+#include <tapegrad/ops/upsample/upsample_kernels.h>
+
 namespace tg::bench {
 namespace {
 
@@ -49,6 +52,74 @@ void upsample_bwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out,
   set_bandwidth(state, dtype_size(dt) * double(g.numel() + shape_numel(in)));
 }
 
+// The kernels themselves (no Tensor, no allocation in the loop) in T = float or BFloat16 on the
+// same values: the 16-bit kernels' speed against float32's in one run, while the Tensor-level
+// ops above may still take 16-bit by widening to float32.
+template <class T>
+std::vector<T> random_values(int64_t n, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<float> f = randn({n}, DType::Float32, &gen).to_vector<float>();
+  return std::vector<T>(f.begin(), f.end());
+}
+
+template <class T>
+void group_norm_fwd_kernel(benchmark::State& state, Shape shape, int64_t groups) {
+  use_threads(state);
+  const int64_t N = shape[0], C = shape[1], HxW = shape_numel(shape) / (N * C);
+  const std::vector<T> x = random_values<T>(N * C * HxW, 1), w = random_values<T>(C, 2), b = random_values<T>(C, 3);
+  std::vector<T> y(x.size());
+  std::vector<opmath_t<T>> mean(N * groups), rstd(N * groups);
+  for (auto _ : state) {
+    kernels::group_norm_forward<T>(x.data(), w.data(), b.data(), N, C, HxW, groups, 1e-5, y.data(), mean.data(),
+                                   rstd.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_bandwidth(state, 2.0 * x.size() * sizeof(T));
+}
+
+template <class T>
+void group_norm_bwd_kernel(benchmark::State& state, Shape shape, int64_t groups) {
+  use_threads(state);
+  const int64_t N = shape[0], C = shape[1], HxW = shape_numel(shape) / (N * C);
+  const std::vector<T> x = random_values<T>(N * C * HxW, 1), w = random_values<T>(C, 2), g = random_values<T>(x.size(), 4);
+  std::vector<T> y(x.size()), gx(x.size()), gw(C), gb(C);
+  std::vector<opmath_t<T>> mean(N * groups), rstd(N * groups);
+  kernels::group_norm_forward<T>(x.data(), w.data(), nullptr, N, C, HxW, groups, 1e-5, y.data(), mean.data(),
+                                 rstd.data());
+  for (auto _ : state) {
+    kernels::group_norm_backward<T>(g.data(), x.data(), mean.data(), rstd.data(), w.data(), N, C, HxW, groups,
+                                    gx.data(), gw.data(), gb.data());
+    benchmark::DoNotOptimize(gx.data());
+  }
+  set_bandwidth(state, 3.0 * x.size() * sizeof(T));
+}
+
+template <class T>
+void upsample_fwd_kernel(benchmark::State& state, Shape in, std::array<int64_t, 2> out, bool ac) {
+  use_threads(state);
+  const int64_t NC = in[0] * in[1];
+  const std::vector<T> x = random_values<T>(shape_numel(in), 1);
+  std::vector<T> y(NC * out[0] * out[1]);
+  for (auto _ : state) {
+    kernels::upsample_bilinear2d_forward<T>(x.data(), y.data(), NC, in[2], in[3], out[0], out[1], ac, -1, -1);
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_bandwidth(state, sizeof(T) * double(x.size() + y.size()));
+}
+
+template <class T>
+void upsample_bwd_kernel(benchmark::State& state, Shape in, std::array<int64_t, 2> out, bool ac) {
+  use_threads(state);
+  const int64_t NC = in[0] * in[1];
+  const std::vector<T> g = random_values<T>(NC * out[0] * out[1], 1);
+  std::vector<T> gx(shape_numel(in));
+  for (auto _ : state) {
+    kernels::upsample_bilinear2d_backward<T>(g.data(), gx.data(), NC, in[2], in[3], out[0], out[1], ac, -1, -1);
+    benchmark::DoNotOptimize(gx.data());
+  }
+  set_bandwidth(state, sizeof(T) * double(g.size() + gx.size()));
+}
+
 std::string shape_name(const Shape& s) {
   const char* names[] = {"N", "C", "H", "W"};
   std::string out;
@@ -83,6 +154,15 @@ const bool registered = [] {
   add_case("group_norm_bwd/N8_C256_H32_W32_G32_bf16", [=](benchmark::State& s) { group_norm_bwd(s, gn, 32, bf16); });
   add_case("upsample_fwd/N8_C64_H32_W32_to64x64_bf16", [=](benchmark::State& s) { upsample_fwd(s, up, {64, 64}, false, bf16); });
   add_case("upsample_bwd/N8_C64_H32_W32_to64x64_bf16", [=](benchmark::State& s) { upsample_bwd(s, up, {64, 64}, false, bf16); });
+  // The kernels alone, float32 beside bfloat16 (the ratio bf16 / f32 is the 16-bit kernels' gain).
+  add_case("group_norm_fwd/N8_C256_H32_W32_G32_kernel_f32", [=](benchmark::State& s) { group_norm_fwd_kernel<float>(s, gn, 32); });
+  add_case("group_norm_fwd/N8_C256_H32_W32_G32_kernel_bf16", [=](benchmark::State& s) { group_norm_fwd_kernel<BFloat16>(s, gn, 32); });
+  add_case("group_norm_bwd/N8_C256_H32_W32_G32_kernel_f32", [=](benchmark::State& s) { group_norm_bwd_kernel<float>(s, gn, 32); });
+  add_case("group_norm_bwd/N8_C256_H32_W32_G32_kernel_bf16", [=](benchmark::State& s) { group_norm_bwd_kernel<BFloat16>(s, gn, 32); });
+  add_case("upsample_fwd/N8_C64_H32_W32_to64x64_kernel_f32", [=](benchmark::State& s) { upsample_fwd_kernel<float>(s, up, {64, 64}, false); });
+  add_case("upsample_fwd/N8_C64_H32_W32_to64x64_kernel_bf16", [=](benchmark::State& s) { upsample_fwd_kernel<BFloat16>(s, up, {64, 64}, false); });
+  add_case("upsample_bwd/N8_C64_H32_W32_to64x64_kernel_f32", [=](benchmark::State& s) { upsample_bwd_kernel<float>(s, up, {64, 64}, false); });
+  add_case("upsample_bwd/N8_C64_H32_W32_to64x64_kernel_bf16", [=](benchmark::State& s) { upsample_bwd_kernel<BFloat16>(s, up, {64, 64}, false); });
   return true;
 }();
 

@@ -32,46 +32,74 @@ inline float bits_float(uint32_t u) {
 
 inline float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
+// The conversions below compute every case and select the answer (no branches), in integer
+// arithmetic (a floating-point operation that might trap is never executed speculatively by the
+// compiler), so that a loop converting an array (the 16-bit kernels' loads and stores)
+// vectorises.
 inline uint16_t float_to_bf16(float f) {
   const uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep the top of the payload; never become inf
-    const uint16_t r = static_cast<uint16_t>(u >> 16);
-    return (r & 0x7f) ? r : static_cast<uint16_t>(r | 0x40);
-  }
   // Round to nearest even at bit 16: add just under half, plus one when the kept part is odd.
   // The largest floats carry into the exponent and give inf, which is the right answer.
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  // NaN: truncate instead, keeping the top of the payload, and never become inf: set a mantissa
+  // bit (0x40 of the result) if none is left.
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t add = nan ? 0u : 0x7fffu + ((u >> 16) & 1u);
+  const uint32_t quiet = nan && (u & 0x7f0000u) == 0 ? 0x400000u : 0u;
+  return static_cast<uint16_t>(((u | quiet) + add) >> 16);
 }
 
-// float16 <-> float: every case computed, one picked (no branches, so loops over arrays
-// vectorise; each case is integer arithmetic, or exact float arithmetic, on any input).
 inline float fp16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  const uint32_t normal = ((exponent + 112) << 23) | (mantissa << 13);  // rebias 15 -> 127
-  const uint32_t inf_nan = 0x7f800000u | (mantissa << 13);
-  // Zero and subnormals: mantissa * 2^-24, exact in float32.
-  const uint32_t small = float_bits(static_cast<float>(static_cast<int32_t>(mantissa)) * 5.9604644775390625e-8f);
-  return bits_float(sign | (exponent == 0x1f ? inf_nan : exponent == 0 ? small : normal));
+  const uint32_t bits = h & 0x7fffu;  // exponent and mantissa
+  const uint32_t exponent = bits >> 10;
+  const uint32_t normal = (bits << 13) + 0x38000000u;     // rebias 15 -> 127
+  const uint32_t inf_nan = (bits << 13) | 0x7f800000u;    // exponent 0x1f: inf, NaN (payload kept)
+  // Zero and subnormals (bits is the mantissa m there): m * 2^-24, a float32 normal. m is shifted
+  // left by n until its leading 1 reaches bit 10 (a binary search: shifts of 5, 3, 2, 1), which
+  // makes the value 1.f * 2^(-14 - n).
+  uint32_t m = bits & 0x3ffu, n = 0;
+  const uint32_t s5 = m < 0x40u ? 5u : 0u;
+  m <<= s5;
+  const uint32_t s3 = m < 0x100u ? 3u : 0u;
+  m <<= s3;
+  const uint32_t s2 = m < 0x200u ? 2u : 0u;
+  m <<= s2;
+  const uint32_t s1 = m < 0x400u ? 1u : 0u;
+  m <<= s1;
+  n = s5 + s3 + s2 + s1;
+  const uint32_t small = bits == 0 ? 0u : ((113u - n) << 23) | ((m & 0x3ffu) << 13);
+  const uint32_t r = exponent == 0 ? small : (exponent == 0x1fu ? inf_nan : normal);
+  return bits_float(sign | r);
 }
 
 inline uint16_t float_to_fp16(float f) {
   const uint32_t u = float_bits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  // Normal in float16 (2^-14 <= |f| < 65520): round to nearest even at bit 13, rebias.
-  const uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
-  // Subnormal or zero: 0.5f has a unit in the last place of 2^-24, float16's smallest step, so
-  // adding it lets the FPU round |f| to a multiple of 2^-24 (ties to even); the low bits are then
-  // the float16 pattern (0x400, the smallest normal, when it rounds up to 2^-14).
-  const uint32_t small = float_bits(bits_float(a) + 0.5f) - 0x3f000000u;
-  // NaN keeps the top of its payload and never becomes inf.
+  // NaN: keep the top of the payload (a quiet bit if none is left)
   const uint32_t payload = (a >> 13) & 0x3ffu;
   const uint32_t nan = 0x7c00u | (payload ? payload : 0x200u);
-  uint32_t r = a < 0x38800000u ? small : normal;
-  r = a >= 0x477ff000u ? 0x7c00u : r;  // >= 65520 rounds to inf
-  r = a > 0x7f800000u ? nan : r;
+  // normal in float16 (>= 2^-14): round to nearest even at bit 13, rebias (wraps harmlessly,
+  // and is not selected, below 2^-14)
+  const uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
+  // Subnormal or zero (|f| < 2^-14): |f| / 2^-24, float16's smallest step, is m * 2^-s with m
+  // the 24-bit significand and s = 126 - exponent (>= 14), rounded to nearest even; the result
+  // is the float16 pattern (0x400, the smallest normal, when it rounds up to 2^-14). A float
+  // subnormal (no implicit bit) or anything below 2^-26 gets s = 31 and rounds to 0.
+  const uint32_t e = a >> 23;
+  const uint32_t m = (a & 0x7fffffu) | (e ? 0x800000u : 0u);
+  const uint32_t s_raw = 126u - (e < 112u ? e : 112u);  // only lanes with e <= 112 are selected
+  const uint32_t s = s_raw < 31u ? s_raw : 31u;
+  const uint32_t q = m >> s, rem = m & ((1u << s) - 1u), half = 1u << (s - 1u);
+  const uint32_t small = q + ((rem > half ? 1u : 0u) | (rem == half ? (q & 1u) : 0u));
+  // The selection as masks (GCC does not vectorise it as a chain of ?:).
+  auto pick = [](bool c, uint32_t yes, uint32_t no) {
+    const uint32_t mask = 0u - static_cast<uint32_t>(c);
+    return (yes & mask) | (no & ~mask);
+  };
+  uint32_t r = pick(a >= 0x38800000u, normal, small);
+  r = pick(a >= 0x477ff000u, 0x7c00u, r);  // >= 65520 rounds to inf
+  r = pick(a > 0x7f800000u, nan, r);
   return static_cast<uint16_t>(sign | r);
 }
 

@@ -18,8 +18,8 @@
 //         to 2.4 uM from float64 on these fixtures;
 //       K = 12 for bfloat16 upsample_bilinear2d: PyTorch 1.13 interpolates in bfloat16
 //         arithmetic, up to 10.3 uM from float64 (downsampling);
-//     plus, for group_norm's gradients, 2 uM more: tapegrad's backward, like PyTorch's, reads the
-//     16-bit mean and rstd the forward returned, while the float16 reference kept them in float32.
+//     plus, for group_norm's gradients, 2 uM more: PyTorch 1.13's bfloat16 backward reads the
+//     16-bit mean and rstd its forward returned (tapegrad keeps them in float32).
 //   * against float64: max |tapegrad - f64| <= 1.5 max |torch - f64| + 2uM (factor 1.5 and one
 //     ulp of M): tapegrad's 16-bit result is no further from the exact answer than PyTorch's.
 // Each case prints its errors in units of uM ("[half]" lines) for the report.
@@ -100,7 +100,7 @@ double torch_factor(const GoldenCase& c, const std::string& what) {
   double k = 2;
   if (native && op == "group_norm") k = 4;
   if (native && op == "upsample_bilinear2d") k = 12;
-  if (op == "group_norm" && what != "output") k += 2;  // the 16-bit mean and rstd
+  if (op == "group_norm" && what != "output") k += 2;  // PyTorch's 16-bit mean and rstd
   return k;
 }
 
@@ -196,13 +196,13 @@ TEST_P(HalfKernelApi, NativeGroupNormAndItsBackwardMatchTheTape) {
     const int64_t G = c.json.at("params").at("num_groups").get<int64_t>();
     GroupNormResult f = native_group_norm(x, w, b, N, C, HxW, G, 1e-5);
     expect_same(f.output, tape.at("output"), "output");
-    EXPECT_EQ(f.mean.dtype(), dt);  // mean and rstd in the input's dtype, as PyTorch 1.13
-    EXPECT_EQ(f.rstd.dtype(), dt);
-    // mean and rstd: the float32 statistics rounded once
+    EXPECT_EQ(f.mean.dtype(), DType::Float32);  // the statistics stay float32 (PyTorch 1.13 rounds them)
+    EXPECT_EQ(f.rstd.dtype(), DType::Float32);
+    // mean and rstd: the float32 kernel's statistics, bit for bit
     GroupNormResult f32 = native_group_norm(x.to(DType::Float32), w.defined() ? w.to(DType::Float32) : w,
                                             b.defined() ? b.to(DType::Float32) : b, N, C, HxW, G, 1e-5);
-    expect_same(f.mean, f32.mean.to(dt), "mean");
-    expect_same(f.rstd, f32.rstd.to(dt), "rstd");
+    expect_same(f.mean, f32.mean, "mean");
+    expect_same(f.rstd, f32.rstd, "rstd");
     GroupNormGrads g = native_group_norm_backward(half_tensor(c, "grad_output"), x, f.mean, f.rstd, w, N, C, HxW, G);
     expect_same(g.grad_input, tape.at("grad_input"), "grad_input");
     if (w.defined()) {
@@ -281,8 +281,8 @@ TEST(HalfConvGroupNormUpsample, MixedDtypesAreErrorsNamingTheArgument) {
   EXPECT_EQ(error_of([&] { group_norm(h, 2, ones({4}, DType::Float16), ones({4}, DType::BFloat16)); }),
             "native_group_norm: expected bias of dtype float16, got bfloat16");
   GroupNormResult r = native_group_norm(h, Tensor(), Tensor(), 2, 4, 3, 2, 1e-5);
-  EXPECT_EQ(error_of([&] { native_group_norm_backward(h, h, r.mean.to(DType::Float32), r.rstd, Tensor(), 2, 4, 3, 2); }),
-            "native_group_norm_backward: expected mean of dtype float16, got float32");
+  EXPECT_EQ(error_of([&] { native_group_norm_backward(h, h, r.mean.to(DType::Float16), r.rstd, Tensor(), 2, 4, 3, 2); }),
+            "native_group_norm_backward: expected mean of dtype float32, got float16");
   EXPECT_EQ(error_of([&] { native_group_norm_backward(h.to(DType::Float32), h, r.mean, r.rstd, Tensor(), 2, 4, 3, 2); }),
             "native_group_norm_backward: expected grad_out of dtype float16, got float32");
 }

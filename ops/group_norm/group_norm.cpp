@@ -2,13 +2,14 @@
 // Forward saves the input, mean and rstd (not the normalised tensor), and the weight.
 #include "group_norm.h"
 
+#include <tuple>
+
 #include "../../framework/checked_math.h"
 #include "../../framework/recompute.h"
 #include "../../framework/tape.h"
 #include "../elementwise.h"
 #include "group_norm_kernels.h"
 #include "../reduce.h"
-#include "../internal/reduced_float.h"
 #include "../internal/samples.h"
 #include "../unary.h"
 
@@ -37,6 +38,10 @@ void check_sizes(const char* op, const Tensor& input, const Tensor& weight, cons
              dtype_name(t.dtype()));
   }
 }
+
+// mean and rstd are float32 for a 16-bit input: its statistics are computed in float32, and
+// the backward reads them at that precision (PyTorch 1.13 rounds them to the input's dtype).
+DType stats_dtype(DType input) { return is_reduced_floating(input) ? DType::Float32 : input; }
 
 template <class T>
 const T* ptr_or_null(const Tensor& t) {
@@ -107,23 +112,17 @@ const OpDef kGroupNormOp{"group_norm", "native_group_norm_backward", "input, wei
 GroupNormResult native_group_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t N,
                                   int64_t C, int64_t HxW, int64_t group, double eps) {
   check_sizes("native_group_norm", input, weight, bias, N, C, HxW, group);
-  const DType dt = input.dtype();
-  if (is_reduced_floating(dt)) {
-    // 16 bits, as PyTorch 1.13 on the CPU: statistics and output computed in float32 (the float
-    // kernels on float32 copies), then the output, mean and rstd each rounded once to the dtype.
-    GroupNormResult r = native_group_norm(detail::widen(input), detail::widen(weight), detail::widen(bias), N, C, HxW,
-                                          group, eps);
-    return {detail::convert(r.output, dt), detail::convert(r.mean, dt), detail::convert(r.rstd, dt)};
-  }
   Tensor x = input.detach().contiguous();
   Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  GroupNormResult r{Tensor::empty(input.shape(), input.dtype()), Tensor::empty({N, group}, input.dtype()),
-                    Tensor::empty({N, group}, input.dtype())};
-  dispatch_floating(input.dtype(), "native_group_norm", [&](auto tag) {
+  const DType stats = stats_dtype(input.dtype());
+  GroupNormResult r{Tensor::empty(input.shape(), input.dtype()), Tensor::empty({N, group}, stats),
+                    Tensor::empty({N, group}, stats)};
+  dispatch_all_floating(input.dtype(), "native_group_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using S = opmath_t<T>;
     kernels::group_norm_forward<T>(x.data<T>(), ptr_or_null<T>(w), ptr_or_null<T>(b), N, C, HxW, group, eps,
-                                   r.output.data<T>(), r.mean.data<T>(), r.rstd.data<T>());
+                                   r.output.data<T>(), r.mean.data<S>(), r.rstd.data<S>());
   });
   return r;
 }
@@ -136,26 +135,17 @@ GroupNormGrads native_group_norm_backward(const Tensor& grad_out, const Tensor& 
   const int64_t NCHxW = N * C * HxW, Ngroup = N * group;  // checked by check_sizes
   TG_CHECK(grad_out.defined() && grad_out.numel() == NCHxW, op, ": expected grad_out with N * C * HxW = ",
            NCHxW, " elements, got ", describe_shape(grad_out));
-  for (const auto& [t, name] :
-       {std::pair<const Tensor&, const char*>{grad_out, "grad_out"}, {mean, "mean"}, {rstd, "rstd"}}) {
+  const DType stats = stats_dtype(input.dtype());
+  for (const auto& [t, name, dt] : {std::tuple<const Tensor&, const char*, DType>{grad_out, "grad_out", input.dtype()},
+                                    {mean, "mean", stats},
+                                    {rstd, "rstd", stats}}) {
     TG_CHECK(t.defined(), op, ": expected a defined ", name);
-    TG_CHECK(t.dtype() == input.dtype(), op, ": expected ", name, " of dtype ", dtype_name(input.dtype()), ", got ",
-             dtype_name(t.dtype()));
+    TG_CHECK(t.dtype() == dt, op, ": expected ", name, " of dtype ", dtype_name(dt), ", got ", dtype_name(t.dtype()));
   }
   TG_CHECK(mean.numel() == Ngroup, op, ": expected mean with N * group = ", Ngroup, " elements, got shape ",
            format_shape(mean.shape()));
   TG_CHECK(rstd.numel() == Ngroup, op, ": expected rstd with N * group = ", Ngroup, " elements, got shape ",
            format_shape(rstd.shape()));
-  if (is_reduced_floating(input.dtype())) {
-    // In float32 from the 16-bit inputs (and the 16-bit mean and rstd the forward returned, as
-    // PyTorch 1.13), each gradient rounded once.
-    GroupNormGrads r = native_group_norm_backward(detail::widen(grad_out), detail::widen(input), detail::widen(mean),
-                                                  detail::widen(rstd), detail::widen(weight), N, C, HxW, group,
-                                                  output_mask);
-    for (Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
-      *t = round_result(*t, input.dtype());
-    return r;
-  }
   GroupNormGrads grads;
   if (output_mask[0]) grads.grad_input = Tensor::empty({N, C, HxW}, input.dtype());
   if (output_mask[1]) grads.grad_weight = Tensor::empty({C}, input.dtype());
@@ -163,9 +153,10 @@ GroupNormGrads native_group_norm_backward(const Tensor& grad_out, const Tensor& 
   if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return grads;
   Tensor g = grad_out.contiguous(), x = input.contiguous(), m = mean.contiguous(), r = rstd.contiguous();
   Tensor w = weight.defined() ? weight.contiguous() : Tensor();
-  dispatch_floating(input.dtype(), op, [&](auto tag) {
+  dispatch_all_floating(input.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kernels::group_norm_backward<T>(g.data<T>(), x.data<T>(), m.data<T>(), r.data<T>(), ptr_or_null<T>(w), N, C, HxW,
+    using S = opmath_t<T>;
+    kernels::group_norm_backward<T>(g.data<T>(), x.data<T>(), m.data<S>(), r.data<S>(), ptr_or_null<T>(w), N, C, HxW,
                                     group, ptr_or_null<T>(grads.grad_input), ptr_or_null<T>(grads.grad_weight),
                                     ptr_or_null<T>(grads.grad_bias));
   });

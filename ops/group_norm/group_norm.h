@@ -10,8 +10,9 @@ namespace tg {
 
 // Dtypes: float32, float64, bfloat16, float16, the same for every tensor of a call (else a
 // tg::Error naming the argument). In bfloat16 / float16 the statistics and the arithmetic are
-// float32 and each output (y, mean, rstd, every gradient) is rounded once to the dtype; mean and
-// rstd come back in the input's dtype, as PyTorch 1.13, and the backward reads them so.
+// float32 (native 16-bit kernels: loads widen, each output y and every gradient is rounded once
+// to the dtype); mean and rstd stay float32 for a 16-bit input (PyTorch 1.13 rounds them to the
+// input's dtype), and native_group_norm_backward expects them so.
 
 // input (N, C, *) of any rank >= 2; weight and bias (C) or undefined.
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),

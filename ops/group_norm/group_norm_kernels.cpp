@@ -10,17 +10,28 @@
 // One copy of this file per instruction set (ops/internal/isa_dispatch.h; group_norm_dispatch.cpp
 // holds the public entry points). The lanes below keep one order of summation on every path;
 // only FMA contraction (AVX2 and AVX-512 copies) moves results by an ulp.
+//
+// 16-bit storage (BFloat16, Float16): every load widens to float exactly (load8/load16 below,
+// load_op from ../internal/half_access.h) and the float code runs unchanged; every store rounds
+// once (store_op). The statistics stay float32. So the result is the float32 kernel's on the
+// widened input, rounded once (tests/test_half_kernels.cpp checks this against the float32 kernel).
 #include "group_norm_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "../../framework/half.h"
 #include "../../framework/parallel.h"
+#include "../internal/half_access.h"
 #include "../internal/isa_dispatch.h"
 #include "../internal/simd_width.h"
 
@@ -92,6 +103,43 @@ inline D8 load8(const float* p) {
     std::memcpy(&f, p + k * kD, sizeof f);
     v.p[k] = __builtin_convertvector(f, dv);
   }
+  return v;
+}
+
+// n 16-bit values as floats (a loop the compiler turns into vector shifts/selects).
+template <int n, class H>
+inline void widen(const H* p, float* out) {
+  for (int k = 0; k < n; ++k) out[k] = load_op(p, k);
+}
+// 16-bit storage: widened to float exactly, then as float (the same lanes, the same sums).
+template <class H, class = std::enable_if_t<std::is_same_v<opmath_t<H>, float> && !std::is_same_v<H, float>>>
+inline D8 load8(const H* p) {
+  float f[8];
+  widen<8>(p, f);
+  return load8(f);
+}
+
+// bfloat16 is a float's top 16 bits: widening is a zero extension and a shift, written on
+// vector types of this copy's width like the float loads (the float16 loads go through widen).
+typedef uint16_t bq __attribute__((vector_size(kSimdBytes / 4)));  // kD bfloat16 patterns
+typedef uint32_t uq __attribute__((vector_size(kSimdBytes / 2)));  // the same, 32 bits (fh's size)
+inline D8 load8(const BFloat16* p) {
+  D8 v;
+#if defined(__AVX512F__)
+  // GCC lowers the generic code below through 128-bit halves here: 12 instructions, not 4.
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+  v.p[0] = reinterpret_cast<dv>(_mm512_cvtps_pd(_mm256_castsi256_ps(u)));
+#else
+  for (int k = 0; k < kParts; ++k) {
+    bq h;
+    std::memcpy(&h, p + k * kD, sizeof h);
+    const uq u = __builtin_convertvector(h, uq) << 16;
+    fh f;
+    std::memcpy(&f, &u, sizeof f);
+    v.p[k] = __builtin_convertvector(f, dv);
+  }
+#endif
   return v;
 }
 
@@ -185,7 +233,7 @@ double centred_sq_sum(const T* x, int64_t n, double m) {
 // sum dy and sum dy * (x - m) over [0..n). Centring x before the product is what keeps
 // grad_gamma and grad_x accurate when |mean| >> std.
 template <class T>
-void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double* sdyx) {
+void grad_sums_double_lanes(const T* dy, const T* x, int64_t n, double m, double* sdy, double* sdyx) {
   D8 a1[4] = {}, a2[4] = {};
   int64_t j = for_blocks(n, [&](int q, int64_t k) {
     const D8 g = load8(dy + k);
@@ -218,6 +266,30 @@ using F16 = LaneBlock<fv, float, kFParts>;
 inline F16 load16(const float* p) {
   F16 v;
   std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class H>
+inline F16 load16(const H* p) {
+  float f[16];
+  widen<16>(p, f);
+  return load16(f);
+}
+typedef uint16_t bh __attribute__((vector_size(kSimdBytes / 2)));  // kF bfloat16 patterns
+typedef uint32_t uf __attribute__((vector_size(kSimdBytes)));      // the same, 32 bits (fv's size)
+inline F16 load16(const BFloat16* p) {
+  F16 v;
+#if defined(__AVX512F__)
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+  v.p[0] = reinterpret_cast<fv>(_mm512_castsi512_ps(u));
+#else
+  for (int f = 0; f < kFParts; ++f) {
+    bh h;
+    std::memcpy(&h, p + f * kF, sizeof h);
+    const uf u = __builtin_convertvector(h, uf) << 16;
+    std::memcpy(&v.p[f], &u, sizeof u);
+  }
+#endif
   return v;
 }
 // Adds the 16 float lanes of v into the 16 double lanes a[0], a[1] (float lane i to double
@@ -262,7 +334,9 @@ inline void reduce2(const D8 (&a)[2], const D8 (&b)[2], double* sa, double* sb) 
   fold_pair(x.p[0], y.p[0], sa, sb);
 }
 
-void grad_sums(const float* dy, const float* x, int64_t n, double m, double* sdy, double* sdyx) {
+// For float and the 16-bit types (whose values widen exactly to float: the same sums as float).
+template <class T>
+void grad_sums_float_lanes(const T* dy, const T* x, int64_t n, double m, double* sdy, double* sdyx) {
   const float mf = static_cast<float>(m);  // exact: m is a float mean
   D8 a1[2] = {}, a2[2] = {};
   int64_t j = 0;
@@ -295,6 +369,14 @@ void grad_sums(const float* dy, const float* x, int64_t n, double m, double* sdy
   *sdyx = r2 + t2;
 }
 
+template <class T>
+void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double* sdyx) {
+  if constexpr (std::is_same_v<opmath_t<T>, float>)
+    grad_sums_float_lanes(dy, x, n, m, sdy, sdyx);
+  else
+    grad_sums_double_lanes(dy, x, n, m, sdy, sdyx);
+}
+
 // y = (x - mean) * rstd * gamma[c] + beta[c] over the elements [a, b) of group i.
 // The double mean is split into mean_hi + mean_lo in T: x - mean_hi is exact (or exactly
 // rounded) since x is close to the mean, so the whole expression runs in T, at full vector
@@ -304,22 +386,26 @@ template <class T>
 void normalize_range(const T* x, const T* gamma, const T* beta, int64_t G, int64_t HxW,
                      int64_t D, int64_t i, int64_t a, int64_t b, double mean, double rstd,
                      T* y) {
+  using O = opmath_t<T>;  // T's arithmetic type (float for the 16-bit types)
   const int64_t base = i * D * HxW;  // groups are contiguous blocks of D * HxW elements
   const int64_t c0 = (i % G) * D;    // first channel of the group
-  const T mean_hi = static_cast<T>(mean);
-  const T mean_lo = static_cast<T>(mean - static_cast<double>(mean_hi));
+  const O mean_hi = static_cast<O>(mean);
+  const O mean_lo = static_cast<O>(mean - static_cast<double>(mean_hi));
   const T* xp = x + base;
   T* yp = y + base;
   int64_t j = a;
   while (j < b) {
     const int64_t cl = j / HxW;  // channel within the group
     const int64_t end = std::min(b, (cl + 1) * HxW);
-    const T scale = static_cast<T>(rstd * (gamma ? static_cast<double>(gamma[c0 + cl]) : 1.0));
-    const T shift = beta ? beta[c0 + cl] : T(0);
+    const O scale = static_cast<O>(rstd * (gamma ? static_cast<double>(gamma[c0 + cl]) : 1.0));
+    const O shift = beta ? static_cast<O>(beta[c0 + cl]) : O(0);
+    auto y_of = [&](int64_t k) {
+      return ((load_op(xp, k) - mean_hi) - mean_lo) * scale + shift;
+    };
     const int64_t h = end - j >= kPeelMin ? j + head_to_align(yp + j, end - j) : j;
-    for (int64_t k = j; k < h; ++k) yp[k] = ((xp[k] - mean_hi) - mean_lo) * scale + shift;
+    for (int64_t k = j; k < h; ++k) store_op(yp, k, y_of(k));
 #pragma omp simd
-    for (int64_t k = h; k < end; ++k) yp[k] = ((xp[k] - mean_hi) - mean_lo) * scale + shift;
+    for (int64_t k = h; k < end; ++k) store_op(yp, k, y_of(k));
     j = end;
   }
 }
@@ -336,7 +422,9 @@ double rstd_of(double s2, int64_t M, double eps) {
 
 template <class T>
 void group_norm_forward(const T* x, const T* gamma, const T* beta, int64_t N, int64_t C,
-                        int64_t HxW, int64_t group, double eps, T* y, T* mean, T* rstd) {
+                        int64_t HxW, int64_t group, double eps, T* y, opmath_t<T>* mean,
+                        opmath_t<T>* rstd) {
+  using S = opmath_t<T>;  // the statistics' type
   const int64_t G = group, D = C / G, M = D * HxW, NG = N * G;
   if (NG == 0) return;
   const int64_t chunks = ceil_div(M, kChunk);
@@ -356,8 +444,8 @@ void group_norm_forward(const T* x, const T* gamma, const T* beta, int64_t N, in
         s2 += centred_sq_sum(xg + k * kChunk, std::min(kChunk, M - k * kChunk), m);
       const double r = rstd_of(s2, M, eps);
       normalize_range(x, gamma, beta, G, HxW, D, i, 0, M, m, r, y);
-      mean[i] = static_cast<T>(m);
-      rstd[i] = static_cast<T>(r);
+      mean[i] = static_cast<S>(m);
+      rstd[i] = static_cast<S>(r);
     }
     return;
   }
@@ -384,8 +472,8 @@ void group_norm_forward(const T* x, const T* gamma, const T* beta, int64_t N, in
     double s2 = 0.0;
     for (int64_t k = 0; k < chunks; ++k) s2 += p[i * chunks + k];
     r[i] = rstd_of(s2, M, eps);
-    mean[i] = static_cast<T>(m[i]);
-    rstd[i] = static_cast<T>(r[i]);
+    mean[i] = static_cast<S>(m[i]);
+    rstd[i] = static_cast<S>(r[i]);
   }
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t w = 0; w < W; ++w) {
@@ -422,21 +510,26 @@ void channel_grad_sums(const T* dy, const T* x, int64_t HxW, double m, bool need
 // grad_x = c1 * dy + c2 * (x - mean) + c3 over one channel's elements [a, b).
 // x - mean is exact or nearly so in T (x and mean are close), so T arithmetic suffices here;
 // the bracketing makes it a subtraction and two fused multiply-adds.
-template <class T>
-void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, T mean, T c1, T c2, T c3,
+// O is T's arithmetic type (float for the 16-bit types).
+template <class T, class O>
+void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, O mean, O c1, O c2, O c3,
                       T* dx) {
+  auto dx_of = [&](int64_t k) {
+    return c1 * load_op(dy, k) + (c2 * (load_op(x, k) - mean) + c3);
+  };
   const int64_t h = b - a >= kPeelMin ? a + head_to_align(dx + a, b - a) : a;
-  for (int64_t k = a; k < h; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
+  for (int64_t k = a; k < h; ++k) store_op(dx, k, dx_of(k));
 #pragma omp simd
-  for (int64_t k = h; k < b; ++k) dx[k] = c1 * dy[k] + (c2 * (x[k] - mean) + c3);
+  for (int64_t k = h; k < b; ++k) store_op(dx, k, dx_of(k));
 }
 
 }  // namespace
 
 template <class T>
-void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rstd,
-                         const T* gamma, int64_t N, int64_t C, int64_t HxW, int64_t group,
-                         T* grad_x, T* grad_gamma, T* grad_beta) {
+void group_norm_backward(const T* grad_y, const T* x, const opmath_t<T>* mean,
+                         const opmath_t<T>* rstd, const T* gamma, int64_t N, int64_t C,
+                         int64_t HxW, int64_t group, T* grad_x, T* grad_gamma, T* grad_beta) {
+  using O = opmath_t<T>;
   const int64_t G = group, D = C / G, M = D * HxW, NG = N * G;
   if (!grad_x && !grad_gamma && !grad_beta) return;
   const bool need_ds = grad_x || grad_gamma;  // grad_beta alone needs no x
@@ -460,7 +553,7 @@ void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rs
     *c3 = -r * A / M;
   };
   auto c1_of = [&](int64_t i, int64_t c) {
-    return static_cast<T>(static_cast<double>(rstd[i]) *
+    return static_cast<O>(static_cast<double>(rstd[i]) *
                           (gamma ? static_cast<double>(gamma[c]) : 1.0));
   };
 
@@ -483,7 +576,7 @@ void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rs
         for (int64_t d = 0; d < D; ++d) {
           const int64_t nc = n * C + g * D + d;
           input_grad_range(grad_y + nc * HxW, x + nc * HxW, 0, HxW, mean[i], c1_of(i, g * D + d),
-                           static_cast<T>(c2), static_cast<T>(c3), grad_x + nc * HxW);
+                           static_cast<O>(c2), static_cast<O>(c3), grad_x + nc * HxW);
         }
       }
     }
@@ -509,12 +602,12 @@ void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rs
       ds[nc] = sds;
     }
     if (grad_x) {
-      std::vector<T> c2(NG), c3(NG);
+      std::vector<O> c2(NG), c3(NG);
       for (int64_t i = 0; i < NG; ++i) {
         double a, b;
         group_coeffs(i, &a, &b);
-        c2[i] = static_cast<T>(a);
-        c3[i] = static_cast<T>(b);
+        c2[i] = static_cast<O>(a);
+        c3[i] = static_cast<O>(b);
       }
 #pragma omp parallel for schedule(static) if (parallel)
       for (int64_t w = 0; w < W; ++w) {
@@ -559,11 +652,14 @@ void group_norm_backward(const T* grad_y, const T* x, const T* mean, const T* rs
 
 #define TG_INSTANTIATE(T)                                                                      \
   template void group_norm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, \
-                                      int64_t, double, T*, T*, T*);                            \
-  template void group_norm_backward<T>(const T*, const T*, const T*, const T*, const T*,       \
-                                       int64_t, int64_t, int64_t, int64_t, T*, T*, T*);
+                                      int64_t, double, T*, opmath_t<T>*, opmath_t<T>*);        \
+  template void group_norm_backward<T>(const T*, const T*, const opmath_t<T>*,                 \
+                                       const opmath_t<T>*, const T*, int64_t, int64_t, int64_t, \
+                                       int64_t, T*, T*, T*);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
+TG_INSTANTIATE(BFloat16)
+TG_INSTANTIATE(Float16)
 #undef TG_INSTANTIATE
 
 }  // namespace tg::kernels::TG_ISA_NS

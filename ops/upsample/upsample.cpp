@@ -62,17 +62,14 @@ std::array<int64_t, 4> checked_input_size(const char* op, const Tensor& input) {
   return in;
 }
 
-// The forward's output, not recorded. A 16-bit input is interpolated in float32 (the float
-// kernel on a float32 copy, as PyTorch's CPU kernels compute) and the output rounded once.
+// The forward's output, not recorded. The kernels take 16-bit tensors too: they interpolate in
+// float32, as PyTorch's CPU kernels compute, and round each output once.
 Tensor forward_values(const char* op, const Tensor& input, std::array<int64_t, 4> in,
                       std::array<int64_t, 2> output_size, bool align_corners, std::optional<double> scales_h,
                       std::optional<double> scales_w) {
-  if (is_reduced_floating(input.dtype()))
-    return detail::convert(
-        forward_values(op, detail::widen(input), in, output_size, align_corners, scales_h, scales_w), input.dtype());
   Tensor x = input.detach().contiguous();  // accepts any strides (a channels-last view, say)
   Tensor out = Tensor::empty({in[0], in[1], output_size[0], output_size[1]}, input.dtype());
-  dispatch_floating(input.dtype(), op, [&](auto tag) {
+  dispatch_all_floating(input.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::upsample_bilinear2d_forward<T>(x.data<T>(), out.data<T>(), in[0] * in[1], in[2], in[3], output_size[0],
                                             output_size[1], align_corners, scales_h.value_or(0.0),
@@ -85,13 +82,9 @@ Tensor forward_values(const char* op, const Tensor& input, std::array<int64_t, 4
 Tensor backward_values(const char* op, const Tensor& grad_out, const Shape& in_shape,
                        std::array<int64_t, 2> output_size, bool align_corners, std::optional<double> scales_h,
                        std::optional<double> scales_w) {
-  if (is_reduced_floating(grad_out.dtype()))
-    return detail::convert(backward_values(op, detail::widen(grad_out), in_shape, output_size, align_corners,
-                                           scales_h, scales_w),
-                           grad_out.dtype());
   Tensor g = grad_out.detach().contiguous();
   Tensor grad_in = Tensor::empty(in_shape, grad_out.dtype());
-  dispatch_floating(grad_out.dtype(), op, [&](auto tag) {
+  dispatch_all_floating(grad_out.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::upsample_bilinear2d_backward<T>(g.data<T>(), grad_in.data<T>(), in_shape[0] * in_shape[1], in_shape[2],
                                              in_shape[3], output_size[0], output_size[1], align_corners,

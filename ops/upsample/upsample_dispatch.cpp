@@ -3,6 +3,7 @@
 // (ops/internal/isa_dispatch.h).
 #include "upsample_kernels.h"
 
+#include "../../framework/half.h"
 #include "../internal/isa_dispatch.h"
 
 namespace tg::kernels {
@@ -38,6 +39,8 @@ void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
                                                 int64_t, int64_t, bool, double, double);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
+TG_INSTANTIATE(BFloat16)
+TG_INSTANTIATE(Float16)
 #undef TG_INSTANTIATE
 
 }  // namespace tg::kernels

@@ -16,13 +16,21 @@
 // One copy of this file per instruction set (ops/internal/isa_dispatch.h; upsample_dispatch.cpp
 // holds the public entry points): the vectorised loops take each copy's full width, and the
 // AVX2 and AVX-512 copies fuse the blends' multiply-adds (an ulp from the generic copy).
+//
+// 16-bit storage (BFloat16, Float16): the forward widens each input row it interpolates to float
+// (widened_row) and rounds each output once as it stores the blend; the backward reads grad_y
+// widened (load_op, ../internal/half_access.h) and rounds each grad_x once. All arithmetic is
+// the float kernel's, so the result is its result on the widened input, rounded once.
 #include "upsample_kernels.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "../../framework/half.h"
 #include "../../framework/parallel.h"
+#include "../internal/half_access.h"
 #include "../internal/isa_dispatch.h"
 
 namespace tg::kernels::TG_ISA_NS {
@@ -190,26 +198,42 @@ AdjointTaps<T> make_adjoint(const Taps<T>& t, int64_t in, int64_t out) {
   return a;
 }
 
+// One input row widened to T's arithmetic type O: for the 16-bit types, into `buf` (a loop of
+// shifts and selects that vectorises; the gathers then read floats, as in the float kernel);
+// for float and double the row itself.
+template <class T, class O>
+const O* widened_row(const T* xr, int64_t W, std::vector<O>& buf) {
+  if constexpr (std::is_same_v<T, O>) {
+    return xr;
+  } else {
+#pragma omp simd
+    for (int64_t k = 0; k < W; ++k) buf[k] = load_op(xr, k);
+    return buf.data();
+  }
+}
+
 }  // namespace
 
 template <class T>
 void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho,
                                  int64_t Wo, bool align_corners, double scales_h,
                                  double scales_w) {
+  using O = opmath_t<T>;  // arithmetic type: float for the 16-bit types
   if (NC <= 0 || Ho <= 0 || Wo <= 0) return;
   if (H <= 0 || W <= 0) {  // nothing to interpolate from (rejected upstream); stay in bounds
-    std::fill(y, y + NC * Ho * Wo, T(0));
+    std::fill(y, y + NC * Ho * Wo, T(0.0f));
     return;
   }
-  const Taps<T> th = make_taps<T>(H, Ho, align_corners, scales_h);
-  const Taps<T> tw = make_taps<T>(W, Wo, align_corners, scales_w);
+  const Taps<O> th = make_taps<O>(H, Ho, align_corners, scales_h);
+  const Taps<O> tw = make_taps<O>(W, Wo, align_corners, scales_w);
   const int64_t blocks = row_blocks(NC, Ho), rows_per_block = ceil_div(Ho, blocks);
 
 #pragma omp parallel if (NC * Ho * Wo >= kParallelMin)
   {
     // Two horizontally interpolated input rows and which rows they hold.
-    AlignedRows<T> cache(2, Wo);
+    AlignedRows<O> cache(2, Wo);
     int64_t held[2];
+    std::vector<O> wide(std::is_same_v<T, O> ? 0 : W);  // a 16-bit input row as floats
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < NC * blocks; ++item) {
       const int64_t p = item / blocks, b = item % blocks;
@@ -222,7 +246,7 @@ void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_
         if (held[0] == ih) return 0;
         if (held[1] == ih) return 1;
         const int slot = keep == 0 ? 1 : 0;
-        interp_row(xp + ih * W, tw, Wo, cache.row(slot));
+        interp_row(widened_row(xp + ih * W, W, wide), tw, Wo, cache.row(slot));
         held[slot] = ih;
         return slot;
       };
@@ -231,15 +255,15 @@ void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_
         const int64_t h1 = th.i1[oh];
         const int s0 = row(th.i0[oh], held[0] == h1 ? 0 : (held[1] == h1 ? 1 : -1));
         const int s1 = row(h1, s0);
-        const T* r0 = cache.row(s0);
-        const T* r1 = cache.row(s1);
-        const T l0 = th.l0[oh], l1 = th.l1[oh];
+        const O* r0 = cache.row(s0);
+        const O* r1 = cache.row(s1);
+        const O l0 = th.l0[oh], l1 = th.l1[oh];
         T* yr = yp + oh * Wo;
 #pragma omp simd
         for (int64_t ow = 0; ow < Wo; ++ow) {
-          T v = r0[ow] * l0;
+          O v = r0[ow] * l0;
           v += r1[ow] * l1;
-          yr[ow] = v;
+          store_op(yr, ow, v);
         }
       }
     }
@@ -250,12 +274,13 @@ template <class T>
 void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W,
                                   int64_t Ho, int64_t Wo, bool align_corners, double scales_h,
                                   double scales_w) {
+  using O = opmath_t<T>;  // the weights' type: float for the 16-bit types
   if (NC <= 0 || H <= 0 || W <= 0) return;
   // With an empty grad_y (Ho or Wo = 0) every adjoint list is empty and grad_x is zeroed.
-  const Taps<T> th = make_taps<T>(H, Ho, align_corners, scales_h);
-  const Taps<T> tw = make_taps<T>(W, Wo, align_corners, scales_w);
-  const AdjointTaps<T> ah = make_adjoint(th, H, Ho);
-  const AdjointTaps<T> aw = make_adjoint(tw, W, Wo);
+  const Taps<O> th = make_taps<O>(H, Ho, align_corners, scales_h);
+  const Taps<O> tw = make_taps<O>(W, Wo, align_corners, scales_w);
+  const AdjointTaps<O> ah = make_adjoint(th, H, Ho);
+  const AdjointTaps<O> aw = make_adjoint(tw, W, Wo);
   const int64_t blocks = row_blocks(NC, H), rows_per_block = ceil_div(H, blocks);
 
 #pragma omp parallel if (NC * Ho * Wo >= kParallelMin)
@@ -286,11 +311,11 @@ void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
           if (first) {
 #pragma omp simd
             for (int64_t ow = 0; ow < Wo; ++ow)
-              a[ow] = w0 * static_cast<double>(g0[ow]) + w1 * static_cast<double>(g1[ow]);
+              a[ow] = w0 * static_cast<double>(load_op(g0, ow)) + w1 * static_cast<double>(load_op(g1, ow));
           } else {
 #pragma omp simd
             for (int64_t ow = 0; ow < Wo; ++ow)
-              a[ow] += w0 * static_cast<double>(g0[ow]) + w1 * static_cast<double>(g1[ow]);
+              a[ow] += w0 * static_cast<double>(load_op(g0, ow)) + w1 * static_cast<double>(load_op(g1, ow));
           }
         }
         T* gx = gxp + ih * W;
@@ -298,7 +323,7 @@ void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
           double s = 0.0;
           for (int64_t k = aw.start[iw]; k < aw.start[iw + 1]; ++k)
             s += static_cast<double>(aw.w[k]) * acc[aw.out[k]];
-          gx[iw] = static_cast<T>(s);
+          store_op(gx, iw, static_cast<O>(s));  // 16-bit: via float, as the float kernel's
         }
       }
     }
@@ -312,6 +337,8 @@ void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
                                                 int64_t, int64_t, bool, double, double);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
+TG_INSTANTIATE(BFloat16)
+TG_INSTANTIATE(Float16)
 #undef TG_INSTANTIATE
 
 }  // namespace tg::kernels::TG_ISA_NS

@@ -29,6 +29,12 @@
 //
 // scales_h / scales_w: the user's scale factor (output / input) when one was given and passed
 // through (F.interpolate(scale_factor=..., recompute_scale_factor=False)); <= 0 means none.
+// 16-bit storage (T = tg::BFloat16, tg::Float16, framework/half.h): x, y, grad_y and grad_x
+// are 16-bit; everything else runs as in the float32 kernel (weights, scale and interpolation
+// in float, the backward's sums in double), each value read widened exactly to float and each
+// output rounded once to T (the backward's via float, as the float32 kernel's result would
+// be): the result is the float32 kernel's on the widened inputs, rounded once.
+//
 // No validation here (the Tensor-level op checks sizes > 0 and the ranks). Zero sizes are
 // tolerated: an empty input gives a zero output, an empty grad_y a zero grad_x.
 #pragma once
@@ -37,7 +43,7 @@
 
 namespace tg::kernels {
 
-// Overwrites y (NC, Ho, Wo).
+// T = float, double, BFloat16, Float16. Overwrites y (NC, Ho, Wo).
 template <class T>
 void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho,
                                  int64_t Wo, bool align_corners, double scales_h,

@@ -1,0 +1,38 @@
+// Reading and writing elements of T = float, double, BFloat16 or Float16 in T's arithmetic type
+// opmath_t<T> (float for the 16-bit types): a 16-bit value widens exactly, a result rounds once
+// (framework/half.h). For float and double these are plain loads and stores.
+//
+// The 16-bit cases work on the raw bits with half_bits:: (branch-free integer code), so that a
+// kernel loop using them vectorises: converting through the storage structs' own operators
+// makes GCC copy each struct through a temporary, which it does not vectorise.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../../framework/half.h"
+#include "isa_dispatch.h"
+
+namespace tg::kernels::TG_ISA_NS {
+
+template <class T>
+inline opmath_t<T> load_op(const T* p, int64_t k) {
+  if constexpr (std::is_same_v<T, BFloat16>)
+    return half_bits::bf16_to_float(reinterpret_cast<const uint16_t*>(p)[k]);
+  else if constexpr (std::is_same_v<T, Float16>)
+    return half_bits::fp16_to_float(reinterpret_cast<const uint16_t*>(p)[k]);
+  else
+    return p[k];
+}
+
+template <class T>
+inline void store_op(T* p, int64_t k, opmath_t<T> v) {
+  if constexpr (std::is_same_v<T, BFloat16>)
+    reinterpret_cast<uint16_t*>(p)[k] = half_bits::float_to_bf16(v);
+  else if constexpr (std::is_same_v<T, Float16>)
+    reinterpret_cast<uint16_t*>(p)[k] = half_bits::float_to_fp16(v);
+  else
+    p[k] = v;
+}
+
+}  // namespace tg::kernels::TG_ISA_NS
