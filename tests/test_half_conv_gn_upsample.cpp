@@ -1,6 +1,6 @@
 // convolution, group_norm and upsample_bilinear2d in bfloat16 and float16 (issue 22): forward
 // and every input gradient against PyTorch 1.13's 16-bit result, and against PyTorch float64 on
-// the same 16-bit-exact inputs (tools/gen_half_fixtures_convgnup.py, tests/data/half/convgnup;
+// the same 16-bit-exact inputs (tools/fixtures/half_convgnup.py, tests/data/half/convgnup;
 // 16-bit tensors are stored as float32 npy, where they are exact). Plus the kernel APIs, the
 // gradients' dtype, the mixed-dtype errors and a 16-bit double backward of convolution.
 //

@@ -1,5 +1,5 @@
 // The core ops in 16 bits (issue 22): golden tests against PyTorch 1.13's bfloat16 CPU kernels
-// (tools/gen_half_core_fixtures.py, tests/data/half_core/) and PyTorch's type promotion for the
+// (tools/fixtures/half_core.py, tests/data/half_core/) and PyTorch's type promotion for the
 // elementwise binary ops (result dtypes, gradient dtypes and values).
 #include <gtest/gtest.h>
 

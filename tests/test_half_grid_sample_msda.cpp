@@ -1,5 +1,5 @@
 // grid_sample, affine_grid and multi-scale deformable attention in bfloat16 and float16 (issue
-// 22), against the fixtures of tools/gen_half_fixtures_gsmsda.py (tests/data/half/gsmsda).
+// 22), against the fixtures of tools/fixtures/half_gsmsda.py (tests/data/half/gsmsda).
 //
 // What is checked, per case and dtype:
 //  * the forward output and every input gradient against PyTorch's 16-bit result ("ref16":

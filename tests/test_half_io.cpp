@@ -3,7 +3,7 @@
 // and int32 .npy files load exactly and save_npy reproduces numpy's bytes; bfloat16 has no npy
 // dtype and save_npy says so; hostile files with the new dtypes throw tg::Error; Module::to
 // converts floating tensors only and chains; a float32 checkpoint loads into a bfloat16
-// module with PyTorch's rounding. Fixtures: tools/gen_half_io_fixtures.py (tests/data/half_io).
+// module with PyTorch's rounding. Fixtures: tools/fixtures/half_io.py (tests/data/half_io).
 #include <cstring>
 #include <limits>
 
