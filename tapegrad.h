@@ -8,6 +8,7 @@
 #include "framework/dtype.h"
 #include "framework/dump.h"
 #include "framework/grad_mode.h"
+#include "framework/math_mode.h"
 #include "framework/atomic_file.h"
 #include "framework/npy.h"
 #include "framework/lr_scheduler.h"

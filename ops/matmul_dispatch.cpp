@@ -6,6 +6,9 @@
 
 #include "internal/isa_dispatch.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace tg {
 namespace kernels {
 
@@ -22,6 +25,38 @@ template void gemm_batched<float>(const float*, MatrixLayout, const float*, Matr
                                   int64_t, int64_t, int64_t, int64_t, bool);
 template void gemm_batched<double>(const double*, MatrixLayout, const double*, MatrixLayout, double*, MatrixLayout,
                                    int64_t, int64_t, int64_t, int64_t, bool);
+
+namespace {
+
+// The elements a layout's batch of stored (rows x cols) matrices spans, from the first.
+int64_t span(MatrixLayout l, int64_t batch, int64_t rows, int64_t cols) {
+  if (batch <= 0 || rows <= 0 || cols <= 0) return 0;
+  return (batch - 1) * l.batch_stride + (rows - 1) * l.ld + cols;
+}
+
+template <class S>
+std::vector<float> widened(const S* x, int64_t n) {
+  std::vector<float> out(size_t(std::max<int64_t>(n, 0)));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = float(x[i]);
+  return out;
+}
+
+}  // namespace
+
+// Reference path (to be replaced by packed kernels): both operands widened to float32 in their
+// own layouts, then the float32 product.
+template <class S>
+void gemm_batched_reduced(const S* A, MatrixLayout a, const S* B, MatrixLayout b, float* C, MatrixLayout c,
+                          int64_t batch, int64_t n, int64_t k, int64_t m, bool accumulate) {
+  const std::vector<float> wa = widened(A, a.trans ? span(a, batch, k, n) : span(a, batch, n, k));
+  const std::vector<float> wb = widened(B, b.trans ? span(b, batch, m, k) : span(b, batch, k, m));
+  gemm_batched<float>(wa.data(), a, wb.data(), b, C, c, batch, n, k, m, accumulate);
+}
+
+template void gemm_batched_reduced<BFloat16>(const BFloat16*, MatrixLayout, const BFloat16*, MatrixLayout, float*,
+                                             MatrixLayout, int64_t, int64_t, int64_t, int64_t, bool);
+template void gemm_batched_reduced<Float16>(const Float16*, MatrixLayout, const Float16*, MatrixLayout, float*,
+                                            MatrixLayout, int64_t, int64_t, int64_t, int64_t, bool);
 
 }  // namespace kernels
 

@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "../framework/half.h"
+
 namespace tg::kernels {
 
 struct MatrixLayout {
@@ -30,5 +32,14 @@ struct MatrixLayout {
 template <class T>
 void gemm_batched(const T* A, MatrixLayout a, const T* B, MatrixLayout b, T* C, MatrixLayout c, int64_t batch,
                   int64_t n, int64_t k, int64_t m, bool accumulate);
+
+// The same product with 16-bit operands S (BFloat16 or Float16) and a float32 result: every
+// product and every sum is computed in float32 (a bf16 or fp16 times a bf16 or fp16 is exact in
+// float32), and C is float32, so the caller rounds once, when it stores a 16-bit output. This
+// is the product behind bf16/fp16 matmul, linear and convolution, and behind the reduced float32
+// math modes (framework/math_mode.h), which round float32 operands to S first.
+template <class S>
+void gemm_batched_reduced(const S* A, MatrixLayout a, const S* B, MatrixLayout b, float* C, MatrixLayout c,
+                          int64_t batch, int64_t n, int64_t k, int64_t m, bool accumulate);
 
 }  // namespace tg::kernels

@@ -36,6 +36,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "../../framework/half.h"
+
 namespace tg::kernels {
 
 struct ConvParams {
@@ -96,5 +98,19 @@ void convolution_forward(const T* input, const T* weight, const T* bias, T* outp
 template <class T>
 void convolution_backward(const T* grad_output, const T* input, const T* weight, T* grad_input,
                           T* grad_weight, T* grad_bias, const ConvParams& p);
+
+// The same two kernels with 16-bit operands S (BFloat16 or Float16) and float32 results: every
+// product and sum in float32, outputs and gradients written in float32, so the caller rounds
+// once when it stores a 16-bit tensor (a bf16 convolution) or keeps float32 (a float32
+// convolution under a reduced math mode, framework/math_mode.h, whose operands were rounded to
+// S). bias is float32 (a 16-bit bias widened, or a float32 one). Same output mask, same
+// thread-count independence, same treatment of Inf and NaN as the float32 kernels.
+template <class S>
+void convolution_forward_reduced(const S* input, const S* weight, const float* bias, float* output,
+                                 const ConvParams& p);
+template <class S>
+void convolution_backward_reduced(const S* grad_output, const S* input, const S* weight,
+                                  float* grad_input, float* grad_weight, float* grad_bias,
+                                  const ConvParams& p);
 
 }  // namespace tg::kernels

@@ -4,7 +4,11 @@
 // 16-bit dtype with round_result. Ops include this; users do not.
 #pragma once
 
+#include "../../framework/half.h"
+#include "../../framework/math_mode.h"
 #include "../../framework/tensor.h"
+
+#include <cstdint>
 
 namespace tg {
 
@@ -13,6 +17,23 @@ namespace tg {
 // paths pay nothing), and undefined stays undefined (a gradient an output mask did not ask for).
 inline Tensor round_result(const Tensor& out, DType dtype) {
   return !out.defined() || out.dtype() == dtype ? out : detail::convert(out, dtype);
+}
+
+// float32 operands rounded to S for a reduced math mode (framework/math_mode.h): out[i] = S(x[i]).
+template <class S>
+void round_operand(const float* x, int64_t n, S* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = S(x[i]);
+}
+
+// The two bf16 parts of float32 operands for Float32Math::BFloat16x3: hi = bf16(x) and
+// lo = bf16(x - hi) (exact in float32), so x = hi + lo to about 2^-16 of |x|, and a product
+// x * y is hi_x * hi_y + hi_x * lo_y + lo_x * hi_y to about 2^-16 of |x y| (lo_x * lo_y,
+// below 2^-16, is left out).
+inline void split_bfloat16(const float* x, int64_t n, BFloat16* hi, BFloat16* lo) {
+  for (int64_t i = 0; i < n; ++i) {
+    hi[i] = BFloat16(x[i]);
+    lo[i] = BFloat16(x[i] - float(hi[i]));
+  }
 }
 
 }  // namespace tg
