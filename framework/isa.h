@@ -33,7 +33,9 @@ const char* isa_name(Isa isa);
 // Throws tg::Error when TAPEGRAD_ISA names an unknown or unsupported path.
 Isa active_isa();
 
-// The paths this build and this CPU can run, from Generic up.
+// The paths this build and this CPU can run, from Generic up. The default (CpuInfo::best) is
+// the highest of them, except Avx512Bf16 on CPUs where its bf16 GEMM is slower than the AVX-512
+// float32 one (Intel's, see isa.cpp): forced with TAPEGRAD_ISA / set_isa there.
 std::vector<Isa> supported_isas();
 bool isa_supported(Isa isa);
 

@@ -45,8 +45,8 @@ TEST(Isa, InfoNamesTheCpuAndTheActivePath) {
   if (c.best >= Isa::Avx512) {
     EXPECT_TRUE(has("avx512f") && has("avx512bw") && has("avx512vl"));
   }
-  if (c.best == Isa::Avx512Bf16) {
-    EXPECT_TRUE(has("avx512_bf16"));
+  if (isa_supported(Isa::Avx512Bf16)) {
+    EXPECT_TRUE(has("avx512_bf16") && has("avx512f"));
   }
   if (c.best >= Isa::Avx2) {
     EXPECT_TRUE(has("avx2") && has("fma"));
@@ -58,7 +58,11 @@ TEST(Isa, GenericIsAlwaysSupportedAndPathsAreOrdered) {
   std::vector<Isa> paths = supported_isas();
   ASSERT_FALSE(paths.empty());
   EXPECT_EQ(paths.front(), Isa::Generic);
-  EXPECT_EQ(paths.back(), cpu_info().best);
+  // The default is the highest path, or the one below it when that is Avx512Bf16 on a CPU
+  // whose vdpbf16ps is slow (framework/isa.cpp).
+  const Isa best = cpu_info().best;
+  EXPECT_TRUE(paths.back() == best || (paths.back() == Isa::Avx512Bf16 && best == Isa::Avx512))
+      << isa_name(paths.back()) << " " << isa_name(best);
 }
 
 TEST(Isa, GuardSetsAndRestoresThePath) {
