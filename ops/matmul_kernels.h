@@ -40,8 +40,9 @@ void gemm_batched(const T* A, MatrixLayout a, const T* B, MatrixLayout b, T* C, 
 // is the product behind bf16/fp16 matmul, linear and convolution, and behind the reduced float32
 // math modes (framework/math_mode.h), which round float32 operands to S first.
 //
-// Paths (chosen at run time, framework/isa.h): with Isa::Avx512Bf16 active, BFloat16 operands
-// use vdpbf16ps (ops/matmul_avx512bf16.cpp: products exact, each pair of products added before
+// Paths (chosen at run time, framework/isa.h): with Isa::Avx512Bf16 active (the default on
+// AMD CPUs with AVX512_BF16 only: on Intel's it is slower than the float32 kernel, see
+// framework/isa.cpp; TAPEGRAD_ISA=avx512bf16 forces it), BFloat16 operands use vdpbf16ps (ops/matmul_avx512bf16.cpp: products exact, each pair of products added before
 // the accumulator, bf16 denormals read as zero and float32 denormal sums flushed to zero);
 // otherwise, and for Float16 always, the float32 kernel of the active path with the operands
 // widened as they are packed (the bits of gemm_batched<float> on the widened operands). Each
