@@ -130,6 +130,7 @@ template <class S>
 void check_against_float64() {
   for (Isa isa : paths()) {
     IsaGuard guard(isa);
+    double worst_all = 0;  // worst error / (k + 1) 2^-24 sum|a||b|, for the output
     for (const Case& t : cases()) {
       SCOPED_TRACE(std::string("path ") + isa_name(isa) + ", batch " + std::to_string(t.batch) + ", n k m " +
                    std::to_string(t.n) + " " + std::to_string(t.k) + " " + std::to_string(t.m) + ", trans " +
@@ -152,6 +153,7 @@ void check_against_float64() {
             const double err = std::fabs(get(c, u.c, bi, i, j) - exact);
             const double bound = double(t.k + 1) * std::ldexp(scale, -24);
             if (!(err <= bound)) ++bad;
+            if (bound > 0) worst_all = std::max(worst_all, err / bound);
             if (scale > 0) worst = std::max(worst, err / scale);
           }
       EXPECT_EQ(bad, 0) << "worst error / sum|a||b| " << worst;
@@ -169,6 +171,8 @@ void check_against_float64() {
         EXPECT_TRUE(same_float_bits(c, f)) << "not the float32 kernel's bits";
       }
     }
+    std::cout << "path " << isa_name(isa) << (dpbf16_path<S>(isa) ? " (vdpbf16ps)" : " (converting)")
+              << ": worst error = " << worst_all << " of the bound (k + 1) 2^-24 sum|a||b|\n";
   }
 }
 
@@ -355,6 +359,9 @@ void check_modes(bool linear_op) {
         ASSERT_EQ(got[i].dtype(), DType::Float32);
         const Worst w = compare(got[i], exact[i], scale[i], i < 4 ? depth[i] : batch * n, i == 3 ? 0.0 : md.rel);
         EXPECT_EQ(w.bad, 0) << "output " << i << ": worst error / sum|terms| " << w.ratio;
+        if (isa == default_isa)
+          std::cout << (linear_op ? "linear" : "matmul") << " " << float32_math_name(md.mode) << " output " << i
+                    << ": worst error / sum|terms| = 2^" << (w.ratio > 0 ? std::log2(w.ratio) : -999) << "\n";
         if (i < 3) {
           EXPECT_GE(w.ratio, md.at_least) << "output " << i << ": the mode did not round the operands";
         }
