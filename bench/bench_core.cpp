@@ -5,22 +5,25 @@
 namespace tg::bench {
 namespace {
 
-void matmul_fwd(benchmark::State& state, int64_t n) {
+// dtype: the operands'; math: the float32 math mode it runs under (framework/math_mode.h).
+void matmul_fwd(benchmark::State& state, int64_t n, DType dtype = DType::Float32,
+                Float32Math math = Float32Math::Float32) {
   use_threads(state);
   manual_seed(0);
-  Tensor a = randn({n, n}), b = randn({n, n});
+  Tensor a = randn({n, n}).to(dtype), b = randn({n, n}).to(dtype);
+  Float32MathGuard mode(math);
   for (auto _ : state) benchmark::DoNotOptimize(matmul(a, b));
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
-void linear_fwd_bwd(benchmark::State& state, int64_t rows, int64_t in, int64_t out) {
+void linear_fwd_bwd(benchmark::State& state, int64_t rows, int64_t in, int64_t out, DType dtype = DType::Float32) {
   use_threads(state);
   manual_seed(0);
-  Tensor x = randn({rows, in}).requires_grad_();
-  Tensor w = randn({out, in}).requires_grad_();
-  Tensor b = randn({out}).requires_grad_();
-  Tensor g = randn({rows, out});
+  Tensor x = randn({rows, in}).to(dtype).requires_grad_();
+  Tensor w = randn({out, in}).to(dtype).requires_grad_();
+  Tensor b = randn({out}).to(dtype).requires_grad_();
+  Tensor g = randn({rows, out}).to(dtype);
   for (auto _ : state) {
     Tensor y = linear(x, w, b);
     y.backward(g);
@@ -66,6 +69,12 @@ const bool registered = [] {
     add_case("matmul_fwd/" + shape, [n](benchmark::State& s) { matmul_fwd(s, n); });
   }
   add_case("linear_fwd_bwd/R2048_I512_O512", [](benchmark::State& s) { linear_fwd_bwd(s, 2048, 512, 512); });
+  // Reduced precision (issue 23): bf16 tensors, and float32 under MathPrecision::Medium.
+  add_case("matmul_fwd_bf16/N1024", [](benchmark::State& s) { matmul_fwd(s, 1024, DType::BFloat16); });
+  add_case("matmul_fwd_f32_medium/N1024",
+           [](benchmark::State& s) { matmul_fwd(s, 1024, DType::Float32, Float32Math::BFloat16); });
+  add_case("linear_fwd_bwd_bf16/R2048_I512_O512",
+           [](benchmark::State& s) { linear_fwd_bwd(s, 2048, 512, 512, DType::BFloat16); });
   add_case("mlp_train_step/B128_784_256_256_10", mlp_train_step);
   return true;
 }();

@@ -24,6 +24,8 @@ struct Features {
   std::vector<std::string> flags;
   bool v3 = false;  // x86-64-v3 complete and AVX state enabled by the OS
   bool v4 = false;  // x86-64-v4 complete and AVX-512 state enabled by the OS
+  bool bf16 = false;  // v4 and AVX512_BF16 (cpuid 7.1 EAX bit 5)
+  bool amd = false;   // vendor "AuthenticAMD"
 };
 
 #if defined(__x86_64__)
@@ -33,6 +35,14 @@ Features detect() {
   Features f;
   unsigned a = 0, b = 0, c = 0, d = 0;
   unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  {
+    char vendor[13] = {};
+    __get_cpuid(0, &a, &b, &c, &d);
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    f.amd = std::strcmp(vendor, "AuthenticAMD") == 0;
+  }
   unsigned max_ext = __get_cpuid_max(0x80000000u, nullptr);
   if (max_ext >= 0x80000004u) {
     char brand[49] = {};
@@ -92,6 +102,7 @@ Features detect() {
          has("lzcnt") && has("movbe");
   f.v4 = f.v3 && has("avx512f") && has("avx512dq") && has("avx512cd") && has("avx512bw") &&
          has("avx512vl");
+  f.bf16 = f.v4 && has("avx512_bf16");
   return f;
 }
 #else
@@ -113,11 +124,33 @@ constexpr bool kBuiltX86 = true;
 #else
 constexpr bool kBuiltX86 = false;
 #endif
+// Whether it holds the AVX512-BF16 kernels (the compiler knew -mavx512bf16).
+#if defined(TAPEGRAD_ISA_AVX512BF16)
+constexpr bool kBuiltBf16 = true;
+#else
+constexpr bool kBuiltBf16 = false;
+#endif
 
-Isa best_isa() {
+constexpr Isa kAllIsas[] = {Isa::Generic, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16};
+
+// The highest path this CPU and build can run.
+Isa top_isa() {
+  if (kBuiltX86 && kBuiltBf16 && features().bf16) return Isa::Avx512Bf16;
   if (kBuiltX86 && features().v4) return Isa::Avx512;
   if (kBuiltX86 && features().v3) return Isa::Avx2;
   return Isa::Generic;
+}
+
+// The path taken by default: the highest, except that Avx512Bf16 is taken by default only on
+// AMD CPUs. Its one kernel of its own, the vdpbf16ps bf16 GEMM, is slower than the AVX-512
+// float32 kernel on the Intel CPUs that have AVX512_BF16 (measured on a Xeon with
+// AVX512_BF16/FP16, issue 23: 2.3x the time per k in the micro-kernel, 1.75x on a 1024^3
+// product), whose fast bf16 unit is AMX; Zen 4 executes vdpbf16ps at its FMA rate with two
+// products per lane (not measured here). A fixed rule from cpuid, so the path (and the bits)
+// never depend on a timing. TAPEGRAD_ISA=avx512bf16 or set_isa chooses it anywhere it runs.
+Isa best_isa() {
+  const Isa top = top_isa();
+  return top == Isa::Avx512Bf16 && !features().amd ? Isa::Avx512 : top;
 }
 
 std::string supported_list() {
@@ -129,13 +162,13 @@ std::string supported_list() {
 Isa isa_from_environment() {
   const char* env = std::getenv("TAPEGRAD_ISA");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return best_isa();
-  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : kAllIsas) {
     if (std::strcmp(env, isa_name(isa)) != 0) continue;
     TG_CHECK(isa_supported(isa), "TAPEGRAD_ISA: expected a path this CPU and build support (",
              supported_list(), "), got '", env, "' on ", features().model);
     return isa;
   }
-  TG_ERROR("TAPEGRAD_ISA: expected one of auto, generic, avx2, avx512, got '", env, "'");
+  TG_ERROR("TAPEGRAD_ISA: expected one of auto, generic, avx2, avx512, avx512bf16, got '", env, "'");
 }
 
 // -1 until the first call decides; then the active path. Relaxed: every thread reads the same
@@ -149,15 +182,16 @@ const char* isa_name(Isa isa) {
     case Isa::Generic: return "generic";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Bf16: return "avx512bf16";
   }
   return "unknown";
 }
 
-bool isa_supported(Isa isa) { return int(isa) <= int(best_isa()); }
+bool isa_supported(Isa isa) { return int(isa) <= int(top_isa()); }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512})
+  for (Isa isa : kAllIsas)
     if (isa_supported(isa)) out.push_back(isa);
   return out;
 }

@@ -66,16 +66,21 @@ def mlp_train_step():
     return step
 
 
-def matmul_fwd(n):
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_fwd(n, dtype=torch.float32, precision=None):
+    """precision: torch.set_float32_matmul_precision for this (fresh) worker process. PyTorch
+    1.13 accepts "medium" but its CPU matmul ignores it (float32 all the same): the row then
+    compares tapegrad's bf16 products with PyTorch's float32 ones."""
+    if precision is not None:
+        torch.set_float32_matmul_precision(precision)
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     return lambda: torch.matmul(a, b)
 
 
-def linear_fwd_bwd(rows, i, o):
-    x = torch.randn(rows, i, requires_grad=True)
-    w = torch.randn(o, i, requires_grad=True)
-    b = torch.randn(o, requires_grad=True)
-    g = torch.randn(rows, o)
+def linear_fwd_bwd(rows, i, o, dtype=torch.float32):
+    x = torch.randn(rows, i).to(dtype).requires_grad_()
+    w = torch.randn(o, i).to(dtype).requires_grad_()
+    b = torch.randn(o).to(dtype).requires_grad_()
+    g = torch.randn(rows, o).to(dtype)
 
     def step():
         F.linear(x, w, b).backward(g)
@@ -320,6 +325,9 @@ CASES = {
     "matmul_fwd/N256": ("bench_core", lambda: matmul_fwd(256)),
     "matmul_fwd/N1024": ("bench_core", lambda: matmul_fwd(1024)),
     "linear_fwd_bwd/R2048_I512_O512": ("bench_core", lambda: linear_fwd_bwd(2048, 512, 512)),
+    "matmul_fwd_bf16/N1024": ("bench_core", lambda: matmul_fwd(1024, torch.bfloat16)),
+    "matmul_fwd_f32_medium/N1024": ("bench_core", lambda: matmul_fwd(1024, precision="medium")),
+    "linear_fwd_bwd_bf16/R2048_I512_O512": ("bench_core", lambda: linear_fwd_bwd(2048, 512, 512, torch.bfloat16)),
     "mlp_train_step/B128_784_256_256_10": ("bench_core", mlp_train_step),
     "softmax_fwd_bwd/R64_C1000": ("bench_core_ops", lambda: fwd_bwd(torch.randn(64, 1000), lambda x: torch.softmax(x, 1))),
     "cross_entropy_fwd_bwd/N512_C1000": ("bench_core_ops", cross_entropy_case),
