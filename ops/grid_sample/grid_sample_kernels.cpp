@@ -35,11 +35,15 @@
 // arithmetic, so all paths give the same bits (std::fma is an instruction in the AVX2 and
 // AVX-512 copies, a library call in the generic one).
 //
-// 16-bit storage (BFloat16, Float16; forward and first-order backward): the samplers take the
-// storage type TS and compute in T = opmath_t<TS> (float), reading every value through load_op
-// and writing every output through store_op (../internal/half_access.h), so the arithmetic is
-// the float kernel's on the widened values. grad_input is summed in a float32 buffer of the
-// work item (PlaneSums) and rounded when the item is done.
+// 16-bit storage (BFloat16, Float16; forward and first-order backward): the samplers run in
+// float32, exactly as for float tensors, on float32 copies a thread makes as it goes (Widened):
+// the input planes of the channels in hand, once per block of positions, and the block's
+// grad_output rows; the block's output rows are summed into float32 rows and rounded once.
+// The grid is read, and grad_grid written, in 16 bits (load_op / store_op,
+// ../internal/half_access.h). grad_input is summed in a float32 buffer of the work item
+// (PlaneSums) and rounded when the item is done. (Reading the 16-bit values at each tap instead
+// made the scalar tap loops 1.7x slower than float32's: three instructions per load instead
+// of one, and a scalar rounding per output.)
 #include "grid_sample_kernels.h"
 
 #include <algorithm>
@@ -117,7 +121,8 @@ struct BilinearSampler {
       : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
         P(P_), base(kBlock), off(4 * kBlock), wt(4 * kBlock) {}
 
-  void prepare(const TS* grid, int64_t len, bool backward) {
+  template <class G>
+  void prepare(const G* grid, int64_t len, bool backward) {
     if (backward && fx.empty()) {
       for (auto* v : {&fx, &fy, &mult_x, &mult_y}) v->resize(kBlock);
       gx.resize(kBlock);
@@ -228,7 +233,8 @@ struct BilinearSampler {
     std::fill(gy.begin(), gy.begin() + len, Acc(0));
   }
 
-  void finish(TS* grad_grid, int64_t len) const {
+  template <class G>
+  void finish(G* grad_grid, int64_t len) const {
     for (int64_t p = 0; p < len; ++p) {
       store_op(grad_grid, 2 * p, T(gx[p] * Acc(mult_x[p])));
       store_op(grad_grid, 2 * p + 1, T(gy[p] * Acc(mult_y[p])));
@@ -251,7 +257,8 @@ struct NearestSampler {
       : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
         P(P_), off(kBlock) {}
 
-  void prepare(const TS* grid, int64_t len, bool /*backward*/) {
+  template <class G>
+  void prepare(const G* grid, int64_t len, bool /*backward*/) {
     for (int64_t p = 0; p < len; ++p) {
       // nearbyint rounds half to even in the default rounding mode, like PyTorch.
       const int64_t ix = ax.index(std::nearbyint(ax.source(load_op(grid, 2 * p))));
@@ -280,8 +287,9 @@ struct NearestSampler {
   }
 
   void clear_sums(int64_t) {}
-  void finish(TS* grad_grid, int64_t len) const {
-    std::fill(grad_grid, grad_grid + 2 * len, TS(T(0)));
+  template <class G>
+  void finish(G* grad_grid, int64_t len) const {
+    std::fill(grad_grid, grad_grid + 2 * len, G(T(0)));
   }
 };
 
@@ -308,7 +316,8 @@ struct BicubicSampler {
       : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
         P(P_), base(kBlock), xo(4 * kBlock), yo(4 * kBlock), cx(4 * kBlock), cy(4 * kBlock) {}
 
-  void prepare(const TS* grid, int64_t len, bool backward) {
+  template <class G>
+  void prepare(const G* grid, int64_t len, bool backward) {
     if (backward && gcx.empty()) {
       gcx.resize(4 * kBlock);
       gcy.resize(4 * kBlock);
@@ -439,7 +448,8 @@ struct BicubicSampler {
   }
 
   // Padding acts on the taps, so the sample point's derivative is never clipped.
-  void finish(TS* grad_grid, int64_t len) const {
+  template <class G>
+  void finish(G* grad_grid, int64_t len) const {
     for (int64_t p = 0; p < len; ++p) {
       store_op(grad_grid, 2 * p, T(gx[p] * Acc(ax.scale)));
       store_op(grad_grid, 2 * p + 1, T(gy[p] * Acc(ay.scale)));
@@ -480,6 +490,38 @@ class PlaneSums {
   std::vector<M> buf_;
 };
 
+// A thread's float32 copies of 16-bit data for the samplers (which run in the arithmetic type):
+// k whole input planes, and k rows of len values (grad_output, or output before rounding)
+// kBlock apart, which is then the samplers' channel stride P. Widening a plane once per block
+// of positions costs far less than widening each of its values at every tap that reads it.
+template <class TS>
+class Widened {
+ public:
+  using M = opmath_t<TS>;
+  const M* planes(const TS* src, int k, int64_t HW) {
+    if (static_cast<int64_t>(planes_.size()) < k * HW) planes_.resize(k * HW);
+    for (int j = 0; j < k; ++j) load_row(src + j * HW, HW, planes_.data() + j * HW);
+    return planes_.data();
+  }
+  M* rows(int k) {
+    if (static_cast<int64_t>(rows_.size()) < k * kBlock) rows_.resize(k * kBlock);
+    return rows_.data();
+  }
+  // k rows of len values, `stride` apart in src.
+  const M* rows_from(const TS* src, int k, int64_t stride, int64_t len) {
+    M* r = rows(k);
+    for (int j = 0; j < k; ++j) load_row(src + j * stride, len, r + j * kBlock);
+    return r;
+  }
+  // Rounds k rows of rows(k) into dst, `stride` apart.
+  void store_rows(int k, int64_t len, TS* dst, int64_t stride) const {
+    for (int j = 0; j < k; ++j) store_row(rows_.data() + j * kBlock, len, dst + j * stride);
+  }
+
+ private:
+  std::vector<M> planes_, rows_;
+};
+
 // Calls step(K, c) over the channels [c0, c1), two at a time and the odd one alone,
 // with K a std::integral_constant.
 template <class Step>
@@ -496,19 +538,28 @@ void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C
   const int64_t items = N * nb;
   const int64_t HW = H * W;
   const bool parallel = items > 1 && N * C * P * Sampler::kTaps >= kParallelWork;
+  constexpr bool kNative = std::is_same_v<T, typename Sampler::T>;  // else 16-bit, widened
   // Items are coarse (a block times all channels), so handing them out dynamically costs
   // nothing and keeps both cores busy when one thread gets descheduled.
 #pragma omp parallel if (parallel)
   {
-    Sampler s(H, W, P, padding, align_corners);
+    Sampler s(H, W, kNative ? P : kBlock, padding, align_corners);
+    Widened<T> wide;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t n = it / nb, p0 = (it % nb) * kBlock;
       const int64_t len = std::min(kBlock, P - p0);
       s.prepare(grid + (n * P + p0) * 2, len, false);
       for_channels(0, C, [&](auto K, int64_t c) {
-        s.template sample<decltype(K)::value>(input + (n * C + c) * HW,
-                                              output + (n * C + c) * P + p0, len);
+        constexpr int k = decltype(K)::value;
+        const T* in = input + (n * C + c) * HW;
+        T* out = output + (n * C + c) * P + p0;
+        if constexpr (kNative) {
+          s.template sample<k>(in, out, len);
+        } else {
+          s.template sample<k>(wide.planes(in, k, HW), wide.rows(k), len);
+          wide.store_rows(k, len, out, P);
+        }
       });
     }
   }
@@ -524,30 +575,43 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
   const bool need_grid = grad_grid != nullptr;
   const bool parallel = N * C * P * Sampler::kTaps >= kParallelWork;
   using M = typename Sampler::T;  // the arithmetic type, in which grad_input is summed
+  constexpr bool kNative = std::is_same_v<T, M>;  // else 16-bit: widened for the sampler
   const int64_t threads = parallel ? max_threads() : 1;
 
   // The grid gradient of one block of sample n: channels summed in order 0..C-1.
-  auto grid_block = [&](Sampler& s, int64_t n, int64_t b) {
+  auto grid_block = [&](Sampler& s, Widened<T>& wide, int64_t n, int64_t b) {
     const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
     if (Sampler::kHasGridGrad) {
       s.prepare(grid + (n * P + p0) * 2, len, true);
       s.clear_sums(len);
       for_channels(0, C, [&](auto K, int64_t c) {
-        s.template backward<decltype(K)::value, false, true>(
-            input + (n * C + c) * HW, grad_output + (n * C + c) * P + p0, nullptr, len);
+        constexpr int k = decltype(K)::value;
+        const T* in = input + (n * C + c) * HW;
+        const T* go = grad_output + (n * C + c) * P + p0;
+        if constexpr (kNative)
+          s.template backward<k, false, true>(in, go, nullptr, len);
+        else
+          s.template backward<k, false, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
+                                              nullptr, len);
       });
     }
     s.finish(grad_grid + (n * P + p0) * 2, len);
   };
   // grad_input of sample n, channels [c0, c1): positions in order 0..P-1.
-  auto input_planes = [&](Sampler& s, PlaneSums<T>& sums, int64_t n, int64_t c0, int64_t c1) {
+  auto input_planes = [&](Sampler& s, PlaneSums<T>& sums, Widened<T>& wide, int64_t n, int64_t c0,
+                          int64_t c1) {
     M* gin = sums.begin(grad_input + (n * C + c0) * HW, (c1 - c0) * HW);
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
       s.prepare(grid + (n * P + p0) * 2, len, true);
       for_channels(c0, c1, [&](auto K, int64_t c) {
-        s.template backward<decltype(K)::value, true, false>(
-            nullptr, grad_output + (n * C + c) * P + p0, gin + (c - c0) * HW, len);
+        constexpr int k = decltype(K)::value;
+        const T* go = grad_output + (n * C + c) * P + p0;
+        if constexpr (kNative)
+          s.template backward<k, true, false>(nullptr, go, gin + (c - c0) * HW, len);
+        else
+          s.template backward<k, true, false>(nullptr, wide.rows_from(go, k, P, len),
+                                              gin + (c - c0) * HW, len);
       });
     }
     sums.end();
@@ -559,8 +623,9 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
     // Same additions in the same order as input_planes + grid_block, in one pass.
 #pragma omp parallel if (parallel && N > 1)
     {
-      Sampler s(H, W, P, padding, align_corners);
+      Sampler s(H, W, kNative ? P : kBlock, padding, align_corners);
       PlaneSums<T> sums;
+      Widened<T> wide;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t n = 0; n < N; ++n) {
         M* gin = sums.begin(grad_input + n * C * HW, C * HW);
@@ -569,8 +634,14 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
           s.prepare(grid + (n * P + p0) * 2, len, true);
           s.clear_sums(len);
           for_channels(0, C, [&](auto K, int64_t c) {
-            s.template backward<decltype(K)::value, true, true>(
-                input + (n * C + c) * HW, grad_output + (n * C + c) * P + p0, gin + c * HW, len);
+            constexpr int k = decltype(K)::value;
+            const T* in = input + (n * C + c) * HW;
+            const T* go = grad_output + (n * C + c) * P + p0;
+            if constexpr (kNative)
+              s.template backward<k, true, true>(in, go, gin + c * HW, len);
+            else
+              s.template backward<k, true, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
+                                                 gin + c * HW, len);
           });
           s.finish(grad_grid + (n * P + p0) * 2, len);
         }
@@ -589,16 +660,17 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
   // dynamically, the grid blocks fill in around them.
 #pragma omp parallel if (parallel && items > 1)
   {
-    Sampler s(H, W, P, padding, align_corners);
+    Sampler s(H, W, kNative ? P : kBlock, padding, align_corners);
     PlaneSums<T> sums;
+    Widened<T> wide;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       if (it < input_items) {
         const int64_t n = it / kc, k = it % kc;
-        input_planes(s, sums, n, C * k / kc, C * (k + 1) / kc);
+        input_planes(s, sums, wide, n, C * k / kc, C * (k + 1) / kc);
       } else {
         const int64_t j = it - input_items;
-        grid_block(s, j / nb, j % nb);
+        grid_block(s, wide, j / nb, j % nb);
       }
     }
   }
@@ -608,10 +680,10 @@ template <template <class, class> class Sampler, class T>
 void dispatch_forward(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t H,
                       int64_t W, int64_t P, GridSamplePadding padding, bool align_corners) {
   if (H * W <= std::numeric_limits<int32_t>::max())
-    forward_impl<Sampler<T, int32_t>>(input, grid, output, N, C, H, W, P, padding,
+    forward_impl<Sampler<opmath_t<T>, int32_t>>(input, grid, output, N, C, H, W, P, padding,
                                       align_corners);
   else
-    forward_impl<Sampler<T, int64_t>>(input, grid, output, N, C, H, W, P, padding,
+    forward_impl<Sampler<opmath_t<T>, int64_t>>(input, grid, output, N, C, H, W, P, padding,
                                       align_corners);
 }
 
@@ -620,10 +692,10 @@ void dispatch_backward(const T* grad_output, const T* input, const T* grid, T* g
                        T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
                        GridSamplePadding padding, bool align_corners) {
   if (H * W <= std::numeric_limits<int32_t>::max())
-    backward_impl<Sampler<T, int32_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
+    backward_impl<Sampler<opmath_t<T>, int32_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
                                        H, W, P, padding, align_corners);
   else
-    backward_impl<Sampler<T, int64_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
+    backward_impl<Sampler<opmath_t<T>, int64_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
                                        H, W, P, padding, align_corners);
 }
 
