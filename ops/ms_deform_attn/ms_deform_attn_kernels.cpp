@@ -261,15 +261,21 @@ struct Scratch {
   Footprints<T> fp[2];
   std::vector<T> dots;  // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
   std::vector<T> row;   // C: a 16-bit query's output before rounding, or its grad_output widened
-  std::vector<T> loc_wide, attn_wide;  // 2 * LP, LP: a 16-bit query's locations and weights widened
+  // 2 * LP, LP: the locations and weights of a 16-bit query widened, for two queries (the next
+  // one is widened one query ahead, see prepare_query), and which (n, q, m) each holds.
+  AlignedBuffer<T> loc_wide[2], attn_wide[2];
+  int64_t wide_id[2] = {-1, -1};
   // Contiguous copies of one slice's value rows and grad_value rows (see Slice), K x C each.
   AlignedBuffer<T> value_copy, grad_copy;
 
   Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
           int64_t channels)
       : LP(L * P), C(channels), fp{Footprints<T>(L * P), Footprints<T>(L * P)},
-        dots(static_cast<size_t>(4 * L * P)), row(static_cast<size_t>(channels)),
-        loc_wide(static_cast<size_t>(2 * L * P)), attn_wide(static_cast<size_t>(L * P)) {
+        dots(static_cast<size_t>(4 * L * P)), row(static_cast<size_t>(channels)) {
+    for (int b = 0; b < 2; ++b) {
+      loc_wide[b].resize(2 * LP);
+      attn_wide[b].resize(LP);
+    }
     zeros.resize(C);
     sinks.resize(4 * C);
     for (auto* v : {&level_W, &level_H, &level_start}) v->resize(static_cast<size_t>(LP));
@@ -378,12 +384,20 @@ void prepare_query(const Problem<S>& pb, const S* grad_output, const Slice<T>& s
     if (grad_output) prefetch_range(grad_output + (nqm + ahead) * pb.C, pb.C * sizeof(S));
   }
   if constexpr (!std::is_same_v<S, T>) {
-    // Widened first, in a loop of their own: the footprint loop then is the float kernel's (read
-    // as 16 bits inside it, its vectorisation changed and its stores of the corner coordinates
-    // no longer forwarded to the loads of the loop after it: 1.5x the time of the forward).
-    load_row(loc, 2 * LP, sc.loc_wide.data());
-    load_row(attn, LP, sc.attn_wide.data());
-    query_footprints<T, kGrad>(sc.loc_wide.data(), sc.attn_wide.data(), sl.value, sl.value_stride, sl.grad,
+    // Widened in loops of their own, so that the footprint loop is the float kernel's (read as 16
+    // bits inside it, its vectorisation changed and the forward took 1.5x float32's time), and
+    // one query ahead: read right after they were written, the footprint loop's loads waited for
+    // the widening stores (3x the footprint time).
+    auto widen = [&](int64_t qq) {
+      const int64_t id = (sl.n * pb.Q + qq) * pb.M + sl.m, b = qq % 2;
+      if (sc.wide_id[b] == id) return;
+      load_row(pb.sampling_locations + id * LP * 2, 2 * LP, sc.loc_wide[b].data);
+      load_row(pb.attention_weights + id * LP, LP, sc.attn_wide[b].data);
+      sc.wide_id[b] = id;
+    };
+    widen(q);
+    if (q + 1 < q1) widen(q + 1);
+    query_footprints<T, kGrad>(sc.loc_wide[q % 2].data, sc.attn_wide[q % 2].data, sl.value, sl.value_stride, sl.grad,
                                sl.grad_stride, sc, sc.fp[q % 2]);
     return;
   }
