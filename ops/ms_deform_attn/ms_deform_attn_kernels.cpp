@@ -260,7 +260,9 @@ struct Scratch {
   // one, and its rows are being fetched meanwhile.
   Footprints<T> fp[2];
   std::vector<T> dots;  // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
-  std::vector<T> row;   // C: a 16-bit query's output before rounding, or its grad_output widened
+  std::vector<T> row;   // C: a 16-bit query's output before rounding
+  AlignedBuffer<T> g_wide[2];  // C: a 16-bit query's grad_output widened, for two queries
+  int64_t g_id[2] = {-1, -1};  // which (n, q, m) each holds
   // 2 * LP, LP: the locations and weights of a 16-bit query widened, for two queries (the next
   // one is widened one query ahead, see prepare_query), and which (n, q, m) each holds.
   AlignedBuffer<T> loc_wide[2], attn_wide[2];
@@ -273,6 +275,7 @@ struct Scratch {
       : LP(L * P), C(channels), fp{Footprints<T>(L * P), Footprints<T>(L * P)},
         dots(static_cast<size_t>(4 * L * P)), row(static_cast<size_t>(channels)) {
     for (int b = 0; b < 2; ++b) {
+      g_wide[b].resize(C);
       loc_wide[b].resize(2 * LP);
       attn_wide[b].resize(LP);
     }
@@ -484,12 +487,19 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
     const Footprints<T>& f = sc.fp[q % 2];
     const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* attn = f.a.data();
-    const T* g;  // a 16-bit query's grad_output is widened once, into a float row
+    const T* g;  // a 16-bit query's grad_output is widened once, one query ahead (as in prepare_query)
     if constexpr (std::is_same_v<TS, T>) {
       g = grad_output + nqm * C;
     } else {
-      load_row(grad_output + nqm * C, C, sc.row.data());
-      g = sc.row.data();
+      auto widen = [&](int64_t qq) {
+        const int64_t id = (sl.n * pb.Q + qq) * pb.M + sl.m, b = qq % 2;
+        if (sc.g_id[b] == id) return;
+        load_row(grad_output + id * C, C, sc.g_wide[b].data);
+        sc.g_id[b] = id;
+      };
+      widen(q);
+      if (q + 1 < q1) widen(q + 1);
+      g = sc.g_wide[q % 2].data;
     }
     const T* const* rows = f.rows.data();
     T* const* grad_rows = f.grad_rows.data();
