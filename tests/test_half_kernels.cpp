@@ -15,6 +15,7 @@
 // a float result moves by a float ulp or two, which can move the rounded 16-bit value by one
 // of its ulps: tolerance one 16-bit ulp of the largest value (2^-7 of it for bfloat16, 2^-10
 // for float16); 1e-6 for the float32 statistics.
+#include "half_kernel_test_util.h"
 #include "isa_test_util.h"
 #include "test_util.h"
 
@@ -32,50 +33,10 @@
 namespace tg {
 namespace {
 
-template <class H> double ulp_fraction() { return std::is_same_v<H, BFloat16> ? 1.0 / 128 : 1.0 / 1024; }
-
-// n values offset + scale * N(0, 1), rounded to H.
-template <class H>
-std::vector<H> random_half(int64_t n, uint64_t seed, double scale = 1.0, double offset = 0.0) {
-  Generator gen(seed);
-  std::vector<double> d = randn({n}, DType::Float64, &gen).to_vector<double>();
-  std::vector<H> out(n);
-  for (int64_t i = 0; i < n; ++i) out[i] = H(static_cast<float>(offset + scale * d[i]));
-  return out;
-}
-
-template <class H>
-std::vector<float> widen(const std::vector<H>& v) {
-  return std::vector<float>(v.begin(), v.end());
-}
-
-// Position of a 16-bit pattern on the number line (sign-magnitude to ordered integer; both
-// zeros at 0): neighbours differ by 1.
-int ordinal(uint16_t b) { return (b & 0x8000) ? -static_cast<int>(b & 0x7fff) : static_cast<int>(b); }
-
-// got (16-bit) within 1 ulp of ref (float) rounded once to H, elementwise, or within abs_floor
-// of ref (for results that are the rounding noise of a cancellation, see grad_x below).
-template <class H>
-void expect_within_one_ulp(const std::vector<H>& got, const std::vector<float>& ref, const std::string& what,
-                           double abs_floor = 0) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  int worst = 0;
-  size_t bad = 0, first_bad = 0;
-  for (size_t k = 0; k < got.size(); ++k) {
-    const H r(ref[k]);
-    const float g = got[k];
-    if (std::isnan(g) || std::isnan(static_cast<float>(r))) {
-      if (std::isnan(g) != std::isnan(static_cast<float>(r)) && bad++ == 0) first_bad = k;
-      continue;
-    }
-    const int d = std::abs(ordinal(got[k].bits) - ordinal(r.bits));
-    if (std::fabs(static_cast<double>(g) - ref[k]) <= abs_floor) continue;
-    worst = std::max(worst, d);
-    if (d > 1 && bad++ == 0) first_bad = k;
-  }
-  EXPECT_EQ(bad, 0u) << what << ": worst " << worst << " ulps; first at " << first_bad << ": got "
-                     << static_cast<float>(got[first_bad]) << ", float32 kernel " << ref[first_bad];
-}
+using testing::expect_within_one_ulp;
+using testing::random_half;
+using testing::ulp_fraction;
+using testing::widen;
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& ref, const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;

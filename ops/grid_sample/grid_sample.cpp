@@ -35,10 +35,11 @@ GridSamplePadding checked_padding(const char* op, int64_t padding) {
   return static_cast<GridSamplePadding>(padding);
 }
 
-// The dtypes every floating tensor of these ops may have. The 16-bit ones run the float32
-// kernels: the bindings below widen their inputs (detail::widen) and round each output to the
-// 16-bit dtype once (round_result, ops/internal/reduced_float.h), as PyTorch computes 16-bit
-// tensors on the CPU.
+// The dtypes every floating tensor of these ops may have. grid_sample's forward and backward
+// kernels read 16-bit tensors natively (float32 arithmetic, each output rounded once); the
+// double backward and affine_grid run the float32 kernels on widened copies (detail::widen)
+// and round each output to the 16-bit dtype once (round_result, ops/internal/reduced_float.h),
+// as PyTorch computes 16-bit tensors on the CPU.
 constexpr const char* kFloatingDTypes = "(float32, float64, bfloat16 or float16)";
 
 // Mixed floating dtypes are an error naming the argument that differs (no promotion, as in
@@ -80,22 +81,19 @@ GridSampleGrads run_backward(const char* op, const Tensor& grad_output, const Te
                              const Tensor& grid, const GridSampleAttrs& a, bool want_input, bool want_grid) {
   GridSampleGrads grads;
   if (!want_input && !want_grid) return grads;
-  // 16-bit: the float32 kernel on widened copies, each gradient rounded once at the end.
-  const Tensor go = detail::widen(grad_output), x = detail::widen(input), gr = detail::widen(grid);
-  const DType kt = gr.dtype();
+  // 16-bit tensors are read as they are: the kernel sums in float32 and rounds each gradient once.
+  const DType kt = grid.dtype();
   if (want_input) grads.grad_input = Tensor::empty(input_shape, kt);
   if (want_grid) grads.grad_grid = Tensor::empty(grid.shape(), kt);
   const int64_t N = input_shape[0], C = input_shape[1], H = input_shape[2], W = input_shape[3];
   const int64_t Ho = grid.size(1), Wo = grid.size(2);
-  dispatch_floating(kt, op, [&](auto tag) {
+  dispatch_all_floating(kt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-    kernels::grid_sample_2d_backward<T>(go.data<T>(), x.defined() ? x.data<T>() : nullptr, gr.data<T>(),
-                                        ptr(grads.grad_input), ptr(grads.grad_grid), N, C, H, W, Ho, Wo, a.mode,
-                                        a.padding, a.align_corners);
+    kernels::grid_sample_2d_backward<T>(grad_output.data<T>(), input.defined() ? input.data<T>() : nullptr,
+                                        grid.data<T>(), ptr(grads.grad_input), ptr(grads.grad_grid), N, C, H, W,
+                                        Ho, Wo, a.mode, a.padding, a.align_corners);
   });
-  grads.grad_input = round_result(grads.grad_input, grid.dtype());
-  grads.grad_grid = round_result(grads.grad_grid, grid.dtype());
   return grads;
 }
 
@@ -350,14 +348,13 @@ Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid,
   // behind them, and their product can overflow.
   const Shape out_shape{N, C, Ho, Wo};
   checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
-  Tensor in = detail::widen(input.detach()).contiguous(), gr = detail::widen(grid.detach()).contiguous();
+  Tensor in = input.detach().contiguous(), gr = grid.detach().contiguous();
   Tensor out = Tensor::empty(out_shape, in.dtype());
-  dispatch_floating(in.dtype(), op, [&](auto tag) {
+  dispatch_all_floating(in.dtype(), op, [&](auto tag) {  // 16-bit: read natively, rounded once
     using T = typename decltype(tag)::type;
     kernels::grid_sample_2d_forward<T>(in.data<T>(), gr.data<T>(), out.data<T>(), N, C, H, W, Ho, Wo, mode, padding,
                                        align_corners);
   });
-  out = round_result(out, input.dtype());
   if (Recorder rec{kGridSampleOp, {input, grid}}) {
     // grad_input needs only grid (and grad_output); grad_grid needs input as well, except
     // nearest's, which is zero.

@@ -3,6 +3,7 @@
 // instruction set (ops/internal/isa_dispatch.h).
 #include "grid_sample_kernels.h"
 
+#include "../../framework/half.h"
 #include "../internal/isa_dispatch.h"
 
 namespace tg::kernels {
@@ -81,5 +82,15 @@ void affine_grid_2d_backward(const T* grad_grid, T* grad_theta, int64_t N, int64
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
+#define TG_INSTANTIATE_16(T)                                                                    \
+  template void grid_sample_2d_forward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,    \
+                                          int64_t, int64_t, int64_t, GridSampleMode,            \
+                                          GridSamplePadding, bool);                             \
+  template void grid_sample_2d_backward<T>(const T*, const T*, const T*, T*, T*, int64_t,       \
+                                           int64_t, int64_t, int64_t, int64_t, int64_t,         \
+                                           GridSampleMode, GridSamplePadding, bool);
+TG_INSTANTIATE_16(BFloat16)
+TG_INSTANTIATE_16(Float16)
+#undef TG_INSTANTIATE_16
 
 }  // namespace tg::kernels

@@ -34,6 +34,16 @@
 // points. With no contraction and no auto-vectorisation (below) every copy does the same scalar
 // arithmetic, so all paths give the same bits (std::fma is an instruction in the AVX2 and
 // AVX-512 copies, a library call in the generic one).
+//
+// 16-bit storage (BFloat16, Float16; forward and first-order backward): the samplers run in
+// float32, exactly as for float tensors, on float32 copies a thread makes as it goes (Widened):
+// the input planes of the channels in hand, once per block of positions, and the block's
+// grad_output rows; the block's output rows are summed into float32 rows and rounded once.
+// The grid is read, and grad_grid written, in 16 bits (load_op / store_op,
+// ../internal/half_access.h). grad_input is summed in a float32 buffer of the work item
+// (PlaneSums) and rounded when the item is done. (Reading the 16-bit values at each tap instead
+// made the scalar tap loops 1.7x slower than float32's: three instructions per load instead
+// of one, and a scalar rounding per output.)
 #include "grid_sample_kernels.h"
 
 #include <algorithm>
@@ -43,6 +53,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../../framework/half.h"
 #include "../../framework/parallel.h"
 #include "../internal/isa_dispatch.h"
 #include "internal/grid_sample_kernels_shared.h"
@@ -88,8 +99,9 @@ using namespace gs_detail;  // Axis, tap_value, cubic coefficients, kBlock, acc_
 // Idx is int32_t when a plane has fewer than 2^31 pixels, to halve the offset tables.
 // ---------------------------------------------------------------------------------------
 
-template <class T, class Idx>
+template <class TS, class Idx>
 struct BilinearSampler {
+  using T = opmath_t<TS>;
   static constexpr bool kHasGridGrad = true;
   static constexpr int kTaps = 4;
   using Acc = acc_t<T>;
@@ -109,7 +121,8 @@ struct BilinearSampler {
       : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
         P(P_), base(kBlock), off(4 * kBlock), wt(4 * kBlock) {}
 
-  void prepare(const T* grid, int64_t len, bool backward) {
+  template <class G>
+  void prepare(const G* grid, int64_t len, bool backward) {
     if (backward && fx.empty()) {
       for (auto* v : {&fx, &fy, &mult_x, &mult_y}) v->resize(kBlock);
       gx.resize(kBlock);
@@ -119,11 +132,11 @@ struct BilinearSampler {
     for (int64_t p = 0; p < len; ++p) {
       T x, y;
       if (backward) {
-        x = ax.source_grad(grid[2 * p], &mult_x[p]);
-        y = ay.source_grad(grid[2 * p + 1], &mult_y[p]);
+        x = ax.source_grad(load_op(grid, 2 * p), &mult_x[p]);
+        y = ay.source_grad(load_op(grid, 2 * p + 1), &mult_y[p]);
       } else {
-        x = ax.source(grid[2 * p]);
-        y = ay.source(grid[2 * p + 1]);
+        x = ax.source(load_op(grid, 2 * p));
+        y = ay.source(load_op(grid, 2 * p + 1));
       }
       const T x_w = std::floor(x), y_n = std::floor(y);
       const T w = x - x_w, e = T(1) - w;  // distance to the west / east neighbour
@@ -152,39 +165,39 @@ struct BilinearSampler {
   }
 
   // The 2x2 neighbourhood (nw, ne, sw, se) of position p, base b, in one plane.
-  void load(const T* plane, Idx b, int64_t p, T v[4]) const {
+  void load(const TS* plane, Idx b, int64_t p, T v[4]) const {
     if (b >= 0) {
-      const T* r = plane + b;
-      v[0] = r[0];
-      v[1] = r[1];
-      v[2] = r[W];
-      v[3] = r[W + 1];
+      const TS* r = plane + b;
+      v[0] = load_op(r, 0);
+      v[1] = load_op(r, 1);
+      v[2] = load_op(r, W);
+      v[3] = load_op(r, W + 1);
     } else {
       for (int k = 0; k < 4; ++k) v[k] = tap_value(plane, off[k * kBlock + p]);
     }
   }
 
   template <int K>
-  void sample(const T* in, T* out, int64_t len) const {
+  void sample(const TS* in, TS* out, int64_t len) const {
     for (int64_t p = 0; p < len; ++p) {
       const Idx b = base[p];
       const T w0 = wt[p], w1 = wt[kBlock + p], w2 = wt[2 * kBlock + p], w3 = wt[3 * kBlock + p];
       for (int k = 0; k < K; ++k) {
         T v[4];
         load(in + k * HW, b, p, v);
-        out[k * P + p] = v[0] * w0 + v[1] * w1 + v[2] * w2 + v[3] * w3;
+        store_op(out, k * P + p, v[0] * w0 + v[1] * w1 + v[2] * w2 + v[3] * w3);
       }
     }
   }
 
   template <int K, bool kInput, bool kGrid>
-  void backward(const T* in, const T* gout, T* gin, int64_t len) {
+  void backward(const TS* in, const TS* gout, T* gin, int64_t len) {
     for (int64_t p = 0; p < len; ++p) {
       const Idx b = base[p];
       const T w0 = wt[p], w1 = wt[kBlock + p], w2 = wt[2 * kBlock + p], w3 = wt[3 * kBlock + p];
       Acc sx = kGrid ? gx[p] : Acc(0), sy = kGrid ? gy[p] : Acc(0);
       for (int k = 0; k < K; ++k) {
-        const T g = gout[k * P + p];
+        const T g = load_op(gout, k * P + p);
         if constexpr (kInput) {  // the transpose of sample(): scatter g times the weights
           T* plane = gin + k * HW;
           if (b >= 0) {
@@ -220,16 +233,18 @@ struct BilinearSampler {
     std::fill(gy.begin(), gy.begin() + len, Acc(0));
   }
 
-  void finish(T* grad_grid, int64_t len) const {
+  template <class G>
+  void finish(G* grad_grid, int64_t len) const {
     for (int64_t p = 0; p < len; ++p) {
-      grad_grid[2 * p] = T(gx[p] * Acc(mult_x[p]));
-      grad_grid[2 * p + 1] = T(gy[p] * Acc(mult_y[p]));
+      store_op(grad_grid, 2 * p, T(gx[p] * Acc(mult_x[p])));
+      store_op(grad_grid, 2 * p + 1, T(gy[p] * Acc(mult_y[p])));
     }
   }
 };
 
-template <class T, class Idx>
+template <class TS, class Idx>
 struct NearestSampler {
+  using T = opmath_t<TS>;
   static constexpr bool kHasGridGrad = false;  // piecewise constant in the grid
   static constexpr int kTaps = 1;
 
@@ -242,42 +257,45 @@ struct NearestSampler {
       : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
         P(P_), off(kBlock) {}
 
-  void prepare(const T* grid, int64_t len, bool /*backward*/) {
+  template <class G>
+  void prepare(const G* grid, int64_t len, bool /*backward*/) {
     for (int64_t p = 0; p < len; ++p) {
       // nearbyint rounds half to even in the default rounding mode, like PyTorch.
-      const int64_t ix = ax.index(std::nearbyint(ax.source(grid[2 * p])));
-      const int64_t iy = ay.index(std::nearbyint(ay.source(grid[2 * p + 1])));
+      const int64_t ix = ax.index(std::nearbyint(ax.source(load_op(grid, 2 * p))));
+      const int64_t iy = ay.index(std::nearbyint(ay.source(load_op(grid, 2 * p + 1))));
       off[p] = Idx(ix >= 0 && iy >= 0 ? iy * W + ix : -1);
     }
   }
 
   template <int K>
-  void sample(const T* in, T* out, int64_t len) const {
+  void sample(const TS* in, TS* out, int64_t len) const {
     for (int64_t p = 0; p < len; ++p) {
       const Idx o = off[p];
-      for (int k = 0; k < K; ++k) out[k * P + p] = tap_value(in + k * HW, o);
+      for (int k = 0; k < K; ++k) store_op(out, k * P + p, tap_value(in + k * HW, o));
     }
   }
 
   template <int K, bool kInput, bool kGrid>
-  void backward(const T* /*in*/, const T* gout, T* gin, int64_t len) {
+  void backward(const TS* /*in*/, const TS* gout, T* gin, int64_t len) {
     if constexpr (kInput) {
       for (int64_t p = 0; p < len; ++p) {
         const Idx o = off[p];
         if (o >= 0)
-          for (int k = 0; k < K; ++k) gin[k * HW + o] += gout[k * P + p];
+          for (int k = 0; k < K; ++k) gin[k * HW + o] += load_op(gout, k * P + p);
       }
     }
   }
 
   void clear_sums(int64_t) {}
-  void finish(T* grad_grid, int64_t len) const {
-    std::fill(grad_grid, grad_grid + 2 * len, T(0));
+  template <class G>
+  void finish(G* grad_grid, int64_t len) const {
+    std::fill(grad_grid, grad_grid + 2 * len, G(T(0)));
   }
 };
 
-template <class T, class Idx>
+template <class TS, class Idx>
 struct BicubicSampler {
+  using T = opmath_t<TS>;
   static constexpr bool kHasGridGrad = true;
   static constexpr int kTaps = 16;
   using Acc = acc_t<T>;
@@ -298,7 +316,8 @@ struct BicubicSampler {
       : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
         P(P_), base(kBlock), xo(4 * kBlock), yo(4 * kBlock), cx(4 * kBlock), cy(4 * kBlock) {}
 
-  void prepare(const T* grid, int64_t len, bool backward) {
+  template <class G>
+  void prepare(const G* grid, int64_t len, bool backward) {
     if (backward && gcx.empty()) {
       gcx.resize(4 * kBlock);
       gcy.resize(4 * kBlock);
@@ -307,8 +326,8 @@ struct BicubicSampler {
     }
     for (int64_t p = 0; p < len; ++p) {
       // The sample point itself is not padded; each tap is.
-      const T x = ax.unnormalize(grid[2 * p]);
-      const T y = ay.unnormalize(grid[2 * p + 1]);
+      const T x = ax.unnormalize(load_op(grid, 2 * p));
+      const T y = ay.unnormalize(load_op(grid, 2 * p + 1));
       const T fx = std::floor(x), fy = std::floor(y);
       T c[4];
       cubic_coefficients(x - fx, c);
@@ -335,17 +354,17 @@ struct BicubicSampler {
   }
 
   // The 4x4 neighbourhood of position p, base b, in one plane: v[row][column].
-  void load(const T* plane, Idx b, int64_t p, T v[4][4]) const {
+  void load(const TS* plane, Idx b, int64_t p, T v[4][4]) const {
     if (b >= 0) {
-      const T* r = plane + b;
+      const TS* r = plane + b;
       for (int j = 0; j < 4; ++j, r += W)
-        for (int i = 0; i < 4; ++i) v[j][i] = r[i];
+        for (int i = 0; i < 4; ++i) v[j][i] = load_op(r, i);
     } else {
       for (int j = 0; j < 4; ++j) {
         const Idx row = yo[j * kBlock + p];
         for (int i = 0; i < 4; ++i) {
           const Idx col = xo[i * kBlock + p];
-          v[j][i] = (row >= 0 && col >= 0) ? plane[row + col] : T(0);
+          v[j][i] = (row >= 0 && col >= 0) ? load_op(plane, row + col) : T(0);
         }
       }
     }
@@ -356,7 +375,7 @@ struct BicubicSampler {
   }
 
   template <int K>
-  void sample(const T* in, T* out, int64_t len) const {
+  void sample(const TS* in, TS* out, int64_t len) const {
     for (int64_t p = 0; p < len; ++p) {
       const Idx b = base[p];
       T wx[4], wy[4];
@@ -367,13 +386,13 @@ struct BicubicSampler {
         load(in + k * HW, b, p, v);
         for (int j = 0; j < 4; ++j)  // along x in each row, then along y
           rows[j] = wx[0] * v[j][0] + wx[1] * v[j][1] + wx[2] * v[j][2] + wx[3] * v[j][3];
-        out[k * P + p] = wy[0] * rows[0] + wy[1] * rows[1] + wy[2] * rows[2] + wy[3] * rows[3];
+        store_op(out, k * P + p, wy[0] * rows[0] + wy[1] * rows[1] + wy[2] * rows[2] + wy[3] * rows[3]);
       }
     }
   }
 
   template <int K, bool kInput, bool kGrid>
-  void backward(const T* in, const T* gout, T* gin, int64_t len) {
+  void backward(const TS* in, const TS* gout, T* gin, int64_t len) {
     for (int64_t p = 0; p < len; ++p) {
       const Idx b = base[p];
       T wx[4], wy[4], dx[4], dy[4];
@@ -385,7 +404,7 @@ struct BicubicSampler {
       }
       Acc sx = kGrid ? gx[p] : Acc(0), sy = kGrid ? gy[p] : Acc(0);
       for (int k = 0; k < K; ++k) {
-        const T g = gout[k * P + p];
+        const T g = load_op(gout, k * P + p);
         if constexpr (kInput) {
           T* plane = gin + k * HW;
           for (int i = 0; i < 4; ++i) {
@@ -429,10 +448,11 @@ struct BicubicSampler {
   }
 
   // Padding acts on the taps, so the sample point's derivative is never clipped.
-  void finish(T* grad_grid, int64_t len) const {
+  template <class G>
+  void finish(G* grad_grid, int64_t len) const {
     for (int64_t p = 0; p < len; ++p) {
-      grad_grid[2 * p] = T(gx[p] * Acc(ax.scale));
-      grad_grid[2 * p + 1] = T(gy[p] * Acc(ay.scale));
+      store_op(grad_grid, 2 * p, T(gx[p] * Acc(ax.scale)));
+      store_op(grad_grid, 2 * p + 1, T(gy[p] * Acc(ay.scale)));
     }
   }
 };
@@ -440,6 +460,67 @@ struct BicubicSampler {
 // ---------------------------------------------------------------------------------------
 // Drivers, generic over the sampler.
 // ---------------------------------------------------------------------------------------
+
+// Where a work item sums its grad_input planes (n planes from dst on, zeroed first): dst itself
+// for float and double; for the 16-bit types a float32 buffer of the thread's, rounded into
+// dst once the item has summed everything (end()), so each element is rounded once.
+template <class T>
+class PlaneSums {
+ public:
+  using M = opmath_t<T>;
+  M* begin(T* dst, int64_t n) {
+    dst_ = dst;
+    n_ = n;
+    if constexpr (std::is_same_v<T, M>) {
+      std::fill(dst, dst + n, M(0));
+      return dst;
+    } else {
+      if (static_cast<int64_t>(buf_.size()) < n) buf_.resize(n);
+      std::fill(buf_.begin(), buf_.begin() + n, M(0));
+      return buf_.data();
+    }
+  }
+  void end() {
+    if constexpr (!std::is_same_v<T, M>) store_row(buf_.data(), n_, dst_);
+  }
+
+ private:
+  T* dst_ = nullptr;
+  int64_t n_ = 0;
+  std::vector<M> buf_;
+};
+
+// A thread's float32 copies of 16-bit data for the samplers (which run in the arithmetic type):
+// k whole input planes, and k rows of len values (grad_output, or output before rounding)
+// kBlock apart, which is then the samplers' channel stride P. Widening a plane once per block
+// of positions costs far less than widening each of its values at every tap that reads it.
+template <class TS>
+class Widened {
+ public:
+  using M = opmath_t<TS>;
+  const M* planes(const TS* src, int k, int64_t HW) {
+    if (static_cast<int64_t>(planes_.size()) < k * HW) planes_.resize(k * HW);
+    for (int j = 0; j < k; ++j) load_row(src + j * HW, HW, planes_.data() + j * HW);
+    return planes_.data();
+  }
+  M* rows(int k) {
+    if (static_cast<int64_t>(rows_.size()) < k * kBlock) rows_.resize(k * kBlock);
+    return rows_.data();
+  }
+  // k rows of len values, `stride` apart in src.
+  const M* rows_from(const TS* src, int k, int64_t stride, int64_t len) {
+    M* r = rows(k);
+    for (int j = 0; j < k; ++j) load_row(src + j * stride, len, r + j * kBlock);
+    return r;
+  }
+  // Rounds k rows of rows(k) into dst, `stride` apart.
+  void store_rows(int k, int64_t len, TS* dst, int64_t stride) const {
+    for (int j = 0; j < k; ++j) store_row(rows_.data() + j * kBlock, len, dst + j * stride);
+  }
+
+ private:
+  std::vector<M> planes_, rows_;
+};
 
 // Calls step(K, c) over the channels [c0, c1), two at a time and the odd one alone,
 // with K a std::integral_constant.
@@ -457,19 +538,28 @@ void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C
   const int64_t items = N * nb;
   const int64_t HW = H * W;
   const bool parallel = items > 1 && N * C * P * Sampler::kTaps >= kParallelWork;
+  constexpr bool kNative = std::is_same_v<T, typename Sampler::T>;  // else 16-bit, widened
   // Items are coarse (a block times all channels), so handing them out dynamically costs
   // nothing and keeps both cores busy when one thread gets descheduled.
 #pragma omp parallel if (parallel)
   {
-    Sampler s(H, W, P, padding, align_corners);
+    Sampler s(H, W, kNative ? P : kBlock, padding, align_corners);
+    Widened<T> wide;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t n = it / nb, p0 = (it % nb) * kBlock;
       const int64_t len = std::min(kBlock, P - p0);
       s.prepare(grid + (n * P + p0) * 2, len, false);
       for_channels(0, C, [&](auto K, int64_t c) {
-        s.template sample<decltype(K)::value>(input + (n * C + c) * HW,
-                                              output + (n * C + c) * P + p0, len);
+        constexpr int k = decltype(K)::value;
+        const T* in = input + (n * C + c) * HW;
+        T* out = output + (n * C + c) * P + p0;
+        if constexpr (kNative) {
+          s.template sample<k>(in, out, len);
+        } else {
+          s.template sample<k>(wide.planes(in, k, HW), wide.rows(k), len);
+          wide.store_rows(k, len, out, P);
+        }
       });
     }
   }
@@ -484,32 +574,47 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
   const bool need_input = grad_input != nullptr;
   const bool need_grid = grad_grid != nullptr;
   const bool parallel = N * C * P * Sampler::kTaps >= kParallelWork;
+  using M = typename Sampler::T;  // the arithmetic type, in which grad_input is summed
+  constexpr bool kNative = std::is_same_v<T, M>;  // else 16-bit: widened for the sampler
   const int64_t threads = parallel ? max_threads() : 1;
 
   // The grid gradient of one block of sample n: channels summed in order 0..C-1.
-  auto grid_block = [&](Sampler& s, int64_t n, int64_t b) {
+  auto grid_block = [&](Sampler& s, Widened<T>& wide, int64_t n, int64_t b) {
     const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
     if (Sampler::kHasGridGrad) {
       s.prepare(grid + (n * P + p0) * 2, len, true);
       s.clear_sums(len);
       for_channels(0, C, [&](auto K, int64_t c) {
-        s.template backward<decltype(K)::value, false, true>(
-            input + (n * C + c) * HW, grad_output + (n * C + c) * P + p0, nullptr, len);
+        constexpr int k = decltype(K)::value;
+        const T* in = input + (n * C + c) * HW;
+        const T* go = grad_output + (n * C + c) * P + p0;
+        if constexpr (kNative)
+          s.template backward<k, false, true>(in, go, nullptr, len);
+        else
+          s.template backward<k, false, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
+                                              nullptr, len);
       });
     }
     s.finish(grad_grid + (n * P + p0) * 2, len);
   };
   // grad_input of sample n, channels [c0, c1): positions in order 0..P-1.
-  auto input_planes = [&](Sampler& s, int64_t n, int64_t c0, int64_t c1) {
-    std::fill(grad_input + (n * C + c0) * HW, grad_input + (n * C + c1) * HW, T(0));
+  auto input_planes = [&](Sampler& s, PlaneSums<T>& sums, Widened<T>& wide, int64_t n, int64_t c0,
+                          int64_t c1) {
+    M* gin = sums.begin(grad_input + (n * C + c0) * HW, (c1 - c0) * HW);
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
       s.prepare(grid + (n * P + p0) * 2, len, true);
       for_channels(c0, c1, [&](auto K, int64_t c) {
-        s.template backward<decltype(K)::value, true, false>(
-            nullptr, grad_output + (n * C + c) * P + p0, grad_input + (n * C + c) * HW, len);
+        constexpr int k = decltype(K)::value;
+        const T* go = grad_output + (n * C + c) * P + p0;
+        if constexpr (kNative)
+          s.template backward<k, true, false>(nullptr, go, gin + (c - c0) * HW, len);
+        else
+          s.template backward<k, true, false>(nullptr, wide.rows_from(go, k, P, len),
+                                              gin + (c - c0) * HW, len);
       });
     }
+    sums.end();
   };
 
   const bool fused = need_input && need_grid && Sampler::kHasGridGrad &&
@@ -518,21 +623,29 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
     // Same additions in the same order as input_planes + grid_block, in one pass.
 #pragma omp parallel if (parallel && N > 1)
     {
-      Sampler s(H, W, P, padding, align_corners);
+      Sampler s(H, W, kNative ? P : kBlock, padding, align_corners);
+      PlaneSums<T> sums;
+      Widened<T> wide;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t n = 0; n < N; ++n) {
-        std::fill(grad_input + n * C * HW, grad_input + (n + 1) * C * HW, T(0));
+        M* gin = sums.begin(grad_input + n * C * HW, C * HW);
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
           s.prepare(grid + (n * P + p0) * 2, len, true);
           s.clear_sums(len);
           for_channels(0, C, [&](auto K, int64_t c) {
-            s.template backward<decltype(K)::value, true, true>(
-                input + (n * C + c) * HW, grad_output + (n * C + c) * P + p0,
-                grad_input + (n * C + c) * HW, len);
+            constexpr int k = decltype(K)::value;
+            const T* in = input + (n * C + c) * HW;
+            const T* go = grad_output + (n * C + c) * P + p0;
+            if constexpr (kNative)
+              s.template backward<k, true, true>(in, go, gin + c * HW, len);
+            else
+              s.template backward<k, true, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
+                                                 gin + c * HW, len);
           });
           s.finish(grad_grid + (n * P + p0) * 2, len);
         }
+        sums.end();
       }
     }
     return;
@@ -547,15 +660,17 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
   // dynamically, the grid blocks fill in around them.
 #pragma omp parallel if (parallel && items > 1)
   {
-    Sampler s(H, W, P, padding, align_corners);
+    Sampler s(H, W, kNative ? P : kBlock, padding, align_corners);
+    PlaneSums<T> sums;
+    Widened<T> wide;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       if (it < input_items) {
         const int64_t n = it / kc, k = it % kc;
-        input_planes(s, n, C * k / kc, C * (k + 1) / kc);
+        input_planes(s, sums, wide, n, C * k / kc, C * (k + 1) / kc);
       } else {
         const int64_t j = it - input_items;
-        grid_block(s, j / nb, j % nb);
+        grid_block(s, wide, j / nb, j % nb);
       }
     }
   }
@@ -565,10 +680,10 @@ template <template <class, class> class Sampler, class T>
 void dispatch_forward(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t H,
                       int64_t W, int64_t P, GridSamplePadding padding, bool align_corners) {
   if (H * W <= std::numeric_limits<int32_t>::max())
-    forward_impl<Sampler<T, int32_t>>(input, grid, output, N, C, H, W, P, padding,
+    forward_impl<Sampler<opmath_t<T>, int32_t>>(input, grid, output, N, C, H, W, P, padding,
                                       align_corners);
   else
-    forward_impl<Sampler<T, int64_t>>(input, grid, output, N, C, H, W, P, padding,
+    forward_impl<Sampler<opmath_t<T>, int64_t>>(input, grid, output, N, C, H, W, P, padding,
                                       align_corners);
 }
 
@@ -577,10 +692,10 @@ void dispatch_backward(const T* grad_output, const T* input, const T* grid, T* g
                        T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
                        GridSamplePadding padding, bool align_corners) {
   if (H * W <= std::numeric_limits<int32_t>::max())
-    backward_impl<Sampler<T, int32_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
+    backward_impl<Sampler<opmath_t<T>, int32_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
                                        H, W, P, padding, align_corners);
   else
-    backward_impl<Sampler<T, int64_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
+    backward_impl<Sampler<opmath_t<T>, int64_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
                                        H, W, P, padding, align_corners);
 }
 
@@ -728,5 +843,16 @@ void affine_grid_2d_backward(const T* grad_grid, T* grad_theta, int64_t N, int64
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
+// The 16-bit types: forward and first-order backward read them natively (see the file comment).
+#define TG_INSTANTIATE_16(T)                                                                   \
+  template void grid_sample_2d_forward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,   \
+                                          int64_t, int64_t, int64_t, GridSampleMode,           \
+                                          GridSamplePadding, bool);                            \
+  template void grid_sample_2d_backward<T>(const T*, const T*, const T*, T*, T*, int64_t,      \
+                                           int64_t, int64_t, int64_t, int64_t, int64_t,        \
+                                           GridSampleMode, GridSamplePadding, bool);
+TG_INSTANTIATE_16(BFloat16)
+TG_INSTANTIATE_16(Float16)
+#undef TG_INSTANTIATE_16
 
 }  // namespace tg::kernels::TG_ISA_NS

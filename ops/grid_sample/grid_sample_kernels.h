@@ -35,6 +35,13 @@
 //     here the point is treated as clipped: it samples pixel 0 and its grid gradient
 //     multiplier is 0.
 //
+// T is float or double for every kernel; grid_sample_2d_forward and grid_sample_2d_backward
+// also take BFloat16 and Float16 (framework/half.h): they read the 16-bit tensors as given
+// (each thread widens the planes and rows in hand into small float32 buffers; no float32 copy of
+// a whole tensor), compute in float32 exactly as the float kernel does on the widened values,
+// sum grad_input in float32 and round each output element once, so the result is the float
+// kernel's result on widened inputs, rounded to T.
+//
 // Threading: OpenMP, no atomics. Every output element is produced by exactly one thread,
 // in an order that does not depend on the number of threads, so all five kernels give
 // bit-identical results for any thread count (see the .cpp for how the scatter-add of

@@ -35,4 +35,20 @@ inline void store_op(T* p, int64_t k, opmath_t<T> v) {
     p[k] = v;
 }
 
+// A row of n values in T's arithmetic type stored as T: each rounded once for the 16-bit types.
+// A vectorised loop, whatever the including file's optimisation pragmas (it is defined before
+// them), for the kernels that accumulate 16-bit results in float32 and round them at the end.
+template <class T>
+inline void store_row(const opmath_t<T>* src, int64_t n, T* dst) {
+#pragma omp simd
+  for (int64_t k = 0; k < n; ++k) store_op(dst, k, src[k]);
+}
+
+// A row of n values of T widened to T's arithmetic type (exact).
+template <class T>
+inline void load_row(const T* src, int64_t n, opmath_t<T>* dst) {
+#pragma omp simd
+  for (int64_t k = 0; k < n; ++k) dst[k] = load_op(src, k);
+}
+
 }  // namespace tg::kernels::TG_ISA_NS

@@ -166,18 +166,17 @@ Tensor ms_deform_attn(const Tensor& value, const Tensor& spatial_shapes, const T
                       const Tensor& sampling_locations, const Tensor& attention_weights) {
   const MsdaSizes s =
       check_inputs("ms_deform_attn", value, spatial_shapes, level_start_index, sampling_locations, attention_weights);
-  // 16-bit: the float32 kernel on widened copies, the output rounded once.
-  Tensor v = detail::widen_contiguous(value), loc = detail::widen_contiguous(sampling_locations);
-  Tensor attn = detail::widen_contiguous(attention_weights);
+  // 16-bit: the kernel reads the tensors as they are, computes in float32, rounds the output once.
+  Tensor v = value.detach().contiguous(), loc = sampling_locations.detach().contiguous();
+  Tensor attn = attention_weights.detach().contiguous();
   Tensor shapes = detail::index_as_int64(spatial_shapes), start = detail::index_as_int64(level_start_index);
   Tensor out = Tensor::empty({s.bs, s.queries, s.heads * s.channels}, v.dtype());
-  dispatch_floating(v.dtype(), "ms_deform_attn", [&](auto tag) {
+  dispatch_all_floating(v.dtype(), "ms_deform_attn", [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::ms_deform_attn_forward<T>(v.data<T>(), shapes.data<int64_t>(), start.data<int64_t>(), loc.data<T>(),
                                        attn.data<T>(), out.data<T>(), s.bs, s.num_keys, s.heads, s.channels, s.levels,
                                        s.queries, s.points);
   });
-  out = round_result(out, value.dtype());
   if (Recorder rec{kMsDeformAttnOp, {value, sampling_locations, attention_weights}}) {
     rec.save(kValue, value);
     rec.save(kSpatialShapes, shapes);
@@ -198,15 +197,15 @@ MsDeformAttnGrads ms_deform_attn_backward(const Tensor& value, const Tensor& spa
   detail::ms_deform_attn_check_grad_output(op, s, value, grad_output);
   MsDeformAttnGrads grads;
   if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return grads;
-  // 16-bit: the float32 kernel on widened copies, each gradient rounded once.
-  Tensor v = detail::widen_contiguous(value), loc = detail::widen_contiguous(sampling_locations);
-  Tensor attn = detail::widen_contiguous(attention_weights), g = detail::widen_contiguous(grad_output);
+  // 16-bit: the kernel reads the tensors as they are, sums in float32, rounds each gradient once.
+  Tensor v = value.detach().contiguous(), loc = sampling_locations.detach().contiguous();
+  Tensor attn = attention_weights.detach().contiguous(), g = grad_output.detach().contiguous();
   Tensor shapes = detail::index_as_int64(spatial_shapes), start = detail::index_as_int64(level_start_index);
   const DType kt = v.dtype();
   if (output_mask[0]) grads.grad_value = Tensor::empty(value.shape(), kt);
   if (output_mask[1]) grads.grad_sampling_locations = Tensor::empty(sampling_locations.shape(), kt);
   if (output_mask[2]) grads.grad_attention_weights = Tensor::empty(attention_weights.shape(), kt);
-  dispatch_floating(kt, op, [&](auto tag) {
+  dispatch_all_floating(kt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
     kernels::ms_deform_attn_backward<T>(v.data<T>(), shapes.data<int64_t>(), start.data<int64_t>(), loc.data<T>(),
@@ -214,8 +213,6 @@ MsDeformAttnGrads ms_deform_attn_backward(const Tensor& value, const Tensor& spa
                                         ptr(grads.grad_sampling_locations), ptr(grads.grad_attention_weights), s.bs,
                                         s.num_keys, s.heads, s.channels, s.levels, s.queries, s.points);
   });
-  for (Tensor* t : {&grads.grad_value, &grads.grad_sampling_locations, &grads.grad_attention_weights})
-    *t = round_result(*t, value.dtype());
   return grads;
 }
 

@@ -3,6 +3,7 @@
 // instruction set (ops/internal/isa_dispatch.h).
 #include "ms_deform_attn_kernels.h"
 
+#include "../../framework/half.h"
 #include "../internal/isa_dispatch.h"
 
 namespace tg::kernels {
@@ -76,5 +77,16 @@ void ms_deform_attn_double_backward(const T* value, const int64_t* spatial_shape
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
+// The 16-bit types: the forward and first-order backward read them natively.
+#define TG_INSTANTIATE_16(T)                                                                    \
+  template void ms_deform_attn_forward<T>(const T*, const int64_t*, const int64_t*, const T*,    \
+                                          const T*, T*, int64_t, int64_t, int64_t, int64_t,      \
+                                          int64_t, int64_t, int64_t);                            \
+  template void ms_deform_attn_backward<T>(const T*, const int64_t*, const int64_t*, const T*,   \
+                                           const T*, const T*, T*, T*, T*, int64_t, int64_t,     \
+                                           int64_t, int64_t, int64_t, int64_t, int64_t);
+TG_INSTANTIATE_16(BFloat16)
+TG_INSTANTIATE_16(Float16)
+#undef TG_INSTANTIATE_16
 
 }  // namespace tg::kernels

@@ -33,6 +33,14 @@
 //
 // One copy of this file (and of ms_deform_attn_kernels_double_backward.cpp) per instruction set
 // (ops/internal/isa_dispatch.h); ms_deform_attn_dispatch.cpp holds the public entry points.
+//
+// 16-bit storage S (BFloat16, Float16; forward and first-order backward): everything below runs
+// in T = opmath_t<S> = float. The per-query inputs (locations, attention weights, grad_output)
+// are widened as they are read; value's rows are widened into the slice's per-thread copy, or,
+// when the slices are not copied, into one float32 copy of value up front. grad_value is summed
+// in float32 (the slice's copy, the chunk buffers, or a float32 grad_value when chunks or
+// uncopied slices need one) and rounded once at the end; every other output is rounded as it
+// is stored.
 #include "ms_deform_attn_kernels.h"
 
 #include <omp.h>
@@ -42,10 +50,13 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "../../framework/half.h"
 #include "../../framework/parallel.h"
+#include "../internal/half_access.h"
 #include "../internal/isa_dispatch.h"
 #include "../internal/simd_width.h"
 
@@ -131,13 +142,14 @@ inline void prefetch_range(const void* p, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
 }
 
-template <class T>
+// The inputs as given, in their storage type S (float, double, BFloat16 or Float16).
+template <class S>
 struct Problem {
-  const T* value;
+  const S* value;
   const int64_t* spatial_shapes;
   const int64_t* level_start_index;
-  const T* sampling_locations;
-  const T* attention_weights;
+  const S* sampling_locations;
+  const S* attention_weights;
   int64_t N, K, M, C, L, Q, P;
 };
 
@@ -163,14 +175,42 @@ inline bool worth_copying(int64_t M, int64_t K, int64_t queries, int64_t samples
   return M > 1 && queries * samples * 4 >= kCopyReads * K;
 }
 
-// Copies a slice's K rows (C each, stride apart) to or from a contiguous buffer.
-template <class T>
-void gather_rows(const T* src, int64_t stride, int64_t K, int64_t C, T* dst) {
-  for (int64_t k = 0; k < K; ++k) std::memcpy(dst + k * C, src + k * stride, C * sizeof(T));
+// Copies a slice's K rows (C each, stride apart) to or from a contiguous buffer of the
+// arithmetic type T: 16-bit rows (S) are widened on the way in and rounded on the way out.
+template <class S, class T>
+void gather_rows(const S* src, int64_t stride, int64_t K, int64_t C, T* dst) {
+  for (int64_t k = 0; k < K; ++k) {
+    if constexpr (std::is_same_v<S, T>)
+      std::memcpy(dst + k * C, src + k * stride, C * sizeof(T));
+    else
+      load_row(src + k * stride, C, dst + k * C);
+  }
 }
-template <class T>
-void scatter_rows(const T* src, int64_t K, int64_t C, T* dst, int64_t stride) {
-  for (int64_t k = 0; k < K; ++k) std::memcpy(dst + k * stride, src + k * C, C * sizeof(T));
+template <class T, class S>
+void scatter_rows(const T* src, int64_t K, int64_t C, S* dst, int64_t stride) {
+  for (int64_t k = 0; k < K; ++k) {
+    if constexpr (std::is_same_v<S, T>)
+      std::memcpy(dst + k * stride, src + k * C, C * sizeof(T));
+    else
+      store_row(src + k * C, C, dst + k * stride);
+  }
+}
+
+// n elements of S widened to T (to = from when S is T: not called then), or T rounded to S;
+// in parallel, in blocks (each element has one writer, so any split gives the same bits).
+template <class S, class T>
+void widen_all(const S* from, int64_t n, T* to) {
+  constexpr int64_t kBlockElems = 1 << 14;
+#pragma omp parallel for schedule(static) if (n >= 4 * kBlockElems)
+  for (int64_t b = 0; b < ceil_div(n, kBlockElems); ++b)
+    load_row(from + b * kBlockElems, std::min(kBlockElems, n - b * kBlockElems), to + b * kBlockElems);
+}
+template <class T, class S>
+void round_all(const T* from, int64_t n, S* to) {
+  constexpr int64_t kBlockElems = 1 << 14;
+#pragma omp parallel for schedule(static) if (n >= 4 * kBlockElems)
+  for (int64_t b = 0; b < ceil_div(n, kBlockElems); ++b)
+    store_row(from + b * kBlockElems, std::min(kBlockElems, n - b * kBlockElems), to + b * kBlockElems);
 }
 
 // Where the L*P sampling points of one query land, one entry per (level, point) i; corner
@@ -182,11 +222,12 @@ struct Footprints {
   std::vector<const T*> rows;  // value rows of the corners (or the zero row)
   std::vector<T*> grad_rows;   // gradient rows of the corners (or the sink rows)
   std::vector<T> aw;           // attention weight times bilinear weight
+  std::vector<T> a;            // the attention weights (widened when stored in 16 bits)
   std::vector<int32_t> x0, y0;  // the north-west corner
   explicit Footprints(int64_t LP)
       : fx(static_cast<size_t>(LP)), fy(static_cast<size_t>(LP)), w(static_cast<size_t>(4 * LP)),
         rows(static_cast<size_t>(4 * LP)), grad_rows(static_cast<size_t>(4 * LP)),
-        aw(static_cast<size_t>(4 * LP)), x0(static_cast<size_t>(LP)),
+        aw(static_cast<size_t>(4 * LP)), a(static_cast<size_t>(LP)), x0(static_cast<size_t>(LP)),
         y0(static_cast<size_t>(LP)) {}
 };
 
@@ -219,13 +260,25 @@ struct Scratch {
   // one, and its rows are being fetched meanwhile.
   Footprints<T> fp[2];
   std::vector<T> dots;  // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
+  std::vector<T> row;   // C: a 16-bit query's output before rounding
+  AlignedBuffer<T> g_wide[2];  // C: a 16-bit query's grad_output widened, for two queries
+  int64_t g_id[2] = {-1, -1};  // which (n, q, m) each holds
+  // 2 * LP, LP: the locations and weights of a 16-bit query widened, for two queries (the next
+  // one is widened one query ahead, see prepare_query), and which (n, q, m) each holds.
+  AlignedBuffer<T> loc_wide[2], attn_wide[2];
+  int64_t wide_id[2] = {-1, -1};
   // Contiguous copies of one slice's value rows and grad_value rows (see Slice), K x C each.
   AlignedBuffer<T> value_copy, grad_copy;
 
   Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
           int64_t channels)
       : LP(L * P), C(channels), fp{Footprints<T>(L * P), Footprints<T>(L * P)},
-        dots(static_cast<size_t>(4 * L * P)) {
+        dots(static_cast<size_t>(4 * L * P)), row(static_cast<size_t>(channels)) {
+    for (int b = 0; b < 2; ++b) {
+      g_wide[b].resize(C);
+      loc_wide[b].resize(2 * LP);
+      attn_wide[b].resize(LP);
+    }
     zeros.resize(C);
     sinks.resize(4 * C);
     for (auto* v : {&level_W, &level_H, &level_start}) v->resize(static_cast<size_t>(LP));
@@ -247,8 +300,8 @@ struct Scratch {
 // each, as pointers into value (rows row_stride apart from v_slice) and, if kGrad, into
 // grad_value (grad_stride apart) together with the scatter weights a * w_k. One branch-free
 // loop, vectorised across the samples (written so that GCC 12 does; check with -fopt-info-vec).
-template <class T, bool kGrad>
-void query_footprints(const T* __restrict loc, const T* __restrict attn, const T* v_slice,
+template <class S, bool kGrad, class T = opmath_t<S>>
+void query_footprints(const S* __restrict loc, const S* __restrict attn, const T* v_slice,
                       int64_t row_stride, T* grad_slice, int64_t grad_stride, Scratch<T>& sc,
                       Footprints<T>& f) {
   const int64_t LP = sc.LP;
@@ -258,6 +311,7 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
   const T *__restrict clamp_W = sc.clamp_W.data(), *__restrict clamp_H = sc.clamp_H.data();
   T *__restrict fx = f.fx.data(), *__restrict fy = f.fy.data(), *__restrict w = f.w.data();
   T* __restrict aw = f.aw.data();
+  T* __restrict a = f.a.data();
   int32_t *__restrict x0s = f.x0.data(), *__restrict y0s = f.y0.data();
   const T** __restrict rows = f.rows.data();
   T** __restrict grad_rows = f.grad_rows.data();
@@ -268,8 +322,10 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
   for (int64_t i = 0; i < LP; ++i) {
     // The arithmetic of F.grid_sample(align_corners=False) on grid = 2*loc - 1, rather than the
     // shorter loc*W - 0.5, so that a point on a pixel border picks the same corners as PyTorch.
-    const T x = (2 * loc[2 * i] - 1 + 1) * half_W[i] - T(0.5);
-    const T y = (2 * loc[2 * i + 1] - 1 + 1) * half_H[i] - T(0.5);
+    const T x = (2 * load_op(loc, 2 * i) - 1 + 1) * half_W[i] - T(0.5);
+    const T y = (2 * load_op(loc, 2 * i + 1) - 1 + 1) * half_H[i] - T(0.5);
+    const T ai = load_op(attn, i);
+    a[i] = ai;
     // Outside [-2, W] no corner is inside the map, so the coordinate is clamped there (NaN to -2)
     // before the integer conversion, which is then always defined; floor comes from truncation.
     // (std::floor would not vectorise; 32-bit conversions vectorise on every x86 level. Levels
@@ -292,7 +348,7 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
     x0s[i] = x0i;
     y0s[i] = y0i;
     if (kGrad)
-      for (int k = 0; k < 4; ++k) aw[k * LP + i] = attn[i] * w[k * LP + i];
+      for (int k = 0; k < 4; ++k) aw[k * LP + i] = ai * w[k * LP + i];
   }
   // The corner rows, from the integer corner coordinates. A second loop: with 64-bit pointer
   // arithmetic it vectorises only on AVX2 and better, the loop above everywhere.
@@ -318,19 +374,37 @@ void query_footprints(const T* __restrict loc, const T* __restrict attn, const T
 
 // The footprints of query q of a slice into sc.fp[q % 2], and prefetches of the inputs of a
 // query further on (a slice's queries are M apart in the inputs, too far for the hardware).
-template <class T, bool kGrad>
-void prepare_query(const Problem<T>& pb, const T* grad_output, const Slice<T>& sl, int64_t q,
+template <class S, bool kGrad, class T = opmath_t<S>>
+void prepare_query(const Problem<S>& pb, const S* grad_output, const Slice<T>& sl, int64_t q,
                    int64_t q1, Scratch<T>& sc) {
   const int64_t LP = pb.L * pb.P, nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
-  const T* loc = pb.sampling_locations + nqm * LP * 2;
-  const T* attn = pb.attention_weights + nqm * LP;
+  const S* loc = pb.sampling_locations + nqm * LP * 2;
+  const S* attn = pb.attention_weights + nqm * LP;
   if (q + kPrefetchQueries < q1) {
     const int64_t ahead = kPrefetchQueries * pb.M;
-    prefetch_range(loc + ahead * LP * 2, LP * 2 * sizeof(T));
-    prefetch_range(attn + ahead * LP, LP * sizeof(T));
-    if (grad_output) prefetch_range(grad_output + (nqm + ahead) * pb.C, pb.C * sizeof(T));
+    prefetch_range(loc + ahead * LP * 2, LP * 2 * sizeof(S));
+    prefetch_range(attn + ahead * LP, LP * sizeof(S));
+    if (grad_output) prefetch_range(grad_output + (nqm + ahead) * pb.C, pb.C * sizeof(S));
   }
-  query_footprints<T, kGrad>(loc, attn, sl.value, sl.value_stride, sl.grad, sl.grad_stride, sc,
+  if constexpr (!std::is_same_v<S, T>) {
+    // Widened in loops of their own, so that the footprint loop is the float kernel's (read as 16
+    // bits inside it, its vectorisation changed and the forward took 1.5x float32's time), and
+    // one query ahead: read right after they were written, the footprint loop's loads waited for
+    // the widening stores (3x the footprint time).
+    auto widen = [&](int64_t qq) {
+      const int64_t id = (sl.n * pb.Q + qq) * pb.M + sl.m, b = qq % 2;
+      if (sc.wide_id[b] == id) return;
+      load_row(pb.sampling_locations + id * LP * 2, 2 * LP, sc.loc_wide[b].data);
+      load_row(pb.attention_weights + id * LP, LP, sc.attn_wide[b].data);
+      sc.wide_id[b] = id;
+    };
+    widen(q);
+    if (q + 1 < q1) widen(q + 1);
+    query_footprints<T, kGrad>(sc.loc_wide[q % 2].data, sc.attn_wide[q % 2].data, sl.value, sl.value_stride, sl.grad,
+                               sl.grad_stride, sc, sc.fp[q % 2]);
+    return;
+  }
+  query_footprints<S, kGrad>(loc, attn, sl.value, sl.value_stride, sl.grad, sl.grad_stride, sc,
                              sc.fp[q % 2]);
 }
 
@@ -358,18 +432,21 @@ inline void sum_samples(const Footprints<T>& f, const T* a, int64_t LP, int64_t 
 
 // Forward for queries [q0, q1) of a slice: per query, the footprints of its L*P samples, then
 // its output, up to four vectors of channels per pass over the samples.
-template <class T>
-void forward_queries(const Problem<T>& pb, T* output, const Slice<T>& sl, int64_t q0,
+template <class S, class T = opmath_t<S>>
+void forward_queries(const Problem<S>& pb, S* output, const Slice<T>& sl, int64_t q0,
                      int64_t q1, Scratch<T>& sc) {
   constexpr int64_t V = Simd<T>::kLanes;
+  constexpr bool kNative = std::is_same_v<S, T>;
   const int64_t C = pb.C, LP = pb.L * pb.P;
-  if (q0 < q1) prepare_query<T, false>(pb, nullptr, sl, q0, q1, sc);
+  if (q0 < q1) prepare_query<S, false>(pb, nullptr, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
-    if (q + 1 < q1) prepare_query<T, false>(pb, nullptr, sl, q + 1, q1, sc);
+    if (q + 1 < q1) prepare_query<S, false>(pb, nullptr, sl, q + 1, q1, sc);
     const Footprints<T>& f = sc.fp[q % 2];
     const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
-    const T* a = pb.attention_weights + nqm * LP;
-    T* out = output + nqm * C;
+    const T* a = f.a.data();
+    // A 16-bit query's output is summed into a float row, then rounded once.
+    T* out;
+    if constexpr (kNative) out = output + nqm * C; else out = sc.row.data();
     int64_t c = 0;
     for (; c + 4 * V <= C; c += 4 * V) sum_samples<T, 4>(f, a, LP, c, out);
     if (c + 2 * V <= C) {
@@ -389,27 +466,41 @@ void forward_queries(const Problem<T>& pb, T* output, const Slice<T>& sl, int64_
                        w[2 * LP + i] * r[2 * LP + i][c] + w[3 * LP + i] * r[3 * LP + i][c]);
       out[c] = acc;
     }
+    if constexpr (!kNative) store_row(out, C, output + nqm * C);
   }
 }
 
 // Backward for queries [q0, q1) of a slice. kGradValue: scatter into the slice's gradient rows.
 // kDots: the channel dots d_k, needed by the gradients of the locations and attention weights.
-template <class T, bool kGradValue, bool kDots, int kVectors>
-void backward_queries(const Problem<T>& pb, const T* grad_output, const Slice<T>& sl,
-                      T* grad_loc, T* grad_attn, int64_t q0, int64_t q1, Scratch<T>& sc) {
+template <class TS, bool kGradValue, bool kDots, int kVectors, class T = opmath_t<TS>>
+void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<T>& sl,
+                      TS* grad_loc, TS* grad_attn, int64_t q0, int64_t q1, Scratch<T>& sc) {
   using S = Simd<T>;
   using Vec = typename S::Vec;
   const int64_t C = pb.C, LP = pb.L * pb.P;
   // Channels covered by whole vectors; a compile-time constant when C is kVectors vectors, so
   // that the channel loop unrolls.
   const int64_t whole = kVectors > 0 ? kVectors * S::kLanes : C / S::kLanes * S::kLanes;
-  if (q0 < q1) prepare_query<T, kGradValue>(pb, grad_output, sl, q0, q1, sc);
+  if (q0 < q1) prepare_query<TS, kGradValue>(pb, grad_output, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
-    if (q + 1 < q1) prepare_query<T, kGradValue>(pb, grad_output, sl, q + 1, q1, sc);
+    if (q + 1 < q1) prepare_query<TS, kGradValue>(pb, grad_output, sl, q + 1, q1, sc);
     const Footprints<T>& f = sc.fp[q % 2];
     const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
-    const T* attn = pb.attention_weights + nqm * LP;
-    const T* g = grad_output + nqm * C;
+    const T* attn = f.a.data();
+    const T* g;  // a 16-bit query's grad_output is widened once, one query ahead (as in prepare_query)
+    if constexpr (std::is_same_v<TS, T>) {
+      g = grad_output + nqm * C;
+    } else {
+      auto widen = [&](int64_t qq) {
+        const int64_t id = (sl.n * pb.Q + qq) * pb.M + sl.m, b = qq % 2;
+        if (sc.g_id[b] == id) return;
+        load_row(grad_output + id * C, C, sc.g_wide[b].data);
+        sc.g_id[b] = id;
+      };
+      widen(q);
+      if (q + 1 < q1) widen(q + 1);
+      g = sc.g_wide[q % 2].data;
+    }
     const T* const* rows = f.rows.data();
     T* const* grad_rows = f.grad_rows.data();
     const T* aw = f.aw.data();
@@ -460,22 +551,22 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, const Slice<T>
     const T *w0 = f.w.data(), *w1 = w0 + LP, *w2 = w1 + LP, *w3 = w2 + LP;
     const T *fx = f.fx.data(), *fy = f.fy.data();
     if (grad_attn) {
-      T* ga = grad_attn + nqm * LP;
+      TS* ga = grad_attn + nqm * LP;
 #pragma omp simd
       for (int64_t i = 0; i < LP; ++i) {
         const T* d = dots + 4 * i;
-        ga[i] = w0[i] * d[0] + w1[i] * d[1] + w2[i] * d[2] + w3[i] * d[3];
+        store_op(ga, i, w0[i] * d[0] + w1[i] * d[1] + w2[i] * d[2] + w3[i] * d[3]);
       }
     }
     if (grad_loc) {
-      T* gl = grad_loc + nqm * LP * 2;
+      TS* gl = grad_loc + nqm * LP * 2;
       const T *half_W = sc.half_W.data(), *half_H = sc.half_H.data();
 #pragma omp simd
       for (int64_t i = 0; i < LP; ++i) {
         const T* d = dots + 4 * i;
         const T a = attn[i], e = 1 - fx[i], s = 1 - fy[i];
-        gl[2 * i] = a * ((d[1] - d[0]) * s + (d[3] - d[2]) * fy[i]) * (2 * half_W[i]);
-        gl[2 * i + 1] = a * ((d[2] - d[0]) * e + (d[3] - d[1]) * fx[i]) * (2 * half_H[i]);
+        store_op(gl, 2 * i, a * ((d[1] - d[0]) * s + (d[3] - d[2]) * fy[i]) * (2 * half_W[i]));
+        store_op(gl, 2 * i + 1, a * ((d[2] - d[0]) * e + (d[3] - d[1]) * fx[i]) * (2 * half_H[i]));
       }
       for (int64_t i = 0; i < LP; ++i) {
         if (std::isfinite(attn[i])) continue;
@@ -489,26 +580,27 @@ void backward_queries(const Problem<T>& pb, const T* grad_output, const Slice<T>
           gx += ((v1[c] - v0[c]) * s + (v3[c] - v2[c]) * fy[i]) * ga;
           gy += ((v2[c] - v0[c]) * e + (v3[c] - v1[c]) * fx[i]) * ga;
         }
-        gl[2 * i] = gx * (2 * half_W[i]);
-        gl[2 * i + 1] = gy * (2 * half_H[i]);
+        store_op(gl, 2 * i, gx * (2 * half_W[i]));
+        store_op(gl, 2 * i + 1, gy * (2 * half_H[i]));
       }
     }
   }
 }
 
-template <class T>
-using BackwardFn = void (*)(const Problem<T>&, const T*, const Slice<T>&, T*, T*, int64_t,
+template <class S, class T = opmath_t<S>>
+using BackwardFn = void (*)(const Problem<S>&, const S*, const Slice<T>&, S*, S*, int64_t,
                             int64_t, Scratch<T>&);
 
 }  // namespace
 
-template <class T>
-void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
-                            const int64_t* level_start_index, const T* sampling_locations,
-                            const T* attention_weights, T* output, int64_t bs, int64_t num_keys,
+template <class S>
+void ms_deform_attn_forward(const S* value, const int64_t* spatial_shapes,
+                            const int64_t* level_start_index, const S* sampling_locations,
+                            const S* attention_weights, S* output, int64_t bs, int64_t num_keys,
                             int64_t heads, int64_t channels, int64_t levels, int64_t queries,
                             int64_t points) {
-  const Problem<T> pb{value,    spatial_shapes, level_start_index, sampling_locations,
+  using T = opmath_t<S>;  // the arithmetic type: float for the 16-bit types
+  const Problem<S> pb{value,    spatial_shapes, level_start_index, sampling_locations,
                       attention_weights, bs, num_keys, heads, channels, levels, queries, points};
   const int64_t slices = bs * heads, K = num_keys, C = channels, row_stride = heads * C;
   const int64_t work = slices * queries * levels * points * (channels + 8);
@@ -522,6 +614,17 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
   const int64_t block = whole ? queries : kQueryBlock;
   const int64_t blocks = block > 0 ? (queries + block - 1) / block : 0, tasks = slices * blocks;
   const bool copy = whole && worth_copying(heads, K, queries, levels * points);
+  // The value rows the loops read, in T: a 16-bit value is widened per slice when copied, else
+  // all at once here.
+  std::vector<T> wide;
+  const T* value_t = nullptr;
+  if constexpr (std::is_same_v<S, T>) {
+    value_t = value;
+  } else if (!copy) {
+    wide.resize(static_cast<size_t>(bs * K * row_stride));
+    widen_all(value, bs * K * row_stride, wide.data());
+    value_t = wide.data();
+  }
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
     Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, channels);
@@ -529,10 +632,10 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t s = task / blocks, q0 = task % blocks * block;
-      Slice<T> sl{s / heads, s % heads, value + (s / heads * K * heads + s % heads) * C,
-                  row_stride, nullptr, 0};
+      const int64_t offset = (s / heads * K * heads + s % heads) * C;  // slice s's rows
+      Slice<T> sl{s / heads, s % heads, value_t ? value_t + offset : nullptr, row_stride, nullptr, 0};
       if (copy) {
-        gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data);
+        gather_rows(value + offset, row_stride, K, C, scratch.value_copy.data);
         sl.value = scratch.value_copy.data;
         sl.value_stride = C;
       }
@@ -541,14 +644,16 @@ void ms_deform_attn_forward(const T* value, const int64_t* spatial_shapes,
   }
 }
 
-template <class T>
-void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
-                             const int64_t* level_start_index, const T* sampling_locations,
-                             const T* attention_weights, const T* grad_output, T* grad_value,
-                             T* grad_sampling_locations, T* grad_attention_weights, int64_t bs,
+template <class S>
+void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
+                             const int64_t* level_start_index, const S* sampling_locations,
+                             const S* attention_weights, const S* grad_output, S* grad_value,
+                             S* grad_sampling_locations, S* grad_attention_weights, int64_t bs,
                              int64_t num_keys, int64_t heads, int64_t channels, int64_t levels,
                              int64_t queries, int64_t points) {
-  const Problem<T> pb{value,    spatial_shapes, level_start_index, sampling_locations,
+  using T = opmath_t<S>;  // the arithmetic type: float for the 16-bit types
+  constexpr bool kNative = std::is_same_v<S, T>;
+  const Problem<S> pb{value,    spatial_shapes, level_start_index, sampling_locations,
                       attention_weights, bs, num_keys, heads, channels, levels, queries, points};
   const bool need_dots = grad_sampling_locations || grad_attention_weights;
   if (!grad_value && !need_dots) return;
@@ -559,20 +664,20 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
                       : channels == 2 * kLanes ? 2
                       : channels == 4 * kLanes ? 4
                                                : 0;
-  const BackwardFn<T> variants[3][5] = {
-      {backward_queries<T, true, true, 0>, backward_queries<T, true, true, 1>,
-       backward_queries<T, true, true, 2>, nullptr, backward_queries<T, true, true, 4>},
-      {backward_queries<T, true, false, 0>, backward_queries<T, true, false, 1>,
-       backward_queries<T, true, false, 2>, nullptr, backward_queries<T, true, false, 4>},
-      {backward_queries<T, false, true, 0>, backward_queries<T, false, true, 1>,
-       backward_queries<T, false, true, 2>, nullptr, backward_queries<T, false, true, 4>}};
-  const BackwardFn<T> run = variants[grad_value ? (need_dots ? 0 : 1) : 2][vectors];
+  const BackwardFn<S> variants[3][5] = {
+      {backward_queries<S, true, true, 0>, backward_queries<S, true, true, 1>,
+       backward_queries<S, true, true, 2>, nullptr, backward_queries<S, true, true, 4>},
+      {backward_queries<S, true, false, 0>, backward_queries<S, true, false, 1>,
+       backward_queries<S, true, false, 2>, nullptr, backward_queries<S, true, false, 4>},
+      {backward_queries<S, false, true, 0>, backward_queries<S, false, true, 1>,
+       backward_queries<S, false, true, 2>, nullptr, backward_queries<S, false, true, 4>}};
+  const BackwardFn<S> run = variants[grad_value ? (need_dots ? 0 : 1) : 2][vectors];
 
   const int64_t K = num_keys, C = channels, row_stride = heads * C;
   const int64_t total = bs * heads * queries;
   if (total == 0) {
     // No query reads value, so its gradient is zero (the other gradients are empty).
-    if (grad_value) std::fill(grad_value, grad_value + bs * K * row_stride, T(0));
+    if (grad_value) std::fill(grad_value, grad_value + bs * K * row_stride, S(T(0)));
     return;
   }
   const int64_t work = total * levels * points * (channels + 8);
@@ -615,6 +720,27 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
   }
   // Copy the slice's rows when the chunk samples them often enough (see worth_copying).
   const bool copy = worth_copying(heads, K, chunk, samples);
+  // 16-bit tensors: value's rows are read widened (per slice when copied, else all at once
+  // here) and grad_value is summed in float32, rounded once: straight from a slice's copy when
+  // that holds the whole sum (one chunk), else in a float32 grad_value rounded at the end.
+  std::vector<T> wide, grad_wide;
+  const T* value_t = nullptr;
+  T* grad_t = nullptr;
+  if constexpr (kNative) {
+    value_t = value;
+    grad_t = grad_value;
+  } else {
+    const int64_t n = bs * K * row_stride;
+    if (!copy) {
+      wide.resize(static_cast<size_t>(n));
+      widen_all(value, n, wide.data());
+      value_t = wide.data();
+    }
+    if (grad_value && (!copy || chunks > 1)) {
+      grad_wide.resize(static_cast<size_t>(n));
+      grad_t = grad_wide.data();
+    }
+  }
 
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
@@ -633,10 +759,10 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
       const int64_t s = task / chunks, c = task % chunks;
       const int64_t q0 = c * chunk, q1 = std::min(queries, q0 + chunk);
       const int64_t offset = (s / heads * K * heads + s % heads) * C;  // slice s's rows
-      Slice<T> sl{s / heads, s % heads, value + offset, row_stride,
-                  grad_value ? grad_value + offset : nullptr, row_stride};
+      Slice<T> sl{s / heads, s % heads, value_t ? value_t + offset : nullptr, row_stride,
+                  grad_t ? grad_t + offset : nullptr, row_stride};
       if (copy) {
-        gather_rows(sl.value, row_stride, K, C, scratch.value_copy.data);
+        gather_rows(value + offset, row_stride, K, C, scratch.value_copy.data);
         sl.value = scratch.value_copy.data;
         sl.value_stride = C;
       }
@@ -651,8 +777,12 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
         zero_rows(sl.grad, sl.grad_stride);
       }
       run(pb, grad_output, sl, grad_sampling_locations, grad_attention_weights, q0, q1, scratch);
-      if (grad_value && c == 0 && copy)
-        scatter_rows(sl.grad, K, C, grad_value + offset, row_stride);
+      if (grad_value && c == 0 && copy) {
+        if (grad_t)
+          scatter_rows(sl.grad, K, C, grad_t + offset, row_stride);
+        else  // 16 bits, one chunk: the slice's whole sum, rounded once
+          scatter_rows(sl.grad, K, C, grad_value + offset, row_stride);
+      }
     }
     if (partials) {
       // grad_value = ((chunk 0 + chunk 1) + chunk 2) + ..., in blocks of keys (the implicit
@@ -663,7 +793,7 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
       for (int64_t it = 0; it < slices * key_blocks; ++it) {
         const int64_t s = it / key_blocks, k0 = it % key_blocks * kKeyBlock;
         const int64_t k1 = std::min(K, k0 + kKeyBlock);
-        T* const dst = grad_value + (s / heads * K * heads + s % heads) * C;
+        T* const dst = grad_t + (s / heads * K * heads + s % heads) * C;
         for (int64_t c = 1; c < chunks; ++c) {
           const T* src = partial + s * per_slice + (c - 1) * K * C;
           for (int64_t k = k0; k < k1; ++k) {
@@ -675,7 +805,8 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
         }
       }
     }
-  }
+  }  if constexpr (!kNative)
+    if (!grad_wide.empty()) round_all(grad_t, bs * K * row_stride, grad_value);
 }
 
 #define TG_INSTANTIATE(T)                                                                      \
@@ -687,6 +818,8 @@ void ms_deform_attn_backward(const T* value, const int64_t* spatial_shapes,
                                            int64_t, int64_t, int64_t, int64_t, int64_t);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
+TG_INSTANTIATE(BFloat16)
+TG_INSTANTIATE(Float16)
 #undef TG_INSTANTIATE
 
 }  // namespace tg::kernels::TG_ISA_NS

@@ -35,6 +35,14 @@
 // gradient rows (backward), which keeps one head's rows contiguous in cache; for a backward of
 // fewer than 8 slices, up to 8 K x C gradient buffers in all (see the backward). SIMD through
 // GCC/Clang vector extensions: any target, AVX-512 at best.
+//
+// T is float or double; the forward and the first-order backward also take BFloat16 and Float16
+// (framework/half.h): they read the 16-bit tensors as they are (a query's inputs widened into
+// small per-thread buffers, a slice's value rows into its per-thread copy; only when slices are
+// not copied is value widened whole, once), compute exactly as the
+// float kernel does on the widened values, sum grad_value in float32 and round every output
+// element once, so the result is the float kernel's on widened inputs, rounded to T. The
+// double backward takes float and double only.
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "../grid_sample_kernels.h"
+#include "../../internal/half_access.h"
 #include "../../internal/isa_dispatch.h"
 
 // The arithmetic below must be compiled the same way in every file that includes it (a
@@ -155,10 +156,11 @@ struct Axis {
   }
 };
 
-// Masked read: a tap outside the image reads 0 (and is never dereferenced).
+// Masked read: a tap outside the image reads 0 (and is never dereferenced). A 16-bit plane's
+// value is widened to float (load_op).
 template <class T, class Idx>
-inline T tap_value(const T* plane, Idx off) {
-  return off >= 0 ? plane[off] : T(0);
+inline opmath_t<T> tap_value(const T* plane, Idx off) {
+  return off >= 0 ? load_op(plane, off) : opmath_t<T>(0);
 }
 
 // Cubic convolution (Keys) with A = -0.75, as PyTorch's grid_sample and upsample_bicubic2d.
