@@ -5,6 +5,7 @@
 #include "framework/check.h"
 #include "framework/checked_math.h"
 #include "framework/custom_op.h"
+#include "framework/dist.h"
 #include "framework/dtype.h"
 #include "framework/dump.h"
 #include "framework/grad_mode.h"
