@@ -64,6 +64,15 @@ std::vector<Tensor> all_gather(const Tensor& t) {
   return {t.detach().clone()};
 }
 
+struct Work::State {};
+bool Work::is_completed() { return true; }
+void Work::wait() {}
+
+Work all_reduce_async(Tensor& t, ReduceOp op) {
+  all_reduce(t, op);
+  return Work();
+}
+
 #else
 
 namespace {
@@ -145,13 +154,20 @@ void check_same_everywhere(const char* op, const Tensor& t, int root = -1) {
   }
 }
 
+// The first byte of a contiguous tensor.
+char* bytes_of(const Tensor& t) {
+  return static_cast<char*>(dispatch_all(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return static_cast<void*>(const_cast<T*>(t.data<T>()));
+  }));
+}
+
 // MPI counts are int: larger tensors move in pieces.
 template <class F>
 void in_pieces(int64_t n, F&& f) {
   constexpr int64_t kPiece = int64_t(1) << 30;
   for (int64_t i = 0; i < n; i += kPiece) f(i, int(std::min(kPiece, n - i)));
 }
-
 
 }  // namespace
 
@@ -191,32 +207,94 @@ void barrier() {
   throw_if_failed(MPI_Barrier(MPI_COMM_WORLD), "barrier");
 }
 
+namespace {
+
+// An all_reduce's buffer: the tensor itself, or its float32 copy for a 16-bit one (reduced in
+// float32, rounded once by finish_reduce).
+Tensor reduce_buffer(const Tensor& t) {
+  return is_reduced_floating(t.dtype()) ? detail::convert(t.detach(), DType::Float32) : t.detach();
+}
+
+void finish_reduce(Tensor& t, Tensor& buffer, ReduceOp op) {
+  if (op == ReduceOp::Avg) detail::raw_mul_(buffer, 1.0 / world_size());
+  if (is_reduced_floating(t.dtype())) {
+    Tensor target = t.detach();
+    detail::raw_copy_(target, buffer);
+  }
+  t.bump_version();
+}
+
+void check_reduce(const char* op_name, const Tensor& t, ReduceOp op) {
+  check_tensor(op_name, t, true);
+  TG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "dist::", op_name,
+           ": op: expected sum, product, min or max for an integer tensor, got avg on ", dtype_name(t.dtype()));
+}
+
+}  // namespace
+
 void all_reduce(Tensor& t, ReduceOp op) {
-  check_tensor("all_reduce", t, true);
-  const DType dt = t.dtype();
-  TG_CHECK(op != ReduceOp::Avg || is_floating(dt), "dist::all_reduce: op: expected sum, product, min or max ",
-           "for an integer tensor, got avg on ", dtype_name(dt));
+  check_reduce("all_reduce", t, op);
   if (!mpi_running()) return;
   check_same_everywhere("all_reduce", t);
-  // 16-bit floats: reduced in float32, rounded once.
-  Tensor work = is_reduced_floating(dt) ? detail::convert(t.detach(), DType::Float32) : t.detach();
-  const int64_t n = work.numel();
-  const size_t elem = dtype_size(work.dtype());
-  auto* base = static_cast<char*>(static_cast<void*>(dispatch_all(work.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return static_cast<void*>(work.data<T>());
-  })));
-  in_pieces(n, [&](int64_t first, int count) {
-    throw_if_failed(MPI_Allreduce(MPI_IN_PLACE, base + size_t(first) * elem, count, wire_type(work.dtype()),
+  Tensor buffer = reduce_buffer(t);
+  const size_t elem = dtype_size(buffer.dtype());
+  char* base = bytes_of(buffer);
+  in_pieces(buffer.numel(), [&](int64_t first, int count) {
+    throw_if_failed(MPI_Allreduce(MPI_IN_PLACE, base + size_t(first) * elem, count, wire_type(buffer.dtype()),
                                   mpi_op(op), MPI_COMM_WORLD),
                     "all_reduce");
   });
-  if (op == ReduceOp::Avg) detail::raw_mul_(work, 1.0 / world_size());
-  if (is_reduced_floating(dt)) {
-    Tensor target = t.detach();
-    detail::raw_copy_(target, work);
+  finish_reduce(t, buffer, op);
+}
+
+struct Work::State {
+  Tensor tensor, buffer;
+  ReduceOp op = ReduceOp::Sum;
+  std::vector<MPI_Request> requests;
+  bool done = false;
+
+  void finish() {
+    done = true;
+    finish_reduce(tensor, buffer, op);
   }
-  t.bump_version();
+  ~State() {
+    if (!done && !requests.empty() && mpi_running())
+      MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  }
+};
+
+bool Work::is_completed() {
+  if (!state_ || state_->done) return true;
+  int flag = 0;
+  throw_if_failed(MPI_Testall(int(state_->requests.size()), state_->requests.data(), &flag, MPI_STATUSES_IGNORE),
+                  "all_reduce_async");
+  if (flag) state_->finish();
+  return flag != 0;
+}
+
+void Work::wait() {
+  if (!state_ || state_->done) return;
+  throw_if_failed(MPI_Waitall(int(state_->requests.size()), state_->requests.data(), MPI_STATUSES_IGNORE),
+                  "all_reduce_async");
+  state_->finish();
+}
+
+Work all_reduce_async(Tensor& t, ReduceOp op) {
+  check_reduce("all_reduce_async", t, op);
+  if (!mpi_running()) return Work();
+  auto state = std::make_shared<Work::State>();
+  state->tensor = t;
+  state->buffer = reduce_buffer(t);
+  state->op = op;
+  const size_t elem = dtype_size(state->buffer.dtype());
+  char* base = bytes_of(state->buffer);
+  in_pieces(state->buffer.numel(), [&](int64_t first, int count) {
+    state->requests.emplace_back();
+    throw_if_failed(MPI_Iallreduce(MPI_IN_PLACE, base + size_t(first) * elem, count, wire_type(state->buffer.dtype()),
+                                   mpi_op(op), MPI_COMM_WORLD, &state->requests.back()),
+                    "all_reduce_async");
+  });
+  return Work(std::move(state));
 }
 
 void broadcast(Tensor& t, int root) {
@@ -225,14 +303,10 @@ void broadcast(Tensor& t, int root) {
            "), got ", root);
   if (!mpi_running()) return;
   check_same_everywhere("broadcast", t, root);
-  Tensor work = t.detach();
-  const size_t elem = dtype_size(work.dtype());
-  auto* base = static_cast<char*>(dispatch_all(work.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return static_cast<void*>(work.data<T>());
-  }));
-  in_pieces(work.numel(), [&](int64_t first, int count) {
-    throw_if_failed(MPI_Bcast(base + size_t(first) * elem, count, wire_type(work.dtype()), root, MPI_COMM_WORLD),
+  const size_t elem = dtype_size(t.dtype());
+  char* base = bytes_of(t);
+  in_pieces(t.numel(), [&](int64_t first, int count) {
+    throw_if_failed(MPI_Bcast(base + size_t(first) * elem, count, wire_type(t.dtype()), root, MPI_COMM_WORLD),
                     "broadcast");
   });
   t.bump_version();
@@ -248,14 +322,8 @@ std::vector<Tensor> all_gather(const Tensor& t) {
   Tensor all = Tensor::empty(shape, t.dtype());
   const size_t elem = dtype_size(t.dtype());
   const int64_t n = t.numel();
-  auto bytes = [](const Tensor& x) {
-    return static_cast<const char*>(dispatch_all(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      return static_cast<const void*>(x.data<T>());
-    }));
-  };
-  const char* mine = bytes(t);
-  char* out = const_cast<char*>(bytes(all));
+  const char* mine = bytes_of(t);
+  char* out = bytes_of(all);
   // Rank r's piece lands at r * n: one MPI_Allgather per piece of at most 2^30 / world elements.
   const int64_t piece = std::max<int64_t>(1, (int64_t(1) << 30) / world);
   std::vector<char> recv;

@@ -21,6 +21,7 @@
 // (a rank that died, a broken connection) become tg::Error on the ranks that see them.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "tensor.h"
@@ -46,6 +47,28 @@ void barrier();
 // t = op over the ranks of t, on every rank. Avg is Sum divided by world_size (floating dtypes
 // only; for bf16/fp16 the division happens in float32 before the rounding).
 void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);
+
+// A collective in flight: wait() returns when this rank's part is done and its result is in the
+// tensor; is_completed() asks without blocking (and lets MPI make progress). Destroying a Work
+// that was not waited for waits.
+class Work {
+ public:
+  struct State;
+  Work() = default;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  bool is_completed();
+  void wait();
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// all_reduce started without waiting (MPI_Iallreduce), for overlapping communication with
+// computation: t must stay untouched until wait(). Unlike all_reduce it does not compare the
+// shapes across ranks (that exchange would wait for the other ranks): every rank must start the
+// same sequence of collectives on tensors of the same dtype and size, as DistributedDataParallel
+// does with buckets built alike on every rank.
+Work all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum);
 
 // t = rank root's t, on every rank.
 void broadcast(Tensor& t, int root);

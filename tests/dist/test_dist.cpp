@@ -84,6 +84,26 @@ TEST_F(Dist, EveryRankGetsTheSameBits) {
         << "rank " << r << " differs from rank 0";
 }
 
+TEST_F(Dist, AsyncAllReduceOverlapsAndFinishesOnWait) {
+  std::vector<Tensor> ts;
+  std::vector<dist::Work> works;
+  for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    ts.push_back(filled(dt, 1000, rank));
+    works.push_back(dist::all_reduce_async(ts.back(), dist::ReduceOp::Avg));
+  }
+  (void)works[0].is_completed();  // may or may not be done: it only lets MPI progress
+  for (size_t i = 0; i < ts.size(); ++i) {
+    works[i].wait();
+    EXPECT_TRUE(works[i].is_completed());
+    const std::vector<double> got = ts[i].to(DType::Float64).to_vector<double>();
+    for (int64_t j = 0; j < 1000; ++j) {
+      double expect = 0;
+      for (int r = 0; r < world; ++r) expect += value(r, j) / world;
+      ASSERT_NEAR(got[size_t(j)], expect, std::abs(expect) * (i == 2 ? 0x1p-8 : 1e-6)) << i << " " << j;
+    }
+  }
+}
+
 TEST_F(Dist, BroadcastFromEachRoot) {
   for (int root = 0; root < world; ++root) {
     for (DType dt : {DType::Float32, DType::Int64, DType::BFloat16}) {
