@@ -52,6 +52,7 @@
 #include "models/attention.h"
 #include "models/conv.h"
 #include "models/deformable_transformer.h"
+#include "models/distributed_data_parallel.h"
 #include "models/group_norm.h"
 #include "models/init.h"
 #include "models/layers_norm_dropout_embedding.h"
@@ -63,4 +64,5 @@
 #include "models/position_encoding.h"
 #include "models/sequential.h"
 #include "models/spatial_transformer.h"
+#include "data/distributed_sampler.h"
 #include "data/fashion_mnist.h"
