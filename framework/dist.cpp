@@ -25,6 +25,12 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+bool launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(name)) return true;
+  return false;
+}
+
 namespace {
 
 // What every collective checks on its own rank first.

@@ -38,6 +38,10 @@ bool available();
 void init();
 bool is_initialized();
 
+// Whether this process was started by mpirun / mpiexec (their environment variables are set):
+// a program that also runs alone calls init() only then, and skips MPI's start-up otherwise.
+bool launched_by_mpirun();
+
 int rank();        // 0 until init()
 int world_size();  // 1 until init()
 
