@@ -1,5 +1,6 @@
 #include "distributed_data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "../framework/check.h"
@@ -198,5 +199,20 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_
 }
 
 double DistributedDataParallel::last_wait_seconds() const { return state_->wait_seconds; }
+
+double DistributedDataParallel::blocking_reduction_seconds(int repeats) {
+  std::vector<double> times;
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    dist::barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (State::Bucket& b : state_->buckets) {
+      Tensor scratch = zeros(b.flat.shape(), b.flat.dtype());
+      dist::all_reduce(scratch);
+    }
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
 
 }  // namespace tg

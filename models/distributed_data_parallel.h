@@ -74,6 +74,10 @@ class DistributedDataParallel {
   // What the reductions cost in the last synchronised backward: seconds spent waiting at the end
   // of backward for reductions that were not done (communication not hidden by backward).
   double last_wait_seconds() const;
+  // The median time of reducing every bucket with nothing to overlap (blocking all_reduce calls
+  // of the same sizes), over `repeats` rounds: what last_wait_seconds() would be if backward hid
+  // none of the communication. Every rank must call it at the same point.
+  double blocking_reduction_seconds(int repeats = 5);
 
   struct State;
 

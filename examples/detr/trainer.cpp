@@ -159,13 +159,13 @@ void evaluate_checkpoint(const TrainOptions& o, Detector& model, const SceneGene
 // Data parallel: this process's share of every batch (see trainer.h); DistributedDataParallel's
 // hooks average the gradients during backward.
 EpochRecord train_epoch(const TrainOptions& o, int epoch, Detector& model, Optimizer& optimizer,
-                        const SceneGenerator& train) {
+                        const SceneGenerator& train, DistributedDataParallel* ddp, std::ostream& log) {
   const int64_t steps = o.train_scenes / o.batch_size;
   const int64_t world = dist::world_size(), share = o.batch_size / world;
   std::ostringstream sink;  // the progress bar draws nowhere when off (and on ranks other than 0)
   ProgressBar bar(steps, "epoch " + std::to_string(epoch) + "/" + std::to_string(o.epochs),
                   o.progress && dist::rank() == 0 ? static_cast<std::ostream&>(std::cerr) : sink);
-  double loss_sum = 0;
+  double loss_sum = 0, wait = 0;
   for (int64_t step = 0; step < steps; ++step) {
     SceneBatch batch = make_batch(train, (epoch - 1) * o.train_scenes + step * o.batch_size + dist::rank() * share,
                                   share);
@@ -181,6 +181,7 @@ EpochRecord train_epoch(const TrainOptions& o, int epoch, Detector& model, Optim
     DetrLoss loss = detr_loss(out.logits, out.boxes, batch.targets, loss_options);
     optimizer.zero_grad();
     loss.total.backward();
+    if (ddp) wait += ddp->last_wait_seconds();
     if (o.clip > 0) clip_grad_norm_(model.parameters(), o.clip);
     optimizer.step();
     Tensor reported = loss.total.detach().to(DType::Float64);  // the mean over the processes, for the log
@@ -191,6 +192,15 @@ EpochRecord train_epoch(const TrainOptions& o, int epoch, Detector& model, Optim
     bar.update(step + 1, o.batch_size, {{"loss", loss_sum / (step + 1)}});
   }
   bar.finish();
+  if (ddp) {  // how much of the gradient reduction backward hid
+    const double blocking = ddp->blocking_reduction_seconds();
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "communication: %.2f ms per step waited after backward; %.2f ms to reduce the gradients with nothing "
+                  "to overlap (%.0f%% hidden)\n",
+                  1e3 * wait / steps, 1e3 * blocking, blocking > 0 ? 100 * std::max(0.0, 1 - wait / steps / blocking) : 0.0);
+    log << line;
+  }
   EpochRecord rec;
   rec.epoch = epoch;
   rec.train_loss = loss_sum / steps;
@@ -264,7 +274,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log_all) {
   if (result.first_epoch <= o.epochs) warn_if_machine_busy(o.threads, log);
   model->train();
   for (int epoch = result.first_epoch; epoch <= o.epochs; ++epoch) {
-    EpochRecord rec = train_epoch(o, epoch, *model, optimizer, train);
+    EpochRecord rec = train_epoch(o, epoch, *model, optimizer, train, ddp ? &*ddp : nullptr, log);
     if (lead) end_epoch(o, rec, *model, optimizer, val, result, log);
   }
   dist::barrier();  // every process returns after rank 0's last files
