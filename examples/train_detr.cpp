@@ -5,6 +5,8 @@
 //   ./build/examples/train_detr --epochs 20 --batch-size 16 --threads 2 --out detr_run
 //   ./build/examples/train_detr --out detr_run --resume --epochs 30   # continue to epoch 30
 //   ./build/examples/train_detr --out detr_run --eval-only            # mAP + val_scenes.png
+//   mpirun -np 2 ./build/examples/train_detr --threads 1 --out detr_run   # data parallel: each
+//       process takes half of every batch; rank 0 logs and writes the files
 //
 // The data are Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist), or any
 // directory with the four original gzip IDX files (--data-dir).
@@ -40,13 +42,14 @@ int main(int argc, char** argv) {
   o.progress = !quiet;
 
   try {
+    if (tg::dist::launched_by_mpirun()) tg::dist::init();
     tg::detr::TrainResult r = tg::detr::run_training(o, std::cout);
-    if (!o.eval_only && !r.history.empty())
+    if (tg::dist::rank() == 0 && !o.eval_only && !r.history.empty())
       std::printf("done: mAP@0.5 %.4f, mAP@0.5:0.95 %.4f; files in %s\n", r.last_eval.map50, r.last_eval.map50_95,
                   o.out.c_str());
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_detr: %s\n", e.what());
+    std::fprintf(stderr, "train_detr (rank %d): %s\n", tg::dist::rank(), e.what());
     return 1;
   }
 }

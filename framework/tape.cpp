@@ -20,6 +20,10 @@ namespace {
 
 std::atomic<uint64_t> g_next_sequence_nr{0};
 thread_local std::ostream* t_trace = nullptr;
+// The callbacks of the backward pass running on this thread (null outside one), and the passes
+// started so far.
+thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
+thread_local uint64_t t_backward_passes = 0;
 
 Tensor history_free(const Tensor& t) {
   if (!t.defined()) return t;
@@ -247,6 +251,17 @@ struct Engine {
   // For tg::grad: the entries whose backward can reach a wanted gradient; the others only
   // have their gradients captured (if wanted) and are not run.
   std::unordered_set<const Node*> leads_to_capture;
+  // Leaves with post-accumulate hooks: the deliveries still to come in this pass (one per edge
+  // of a reachable entry), and whether one arrived. Their hooks run after the last delivery, so
+  // they see the pass's whole gradient (a leaf used twice gets two deliveries); a leaf whose
+  // remaining deliveries never come (an entry gave no gradient to it) runs them at the pass's end.
+  struct Pending {
+    std::shared_ptr<TensorImpl> leaf;
+    int remaining = 0;
+    bool received = false;
+  };
+  std::unordered_map<TensorImpl*, Pending> pending_hooks;
+  std::vector<TensorImpl*> pending_order;  // first seen first: the end-of-pass order
 
   static Tensor apply_hooks(const std::vector<GradHook>& hooks, Tensor g) {
     for (const GradHook& hook : hooks) {
@@ -291,6 +306,7 @@ struct Engine {
       // The gradient keeps its history: .grad() can be differentiated again. A clone, since g
       // may be handed to other inputs too (as add's backward does).
       leaf->grad = leaf->grad ? sum_gradients(Tensor(leaf->grad), g, true).impl_ptr() : g.clone().impl_ptr();
+      run_post_accumulate_hooks(leaf);
       return;
     }
     if (!leaf->grad) {
@@ -306,6 +322,43 @@ struct Engine {
       Tensor acc(leaf->grad);
       detail::raw_add_(acc, g);
     }
+    run_post_accumulate_hooks(leaf);
+  }
+
+  void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
+    if (leaf->post_accumulate_hooks.empty()) return;
+    auto it = pending_hooks.find(leaf.get());
+    if (it != pending_hooks.end()) {
+      it->second.received = true;
+      if (--it->second.remaining > 0) return;
+      it->second.remaining = -1;  // done: the end of the pass skips it
+    }
+    const Tensor handle(leaf);
+    for (const PostAccumulateGradHook& hook : leaf->post_accumulate_hooks) hook(handle);
+  }
+
+  void count_pending_hooks(const std::vector<Node*>& order) {
+    for (const Node* n : order)
+      for (const Edge& e : n->edges_)
+        if (e.leaf && !e.leaf->post_accumulate_hooks.empty()) {
+          Pending& p = pending_hooks[e.leaf.get()];
+          if (!p.leaf) {
+            p.leaf = e.leaf;
+            pending_order.push_back(e.leaf.get());
+          }
+          ++p.remaining;
+        }
+  }
+
+  void run_remaining_hooks() {
+    for (TensorImpl* impl : pending_order) {
+      const Pending& p = pending_hooks[impl];
+      if (!p.received || p.remaining < 0) continue;
+      const Tensor handle(p.leaf);
+      for (const PostAccumulateGradHook& hook : impl->post_accumulate_hooks) hook(handle);
+    }
+    pending_hooks.clear();
+    pending_order.clear();
   }
 
   void deliver(const Edge& e, Tensor g) {
@@ -407,7 +460,25 @@ struct Engine {
     }
   }
 
+  // Runs one pass, then the callbacks its hooks queued (queue_backward_callback).
   void run(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs) {
+    std::vector<std::function<void()>> callbacks;
+    struct Scope {  // the pass's callback list is the thread's while it runs, also on throw
+      std::vector<std::function<void()>>* previous;
+      explicit Scope(std::vector<std::function<void()>>* mine) : previous(t_backward_callbacks) {
+        t_backward_callbacks = mine;
+        ++t_backward_passes;
+      }
+      ~Scope() { t_backward_callbacks = previous; }
+    } scope(&callbacks);
+    run_pass(roots, grad_outputs);
+    for (size_t i = 0; i < callbacks.size(); ++i) {
+      std::function<void()> f = std::move(callbacks[i]);  // a callback may queue more
+      f();
+    }
+  }
+
+  void run_pass(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs) {
     TG_CHECK(grad_outputs.empty() || grad_outputs.size() == roots.size(), "backward: got ", grad_outputs.size(),
              " gradients for ", roots.size(), " outputs");
     std::vector<Node*> root_nodes;
@@ -437,7 +508,9 @@ struct Engine {
     }
     const std::vector<Node*> order = reachable_in_reverse(root_nodes);
     if (capture) mark_entries_leading_to_capture(order);
+    if (!capture) count_pending_hooks(order);
     for (Node* node : order) run_node(*node);
+    run_remaining_hooks();
   }
 
   // An entry leads to a wanted gradient when one of its inputs is a wanted leaf, the wanted
@@ -498,6 +571,14 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }
 
 void set_backward_trace(std::ostream* os) { t_trace = os; }
+
+void queue_backward_callback(std::function<void()> callback) {
+  TG_CHECK(t_backward_callbacks != nullptr,
+           "queue_backward_callback: expected to be called during a backward pass (from a hook), got a call outside one");
+  t_backward_callbacks->push_back(std::move(callback));
+}
+
+uint64_t backward_pass_count() { return t_backward_passes; }
 
 BackwardTraceGuard::BackwardTraceGuard(std::ostream& os) : previous_(t_trace) { t_trace = &os; }
 BackwardTraceGuard::~BackwardTraceGuard() { t_trace = previous_; }

@@ -197,6 +197,16 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 // with nullptr. Thread-local.
 void set_backward_trace(std::ostream* os);
 
+// For hooks: `callback` runs once the backward pass that is running now has delivered every
+// gradient, before backward() returns (PyTorch's queue_callback; data parallelism waits for its
+// last reductions there). Callbacks run in the order queued; one queued by a callback runs too.
+// Outside a backward pass it is a tg::Error. A pass that throws runs none of them.
+void queue_backward_callback(std::function<void()> callback);
+
+// How many backward passes (backward() and grad() calls) this thread has started: tells a hook
+// whether it runs in the same pass as before.
+uint64_t backward_pass_count();
+
 class BackwardTraceGuard {
  public:
   explicit BackwardTraceGuard(std::ostream& os);

@@ -260,6 +260,13 @@ void Tensor::register_hook(GradHook hook) {
     impl_->hooks.push_back(std::move(hook));
 }
 
+void Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {
+  check_defined("register_post_accumulate_grad_hook");
+  TG_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: expected a leaf that requires grad, ",
+           "got ", requires_grad() ? "a tensor with history (a non-leaf)" : "a tensor that does not require grad");
+  impl_->post_accumulate_hooks.push_back(std::move(hook));
+}
+
 void Tensor::retain_grad() {
   check_defined("retain_grad");
   TG_CHECK(requires_grad(), "retain_grad: cannot retain the gradient of a tensor that does not require grad");

@@ -24,6 +24,9 @@ using IntList = std::vector<int64_t>;  // per-dim op arguments: stride, padding,
 class Node;
 class Tensor;
 using GradHook = std::function<Tensor(const Tensor&)>;
+// Sees a leaf after backward has accumulated a gradient into its .grad() (PyTorch's
+// register_post_accumulate_grad_hook): data parallelism starts reducing a gradient from here.
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 // The state behind a Tensor handle. Users never touch it; the engine does.
 struct TensorImpl {
@@ -39,6 +42,7 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;     // the tape entry that produced this tensor (null: leaf)
   int output_nr = 0;                 // which output of grad_fn this is
   std::vector<GradHook> hooks;       // leaf hooks; non-leaf hooks live on grad_fn
+  std::vector<PostAccumulateGradHook> post_accumulate_hooks;  // leaves only
   bool retains_grad = false;         // retain_grad() was called (non-leaf)
   // The storage's history epoch this handle's history matches (kUntrackedEpoch: a detach()ed
   // handle, which claims no history and so can never hold a stale one).
@@ -91,6 +95,9 @@ class Tensor {
   // A hook sees the gradient flowing into this tensor before it is accumulated or passed on;
   // returning a defined tensor replaces that gradient, an undefined one keeps it.
   void register_hook(GradHook hook);
+  // A leaf that requires grad: `hook(leaf)` runs each time backward has accumulated into its
+  // .grad() (not for tg::grad, which leaves .grad() alone).
+  void register_post_accumulate_grad_hook(PostAccumulateGradHook hook);
   // Keep the gradient of a non-leaf tensor in its .grad() during backward (leaves always do).
   void retain_grad();
 

@@ -7,6 +7,7 @@ packages=(
   libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libstb-dev zlib1g-dev
   gnuplot-nox graphviz dataset-fashion-mnist
+  libopenmpi-dev openmpi-bin  # tg::dist (framework/dist.h) and its mpirun tests
   qemu-user  # runs the portable build's tests on an emulated CPU without AVX (tests/CMakeLists.txt)
 )
 # clang, its sanitizer and libFuzzer runtimes and its OpenMP are for the checking build

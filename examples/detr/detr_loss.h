@@ -25,6 +25,10 @@ struct DetrLossOptions {
   double cost_class = 1, cost_bbox = 5, cost_giou = 2;
   double weight_ce = 1, weight_bbox = 5, weight_giou = 2;
   double eos_coef = 0.1;
+  // The normaliser of the box terms when > 0, instead of this batch's objects: data-parallel
+  // training passes the objects of the whole global batch divided by the number of processes,
+  // as DETR does, so that averaging the processes' gradients gives the global batch's.
+  double num_boxes = 0;
 };
 
 // Per image, the (query, target) pairs the matcher chose, sorted by query.

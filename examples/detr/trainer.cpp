@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -21,6 +22,8 @@ void validate_options(const TrainOptions& o) {
   TG_CHECK(o.epochs >= 1, "--epochs: expected at least 1, got ", o.epochs);
   TG_CHECK(o.batch_size >= 1, "--batch-size: expected at least 1, got ", o.batch_size);
   TG_CHECK(o.threads >= 1 && o.threads <= 1024, "--threads: expected 1 to 1024, got ", o.threads);
+  TG_CHECK(o.batch_size % dist::world_size() == 0, "--batch-size: expected a multiple of the ", dist::world_size(),
+           " processes (each takes an equal share), got ", o.batch_size);
   TG_CHECK(!(o.resume && o.eval_only), "--resume and --eval-only: choose one (--eval-only already loads the checkpoint)");
   TG_CHECK(!o.out.empty(), "--out: expected a folder, got an empty path");
   TG_CHECK(o.train_scenes >= o.batch_size, "--train-scenes: expected at least one batch (", o.batch_size, "), got ",
@@ -153,27 +156,51 @@ void evaluate_checkpoint(const TrainOptions& o, Detector& model, const SceneGene
 
 // One epoch of optimisation steps. Returns the epoch's record with its loss, time and speed; the
 // validation mAP is filled in by end_epoch.
+// Data parallel: this process's share of every batch (see trainer.h); DistributedDataParallel's
+// hooks average the gradients during backward.
 EpochRecord train_epoch(const TrainOptions& o, int epoch, Detector& model, Optimizer& optimizer,
-                        const SceneGenerator& train) {
+                        const SceneGenerator& train, DistributedDataParallel* ddp, std::ostream& log) {
   const int64_t steps = o.train_scenes / o.batch_size;
-  std::ostringstream sink;  // the progress bar draws nowhere when off
+  const int64_t world = dist::world_size(), share = o.batch_size / world;
+  std::ostringstream sink;  // the progress bar draws nowhere when off (and on ranks other than 0)
   ProgressBar bar(steps, "epoch " + std::to_string(epoch) + "/" + std::to_string(o.epochs),
-                  o.progress ? static_cast<std::ostream&>(std::cerr) : sink);
-  double loss_sum = 0;
+                  o.progress && dist::rank() == 0 ? static_cast<std::ostream&>(std::cerr) : sink);
+  double loss_sum = 0, wait = 0;
   for (int64_t step = 0; step < steps; ++step) {
-    SceneBatch batch = make_batch(train, (epoch - 1) * o.train_scenes + step * o.batch_size, o.batch_size);
+    SceneBatch batch = make_batch(train, (epoch - 1) * o.train_scenes + step * o.batch_size + dist::rank() * share,
+                                  share);
+    DetrLossOptions loss_options = o.loss;
+    if (world > 1) {  // the global batch's objects per process
+      int64_t objects = 0;
+      for (const Target& t : batch.targets) objects += int64_t(t.classes.size());
+      Tensor count = from_vector(std::vector<int64_t>{objects}, {1});
+      dist::all_reduce(count);
+      loss_options.num_boxes = std::max(1.0, double(count.item<int64_t>()) / double(world));
+    }
     DetectorOutput out = model.detect(batch.images);
-    DetrLoss loss = detr_loss(out.logits, out.boxes, batch.targets, o.loss);
+    DetrLoss loss = detr_loss(out.logits, out.boxes, batch.targets, loss_options);
     optimizer.zero_grad();
     loss.total.backward();
+    if (ddp) wait += ddp->last_wait_seconds();
     if (o.clip > 0) clip_grad_norm_(model.parameters(), o.clip);
     optimizer.step();
-    const double value = loss.total.item();
+    Tensor reported = loss.total.detach().to(DType::Float64);  // the mean over the processes, for the log
+    if (world > 1) dist::all_reduce(reported, dist::ReduceOp::Avg);
+    const double value = reported.item();
     TG_CHECK(std::isfinite(value), "training diverged: the loss is ", value, " at epoch ", epoch, " step ", step);
     loss_sum += value;
     bar.update(step + 1, o.batch_size, {{"loss", loss_sum / (step + 1)}});
   }
   bar.finish();
+  if (ddp) {  // how much of the gradient reduction backward hid
+    const double blocking = ddp->blocking_reduction_seconds();
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "communication: %.2f ms per step waited after backward; %.2f ms to reduce the gradients with nothing "
+                  "to overlap (%.0f%% hidden)\n",
+                  1e3 * wait / steps, 1e3 * blocking, blocking > 0 ? 100 * std::max(0.0, 1 - wait / steps / blocking) : 0.0);
+    log << line;
+  }
   EpochRecord rec;
   rec.epoch = epoch;
   rec.train_loss = loss_sum / steps;
@@ -208,11 +235,15 @@ void end_epoch(const TrainOptions& o, EpochRecord rec, Detector& model, const Op
 
 }  // namespace
 
-TrainResult run_training(const TrainOptions& o, std::ostream& log) {
+TrainResult run_training(const TrainOptions& o, std::ostream& log_all) {
   validate_options(o);
   set_num_threads(o.threads);
+  const bool lead = dist::rank() == 0;
+  std::ostringstream quiet;
+  std::ostream& log = lead ? log_all : quiet;  // rank 0 speaks for all
   log << info() << "\n";  // the CPU, its vector features and the kernels' path, for the log
-  prepare_out_dir(o.out);
+  if (lead) prepare_out_dir(o.out);
+  dist::barrier();  // the others read the checkpoint only after rank 0 has checked the folder
 
   data::ImageDataset train_items = data::load_fashion_mnist("train", o.data_dir);
   data::ImageDataset val_items = data::load_fashion_mnist("test", o.data_dir);
@@ -227,19 +258,26 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   TrainResult result;
   load_or_protect_checkpoint(o, *model, optimizer, result, log);
   if (o.eval_only) {
-    evaluate_checkpoint(o, *model, val, result, log);
+    if (lead) evaluate_checkpoint(o, *model, val, result, log);
     return result;
   }
 
+  std::optional<DistributedDataParallel> ddp;
+  if (dist::world_size() > 1) ddp.emplace(*model);
   log << "model " << model->config() << ", " << model->num_parameters() << " parameters; " << o.train_scenes
-      << " training scenes per epoch, " << o.val_scenes << " validation scenes; " << o.threads << " threads\n";
+      << " training scenes per epoch, " << o.val_scenes << " validation scenes; " << o.threads << " threads";
+  if (dist::world_size() > 1) log << " in each of " << dist::world_size() << " processes (MPI)";
+  log << "\n";
   if (result.first_epoch > o.epochs)
     log << "nothing to train: the checkpoint is at epoch " << result.first_epoch - 1 << " and --epochs is " << o.epochs
         << " (--epochs is the total, not the number of extra epochs)\n";
   if (result.first_epoch <= o.epochs) warn_if_machine_busy(o.threads, log);
   model->train();
-  for (int epoch = result.first_epoch; epoch <= o.epochs; ++epoch)
-    end_epoch(o, train_epoch(o, epoch, *model, optimizer, train), *model, optimizer, val, result, log);
+  for (int epoch = result.first_epoch; epoch <= o.epochs; ++epoch) {
+    EpochRecord rec = train_epoch(o, epoch, *model, optimizer, train, ddp ? &*ddp : nullptr, log);
+    if (lead) end_epoch(o, rec, *model, optimizer, val, result, log);
+  }
+  dist::barrier();  // every process returns after rank 0's last files
   return result;
 }
 

@@ -6,6 +6,14 @@
 // val_scenes of the test split's generator, the same every epoch.
 // Files in `out`: checkpoint.safetensors (each epoch, atomic), history.csv, curves.png (gnuplot),
 // val_scenes.png (predicted and true boxes).
+//
+// Data parallel (started by mpirun after tg::dist::init()): every process trains the same model
+// (DistributedDataParallel) on its share of each global batch of batch_size scenes (rank r takes
+// scenes r * batch_size / P onward), so the batches, the learning rate and the scenes are those of
+// one process; the box losses are normalised by the global batch's objects (as DETR). Only rank 0
+// shows progress, evaluates and writes files; every rank reads the checkpoint on --resume (the
+// folder must be visible to all: one machine, or a shared file system), so a run can resume with
+// any number of processes.
 #pragma once
 
 #include <functional>

@@ -1,0 +1,353 @@
+// Collectives on MPI (see dist.h). With TAPEGRAD_HAS_MPI unset the world is one process.
+#include "dist.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "check.h"
+#include "grad_mode.h"
+
+#if defined(TAPEGRAD_HAS_MPI)
+#include <mpi.h>
+#endif
+
+namespace tg::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Product: return "product";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+bool launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(name)) return true;
+  return false;
+}
+
+namespace {
+
+// What every collective checks on its own rank first.
+void check_tensor(const char* op, const Tensor& t, bool written) {
+  TG_CHECK(t.defined(), "dist::", op, ": tensor: expected a defined tensor, got an undefined one");
+  TG_CHECK(t.is_contiguous(), "dist::", op, ": tensor: expected a contiguous tensor, got one with shape ",
+           format_shape(t.shape()), " and strides ", format_shape(t.strides()), " (call contiguous() first)");
+  TG_CHECK(!written || !(t.requires_grad() && GradMode::is_enabled()), "dist::", op,
+           ": tensor: expected a tensor that does not require grad (collectives are not differentiable), got one "
+           "that requires grad with grad mode on; call it under NoGradGuard or on a detached tensor");
+}
+
+}  // namespace
+
+#if !defined(TAPEGRAD_HAS_MPI)
+
+bool available() { return false; }
+void init() {}
+bool is_initialized() { return false; }
+int rank() { return 0; }
+int world_size() { return 1; }
+void barrier() {}
+
+void all_reduce(Tensor& t, ReduceOp op) {
+  check_tensor("all_reduce", t, true);
+  TG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "dist::all_reduce: op: expected sum, product, min or max ",
+           "for an integer tensor, got avg on ", dtype_name(t.dtype()));
+}
+
+void broadcast(Tensor& t, int root) {
+  check_tensor("broadcast", t, true);
+  TG_CHECK(root == 0, "dist::broadcast: root: expected a rank in [0, 1), got ", root);
+}
+
+std::vector<Tensor> all_gather(const Tensor& t) {
+  check_tensor("all_gather", t, false);
+  return {t.detach().clone()};
+}
+
+struct Work::State {};
+bool Work::is_completed() { return true; }
+void Work::wait() {}
+
+Work all_reduce_async(Tensor& t, ReduceOp op) {
+  all_reduce(t, op);
+  return Work();
+}
+
+#else
+
+namespace {
+
+bool g_initialized_here = false;
+
+void throw_if_failed(int code, const char* op) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  TG_ERROR("dist::", op, ": MPI failed on rank ", rank(), ": ", std::string(text, size_t(len)));
+}
+
+bool mpi_running() {
+  int started = 0, finished = 0;
+  MPI_Initialized(&started);
+  MPI_Finalized(&finished);
+  return started && !finished;
+}
+
+void finalize_at_exit() {
+  if (mpi_running()) MPI_Finalize();
+}
+
+// The MPI type of the data as it travels: 16-bit floats travel as float32 for reductions (see
+// all_reduce) and as their bits otherwise.
+MPI_Datatype wire_type(DType d) {
+  switch (d) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::BFloat16:
+    case DType::Float16: return MPI_UINT16_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Product: return MPI_PROD;
+    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: break;
+  }
+  return MPI_SUM;
+}
+
+// Every rank's (dtype, rank of the shape, shape): a mismatch is reported on every rank, before
+// any data moves, instead of a hang or a buffer overrun inside MPI.
+void check_same_everywhere(const char* op, const Tensor& t, int root = -1) {
+  constexpr int kMaxDims = 16;
+  TG_CHECK(t.dim() <= kMaxDims, "dist::", op, ": tensor: expected at most ", kMaxDims, " dims, got ", t.dim());
+  int64_t mine[kMaxDims + 3] = {};
+  mine[0] = int64_t(t.dtype());
+  mine[1] = t.dim();
+  mine[2] = root;
+  for (int64_t d = 0; d < t.dim(); ++d) mine[3 + d] = t.size(d);
+  const int world = world_size();
+  std::vector<int64_t> all(size_t(world) * (kMaxDims + 3));
+  throw_if_failed(MPI_Allgather(mine, kMaxDims + 3, MPI_INT64_T, all.data(), kMaxDims + 3, MPI_INT64_T,
+                                MPI_COMM_WORLD),
+                  op);
+  auto describe = [&](int r) {
+    const int64_t* v = all.data() + size_t(r) * (kMaxDims + 3);
+    std::ostringstream s;
+    s << dtype_name(DType(v[0])) << " (";
+    for (int64_t d = 0; d < v[1]; ++d) s << (d ? ", " : "") << v[3 + d];
+    s << ")";
+    if (root >= 0) s << " with root " << v[2];
+    return s.str();
+  };
+  for (int r = 1; r < world; ++r) {
+    const bool same = std::equal(all.begin(), all.begin() + (kMaxDims + 3), all.begin() + r * (kMaxDims + 3));
+    TG_CHECK(same, "dist::", op, ": tensor: expected the same dtype, shape and root on every rank, got ",
+             describe(0), " on rank 0 and ", describe(r), " on rank ", r);
+  }
+}
+
+// The first byte of a contiguous tensor.
+char* bytes_of(const Tensor& t) {
+  return static_cast<char*>(dispatch_all(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return static_cast<void*>(const_cast<T*>(t.data<T>()));
+  }));
+}
+
+// MPI counts are int: larger tensors move in pieces.
+template <class F>
+void in_pieces(int64_t n, F&& f) {
+  constexpr int64_t kPiece = int64_t(1) << 30;
+  for (int64_t i = 0; i < n; i += kPiece) f(i, int(std::min(kPiece, n - i)));
+}
+
+}  // namespace
+
+bool available() { return true; }
+
+void init() {
+  if (mpi_running()) return;
+  int finished = 0;
+  MPI_Finalized(&finished);
+  TG_CHECK(!finished, "dist::init: MPI was already finalized in this process; it cannot start again");
+  int provided = 0;
+  const int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+  TG_CHECK(code == MPI_SUCCESS, "dist::init: MPI_Init_thread failed with code ", code);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (!g_initialized_here) std::atexit(finalize_at_exit);
+  g_initialized_here = true;
+}
+
+bool is_initialized() { return mpi_running(); }
+
+int rank() {
+  if (!mpi_running()) return 0;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  if (!mpi_running()) return 1;
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+void barrier() {
+  if (!mpi_running()) return;
+  throw_if_failed(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+}
+
+namespace {
+
+// An all_reduce's buffer: the tensor itself, or its float32 copy for a 16-bit one (reduced in
+// float32, rounded once by finish_reduce).
+Tensor reduce_buffer(const Tensor& t) {
+  return is_reduced_floating(t.dtype()) ? detail::convert(t.detach(), DType::Float32) : t.detach();
+}
+
+void finish_reduce(Tensor& t, Tensor& buffer, ReduceOp op) {
+  if (op == ReduceOp::Avg) detail::raw_mul_(buffer, 1.0 / world_size());
+  if (is_reduced_floating(t.dtype())) {
+    Tensor target = t.detach();
+    detail::raw_copy_(target, buffer);
+  }
+  t.bump_version();
+}
+
+void check_reduce(const char* op_name, const Tensor& t, ReduceOp op) {
+  check_tensor(op_name, t, true);
+  TG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "dist::", op_name,
+           ": op: expected sum, product, min or max for an integer tensor, got avg on ", dtype_name(t.dtype()));
+}
+
+}  // namespace
+
+void all_reduce(Tensor& t, ReduceOp op) {
+  check_reduce("all_reduce", t, op);
+  if (!mpi_running()) return;
+  check_same_everywhere("all_reduce", t);
+  Tensor buffer = reduce_buffer(t);
+  const size_t elem = dtype_size(buffer.dtype());
+  char* base = bytes_of(buffer);
+  in_pieces(buffer.numel(), [&](int64_t first, int count) {
+    throw_if_failed(MPI_Allreduce(MPI_IN_PLACE, base + size_t(first) * elem, count, wire_type(buffer.dtype()),
+                                  mpi_op(op), MPI_COMM_WORLD),
+                    "all_reduce");
+  });
+  finish_reduce(t, buffer, op);
+}
+
+struct Work::State {
+  Tensor tensor, buffer;
+  ReduceOp op = ReduceOp::Sum;
+  std::vector<MPI_Request> requests;
+  bool done = false;
+
+  void finish() {
+    done = true;
+    finish_reduce(tensor, buffer, op);
+  }
+  ~State() {
+    if (!done && !requests.empty() && mpi_running())
+      MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  }
+};
+
+bool Work::is_completed() {
+  if (!state_ || state_->done) return true;
+  int flag = 0;
+  throw_if_failed(MPI_Testall(int(state_->requests.size()), state_->requests.data(), &flag, MPI_STATUSES_IGNORE),
+                  "all_reduce_async");
+  if (flag) state_->finish();
+  return flag != 0;
+}
+
+void Work::wait() {
+  if (!state_ || state_->done) return;
+  throw_if_failed(MPI_Waitall(int(state_->requests.size()), state_->requests.data(), MPI_STATUSES_IGNORE),
+                  "all_reduce_async");
+  state_->finish();
+}
+
+Work all_reduce_async(Tensor& t, ReduceOp op) {
+  check_reduce("all_reduce_async", t, op);
+  if (!mpi_running()) return Work();
+  auto state = std::make_shared<Work::State>();
+  state->tensor = t;
+  state->buffer = reduce_buffer(t);
+  state->op = op;
+  const size_t elem = dtype_size(state->buffer.dtype());
+  char* base = bytes_of(state->buffer);
+  in_pieces(state->buffer.numel(), [&](int64_t first, int count) {
+    state->requests.emplace_back();
+    throw_if_failed(MPI_Iallreduce(MPI_IN_PLACE, base + size_t(first) * elem, count, wire_type(state->buffer.dtype()),
+                                   mpi_op(op), MPI_COMM_WORLD, &state->requests.back()),
+                    "all_reduce_async");
+  });
+  return Work(std::move(state));
+}
+
+void broadcast(Tensor& t, int root) {
+  check_tensor("broadcast", t, true);
+  TG_CHECK(root >= 0 && root < world_size(), "dist::broadcast: root: expected a rank in [0, ", world_size(),
+           "), got ", root);
+  if (!mpi_running()) return;
+  check_same_everywhere("broadcast", t, root);
+  const size_t elem = dtype_size(t.dtype());
+  char* base = bytes_of(t);
+  in_pieces(t.numel(), [&](int64_t first, int count) {
+    throw_if_failed(MPI_Bcast(base + size_t(first) * elem, count, wire_type(t.dtype()), root, MPI_COMM_WORLD),
+                    "broadcast");
+  });
+  t.bump_version();
+}
+
+std::vector<Tensor> all_gather(const Tensor& t) {
+  check_tensor("all_gather", t, false);
+  if (!mpi_running()) return {t.detach().clone()};
+  check_same_everywhere("all_gather", t);
+  const int world = world_size();
+  Shape shape = t.shape();
+  shape.insert(shape.begin(), world);
+  Tensor all = Tensor::empty(shape, t.dtype());
+  const size_t elem = dtype_size(t.dtype());
+  const int64_t n = t.numel();
+  const char* mine = bytes_of(t);
+  char* out = bytes_of(all);
+  // Rank r's piece lands at r * n: one MPI_Allgather per piece of at most 2^30 / world elements.
+  const int64_t piece = std::max<int64_t>(1, (int64_t(1) << 30) / world);
+  std::vector<char> recv;
+  for (int64_t first = 0; first < n; first += piece) {
+    const int count = int(std::min(piece, n - first));
+    recv.resize(size_t(count) * elem * size_t(world));
+    throw_if_failed(MPI_Allgather(mine + size_t(first) * elem, count, wire_type(t.dtype()), recv.data(), count,
+                                  wire_type(t.dtype()), MPI_COMM_WORLD),
+                    "all_gather");
+    for (int r = 0; r < world; ++r)
+      std::copy_n(recv.data() + size_t(r) * size_t(count) * elem, size_t(count) * elem,
+                  out + (size_t(r) * size_t(n) + size_t(first)) * elem);
+  }
+  std::vector<Tensor> parts;
+  for (int r = 0; r < world; ++r) parts.push_back(all.select(0, r));
+  return parts;
+}
+
+#endif
+
+}  // namespace tg::dist

@@ -1,0 +1,218 @@
+#include "distributed_data_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "../framework/check.h"
+#include "../framework/grad_mode.h"
+#include "../framework/tape.h"
+
+namespace tg {
+
+struct DistributedDataParallel::State {
+  struct Bucket {
+    std::vector<size_t> params;  // indices into State::params
+    std::vector<int64_t> offsets;
+    Tensor flat;                 // the bucket's gradients, one after the other
+    int ready = 0;
+    bool launched = false;
+    dist::Work work;
+  };
+  std::vector<Tensor> params;
+  std::vector<std::string> names;
+  std::vector<size_t> bucket_of;   // parameter -> bucket
+  std::vector<char> param_ready;  // this pass
+  std::vector<Bucket> buckets;
+  size_t next_launch = 0;
+  bool in_pass = false;
+  uint64_t pass = 0;
+  bool syncing = true;     // false inside no_sync
+  double wait_seconds = 0;
+
+  void start_pass() {
+    in_pass = true;
+    pass = backward_pass_count();
+    next_launch = 0;
+    std::fill(param_ready.begin(), param_ready.end(), 0);
+    for (Bucket& b : buckets) {
+      b.ready = 0;
+      b.launched = false;
+    }
+    std::weak_ptr<State> self = shared;
+    queue_backward_callback([self] {
+      if (auto s = self.lock()) s->finish_pass();
+    });
+  }
+
+  // Copies the bucket's gradients into its flat buffer (zeros for a parameter without one).
+  void pack(Bucket& b) {
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const Tensor& p = params[b.params[j]];
+      Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape());
+      const Tensor g = p.grad();
+      if (g.defined())
+        detail::raw_copy_(slot, g);
+      else
+        detail::raw_fill_(slot, 0.0);
+    }
+  }
+
+  // Starts every bucket that is next in order and complete (or all of them at the end).
+  void launch_ready(bool all) {
+    while (next_launch < buckets.size()) {
+      Bucket& b = buckets[next_launch];
+      if (!all && b.ready < int(b.params.size())) break;
+      pack(b);
+      b.work = dist::all_reduce_async(b.flat, dist::ReduceOp::Avg);
+      b.launched = true;
+      ++next_launch;
+    }
+    for (size_t i = 0; i < next_launch; ++i) (void)buckets[i].work.is_completed();  // lets MPI progress
+  }
+
+  void on_gradient(size_t param) {
+    if (!syncing) return;
+    if (!in_pass || pass != backward_pass_count()) start_pass();
+    if (param_ready[param]) return;
+    param_ready[param] = 1;
+    ++buckets[bucket_of[param]].ready;
+    launch_ready(false);
+  }
+
+  void finish_pass() {
+    if (!in_pass) return;
+    launch_ready(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Bucket& b : buckets) b.work.wait();
+    wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    NoGradGuard no_grad;
+    for (Bucket& b : buckets)
+      for (size_t j = 0; j < b.params.size(); ++j) {
+        Tensor p = params[b.params[j]];
+        const Tensor averaged = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape());
+        if (p.grad().defined()) {
+          Tensor g = p.grad();
+          detail::raw_copy_(g, averaged);
+        } else {
+          p.set_grad(averaged.clone());
+        }
+      }
+    in_pass = false;
+  }
+
+  std::weak_ptr<State> shared;  // itself, for the callback it queues
+};
+
+DistributedDataParallel::DistributedDataParallel(Module& module, DistributedDataParallelOptions options)
+    : module_(module), options_(options), state_(std::make_shared<State>()) {
+  TG_CHECK(options.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb: expected > 0, got ",
+           options.bucket_cap_mb);
+  State& s = *state_;
+  s.shared = state_;
+  const StateDict named = module.named_parameters();
+  for (const auto& [name, p] : named) {
+    if (!p.requires_grad()) continue;
+    s.names.push_back(name);
+    s.params.push_back(p);
+  }
+  // Every rank must hold the same model: same number of parameters and elements per dtype.
+  {
+    int64_t total = 0;
+    for (const Tensor& p : s.params) total += p.numel();
+    Tensor sig = from_vector(std::vector<int64_t>{int64_t(s.params.size()), total}, {2});
+    const std::vector<Tensor> all = dist::all_gather(sig);
+    for (size_t r = 1; r < all.size(); ++r)
+      TG_CHECK(all[r].to_vector<int64_t>() == all[0].to_vector<int64_t>(), "DistributedDataParallel: module: ",
+               "expected the same parameters on every rank, got ", all[0].to_vector<int64_t>()[0], " parameters (",
+               all[0].to_vector<int64_t>()[1], " elements) on rank 0 and ", all[r].to_vector<int64_t>()[0], " (",
+               all[r].to_vector<int64_t>()[1], ") on rank ", r);
+  }
+  {  // rank 0's values everywhere
+    NoGradGuard no_grad;
+    for (const auto& [name, p] : named) {
+      Tensor t = p.detach();
+      dist::broadcast(t, 0);
+    }
+  }
+  sync_buffers();
+  // Buckets: reverse registration order, one dtype each, about bucket_cap_mb each.
+  const int64_t cap = int64_t(options.bucket_cap_mb * 1024 * 1024);
+  s.bucket_of.assign(s.params.size(), 0);
+  s.param_ready.assign(s.params.size(), 0);
+  int64_t bytes = 0;
+  for (size_t k = s.params.size(); k-- > 0;) {
+    const Tensor& p = s.params[k];
+    const int64_t size = p.numel() * int64_t(dtype_size(p.dtype()));
+    const bool fresh = s.buckets.empty() || bytes + size > cap ||
+                       s.params[s.buckets.back().params.front()].dtype() != p.dtype();
+    if (fresh) {
+      s.buckets.emplace_back();
+      bytes = 0;
+    }
+    State::Bucket& b = s.buckets.back();
+    b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + s.params[b.params.back()].numel());
+    b.params.push_back(k);
+    s.bucket_of[k] = s.buckets.size() - 1;
+    bytes += size;
+  }
+  for (State::Bucket& b : s.buckets) {
+    const Tensor& last = s.params[b.params.back()];
+    b.flat = zeros({b.offsets.back() + last.numel()}, last.dtype());
+  }
+  if (dist::world_size() == 1) return;  // nothing to reduce
+  std::weak_ptr<State> weak = state_;
+  for (size_t k = 0; k < s.params.size(); ++k)
+    s.params[k].register_post_accumulate_grad_hook([weak, k](const Tensor&) {
+      if (auto st = weak.lock()) st->on_gradient(k);
+    });
+}
+
+// The hooks hold the state weakly: once this object is gone they do nothing.
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  if (options_.broadcast_buffers) sync_buffers();
+  return module_.forward(x);
+}
+
+void DistributedDataParallel::sync_buffers() {
+  if (dist::world_size() == 1) return;
+  NoGradGuard no_grad;
+  for (const auto& [name, b] : module_.named_buffers()) {
+    Tensor t = b.detach();
+    dist::broadcast(t, 0);
+  }
+}
+
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.state_->syncing) {
+  ddp.state_->syncing = false;
+}
+DistributedDataParallel::NoSync::~NoSync() { ddp_.state_->syncing = previous_; }
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const State::Bucket& b : state_->buckets) {
+    out.emplace_back();
+    for (size_t k : b.params) out.back().push_back(state_->names[k]);
+  }
+  return out;
+}
+
+double DistributedDataParallel::last_wait_seconds() const { return state_->wait_seconds; }
+
+double DistributedDataParallel::blocking_reduction_seconds(int repeats) {
+  std::vector<double> times;
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    dist::barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (State::Bucket& b : state_->buckets) {
+      Tensor scratch = zeros(b.flat.shape(), b.flat.dtype());
+      dist::all_reduce(scratch);
+    }
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace tg

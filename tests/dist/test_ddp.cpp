@@ -1,0 +1,204 @@
+// DistributedDataParallel and DistributedSampler under mpirun (and alone, a world of one).
+//
+// Equivalence: every rank also trains the same model in one process on the whole global batch,
+// and after each step the DDP model (its rank's half of the batch, gradients averaged) must
+// match it. The two differ only in the order of float32 additions: each rank's loss is a mean
+// over its B / P samples and the gradients are averaged over P ranks instead of one mean over B.
+// float64: 1e-12 relative; float32: 2e-5 relative to the parameter scale after 4 SGD steps
+// (a few float32 ulps per gradient element, amplified a little by the steps).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include <tapegrad/tapegrad.h>
+
+namespace tg {
+namespace {
+
+// conv -> GroupNorm -> relu -> MSDeformAttn over the feature map -> mean -> linear.
+struct Net : Module {
+  explicit Net(DType dt, uint64_t seed) {
+    Generator g(seed);
+    conv = add_module("conv", std::make_shared<Conv2d>(3, 8, IntList{3}, IntList{1}, IntList{1}, IntList{1}, 1, true,
+                                                       dt, &g));
+    norm = add_module("norm", std::make_shared<GroupNorm>(2, 8, 1e-5, true, dt));
+    attn = add_module("attn", std::make_shared<MSDeformAttn>(8, 1, 2, 2, dt, &g));
+    head = add_module("head", std::make_shared<Linear>(8, 4, true, dt, &g));
+    {  // non-trivial sampling offsets, so the sampling locations (and their gradients) matter
+      NoGradGuard no_grad;
+      attn->sampling_offsets->weight.copy_(normal(attn->sampling_offsets->weight.shape(), 0, 0.3, dt, &g));
+    }
+  }
+  Tensor forward(const Tensor& x) override {
+    const int64_t n = x.size(0);
+    Tensor f = relu(norm->forward(conv->forward(x)));           // (n, 8, 4, 4)
+    Tensor value = f.flatten(2).transpose(1, 2).contiguous();  // (n, 16, 8)
+    std::vector<double> ref;
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 4; ++j) ref.insert(ref.end(), {(j + 0.5) / 4, (i + 0.5) / 4});
+    Tensor points = from_vector(ref, {1, 16, 1, 2}).to(x.dtype()).expand({n, 16, 1, 2}).contiguous();
+    Tensor shapes = from_vector(std::vector<int64_t>{4, 4}, {1, 2});
+    Tensor starts = from_vector(std::vector<int64_t>{0}, {1});
+    Tensor a = attn->forward(value, points, value, shapes, starts);  // (n, 16, 8)
+    return head->forward(mean(a, {1}));                              // (n, 4)
+  }
+  std::shared_ptr<Conv2d> conv;
+  std::shared_ptr<GroupNorm> norm;
+  std::shared_ptr<MSDeformAttn> attn;
+  std::shared_ptr<Linear> head;
+};
+
+double max_rel_diff(Module& a, Module& b) {
+  const StateDict pa = a.named_parameters(), pb = b.named_parameters();
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const std::vector<double> x = pa[i].second.to(DType::Float64).to_vector<double>();
+    const std::vector<double> y = pb[i].second.to(DType::Float64).to_vector<double>();
+    double scale = 1e-3;
+    for (double v : y) scale = std::max(scale, std::abs(v));
+    for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]) / scale);
+  }
+  return worst;
+}
+
+void train_and_compare(DType dt, double tol, int64_t global_batch, double bucket_cap_mb) {
+  dist::init();
+  const int rank = dist::rank(), world = dist::world_size();
+  ASSERT_EQ(global_batch % world, 0);
+  // Different seeds per rank on purpose: DDP must start every rank from rank 0's parameters.
+  Net model(dt, 100 + uint64_t(rank)), reference(dt, 100);
+  DistributedDataParallelOptions options;
+  options.bucket_cap_mb = bucket_cap_mb;
+  DistributedDataParallel ddp(model, options);
+  EXPECT_EQ(max_rel_diff(model, reference), 0.0) << "rank 0's parameters were not broadcast";
+  SGD opt(model.named_parameters(), SGDOptions{0.1, 0.9});
+  SGD ref_opt(reference.named_parameters(), SGDOptions{0.1, 0.9});
+  Generator data(7);  // the same data on every rank
+  const int64_t local = global_batch / world;
+  for (int step = 0; step < 4; ++step) {
+    Tensor x = randn({global_batch, 3, 4, 4}, dt, &data), y = randn({global_batch, 4}, dt, &data);
+    opt.zero_grad();
+    mse_loss(ddp.forward(x.narrow(0, rank * local, local)), y.narrow(0, rank * local, local)).backward();
+    opt.step();
+    ref_opt.zero_grad();
+    mse_loss(reference.forward(x), y).backward();
+    ref_opt.step();
+  }
+  const double err = max_rel_diff(model, reference);
+  EXPECT_LE(err, tol) << dtype_name(dt) << " on rank " << rank << " of " << world;
+  if (rank == 0) std::printf("[ddp] %s, %d ranks, bucket %.3f MB (%zu buckets): max relative difference %.3g\n",
+                             dtype_name(dt), world, bucket_cap_mb, ddp.bucket_parameter_names().size(), err);
+}
+
+TEST(DistributedDataParallel, MatchesOneProcessOnTheGlobalBatchFloat64) {
+  train_and_compare(DType::Float64, 1e-12, 6, 25);
+}
+
+TEST(DistributedDataParallel, MatchesOneProcessOnTheGlobalBatchFloat32ManySmallBuckets) {
+  train_and_compare(DType::Float32, 2e-5, 6, 0.001);  // about one parameter per bucket
+}
+
+TEST(DistributedDataParallel, RunsGiveIdenticalBitsAndRanksAgree) {
+  dist::init();
+  auto run = [] {
+    Net model(DType::Float32, 5);
+    DistributedDataParallel ddp(model);
+    SGD opt(model.named_parameters(), SGDOptions{0.05});
+    Generator data(11 + uint64_t(dist::rank()));  // each rank its own data
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      mse_loss(ddp.forward(randn({2, 3, 4, 4}, DType::Float32, &data)), randn({2, 4}, DType::Float32, &data))
+          .backward();
+      opt.step();
+    }
+    std::vector<float> flat;
+    for (const auto& [name, p] : model.named_parameters()) {
+      const std::vector<float> v = p.to_vector<float>();
+      flat.insert(flat.end(), v.begin(), v.end());
+    }
+    return flat;
+  };
+  const std::vector<float> a = run(), b = run();
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "two runs differ";
+  const std::vector<Tensor> all = dist::all_gather(from_vector(a, {int64_t(a.size())}));
+  for (size_t r = 1; r < all.size(); ++r)
+    EXPECT_EQ(std::memcmp(all[0].data<float>(), all[r].data<float>(), a.size() * sizeof(float)), 0)
+        << "rank " << r << " differs from rank 0";
+}
+
+TEST(DistributedDataParallel, NoSyncAccumulatesThenReducesTheSum) {
+  dist::init();
+  const int rank = dist::rank(), world = dist::world_size();
+  Net model(DType::Float64, 3), reference(DType::Float64, 3);
+  DistributedDataParallel ddp(model);
+  Generator data(21);
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 2 * world; ++i) {
+    xs.push_back(randn({1, 3, 4, 4}, DType::Float64, &data));
+    ys.push_back(randn({1, 4}, DType::Float64, &data));
+  }
+  // Two micro-batches per rank: the first under no_sync, the second reduces the accumulated sum.
+  {
+    auto guard = ddp.no_sync();
+    mse_loss(ddp.forward(xs[size_t(2 * rank)]), ys[size_t(2 * rank)]).backward();
+  }
+  mse_loss(ddp.forward(xs[size_t(2 * rank + 1)]), ys[size_t(2 * rank + 1)]).backward();
+  for (size_t i = 0; i < xs.size(); ++i) mse_loss(reference.forward(xs[i]), ys[i]).backward();
+  const StateDict pm = model.named_parameters(), pr = reference.named_parameters();
+  for (size_t i = 0; i < pm.size(); ++i) {
+    const std::vector<double> g = pm[i].second.grad().to_vector<double>();
+    const std::vector<double> e = pr[i].second.grad().to_vector<double>();
+    for (size_t k = 0; k < g.size(); ++k)
+      ASSERT_NEAR(g[k] * world, e[k], 1e-12 * (1 + std::abs(e[k]))) << pm[i].first << "[" << k << "]";
+  }
+}
+
+TEST(DistributedDataParallel, BucketsFollowTheCapAndTheReverseOrder) {
+  dist::init();
+  Net model(DType::Float32, 1);
+  DistributedDataParallelOptions big, tiny;
+  tiny.bucket_cap_mb = 1e-9;
+  const auto one = DistributedDataParallel(model, big).bucket_parameter_names();
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].front(), "head.bias");  // the last registered first
+  const auto each = DistributedDataParallel(model, tiny).bucket_parameter_names();
+  EXPECT_EQ(each.size(), model.named_parameters().size());
+}
+
+TEST(DistributedSampler, DisjointShardsCoverEveryIndexDeterministically) {
+  for (int world : {1, 2, 3}) {
+    for (bool drop_last : {false, true}) {
+      std::vector<int64_t> seen;
+      for (int r = 0; r < world; ++r) {
+        data::DistributedSampler s(10, r, world, true, 42, drop_last);
+        s.set_epoch(3);
+        const std::vector<int64_t> mine = s.indices();
+        EXPECT_EQ(int64_t(mine.size()), s.num_samples());
+        EXPECT_EQ(mine, s.indices());  // deterministic
+        seen.insert(seen.end(), mine.begin(), mine.end());
+      }
+      std::vector<int64_t> sorted = seen;
+      std::sort(sorted.begin(), sorted.end());
+      if (drop_last) {
+        EXPECT_EQ(int64_t(seen.size()), 10 / world * world);
+        EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end()) << "shards overlap";
+      } else {  // padded with the first indices, as PyTorch
+        EXPECT_EQ(int64_t(seen.size()), (10 + world - 1) / world * world);
+        sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+        EXPECT_EQ(sorted.size(), 10u);
+      }
+    }
+  }
+  data::DistributedSampler a(10, 0, 2, true, 42), b(10, 0, 2, true, 42);
+  b.set_epoch(1);
+  EXPECT_NE(a.indices(), b.indices()) << "the epoch changes the order";
+  data::DistributedSampler plain(5, 1, 2, false, 0);
+  EXPECT_EQ(plain.indices(), (std::vector<int64_t>{1, 3, 0}));
+  EXPECT_THROW(data::DistributedSampler(10, 2, 2), Error);
+}
+
+}  // namespace
+}  // namespace tg
