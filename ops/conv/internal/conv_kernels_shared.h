@@ -631,8 +631,9 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
 template <class T>
 void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact = false);
 
-// db[c] = sum_n sum_o dy[n, c, o], in double; conv_kernels_weight_grad.cpp.
-template <class T>
-void bias_grad(const T* dy, T* db, int64_t N, int64_t C, int64_t L);
+// db[c] = sum_n sum_o dy[n, c, o], in double; conv_kernels_weight_grad.cpp. R = T, or float for
+// 16-bit dy (the reduced kernels' float32 results).
+template <class T, class R = T>
+void bias_grad(const T* dy, R* db, int64_t N, int64_t C, int64_t L);
 
 }  // namespace tg::kernels::TG_ISA_NS::conv_detail
