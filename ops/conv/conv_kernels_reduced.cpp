@@ -8,7 +8,9 @@
 //   correlate_reduced  y = w . im2col(x)           per (n, g, chunk of grid positions)
 //   adjoint_reduced    x = col2im(w^T . y)         per (n, g, block of image channels); the
 //                                                  columns and the boxes they scatter into are
-//                                                  float32
+//                                                  float32. Stride 1 (and padding <= the window's
+//                                                  span): y correlated with the flipped kernel
+//                                                  instead (adjoint_as_correlation)
 //   weight_grad_reduced dw = sum_n y . im2col(x)^T per (slot of samples, g, block of column
 //                                                  channels); slots added in a fixed order
 //
@@ -250,6 +252,42 @@ bool weight_grad_reduced(const S* y, const S* x, float* dw, const Geom& g) {
   return all_finite(dw, wsize);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The adjoint of a stride-1 convolution as a correlation: x[ci, i] = sum_{co, t} w[co, ci, t] *
+// y[co, i + pad - t * dil] is y, padded by (k - 1) * dil - pad, correlated with the flipped,
+// transposed kernel w'[ci, co, K - 1 - t] (per group). The GEMMs then sum over Cog * K (not Cog
+// alone) and no float32 column matrix is scattered: im2col of y in S, as the forward. Returns
+// false (nothing written) where this does not apply: a stride above 1, a padding above
+// (k - 1) * dil (the correlation would crop), or non-finite weights (correlate's condition).
+
+template <class S>
+bool adjoint_as_correlation(const S* y, const S* w, const float* bias, float* x, const Geom& g) {
+  if (g.sd != 1 || g.sh != 1 || g.sw != 1) return false;
+  const int64_t k[3] = {g.kd, g.kh, g.kw}, dil[3] = {g.dd, g.dh, g.dw}, pad[3] = {g.pd, g.ph, g.pw};
+  const int64_t img[3] = {g.Di, g.Hi, g.Wi}, col[3] = {g.Do, g.Ho, g.Wo};
+  std::vector<int64_t> in(3), kernel(3), stride(3, 1), dilation(3), before(3), after(3);
+  for (int d = 0; d < 3; ++d) {
+    in[d] = col[d], kernel[d] = k[d], dilation[d] = dil[d];
+    before[d] = (k[d] - 1) * dil[d] - pad[d];
+    after[d] = img[d] - col[d] - before[d] + (k[d] - 1) * dil[d];  // so that the output is img[d]
+    if (before[d] < 0 || after[d] < 0) return false;
+  }
+  if (!all_finite(w, g.Co * g.CKg)) return false;
+  const ConvParams q = make_conv_params(3, g.N, g.Co, g.Ci, g.G, in, kernel, stride, dilation, before, after, false, {});
+  const Geom f = make_geom(q);
+  if (f.Di != g.Di || f.Do != g.Do || f.Hi != g.Hi || f.Ho != g.Ho || f.Wi != g.Wi || f.Wo != g.Wo) return false;
+  // (the flipped geometry's image is g's columns and its columns g's image)
+  std::vector<S> wf(size_t(g.Co * g.CKg));  // (Ci, Cog, K) per group
+  for (int64_t gi = 0; gi < g.G; ++gi)
+    for (int64_t co = 0; co < g.Cog; ++co)
+      for (int64_t ci = 0; ci < g.Cig; ++ci)
+        for (int64_t t = 0; t < g.K; ++t)
+          wf[size_t(((gi * g.Cig + ci) * g.Cog + co) * g.K + g.K - 1 - t)] =
+              w[((gi * g.Cog + co) * g.Cig + ci) * g.K + t];
+  correlate_reduced(y, wf.data(), bias, x, f);
+  return true;
+}
+
 }  // namespace
 }  // namespace conv_detail
 
@@ -259,8 +297,8 @@ template <class S>
 void convolution_forward_reduced(const S* input, const S* weight, const float* bias, float* output,
                                  const ConvParams& p) {
   const Geom g = make_geom(p);
-  if (p.transposed) {
-    adjoint_reduced(input, weight, bias, output, g);  // columns = input, image = output
+  if (p.transposed) {  // columns = input, image = output
+    if (!adjoint_as_correlation(input, weight, bias, output, g)) adjoint_reduced(input, weight, bias, output, g);
   } else if (all_finite(weight, conv_weight_numel(p))) {
     correlate_reduced(input, weight, bias, output, g);  // image = input, columns = output
   } else {
@@ -278,7 +316,8 @@ void convolution_backward_reduced(const S* grad_output, const S* input, const S*
   bool fallback_input = false, fallback_weight = false;
   if (grad_input) {
     if (!p.transposed) {
-      adjoint_reduced(grad_output, weight, static_cast<const float*>(nullptr), grad_input, g);
+      if (!adjoint_as_correlation(grad_output, weight, static_cast<const float*>(nullptr), grad_input, g))
+        adjoint_reduced(grad_output, weight, static_cast<const float*>(nullptr), grad_input, g);
     } else if (all_finite(weight, wn)) {
       correlate_reduced(grad_output, weight, static_cast<const float*>(nullptr), grad_input, g);
     } else {
