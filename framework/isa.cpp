@@ -24,6 +24,7 @@ struct Features {
   std::vector<std::string> flags;
   bool v3 = false;  // x86-64-v3 complete and AVX state enabled by the OS
   bool v4 = false;  // x86-64-v4 complete and AVX-512 state enabled by the OS
+  bool bf16 = false;  // v4 and AVX512_BF16 (cpuid 7.1 EAX bit 5)
 };
 
 #if defined(__x86_64__)
@@ -92,6 +93,7 @@ Features detect() {
          has("lzcnt") && has("movbe");
   f.v4 = f.v3 && has("avx512f") && has("avx512dq") && has("avx512cd") && has("avx512bw") &&
          has("avx512vl");
+  f.bf16 = f.v4 && has("avx512_bf16");
   return f;
 }
 #else
@@ -113,8 +115,17 @@ constexpr bool kBuiltX86 = true;
 #else
 constexpr bool kBuiltX86 = false;
 #endif
+// Whether it holds the AVX512-BF16 kernels (the compiler knew -mavx512bf16).
+#if defined(TAPEGRAD_ISA_AVX512BF16)
+constexpr bool kBuiltBf16 = true;
+#else
+constexpr bool kBuiltBf16 = false;
+#endif
+
+constexpr Isa kAllIsas[] = {Isa::Generic, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16};
 
 Isa best_isa() {
+  if (kBuiltX86 && kBuiltBf16 && features().bf16) return Isa::Avx512Bf16;
   if (kBuiltX86 && features().v4) return Isa::Avx512;
   if (kBuiltX86 && features().v3) return Isa::Avx2;
   return Isa::Generic;
@@ -129,13 +140,13 @@ std::string supported_list() {
 Isa isa_from_environment() {
   const char* env = std::getenv("TAPEGRAD_ISA");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return best_isa();
-  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : kAllIsas) {
     if (std::strcmp(env, isa_name(isa)) != 0) continue;
     TG_CHECK(isa_supported(isa), "TAPEGRAD_ISA: expected a path this CPU and build support (",
              supported_list(), "), got '", env, "' on ", features().model);
     return isa;
   }
-  TG_ERROR("TAPEGRAD_ISA: expected one of auto, generic, avx2, avx512, got '", env, "'");
+  TG_ERROR("TAPEGRAD_ISA: expected one of auto, generic, avx2, avx512, avx512bf16, got '", env, "'");
 }
 
 // -1 until the first call decides; then the active path. Relaxed: every thread reads the same
@@ -149,6 +160,7 @@ const char* isa_name(Isa isa) {
     case Isa::Generic: return "generic";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Bf16: return "avx512bf16";
   }
   return "unknown";
 }
@@ -157,7 +169,7 @@ bool isa_supported(Isa isa) { return int(isa) <= int(best_isa()); }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512})
+  for (Isa isa : kAllIsas)
     if (isa_supported(isa)) out.push_back(isa);
   return out;
 }

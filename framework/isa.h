@@ -2,8 +2,9 @@
 //
 // The library is built for a portable baseline (x86-64-v2 unless TAPEGRAD_NATIVE=ON), and its
 // hot kernels are compiled a second and third time for AVX2+FMA (x86-64-v3) and for AVX-512
-// with 512-bit vectors (x86-64-v4). The first kernel call picks the best path this CPU and OS
-// support, once. The environment variable TAPEGRAD_ISA=generic|avx2|avx512 forces one (a path
+// with 512-bit vectors (x86-64-v4); kernels that use AVX512-BF16 instructions (the bf16 GEMM)
+// have one more copy for that level. The first kernel call picks the best path this CPU and OS
+// support, once. TAPEGRAD_ISA=generic|avx2|avx512|avx512bf16 forces one (a path
 // the CPU lacks is a tg::Error at that first call), and set_isa / IsaGuard switch it in a
 // program, e.g. a test that runs a kernel on every path.
 //
@@ -21,9 +22,11 @@ enum class Isa {
   Generic,  // the baseline the library is built for (x86-64-v2: SSE4.2)
   Avx2,     // x86-64-v3: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE
   Avx512,   // x86-64-v4: AVX-512 F/BW/CD/DQ/VL, 512-bit vectors
+  Avx512Bf16,  // Avx512 plus AVX512_BF16 (vdpbf16ps): the bf16 GEMM has its own kernel here,
+               // every other kernel runs its Avx512 copy
 };
 
-// "generic", "avx2", "avx512".
+// "generic", "avx2", "avx512", "avx512bf16".
 const char* isa_name(Isa isa);
 
 // The path kernels take now: set_isa's, else TAPEGRAD_ISA's, else the best supported one.

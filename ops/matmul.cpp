@@ -1,6 +1,11 @@
 // Matrix products. Shape legend: n rows of the left operand, k the contracted dim, m columns
 // of the right operand, B the (broadcast) batch.
 //
+// Every product, forward and backward, is one kernels::gemm_* call: bf16 / fp16 operands are
+// read in place (gemm_batched_reduced, float32 sums, each output rounded once); float32 ones
+// under the thread's math mode (framework/math_mode.h: Float32, or bf16 / fp16 / bf16x3
+// operands), float64 in float64. create_graph backwards record the same products as ops.
+//
 //   matmul: out = a @ b          da = g @ b^T         db = a^T @ g
 //   linear: y = x W^T + bias     dx = g @ W           dW = g^T @ x      dbias = sum over rows of g
 #include "matmul.h"
@@ -71,19 +76,50 @@ Matrices as_matrices(const Tensor& t, const Shape& batch) {
   return {e, l};
 }
 
-// out (batch..., n, m) = op(a) op(b) over the broadcast batch `batch`, as one kernel call.
-Tensor batched_product(const Matrices& a, const Matrices& b, const Shape& batch, int64_t n, int64_t k, int64_t m,
-                       DType dtype) {
+// The dtype a product of `dtype` operands is summed and returned in: float64 for float64,
+// float32 otherwise (16-bit results are rounded once by the caller, after any sum_to).
+DType sum_dtype(DType dtype) { return dtype == DType::Float64 ? DType::Float64 : DType::Float32; }
+
+// C (float32, or float64 for float64 operands) = op(A) op(B) (+ C) with operands of A's dtype:
+// 16-bit operands read as they are (gemm_batched_reduced), float32 ones under the thread's
+// math mode (framework/math_mode.h), float64 in float64.
+void product_into(const Tensor& A, kernels::MatrixLayout a, const Tensor& B, kernels::MatrixLayout b, Tensor& C,
+                  kernels::MatrixLayout c, int64_t batch, int64_t n, int64_t k, int64_t m, bool accumulate) {
+  switch (A.dtype()) {
+    case DType::Float64:
+      kernels::gemm_batched<double>(A.data<double>(), a, B.data<double>(), b, C.data<double>(), c, batch, n, k, m,
+                                    accumulate);
+      return;
+    case DType::Float32:
+      kernels::gemm_batched_float32_math(float32_math(), A.data<float>(), a, B.data<float>(), b, C.data<float>(), c,
+                                         batch, n, k, m, accumulate);
+      return;
+    case DType::BFloat16:
+      kernels::gemm_batched_reduced<BFloat16>(A.data<BFloat16>(), a, B.data<BFloat16>(), b, C.data<float>(), c, batch,
+                                              n, k, m, accumulate);
+      return;
+    case DType::Float16:
+      kernels::gemm_batched_reduced<Float16>(A.data<Float16>(), a, B.data<Float16>(), b, C.data<float>(), c, batch, n,
+                                             k, m, accumulate);
+      return;
+    default: break;
+  }
+  TG_ERROR("matmul: expected floating operands, got ", dtype_name(A.dtype()));
+}
+
+// out (batch..., n, m) = op(a) op(b) over the broadcast batch `batch`, as one kernel call, in
+// sum_dtype of the operands' dtype.
+Tensor batched_product(const Matrices& a, const Matrices& b, const Shape& batch, int64_t n, int64_t k, int64_t m) {
   Shape shape = batch;
   shape.insert(shape.end(), {n, m});
-  Tensor out = Tensor::empty(shape, dtype);
-  dispatch_floating(dtype, "matmul", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    kernels::gemm_batched<T>(a.data.data<T>(), a.layout, b.data.data<T>(), b.layout, out.data<T>(), {m, n * m, false},
-                             shape_numel(batch), n, k, m, false);
-  });
+  Tensor out = Tensor::empty(shape, sum_dtype(a.data.dtype()));
+  product_into(a.data, a.layout, b.data, b.layout, out, {m, n * m, false}, shape_numel(batch), n, k, m, false);
   return out;
 }
+
+// A gradient in the dtype of the tensors it multiplies (the engine gives an output's gradient
+// in the output's dtype; anything else is converted, never silently mixed).
+Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : detail::convert(g, dtype); }
 
 // The broadcast batch shape of a (..., n, k) and b (..., k, m).
 Shape batch_shape_of(const Shape& sa, const Shape& sb) {
@@ -103,14 +139,13 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
   }
   const Shape batch = batch_shape_of(sa, sb);
   const int64_t n = sa[sa.size() - 2], k = sa.back(), m = sb.back();
-  // 16 bits: the products of float32 copies (accumulated in float32), rounded once at the end.
-  const Matrices gm = as_matrices(detail::widen(g[0]), batch);
-  const DType dt = gm.data.dtype();
+  // 16 bits: the operands as they are, products and sums in float32, each gradient rounded
+  // once at the end (after the sum over broadcast dims).
+  const Matrices gm = as_matrices(in_dtype(g[0], ctx.input_dtype(0)), batch);
   if (ctx.needs_grad(0))  // da = g b^T, summed over the dims a was broadcast along
-    da = sum_to(
-        batched_product(gm, as_matrices(detail::widen(ctx.saved(kOther)), batch).transposed(), batch, n, m, k, dt), sa);
+    da = sum_to(batched_product(gm, as_matrices(ctx.saved(kOther), batch).transposed(), batch, n, m, k), sa);
   if (ctx.needs_grad(1)) {  // db = a^T g
-    const Matrices am = as_matrices(detail::widen(ctx.saved(kSelf)), batch);
+    const Matrices am = as_matrices(ctx.saved(kSelf), batch);
     const int64_t nb = shape_numel(batch);
     if (shape_numel(Shape(sb.begin(), sb.end() - 2)) == 1 && nb > 1 && !am.layout.trans && !gm.layout.trans &&
         am.layout.batch_stride == n * am.layout.ld && gm.layout.batch_stride == n * gm.layout.ld) {
@@ -118,9 +153,9 @@ std::vector<Tensor> matmul_backward(const BackwardContext& ctx, const std::vecto
       // (stacked a)^T (stacked g), (nb * n) rows deep.
       Matrices a1 = am, g1 = gm;
       a1.layout.batch_stride = g1.layout.batch_stride = 0;
-      db = batched_product(a1.transposed(), g1, {}, k, nb * n, m, dt).reshape(sb);
+      db = batched_product(a1.transposed(), g1, {}, k, nb * n, m).reshape(sb);
     } else {
-      db = sum_to(batched_product(am.transposed(), gm, batch, k, n, m, dt), sb);
+      db = sum_to(batched_product(am.transposed(), gm, batch, k, n, m), sb);
     }
   }
   if (da.defined()) da = round_result(da, ctx.input_dtype(0));
@@ -141,22 +176,20 @@ std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vecto
     if (ctx.needs_grad(2)) db = sum_to(g2, {out_f});
     return {dx, dw, db};
   }
-  // 16 bits: g, W and x widened to float32 (accumulated in float32), each gradient rounded once.
-  Tensor g2 = detail::widen(g[0].contiguous());
-  dispatch_floating(g2.dtype(), "linear_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (ctx.needs_grad(0)) {
-      dx = Tensor::empty(ctx.input_shape(0), g2.dtype());
-      Tensor w = detail::widen(ctx.saved(kWeight).contiguous());
-      gemm<T>(g2.data<T>(), w.data<T>(), dx.data<T>(), rows, out_f, in_f, false, false);
-    }
-    if (ctx.needs_grad(1)) {
-      dw = Tensor::empty({out_f, in_f}, g2.dtype());
-      Tensor x = detail::widen(ctx.saved(kInput).contiguous());
-      gemm<T>(g2.data<T>(), x.data<T>(), dw.data<T>(), out_f, rows, in_f, true, false);
-    }
-    if (ctx.needs_grad(2)) db = sum_to(g2.reshape({rows, out_f}), {out_f});
-  });
+  // 16 bits: g, W and x as they are, products and sums in float32, each gradient rounded once.
+  const DType dt = ctx.input_dtype(0);
+  Tensor g2 = in_dtype(g[0], dt).contiguous();
+  if (ctx.needs_grad(0)) {  // dx (rows, in_f) = g (rows, out_f) W (out_f, in_f)
+    dx = Tensor::empty(ctx.input_shape(0), sum_dtype(dt));
+    Tensor w = ctx.saved(kWeight).contiguous();
+    product_into(g2, {out_f, 0, false}, w, {in_f, 0, false}, dx, {in_f, 0, false}, 1, rows, out_f, in_f, false);
+  }
+  if (ctx.needs_grad(1)) {  // dW (out_f, in_f) = g^T x (x: rows, in_f)
+    dw = Tensor::empty({out_f, in_f}, sum_dtype(dt));
+    Tensor x = ctx.saved(kInput).contiguous();
+    product_into(g2, {out_f, 0, true}, x, {in_f, 0, false}, dw, {in_f, 0, false}, 1, out_f, rows, in_f, false);
+  }
+  if (ctx.needs_grad(2)) db = sum_to(detail::widen(g2).reshape({rows, out_f}), {out_f});
   for (int i : {0, 1, 2}) {
     Tensor& t = i == 0 ? dx : i == 1 ? dw : db;
     if (t.defined()) t = round_result(t, ctx.input_dtype(i));
@@ -203,11 +236,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   TG_CHECK(a.size(-1) == b.size(-2), "matmul: shapes ", format_shape(a.shape()), " and ", format_shape(b.shape()),
            " cannot be multiplied (", a.size(-1), " != ", b.size(-2), ")");
   const Shape batch = batch_shape_of(a.shape(), b.shape());
-  // 16 bits: the product of float32 copies (accumulated in float32), rounded once.
-  const Tensor aw = detail::widen(a), bw = detail::widen(b);
-  Tensor out = round_result(batched_product(as_matrices(aw, batch), as_matrices(bw, batch), batch, a.size(-2),
-                                               a.size(-1), b.size(-1), aw.dtype()),
-                               a.dtype());
+  // 16 bits: the operands as they are, products and sums in float32, rounded once.
+  Tensor out = round_result(
+      batched_product(as_matrices(a, batch), as_matrices(b, batch), batch, a.size(-2), a.size(-1), b.size(-1)),
+      a.dtype());
   if (Recorder rec{kMatmulOp, {a, b}}) {
     if (rec.needs_grad(1)) rec.save(kSelf, a);
     if (rec.needs_grad(0)) rec.save(kOther, b);
@@ -232,22 +264,24 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     TG_CHECK(bias.dtype() == x.dtype(), "linear: expected bias of dtype ", dtype_name(x.dtype()), ", got ",
              dtype_name(bias.dtype()));
   }
-  // 16 bits: computed from float32 copies (accumulated in float32), rounded once.
-  Tensor xc = detail::widen(x.detach().contiguous()), wc = detail::widen(weight.detach().contiguous());
+  // 16 bits: x and W as they are, products and sums in float32 (the bias added in float32
+  // first), rounded once.
+  Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
   const int64_t rows = x.numel() / std::max<int64_t>(in_f, 1);
   Shape out_shape = x.shape();
   out_shape.back() = out_f;
-  Tensor out = Tensor::empty(out_shape, xc.dtype());
-  dispatch_floating(xc.dtype(), "linear", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* o = out.data<T>();
-    if (bias.defined()) {
-      Tensor bc = detail::widen(bias.detach().contiguous());
+  Tensor out = Tensor::empty(out_shape, sum_dtype(x.dtype()));
+  if (bias.defined()) {
+    const Tensor bc = detail::widen(bias.detach().contiguous());
+    dispatch_floating(out.dtype(), "linear", [&](auto tag) {
+      using T = typename decltype(tag)::type;
       const T* pb = bc.data<T>();
+      T* o = out.data<T>();
       for (int64_t r = 0; r < rows; ++r) std::copy(pb, pb + out_f, o + r * out_f);
-    }
-    gemm<T>(xc.data<T>(), wc.data<T>(), o, rows, in_f, out_f, false, true, bias.defined());
-  });
+    });
+  }
+  product_into(xc, {in_f, 0, false}, wc, {in_f, 0, true}, out, {out_f, 0, false}, 1, rows, in_f, out_f,
+               bias.defined());
   out = round_result(out, x.dtype());
   if (Recorder rec{kLinearOp, {x, weight, bias}}) {
     // The tensors themselves (not the contiguous copies), so that under create_graph their

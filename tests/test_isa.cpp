@@ -18,7 +18,7 @@ class IsaPathEnvironment : public ::testing::Environment {
   void SetUp() override {
     const char* env = std::getenv("TAPEGRAD_ISA");
     if (env == nullptr) return;
-    for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
       if (std::string(env) == isa_name(isa) && !isa_supported(isa)) {
         std::cout << "skipped: TAPEGRAD_ISA=" << env << " but this CPU (" << cpu_info().model
                   << ") lacks that path\n";
@@ -42,8 +42,11 @@ TEST(Isa, InfoNamesTheCpuAndTheActivePath) {
   EXPECT_NE(s.find(c.model), std::string::npos) << s;
   EXPECT_NE(s.find(std::string("kernels ") + isa_name(active_isa())), std::string::npos) << s;
   auto has = [&](const char* f) { return std::find(c.flags.begin(), c.flags.end(), f) != c.flags.end(); };
-  if (c.best == Isa::Avx512) {
+  if (c.best >= Isa::Avx512) {
     EXPECT_TRUE(has("avx512f") && has("avx512bw") && has("avx512vl"));
+  }
+  if (c.best == Isa::Avx512Bf16) {
+    EXPECT_TRUE(has("avx512_bf16"));
   }
   if (c.best >= Isa::Avx2) {
     EXPECT_TRUE(has("avx2") && has("fma"));
@@ -68,12 +71,12 @@ TEST(Isa, GuardSetsAndRestoresThePath) {
 }
 
 TEST(Isa, UnsupportedPathIsAnError) {
-  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
     if (isa_supported(isa)) continue;
     std::string msg = error_of([&] { set_isa(isa); });
     EXPECT_NE(msg.find("set_isa: expected a path this CPU and build support"), std::string::npos) << msg;
   }
-  if (supported_isas().size() == 3) GTEST_SKIP() << "this CPU supports every path";
+  if (supported_isas().size() == 4) GTEST_SKIP() << "this CPU supports every path";
 }
 
 // Convolutions: 1D/2D/3D, strided, dilated, grouped, depthwise, transposed, ragged sizes, in

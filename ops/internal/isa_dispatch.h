@@ -24,6 +24,11 @@
 // copy by the build (cmake/isa_object.sh renames those symbols), and a test checks that no
 // code outside an ISA namespace uses instructions beyond the baseline
 // (tests/check_isa_symbols.sh).
+//
+// Isa::Avx512Bf16 takes the AVX-512 copy here. A kernel that uses AVX512-BF16 instructions
+// lives in its own file, ops/**/*_avx512bf16.cpp, compiled once for that level in namespace
+// isa_avx512bf16 (TG_ISA_NS), and its public entry point calls it when active_isa() says so
+// (see ops/matmul_dispatch.cpp).
 #pragma once
 
 #include "../../framework/isa.h"
@@ -61,6 +66,7 @@ namespace tg {
 template <class F>
 F* isa_select(F* generic, F* avx2, F* avx512) {
   switch (active_isa()) {
+    case Isa::Avx512Bf16:  // only kernels with their own AVX512-BF16 code differ there
     case Isa::Avx512: return avx512;
     case Isa::Avx2: return avx2;
     case Isa::Generic: break;

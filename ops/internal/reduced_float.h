@@ -8,6 +8,7 @@
 #include "../../framework/math_mode.h"
 #include "../../framework/tensor.h"
 
+#include <cmath>
 #include <cstdint>
 
 namespace tg {
@@ -32,7 +33,10 @@ void round_operand(const float* x, int64_t n, S* out) {
 inline void split_bfloat16(const float* x, int64_t n, BFloat16* hi, BFloat16* lo) {
   for (int64_t i = 0; i < n; ++i) {
     hi[i] = BFloat16(x[i]);
-    lo[i] = BFloat16(x[i] - float(hi[i]));
+    const float h = float(hi[i]);
+    // An infinite hi (x infinite, or rounded up past bf16's largest) leaves lo = 0, never the
+    // NaN of inf - inf, so that the three products give inf where float32 would.
+    lo[i] = BFloat16(std::isinf(h) ? 0.0f : x[i] - h);
   }
 }
 
