@@ -6,6 +6,12 @@
 // order, i.e. (top, bottom, left, right) in 2-D: an asymmetric padding PyTorch spells as
 // F.pad + conv. output_padding is only for transposed convolutions and each value must be
 // smaller than the stride or the dilation of its dim.
+//
+// Precision: bf16/fp16 tensors read their 16 bits, multiply and sum in float32 and round each
+// output (or gradient) once, as PyTorch on the CPU. float32 convolutions follow the calling
+// thread's float32 math mode (framework/math_mode.h) when they run, forward or backward: bf16
+// or fp16 operands (or bf16x3) with float32 sums and results; the default stays float32 bit for
+// bit. float64 is always float64.
 #pragma once
 
 #include <array>
