@@ -47,13 +47,17 @@ void forward(benchmark::State& state, const ConvCase& c) {
       benchmark::Counter(forward_flops(c, y) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void forward_backward(benchmark::State& state, const ConvCase& c) {
+// dt: the tensors' dtype (bf16 rows: the same values rounded); math: the float32 math mode
+// (framework/math_mode.h) the step runs under.
+void forward_backward(benchmark::State& state, const ConvCase& c, DType dt = DType::Float32,
+                      Float32Math math = Float32Math::Float32) {
   use_threads(state);
+  Float32MathGuard mode(math);
   manual_seed(0);
-  Tensor x = randn(c.input).requires_grad_(), w = (randn(c.weight) * 0.05).detach().requires_grad_();
-  Tensor b = randn({c.transposed ? c.weight[1] * c.groups : c.weight[0]}).requires_grad_();
+  Tensor x = randn(c.input).to(dt).requires_grad_(), w = (randn(c.weight) * 0.05).to(dt).detach().requires_grad_();
+  Tensor b = randn({c.transposed ? c.weight[1] * c.groups : c.weight[0]}).to(dt).requires_grad_();
   Tensor y0 = run(c, x, w, b);
-  Tensor g = ones(y0.shape());
+  Tensor g = ones(y0.shape(), dt);
   const double flops = 3 * forward_flops(c, y0);
   for (auto _ : state) {
     Tensor y = run(c, x, w, b);
@@ -128,6 +132,18 @@ const bool registered = [] {
       add_case(with_suffix(c.name, pieces[i]), [&c, i](benchmark::State& s) { piece(s, c, i); });
     }
   }
+  // Reduced precision (issue 23): bf16 tensors, and float32 under the Medium math mode (bf16
+  // operands, float32 sums); tools/bench_vs_torch.py runs PyTorch in bf16 for all of them.
+  static const std::vector<ConvCase> reduced = {
+      {"conv2d_3x3_fwd_bwd_bf16/N8_C64_H56_W56_O64_p1", {8, 64, 56, 56}, {64, 64, 3, 3}, {1}, {1}, 1, false},
+      {"conv2d_1x1_fwd_bwd_bf16/N8_C64_H56_W56_O64", {8, 64, 56, 56}, {64, 64, 1, 1}, {1}, {0}, 1, false},
+      {"conv2d_3x3_s2_fwd_bwd_bf16/N8_C128_H28_W28_O128_p1", {8, 128, 28, 28}, {128, 128, 3, 3}, {2}, {1}, 1, false},
+  };
+  for (const ConvCase& c : reduced)
+    add_case(c.name, [&c](benchmark::State& s) { forward_backward(s, c, DType::BFloat16); });
+  static const ConvCase medium = {"conv2d_3x3_fwd_bwd_f32medium/N8_C64_H56_W56_O64_p1", {8, 64, 56, 56},
+                                  {64, 64, 3, 3}, {1}, {1}, 1, false};
+  add_case(medium.name, [](benchmark::State& s) { forward_backward(s, medium, DType::Float32, Float32Math::BFloat16); });
   add_case("gemm_f32/M64_K576_N3136", [](benchmark::State& s) { gemm_case(s, 64, 576, 3136); });
   add_case("gemm_f32/M1024_K1024_N1024", [](benchmark::State& s) { gemm_case(s, 1024, 1024, 1024); });
   return true;

@@ -124,11 +124,12 @@ def embedding_case():
     return fwd_bwd(torch.randn(10000, 256), lambda w: F.embedding(idx, w))
 
 
-def conv_case(backward, input_shape, weight_shape, stride, padding, groups=1, transposed=False):
+def conv_case(backward, input_shape, weight_shape, stride, padding, groups=1, transposed=False,
+              dtype=torch.float32):
     """As bench_conv.cpp: weight randn * 0.05, bias randn, a ones gradient for input, weight, bias."""
-    x = torch.randn(*input_shape)
-    w = torch.randn(*weight_shape) * 0.05
-    b = torch.randn(weight_shape[1] * groups if transposed else weight_shape[0])
+    x = torch.randn(*input_shape).to(dtype)
+    w = (torch.randn(*weight_shape) * 0.05).to(dtype)
+    b = torch.randn(weight_shape[1] * groups if transposed else weight_shape[0]).to(dtype)
     dims = len(input_shape) - 2
     fn = ([F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d] if transposed
           else [F.conv1d, F.conv2d, F.conv3d])[dims - 1]
@@ -357,6 +358,16 @@ CASES = {
 for _name, _args in CONV_CASES.items():
     CASES[with_suffix(_name, "_fwd")] = ("bench_conv", lambda a=_args: conv_case(False, *a))
     CASES[with_suffix(_name, "_fwd_bwd")] = ("bench_conv", lambda a=_args: conv_case(True, *a))
+# Reduced precision (issue 23): PyTorch in bfloat16 for tapegrad's bf16 rows and for its float32
+# row under the Medium math mode (bf16 operands, float32 sums), whose PyTorch counterpart is
+# autocast's bf16 convolution.
+for _name, _args in {
+    "conv2d_3x3_fwd_bwd_bf16/N8_C64_H56_W56_O64_p1": ((8, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    "conv2d_1x1_fwd_bwd_bf16/N8_C64_H56_W56_O64": ((8, 64, 56, 56), (64, 64, 1, 1), 1, 0),
+    "conv2d_3x3_s2_fwd_bwd_bf16/N8_C128_H28_W28_O128_p1": ((8, 128, 28, 28), (128, 128, 3, 3), 2, 1),
+    "conv2d_3x3_fwd_bwd_f32medium/N8_C64_H56_W56_O64_p1": ((8, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+}.items():
+    CASES[_name] = ("bench_conv", lambda a=_args: conv_case(True, *a, dtype=torch.bfloat16))
 
 
 def time_torch(fn, min_time=0.3):

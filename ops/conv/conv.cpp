@@ -191,20 +191,166 @@ void sum_bias(const T* g, T* db, int64_t N, int64_t C, int64_t L) {
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Reduced products (conv_kernels_reduced.cpp): 16-bit operands, float32 sums and results. A
+// bf16/fp16 convolution calls them on its own tensors and rounds each result once; a float32
+// one under a reduced math mode (framework/math_mode.h) on its operands rounded to bf16 or fp16
+// (BFloat16, Float16), or split into bf16 hi + lo parts (BFloat16x3: hi*hi + hi*lo + lo*hi,
+// three reduced convolutions), and keeps the float32 results. Only non-empty problems come here.
+
+// Operand tensors of a reduced convolution: t itself when 16-bit, else t rounded to dtype s.
+Tensor reduced_operand(const Tensor& t, DType s) {
+  if (!t.defined() || t.dtype() == s) return t.defined() ? t.contiguous() : t;
+  Tensor f = t.contiguous(), out = Tensor::empty(f.shape(), s);
+  if (s == DType::BFloat16) {
+    round_operand(f.data<float>(), f.numel(), out.data<BFloat16>());
+  } else {
+    round_operand(f.data<float>(), f.numel(), out.data<Float16>());
+  }
+  return out;
+}
+
+struct SplitOperand {
+  Tensor hi, lo;
+};
+
+// A float32 operand as two bf16 tensors hi + lo (split_bfloat16); undefined stays undefined.
+SplitOperand split_operand(const Tensor& t) {
+  if (!t.defined()) return {};
+  Tensor f = t.contiguous();
+  SplitOperand r{Tensor::empty(f.shape(), DType::BFloat16), Tensor::empty(f.shape(), DType::BFloat16)};
+  split_bfloat16(f.data<float>(), f.numel(), r.hi.data<BFloat16>(), r.lo.data<BFloat16>());
+  return r;
+}
+
+// a += b, both float32 of one shape (undefined a takes b).
+void add_into(Tensor& a, const Tensor& b) {
+  if (!b.defined()) return;
+  if (!a.defined()) {
+    a = b;
+    return;
+  }
+  float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  for (int64_t i = 0, n = a.numel(); i < n; ++i) pa[i] += pb[i];
+}
+
+template <class Fn>
+void dispatch_reduced(DType s, Fn&& fn) {
+  if (s == DType::BFloat16) {
+    fn(TypeTag<BFloat16>{});
+  } else {
+    fn(TypeTag<Float16>{});
+  }
+}
+
+// float32 output of the convolution of 16-bit x and w (same dtype), float32 bias or undefined.
+Tensor reduced_forward(const Tensor& x, const Tensor& w, const Tensor& bias32, const kernels::ConvParams& p) {
+  Tensor out = Tensor::empty(output_shape(p), DType::Float32);
+  dispatch_reduced(x.dtype(), [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    kernels::convolution_forward_reduced<S>(x.data<S>(), w.data<S>(), bias32.defined() ? bias32.data<float>() : nullptr,
+                                            out.data<float>(), p);
+  });
+  return out;
+}
+
+// float32 gradients (as mask asks, grad_bias excepted) of the convolution of 16-bit tensors;
+// x / w undefined when not needed.
+ConvolutionGrads reduced_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Shape& input_shape,
+                                  const Shape& weight_shape, const kernels::ConvParams& p, std::array<bool, 3> mask) {
+  ConvolutionGrads r;
+  if (mask[0]) r.grad_input = Tensor::empty(input_shape, DType::Float32);
+  if (mask[1]) r.grad_weight = Tensor::empty(weight_shape, DType::Float32);
+  if (mask[2]) r.grad_bias = Tensor::empty({p.C_out}, DType::Float32);
+  dispatch_reduced(g.dtype(), [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    auto in = [](const Tensor& t) { return t.defined() ? t.data<S>() : nullptr; };
+    auto out = [](Tensor& t) { return t.defined() ? t.data<float>() : nullptr; };
+    kernels::convolution_backward_reduced<S>(in(g), in(x), in(w), out(r.grad_input), out(r.grad_weight),
+                                             out(r.grad_bias), p);
+  });
+  return r;
+}
+
+// The float32 forward under a reduced mode (math != Float32).
+Tensor float32_math_forward(const Tensor& x, const Tensor& w, const Tensor& b, const kernels::ConvParams& p,
+                            Float32Math math) {
+  if (math != Float32Math::BFloat16x3) {
+    const DType s = math == Float32Math::Float16 ? DType::Float16 : DType::BFloat16;
+    return reduced_forward(reduced_operand(x, s), reduced_operand(w, s), b, p);
+  }
+  const SplitOperand xs = split_operand(x), ws = split_operand(w);
+  Tensor small = reduced_forward(xs.hi, ws.lo, Tensor(), p);  // the two small terms first
+  add_into(small, reduced_forward(xs.lo, ws.hi, Tensor(), p));
+  Tensor out = reduced_forward(xs.hi, ws.hi, b, p);
+  add_into(out, small);
+  return out;
+}
+
+// The float32 backward under a reduced mode (math != Float32). grad_bias is the float32
+// kernel's (a sum of grad_output, no product to reduce).
+ConvolutionGrads float32_math_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Shape& input_shape,
+                                       const Shape& weight_shape, const kernels::ConvParams& p,
+                                       std::array<bool, 3> mask, Float32Math math) {
+  const std::array<bool, 3> products{mask[0], mask[1], false};
+  ConvolutionGrads r;
+  if (mask[0] || mask[1]) {
+    if (math != Float32Math::BFloat16x3) {
+      const DType s = math == Float32Math::Float16 ? DType::Float16 : DType::BFloat16;
+      r = reduced_backward(reduced_operand(g, s), reduced_operand(x, s), reduced_operand(w, s), input_shape,
+                           weight_shape, p, products);
+    } else {
+      // grad_input = B_x(g, w), grad_weight = B_w(g, x): with g, x, w each hi + lo, the terms
+      // (g_hi, w_lo | x_lo), (g_lo, w_hi | x_hi) and then (g_hi, w_hi | x_hi)
+      const SplitOperand gs = split_operand(g), xs = split_operand(x), ws = split_operand(w);
+      ConvolutionGrads small = reduced_backward(gs.hi, xs.lo, ws.lo, input_shape, weight_shape, p, products);
+      const ConvolutionGrads t = reduced_backward(gs.lo, xs.hi, ws.hi, input_shape, weight_shape, p, products);
+      add_into(small.grad_input, t.grad_input);
+      add_into(small.grad_weight, t.grad_weight);
+      r = reduced_backward(gs.hi, xs.hi, ws.hi, input_shape, weight_shape, p, products);
+      add_into(r.grad_input, small.grad_input);
+      add_into(r.grad_weight, small.grad_weight);
+    }
+  }
+  if (mask[2]) {
+    r.grad_bias = Tensor::empty({p.C_out}, DType::Float32);
+    Tensor gc = g.contiguous();
+    kernels::convolution_backward<float>(gc.data<float>(), nullptr, nullptr, nullptr, nullptr,
+                                         r.grad_bias.data<float>(), p);
+  }
+  return r;
+}
+
 // The backward once the geometry is known. input / weight may be undefined when the mask does
 // not need them (grad_weight needs input, grad_input needs weight); their shapes come from p.
+// math: the float32 math mode (convolution_backward's cubeMathType, else the thread's); 16-bit
+// and float64 tensors ignore it.
 ConvolutionGrads backward_with_params(const char* op, const Tensor& grad_output, const Tensor& input,
                                       const Tensor& weight, const Shape& input_shape, const Shape& weight_shape,
-                                      const kernels::ConvParams& p, std::array<bool, 3> mask) {
+                                      const kernels::ConvParams& p, std::array<bool, 3> mask,
+                                      Float32Math math = float32_math()) {
   const DType dt = grad_output.dtype();
+  const bool any = mask[0] || mask[1] || mask[2];
   if (is_reduced_floating(dt)) {
-    // 16 bits, as PyTorch on the CPU: the float32 kernels on float32 copies, each gradient
-    // rounded once to the dtype of what it is the gradient of (all three share it).
-    ConvolutionGrads r = backward_with_params(op, detail::widen(grad_output), detail::widen(input),
-                                              detail::widen(weight), input_shape, weight_shape, p, mask);
+    // 16 bits, as PyTorch on the CPU: products and sums in float32 (the reduced kernels, on the
+    // 16-bit tensors themselves), each gradient rounded once to the dtype of what it is the
+    // gradient of (all three share it). Empty problems: the float32 path on float32 copies.
+    ConvolutionGrads r =
+        !any ? ConvolutionGrads{}
+        : empty_problem(p)
+            ? backward_with_params(op, detail::widen(grad_output), detail::widen(input), detail::widen(weight),
+                                   input_shape, weight_shape, p, mask)
+            : reduced_backward(grad_output.contiguous(), mask[1] ? input.contiguous() : Tensor(),
+                               mask[0] ? weight.contiguous() : Tensor(), input_shape, weight_shape, p, mask);
     for (Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
       *t = round_result(*t, dt);
     return r;
+  }
+  if (dt == DType::Float32 && math != Float32Math::Float32 && any && !empty_problem(p)) {
+    return float32_math_backward(grad_output, mask[1] ? input : Tensor(), mask[0] ? weight : Tensor(), input_shape,
+                                 weight_shape, p, mask, math);
   }
   ConvolutionGrads r;
   if (mask[0]) r.grad_input = Tensor::empty(input_shape, dt);
@@ -424,13 +570,22 @@ Tensor convolution_impl(const char* op, int dims, const Tensor& input, const Ten
   return forward_with_params(op, input, weight, bias, p);
 }
 
-// The forward's output, not recorded. A 16-bit convolution runs the float32 kernels on float32
-// copies (accumulating in float32, as PyTorch's CPU kernels) and rounds the output once.
+// The forward's output, not recorded. A 16-bit convolution runs the reduced kernels on its
+// tensors (products and sums in float32, as PyTorch's CPU kernels) and rounds the output once;
+// a float32 one follows the thread's math mode (framework/math_mode.h).
 Tensor forward_values(const char* op, const Tensor& input, const Tensor& weight, const Tensor& bias,
                       const kernels::ConvParams& p) {
   const DType dt = input.dtype();
-  if (is_reduced_floating(dt))
+  if (is_reduced_floating(dt) && empty_problem(p))
     return detail::convert(forward_values(op, detail::widen(input), detail::widen(weight), detail::widen(bias), p), dt);
+  if (is_reduced_floating(dt))
+    return detail::convert(reduced_forward(input.detach().contiguous(), weight.detach().contiguous(),
+                                           detail::widen(bias.defined() ? bias.detach() : bias), p),
+                           dt);
+  if (dt == DType::Float32 && float32_math() != Float32Math::Float32 && !empty_problem(p)) {
+    return float32_math_forward(input.detach().contiguous(), weight.detach().contiguous(),
+                                bias.defined() ? bias.detach().contiguous() : Tensor(), p, float32_math());
+  }
   Tensor x = input.detach().contiguous(), w = weight.detach().contiguous();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor out = Tensor::empty(output_shape(p), dt);
@@ -513,8 +668,15 @@ Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor&
 ConvolutionGrads convolution_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
                                       const IntList& bias_sizes, const IntList& stride, const IntList& padding,
                                       const IntList& dilation, bool transposed, const IntList& output_padding,
-                                      int64_t groups, std::array<bool, 3> output_mask) {
+                                      int64_t groups, std::array<bool, 3> output_mask,
+                                      std::optional<CubeMathType> cube_math_type) {
   const char* op = "convolution_backward";
+  if (cube_math_type) {
+    const int v = int(*cube_math_type);
+    TG_CHECK(v >= 0 && v <= 3, op, ": expected cubeMathType to be 0 (KEEP_DTYPE), 1 (ALLOW_FP32_DOWN_PRECISION), ",
+             "2 (USE_FP16) or 3 (USE_HF32), got ", v);
+  }
+  const Float32Math math = float32_math_or(cube_math_type);
   TG_CHECK(grad_output.defined() && input.defined() && weight.defined(), op,
            ": expected defined grad_output, input and weight");
   const kernels::ConvParams p = check_geometry(op, 0, input.shape(), weight.shape(), stride, padding, dilation,
@@ -530,7 +692,7 @@ ConvolutionGrads convolution_backward(const Tensor& grad_output, const Tensor& i
   TG_CHECK(bias_sizes.empty() || bias_sizes == IntList{p.C_out}, op, ": expected bias_sizes to be [", p.C_out,
            "] (out_channels) or empty, got ", format_shape(bias_sizes));
   return backward_with_params(op, grad_output.detach(), input.detach(), weight.detach(), input.shape(), weight.shape(),
-                              p, output_mask);
+                              p, output_mask, math);
 }
 
 void register_conv_ops(Registry& r) {

@@ -6,12 +6,20 @@
 // order, i.e. (top, bottom, left, right) in 2-D: an asymmetric padding PyTorch spells as
 // F.pad + conv. output_padding is only for transposed convolutions and each value must be
 // smaller than the stride or the dilation of its dim.
+//
+// Precision: bf16/fp16 tensors read their 16 bits, multiply and sum in float32 and round each
+// output (or gradient) once, as PyTorch on the CPU. float32 convolutions follow the calling
+// thread's float32 math mode (framework/math_mode.h) when they run, forward or backward: bf16
+// or fp16 operands (or bf16x3) with float32 sums and results; the default stays float32 bit for
+// bit. float64 is always float64.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "../../framework/math_mode.h"
 #include "../../framework/tensor.h"
 
 namespace tg {
@@ -53,9 +61,17 @@ struct ConvolutionGrads {
 // bias, ...) for grad_output, computing only those output_mask asks for (input, weight, bias).
 // bias_sizes is the bias's shape ({C_out}) or empty when there is none; grad_bias is computed
 // whenever output_mask[2] is set. Does not record.
+// cube_math_type (the spec's cubeMathType, its last argument): how a float32 convolution may
+// compute its products, for this call only, overriding the thread's float32 math mode
+// (framework/math_mode.h): KeepDtype float32, AllowFp32DownPrecision bf16 operands, UseFp16
+// fp16 operands, UseHf32 three bf16 products (bf16x3); sums and results stay float32, and
+// grad_bias is always the float32 sum. Not given: the thread's mode. bf16/fp16 tensors keep
+// their own dtype and float64 stays float64 whatever the mode. A value outside 0..3 is a
+// tg::Error.
 ConvolutionGrads convolution_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
                                       const IntList& bias_sizes, const IntList& stride, const IntList& padding,
                                       const IntList& dilation, bool transposed, const IntList& output_padding,
-                                      int64_t groups, std::array<bool, 3> output_mask = {true, true, true});
+                                      int64_t groups, std::array<bool, 3> output_mask = {true, true, true},
+                                      std::optional<CubeMathType> cube_math_type = std::nullopt);
 
 }  // namespace tg

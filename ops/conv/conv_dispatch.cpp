@@ -90,47 +90,25 @@ template void convolution_backward<float>(const float*, const float*, const floa
 template void convolution_backward<double>(const double*, const double*, const double*, double*,
                                            double*, double*, const ConvParams&);
 
-namespace {
+TG_ISA_DECLARE(
+    template <class S>
+    void convolution_forward_reduced(const S*, const S*, const float*, float*, const ConvParams&);
+    template <class S>
+    void convolution_backward_reduced(const S*, const S*, const S*, float*, float*, float*, const ConvParams&);)
 
-template <class S>
-std::vector<float> widened(const S* x, int64_t n) {
-  std::vector<float> out;
-  if (!x) return out;
-  out.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = float(x[i]);
-  return out;
-}
-
-const float* data_or_null(const std::vector<float>& v, const void* original) {
-  return original ? v.data() : nullptr;
-}
-
-int64_t image_numel(const ConvParams& p, bool input_side) {
-  const auto& s = input_side ? p.in : p.out;
-  return p.N * (input_side ? p.C_in : p.C_out) * s[0] * s[1] * s[2];
-}
-
-}  // namespace
-
-// Reference path (to be replaced by kernels that read 16 bits directly): the operands widened to
-// float32, then the float32 kernels.
+// 16-bit operands, float32 results: conv_kernels_reduced.cpp.
 template <class S>
 void convolution_forward_reduced(const S* input, const S* weight, const float* bias, float* output,
                                  const ConvParams& p) {
-  const std::vector<float> x = widened(input, image_numel(p, true));
-  const std::vector<float> w = widened(weight, conv_weight_numel(p));
-  convolution_forward<float>(x.data(), w.data(), bias, output, p);
+  TG_ISA_DISPATCH(convolution_forward_reduced<S>)(input, weight, bias, output, p);
 }
 
 template <class S>
 void convolution_backward_reduced(const S* grad_output, const S* input, const S* weight,
                                   float* grad_input, float* grad_weight, float* grad_bias,
                                   const ConvParams& p) {
-  const std::vector<float> g = widened(grad_output, image_numel(p, false));
-  const std::vector<float> x = widened(input, image_numel(p, true));
-  const std::vector<float> w = widened(weight, conv_weight_numel(p));
-  convolution_backward<float>(g.data(), data_or_null(x, input), data_or_null(w, weight), grad_input,
-                              grad_weight, grad_bias, p);
+  TG_ISA_DISPATCH(convolution_backward_reduced<S>)(grad_output, input, weight, grad_input,
+                                                   grad_weight, grad_bias, p);
 }
 
 template void convolution_forward_reduced<BFloat16>(const BFloat16*, const BFloat16*, const float*,

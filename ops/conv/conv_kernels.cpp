@@ -11,6 +11,8 @@
 //   conv_kernels_adjoint.cpp        correlate_adjoint: direct per image phase, depthwise, GEMM + col2im
 //   conv_kernels_weight_grad.cpp    weight_grad: outer and dot tilings, depthwise, im2col + GEMM; and
 //                                   bias_grad
+//   conv_kernels_reduced.cpp        the three pieces with 16-bit operands (bf16 / fp16) and float32
+//                                   results: im2col in 16 bits + gemm_batched_reduced
 //   internal/conv_kernels_shared.h  what the kernels share: constants, Scratch, boxes (Box,
 //                                   pad_image, crop_image, ...), Geom, grids (im2col, col2im_add,
 //                                   zero_garbage, grid_from_rows), the GEMM wrapper, Lanes, the

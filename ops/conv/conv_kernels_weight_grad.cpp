@@ -606,8 +606,8 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact) {
 }
 
 // db[c] = sum_n sum_o dy[n, c, o], in double.
-template <class T>
-void bias_grad(const T* dy, T* db, int64_t N, int64_t C, int64_t L) {
+template <class T, class R>
+void bias_grad(const T* dy, R* db, int64_t N, int64_t C, int64_t L) {
   const bool par = double(N) * C * L >= kParallelWork && C > 1;
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t c = 0; c < C; ++c) {
@@ -621,7 +621,7 @@ void bias_grad(const T* dy, T* db, int64_t N, int64_t C, int64_t L) {
     }
     double acc = 0;
     for (int64_t j = 0; j < kLanes; ++j) acc += lanes[j];
-    db[c] = T(acc);
+    db[c] = R(acc);
   }
 }
 
@@ -629,5 +629,7 @@ template void weight_grad<float>(const float*, const float*, float*, const Geom&
 template void weight_grad<double>(const double*, const double*, double*, const Geom&, bool);
 template void bias_grad<float>(const float*, float*, int64_t, int64_t, int64_t);
 template void bias_grad<double>(const double*, double*, int64_t, int64_t, int64_t);
+template void bias_grad<BFloat16, float>(const BFloat16*, float*, int64_t, int64_t, int64_t);
+template void bias_grad<Float16, float>(const Float16*, float*, int64_t, int64_t, int64_t);
 
 }  // namespace tg::kernels::TG_ISA_NS::conv_detail

@@ -349,10 +349,11 @@ inline int64_t pieces_for(int64_t outer, int64_t inner, int threads) {
 }
 
 // Length of a chunk of grid positions for a column matrix of `rows` rows, balanced so that all
-// chunks of [0, L) have about the same length. Depends on the shape only.
-inline int64_t chunk_len(int64_t rows, int64_t L, int64_t elem_bytes) {
+// chunks of [0, L) have about the same length. Depends on the shape only. target: the bytes a
+// chunk aims at (kChunkBytes unless the caller's GEMM prefers wider chunks).
+inline int64_t chunk_len(int64_t rows, int64_t L, int64_t elem_bytes, int64_t target = kChunkBytes) {
   if (L <= 0) return 1;
-  const int64_t want = std::max<int64_t>(kChunkBytes / (elem_bytes * std::max<int64_t>(rows, 1)), 192);
+  const int64_t want = std::max<int64_t>(target / (elem_bytes * std::max<int64_t>(rows, 1)), 192);
   const int64_t n_chunks = (L + want - 1) / want;
   return (L + n_chunks - 1) / n_chunks;
 }
@@ -631,8 +632,9 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
 template <class T>
 void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact = false);
 
-// db[c] = sum_n sum_o dy[n, c, o], in double; conv_kernels_weight_grad.cpp.
-template <class T>
-void bias_grad(const T* dy, T* db, int64_t N, int64_t C, int64_t L);
+// db[c] = sum_n sum_o dy[n, c, o], in double; conv_kernels_weight_grad.cpp. R = T, or float for
+// 16-bit dy (the reduced kernels' float32 results).
+template <class T, class R = T>
+void bias_grad(const T* dy, R* db, int64_t N, int64_t C, int64_t L);
 
 }  // namespace tg::kernels::TG_ISA_NS::conv_detail
