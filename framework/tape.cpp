@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "autocast.h"
 #include "grad_mode.h"
 #include "inplace.h"
 
@@ -408,6 +409,9 @@ struct Engine {
   }
 
   void run(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs) {
+    // Each backward computes in the dtypes its forward ran in, whatever the caller's autocast
+    // (framework/autocast.h); so do gradient hooks and the engine's own sums.
+    AutocastSuspend no_autocast;
     TG_CHECK(grad_outputs.empty() || grad_outputs.size() == roots.size(), "backward: got ", grad_outputs.size(),
              " gradients for ", roots.size(), " outputs");
     std::vector<Node*> root_nodes;
