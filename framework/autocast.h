@@ -26,9 +26,9 @@
 // - to_float32: 1.13's CPU fp32 list has the losses and grid_sampler but not group_norm,
 //   layer_norm, softmax nor upsample (they run in the input's dtype, and group_norm / layer_norm
 //   of a bf16 input with float32 affine parameters fail there with "expected scalar type
-//   BFloat16 but found Float"). Here they compute in float32, as the CUDA list has it (and
-//   PyTorch 2.x's mixed-dtype norm kernels effectively do); ms_deform_attn stays in float32 as
-//   Deformable-DETR keeps it.
+//   BFloat16 but found Float"). Here they compute in float32, as PyTorch's CUDA list has them;
+//   ms_deform_attn stays in float32 as Deformable-DETR keeps it. (Reductions such as sum and
+//   mean are on neither 1.13 CPU list: a 16-bit one sums in float32 and rounds once anyway.)
 //
 // The cast cache (PyTorch's): the bf16 copy of a float32 leaf that requires grad (a parameter)
 // is made once per outermost guard, not once per use, and reused while the leaf is unchanged
@@ -39,9 +39,11 @@
 //
 // Backward runs with autocast off (tg::backward and tg::grad suspend it): each entry's backward
 // computes in the dtypes its forward ran in, which is what PyTorch documents ("backward ops run
-// in the same type that autocast used for corresponding forward ops"); PyTorch itself runs a
-// backward called inside an autocast region with autocast on and casts each gradient back to
-// its input's dtype afterwards, which for its backward formulas comes to the same dtypes.
+// in the same type that autocast used for corresponding forward ops"). PyTorch itself runs a
+// backward called inside an autocast region with autocast on (1.13: a custom Function's backward
+// sees is_autocast_cpu_enabled() and its matmul returns bf16) and its engine casts each gradient
+// back to its input's dtype, which for its built-in backward formulas comes to the same dtypes;
+// only a custom op's backward (framework/custom_op.h) sees the difference.
 #pragma once
 
 #include <array>
