@@ -11,6 +11,7 @@
 #include "framework/grad_mode.h"
 #include "framework/math_mode.h"
 #include "framework/atomic_file.h"
+#include "framework/autocast.h"
 #include "framework/npy.h"
 #include "framework/lr_scheduler.h"
 #include "framework/state_dict.h"

@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--val-scenes", o.val_scenes, "validation scenes")->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   app.add_option("--canvas", o.scenes.canvas, "scene side in pixels")->check(CLI::Range(16, 512));
   app.add_option("--queries", o.num_queries, "object queries per image")->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  app.add_option("--precision", o.precision,
+                 "float32, or bf16: forward and loss under autocast to bfloat16 (matmuls and convolutions in bf16)")
+      ->check(CLI::IsMember({"float32", "bf16"}));
   app.add_option("--lr", o.lr, "AdamW learning rate")->check(CLI::Range(1e-9, 10.0));
   bool quiet = false;
   app.add_flag("--no-progress", quiet, "no progress bar (logs stay)");

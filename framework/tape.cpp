@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "autocast.h"
 #include "grad_mode.h"
 #include "inplace.h"
 
@@ -462,6 +463,9 @@ struct Engine {
 
   // Runs one pass, then the callbacks its hooks queued (queue_backward_callback).
   void run(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs) {
+    // Each backward computes in the dtypes its forward ran in, whatever the caller's autocast
+    // (framework/autocast.h); so do gradient hooks, callbacks and the engine's own sums.
+    AutocastSuspend no_autocast;
     std::vector<std::function<void()>> callbacks;
     struct Scope {  // the pass's callback list is the thread's while it runs, also on throw
       std::vector<std::function<void()>>* previous;

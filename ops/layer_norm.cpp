@@ -9,6 +9,7 @@
 // Statistics are accumulated in double (also for float32), two passes for the variance. The
 // kernels are in layer_norm_kernels.h / .cpp (one copy per instruction set).
 #include "layer_norm.h"
+#include "../framework/autocast.h"
 
 #include <utility>
 #include <vector>
@@ -94,6 +95,7 @@ const OpDef kLayerNormOp{"layer_norm", "layer_norm_backward", "input, weight, bi
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
+  if (auto c = autocast::to_float32(x, weight, bias)) return layer_norm(c[0], normalized_shape, c[1], c[2], eps);
   const char* op = "layer_norm";
   TG_CHECK(x.defined(), op, ": the input is undefined");
   TG_CHECK(is_floating(x.dtype()), op, ": expected a floating input, got ", dtype_name(x.dtype()));

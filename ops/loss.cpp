@@ -11,6 +11,7 @@
 // and for bce the loss itself recomputed in recorded ops (with sp(-x) a recorded op of its own,
 // log1p_exp_neg, smooth and stable at any x) and differentiated by recomputed_backward.
 #include "loss.h"
+#include "../framework/autocast.h"
 
 #include <algorithm>
 #include <cmath>
@@ -263,6 +264,7 @@ const OpDef kBceWithLogitsOp{"binary_cross_entropy_with_logits", "binary_cross_e
 
 namespace {
 Tensor diff_loss_op(const OpDef& op, const Tensor& a, const Tensor& b, Reduction reduction, Kind kind, double beta) {
+  if (auto c = autocast::to_float32(a, b)) return diff_loss_op(op, c[0], c[1], reduction, kind, beta);
   check_binary_operands(a, b, op.name);
   TG_CHECK(beta >= 0, op.name, ": expected beta >= 0, got ", beta);
   if (kind == Kind::SmoothL1 && beta == 0) kind = Kind::L1;  // PyTorch: beta 0 is exactly l1
@@ -291,6 +293,8 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& pos_weight,
                                         Reduction reduction) {
+  if (auto c = autocast::to_float32(input, target, pos_weight))
+    return binary_cross_entropy_with_logits(c[0], c[1], c[2], reduction);
   const char* op = "binary_cross_entropy_with_logits";
   check_binary_operands(input, target, op);
   TG_CHECK(input.shape() == target.shape(), op, ": expected target size ", format_shape(target.shape()),
@@ -342,6 +346,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 
 Tensor sigmoid_focal_loss(const Tensor& inputs, const Tensor& targets, double alpha, double gamma,
                           Reduction reduction) {
+  if (auto c = autocast::to_float32(inputs, targets)) return sigmoid_focal_loss(c[0], c[1], alpha, gamma, reduction);
   // Composed of recorded ops, line for line as torchvision writes it, so that its gradient is
   // exactly theirs (including the (1 - p_t)^gamma factor's own derivative).
   Tensor p = sigmoid(inputs);

@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "../framework/tape.h"
+#include "../framework/autocast.h"
 #include "elementwise.h"
 #include "loss.h"
 #include "reduce.h"
@@ -131,6 +132,7 @@ const OpDef kCrossEntropyOp{"cross_entropy", "cross_entropy_backward", "self", c
                             cross_entropy_samples, true};
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  if (auto c = autocast::to_float32(logits)) return cross_entropy(c[0], target, o);  // framework/autocast.h
   const char* op = "cross_entropy";
   TG_CHECK(logits.defined() && target.defined(), op, ": expected defined logits and target");
   TG_CHECK(is_floating(logits.dtype()), op, ": expected floating logits, got ", dtype_name(logits.dtype()));

@@ -9,6 +9,7 @@
 //   matmul: out = a @ b          da = g @ b^T         db = a^T @ g
 //   linear: y = x W^T + bias     dx = g @ W           dW = g^T @ x      dbias = sum over rows of g
 #include "matmul.h"
+#include "../framework/autocast.h"
 
 #include <algorithm>
 
@@ -224,6 +225,7 @@ const OpDef kMatmulOp{"matmul", "matmul_backward", "self, other", matmul_backwar
 const OpDef kLinearOp{"linear", "linear_backward", "input, weight, bias", linear_backward, linear_samples, true};
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (auto c = autocast::lower(a, b)) return matmul(c[0], c[1]);  // framework/autocast.h
   TG_CHECK(a.defined() && b.defined(), "matmul: expected two defined tensors");
   TG_CHECK(a.dtype() == b.dtype(), "matmul: expected both operands to have the same dtype, got ",
            dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
@@ -249,6 +251,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (auto c = autocast::lower(x, weight, bias)) return linear(c[0], c[1], c[2]);
   TG_CHECK(x.defined() && weight.defined(), "linear: expected defined input and weight");
   TG_CHECK(weight.dim() == 2, "linear: expected weight to have 2 dims (out_features, in_features), got ",
            format_shape(weight.shape()));

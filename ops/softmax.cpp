@@ -3,6 +3,7 @@
 // their output y: softmax's derivative is y (g - <g, y>), log_softmax's is g - e^y sum(g).
 // The kernels are in softmax_kernels.h / .cpp (one copy per instruction set).
 #include "softmax.h"
+#include "../framework/autocast.h"
 
 #include "../framework/tape.h"
 #include "internal/dim_layout.h"
@@ -67,6 +68,7 @@ const OpDef kLogSoftmaxOp{"log_softmax", "log_softmax_backward", "self", log_sof
 
 namespace {
 Tensor softmax_impl(const OpDef& op, const Tensor& x, int64_t dim_in, bool log) {
+  if (auto c = autocast::to_float32(x)) return softmax_impl(op, c[0], dim_in, log);  // framework/autocast.h
   TG_CHECK(x.defined(), op.name, ": the tensor is undefined");
   const int64_t dim = x.dim() == 0 ? 0 : wrap_dim(dim_in, x.dim(), op.name);
   TG_CHECK(x.dim() > 0 || dim_in == 0 || dim_in == -1, op.name, ": dim ", dim_in, " is out of range for a 0-d tensor");

@@ -66,6 +66,10 @@ Matching hungarian_match(const Tensor& logits, const Tensor& boxes, const std::v
 
 DetrLoss detr_loss_with_matching(const Tensor& logits, const Tensor& boxes, const std::vector<Target>& targets,
                                  const Matching& matching, const DetrLossOptions& options) {
+  // Under autocast a loss computes in float32 (framework/autocast.h), the set loss too: its GIoU
+  // of bf16 boxes would keep 8 significant bits.
+  if (auto c = autocast::to_float32(logits, boxes))
+    return detr_loss_with_matching(c[0], c[1], targets, matching, options);
   check_inputs(logits, boxes, targets);
   const int64_t B = logits.size(0), Q = logits.size(1), C = logits.size(2) - 1;
   TG_CHECK(static_cast<int64_t>(matching.size()) == B, "detr_loss: expected a matching per image");

@@ -37,6 +37,8 @@ void validate_options(const TrainOptions& o) {
            o.scenes.max_side, " pixels");
   TG_CHECK(o.model == "tiny" || o.model == "patch" || o.model == "deformable",
            "--model: expected 'deformable', 'patch' or 'tiny', got '", o.model, "'");
+  TG_CHECK(o.precision == "float32" || o.precision == "bf16", "--precision: expected 'float32' or 'bf16', got '",
+           o.precision, "'");
   TG_CHECK(o.model != "deformable" || o.scenes.canvas % 16 == 0,
            "--canvas: the deformable model needs a multiple of 16, got ", o.scenes.canvas);
   TG_CHECK(o.model != "patch" || o.scenes.canvas % 8 == 0, "--canvas: the patch model needs a multiple of 8, got ",
@@ -86,6 +88,10 @@ MeanAP evaluate(Detector& model, const SceneGenerator& val, int64_t count, int64
 }
 
 namespace {
+
+// --precision bf16: on for the scope of the guard this decides (the forward and the loss, the
+// evaluation); float32: a guard that keeps autocast off.
+bool autocast_bf16(const TrainOptions& o) { return o.precision == "bf16"; }
 
 // The path of one of the run's files in `out`.
 std::string out_file(const TrainOptions& o, const char* name) { return (fs::path(o.out) / name).string(); }
@@ -146,7 +152,10 @@ void load_or_protect_checkpoint(const TrainOptions& o, Detector& model, Optimize
 void evaluate_checkpoint(const TrainOptions& o, Detector& model, const SceneGenerator& val, TrainResult& result,
                          std::ostream& log) {
   std::vector<DetectionBox> dets;
-  result.last_eval = evaluate(model, val, o.val_scenes, o.batch_size, &dets);
+  {
+    AutocastGuard autocast(DType::BFloat16, autocast_bf16(o));
+    result.last_eval = evaluate(model, val, o.val_scenes, o.batch_size, &dets);
+  }
   write_val_sheet(o, val, dets);
   char line[160];
   std::snprintf(line, sizeof line, "validation (%lld scenes): mAP@0.5 %.4f, mAP@0.5:0.95 %.4f\n",
@@ -177,8 +186,12 @@ EpochRecord train_epoch(const TrainOptions& o, int epoch, Detector& model, Optim
       dist::all_reduce(count);
       loss_options.num_boxes = std::max(1.0, double(count.item<int64_t>()) / double(world));
     }
-    DetectorOutput out = model.detect(batch.images);
-    DetrLoss loss = detr_loss(out.logits, out.boxes, batch.targets, loss_options);
+    DetrLoss loss;
+    {
+      AutocastGuard autocast(DType::BFloat16, autocast_bf16(o));
+      DetectorOutput out = model.detect(batch.images);
+      loss = detr_loss(out.logits, out.boxes, batch.targets, loss_options);
+    }
     optimizer.zero_grad();
     loss.total.backward();
     if (ddp) wait += ddp->last_wait_seconds();
@@ -216,7 +229,10 @@ void end_epoch(const TrainOptions& o, EpochRecord rec, Detector& model, const Op
   const std::string ckpt = out_file(o, "checkpoint.safetensors");
   const std::string csv = out_file(o, "history.csv");
   std::vector<DetectionBox> dets;
-  result.last_eval = evaluate(model, val, o.val_scenes, o.batch_size, &dets);
+  {
+    AutocastGuard autocast(DType::BFloat16, autocast_bf16(o));
+    result.last_eval = evaluate(model, val, o.val_scenes, o.batch_size, &dets);
+  }
   rec.map50 = result.last_eval.map50;
   rec.map50_95 = result.last_eval.map50_95;
   result.history.push_back(rec);
@@ -267,7 +283,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log_all) {
   log << "model " << model->config() << ", " << model->num_parameters() << " parameters; " << o.train_scenes
       << " training scenes per epoch, " << o.val_scenes << " validation scenes; " << o.threads << " threads";
   if (dist::world_size() > 1) log << " in each of " << dist::world_size() << " processes (MPI)";
-  log << "\n";
+  log << "; precision " << o.precision << "\n";
   if (result.first_epoch > o.epochs)
     log << "nothing to train: the checkpoint is at epoch " << result.first_epoch - 1 << " and --epochs is " << o.epochs
         << " (--epochs is the total, not the number of extra epochs)\n";

@@ -41,6 +41,10 @@ struct TrainOptions {
   bool resume = false;     // continue from out/checkpoint.safetensors
   bool eval_only = false;  // evaluate out/checkpoint.safetensors; write no checkpoint
   std::string model = "deformable";  // "patch" (plain DETR) and "tiny" (an MLP, for tests) too
+  // "float32", or "bf16": the forward and the loss of each step, and the evaluation, under
+  // AutocastGuard(BFloat16) (framework/autocast.h), as a PyTorch user wraps them in
+  // torch.autocast("cpu", dtype=torch.bfloat16); backward and the optimizer step outside it.
+  std::string precision = "float32";
   int64_t train_scenes = 4096;  // per epoch
   int64_t val_scenes = 256;
   int64_t num_queries = 16;

@@ -2,6 +2,7 @@
 // direct and depthwise paths, forward beside backward) are in conv_kernels.cpp and the
 // conv_kernels_*.cpp files its overview lists.
 #include "conv.h"
+#include "../../framework/autocast.h"
 
 #include <algorithm>
 #include <sstream>
@@ -553,6 +554,8 @@ namespace {
 Tensor convolution_impl(const char* op, int dims, const Tensor& input, const Tensor& weight, const Tensor& bias,
                         const IntList& stride, const IntList& padding, const IntList& dilation, bool transposed,
                         const IntList& output_padding, int64_t groups) {
+  if (auto c = autocast::lower(input, weight, bias))  // framework/autocast.h
+    return convolution_impl(op, dims, c[0], c[1], c[2], stride, padding, dilation, transposed, output_padding, groups);
   TG_CHECK(input.defined(), op, ": expected a defined input");
   TG_CHECK(weight.defined(), op, ": expected a defined weight");
   const kernels::ConvParams p = check_geometry(op, dims, input.shape(), weight.shape(), stride, padding, dilation,

@@ -2,6 +2,7 @@
 // maths) are in grid_sample_kernels.cpp, the second-order one in grid_sample_kernels_double_backward.cpp.
 // Double backward (create_graph): see grid_sample_backward_backward_fn.
 #include "grid_sample.h"
+#include "../../framework/autocast.h"
 
 #include <cmath>
 
@@ -341,6 +342,8 @@ GridSampleGrads recorded_backward(const char* op, const Tensor& grad_output, con
 
 Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
                         GridSamplePadding padding, bool align_corners) {
+  if (auto c = autocast::to_float32(input, grid))  // framework/autocast.h
+    return grid_sample_impl(op, c[0], c[1], mode, padding, align_corners);
   check_input_and_grid(op, input, grid);
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
   const int64_t Ho = grid.size(1), Wo = grid.size(2);

@@ -1,6 +1,7 @@
 // Group norm: validation, dtype dispatch and the tape. The kernels are in group_norm_kernels.cpp.
 // Forward saves the input, mean and rstd (not the normalised tensor), and the weight.
 #include "group_norm.h"
+#include "../../framework/autocast.h"
 
 #include <tuple>
 
@@ -165,6 +166,7 @@ GroupNormGrads native_group_norm_backward(const Tensor& grad_out, const Tensor& 
 }
 
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  if (auto c = autocast::to_float32(input, weight, bias)) return group_norm(c[0], num_groups, c[1], c[2], eps);
   TG_CHECK(input.defined(), "group_norm: expected a defined input");
   TG_CHECK(input.dim() >= 2, "group_norm: expected input with at least 2 dims (N, C, *), got ",
            format_shape(input.shape()));

@@ -1,6 +1,7 @@
 // Multi-scale deformable attention: validation, dtype dispatch and the tape. The kernels (and
 // the maths, forward beside backward) are in ms_deform_attn_kernels.cpp.
 #include "ms_deform_attn.h"
+#include "../../framework/autocast.h"
 
 #include <cmath>
 
@@ -164,6 +165,8 @@ const OpDef kMsDeformAttnOp{"ms_deform_attn", "ms_deform_attn_backward",
 
 Tensor ms_deform_attn(const Tensor& value, const Tensor& spatial_shapes, const Tensor& level_start_index,
                       const Tensor& sampling_locations, const Tensor& attention_weights) {
+  if (auto c = autocast::to_float32(value, sampling_locations, attention_weights))  // framework/autocast.h
+    return ms_deform_attn(c[0], spatial_shapes, level_start_index, c[1], c[2]);
   const MsdaSizes s =
       check_inputs("ms_deform_attn", value, spatial_shapes, level_start_index, sampling_locations, attention_weights);
   // 16-bit: the kernel reads the tensors as they are, computes in float32, rounds the output once.

@@ -1,6 +1,7 @@
 // Bilinear upsampling: validation, dtype dispatch and the tape. The kernels are in
 // upsample_kernels.cpp. Backward needs only sizes and scales, so forward saves no tensor.
 #include "upsample.h"
+#include "../../framework/autocast.h"
 
 #include <cmath>
 
@@ -112,6 +113,8 @@ const OpDef kUpsampleBilinear2dBackwardOp{"upsample_bilinear2d_backward", "upsam
 
 Tensor upsample_bilinear2d(const Tensor& input, std::array<int64_t, 2> output_size, bool align_corners,
                            std::optional<double> scales_h, std::optional<double> scales_w) {
+  if (auto c = autocast::to_float32(input))  // framework/autocast.h
+    return upsample_bilinear2d(c[0], output_size, align_corners, scales_h, scales_w);
   const char* op = "upsample_bilinear2d";
   std::array<int64_t, 4> in = checked_input_size(op, input);
   check_output_size(op, output_size);

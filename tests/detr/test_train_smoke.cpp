@@ -78,6 +78,28 @@ TEST(DetrTrainSmoke, LossFallsAndResumeEqualsTheUninterruptedRun) {
   fs::remove_all(first.out);
 }
 
+// --precision bf16: the same loop with the forward and the loss under AutocastGuard(BFloat16).
+// The run trains (the loss falls as the float32 run's does) and stays near the float32 run: the
+// first epoch's mean loss, 8 steps from the same initial weights, within 2% (measured: 0.03%; the loss falls 7.88 -> 7.30, float32 7.88 -> 7.27).
+TEST(DetrTrainSmoke, Bf16PrecisionTrainsLikeFloat32) {
+  std::ostringstream log;
+  TrainOptions f32 = tiny_options(fresh_dir("f32"));
+  f32.epochs = 2;
+  TrainOptions bf16 = tiny_options(fresh_dir("bf16"));
+  bf16.epochs = 2;
+  bf16.precision = "bf16";
+  TrainResult a = run_training(f32, log), b = run_training(bf16, log);
+  ASSERT_EQ(b.history.size(), 2u);
+  EXPECT_NE(log.str().find("precision bf16"), std::string::npos);
+  EXPECT_LT(b.history[1].train_loss, 0.95 * b.history[0].train_loss)
+      << b.history[0].train_loss << " -> " << b.history[1].train_loss;
+  EXPECT_NEAR(b.history[0].train_loss, a.history[0].train_loss, 0.02 * a.history[0].train_loss);
+  std::cout << "smoke loss per epoch, float32: " << a.history[0].train_loss << " " << a.history[1].train_loss
+            << "; bf16: " << b.history[0].train_loss << " " << b.history[1].train_loss << "\n";
+  fs::remove_all(f32.out);
+  fs::remove_all(bf16.out);
+}
+
 TEST(DetrTrainSmoke, BadInputGivesClearErrorsAndKeepsTheCheckpoint) {
   TrainOptions o = tiny_options(fresh_dir("bad"));
   o.epochs = 1;
@@ -103,6 +125,9 @@ TEST(DetrTrainSmoke, BadInputGivesClearErrorsAndKeepsTheCheckpoint) {
   bad = o;
   bad.epochs = 0;
   EXPECT_NE(error_of(bad).find("--epochs"), std::string::npos);
+  bad = o;
+  bad.precision = "fp8";
+  EXPECT_EQ(error_of(bad), "--precision: expected 'float32' or 'bf16', got 'fp8'");
   bad = o;
   bad.resume = bad.eval_only = true;
   EXPECT_NE(error_of(bad).find("--eval-only"), std::string::npos);
