@@ -107,6 +107,8 @@ DistributedDataParallel::DistributedDataParallel(Module& module, DistributedData
     : module_(module), options_(options), state_(std::make_shared<State>()) {
   TG_CHECK(options.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb: expected > 0, got ",
            options.bucket_cap_mb);
+  TG_CHECK(options.first_bucket_mb > 0, "DistributedDataParallel: first_bucket_mb: expected > 0, got ",
+           options.first_bucket_mb);
   State& s = *state_;
   s.shared = state_;
   const StateDict named = module.named_parameters();
@@ -135,14 +137,17 @@ DistributedDataParallel::DistributedDataParallel(Module& module, DistributedData
     }
   }
   sync_buffers();
-  // Buckets: reverse registration order, one dtype each, about bucket_cap_mb each.
-  const int64_t cap = int64_t(options.bucket_cap_mb * 1024 * 1024);
+  // Buckets: reverse registration order, one dtype each, about bucket_cap_mb each (the first at
+  // most first_bucket_mb).
+  const int64_t full_cap = int64_t(options.bucket_cap_mb * 1024 * 1024);
+  const int64_t first_cap = std::min(full_cap, int64_t(options.first_bucket_mb * 1024 * 1024));
   s.bucket_of.assign(s.params.size(), 0);
   s.param_ready.assign(s.params.size(), 0);
   int64_t bytes = 0;
   for (size_t k = s.params.size(); k-- > 0;) {
     const Tensor& p = s.params[k];
     const int64_t size = p.numel() * int64_t(dtype_size(p.dtype()));
+    const int64_t cap = s.buckets.size() <= 1 ? first_cap : full_cap;
     const bool fresh = s.buckets.empty() || bytes + size > cap ||
                        s.params[s.buckets.back().params.front()].dtype() != p.dtype();
     if (fresh) {

@@ -14,7 +14,9 @@
 //   }
 //
 // How: the parameters (in reverse registration order, the order backward tends to finish them)
-// are packed into buckets of about bucket_cap_mb, one dtype each. A post-accumulate hook on each
+// are packed into buckets of about bucket_cap_mb, one dtype each (the first one, whose gradients
+// backward finishes first, of at most first_bucket_mb, as PyTorch does, so that communication
+// starts early even for a model smaller than one bucket). A post-accumulate hook on each
 // parameter counts it ready; a full bucket is copied into one flat buffer and its reduction
 // starts (dist::all_reduce_async, Avg) while backward goes on, buckets always in the same order
 // on every rank. When backward has delivered everything (a queued callback), the remaining
@@ -38,6 +40,7 @@ namespace tg {
 
 struct DistributedDataParallelOptions {
   double bucket_cap_mb = 25;     // PyTorch's default
+  double first_bucket_mb = 1;    // PyTorch's default (dist._DEFAULT_FIRST_BUCKET_BYTES)
   bool broadcast_buffers = true;  // forward() sends rank 0's buffers to every rank first
 };
 

@@ -166,6 +166,11 @@ TEST(DistributedDataParallel, BucketsFollowTheCapAndTheReverseOrder) {
   EXPECT_EQ(one[0].front(), "head.bias");  // the last registered first
   const auto each = DistributedDataParallel(model, tiny).bucket_parameter_names();
   EXPECT_EQ(each.size(), model.named_parameters().size());
+  DistributedDataParallelOptions small_first;
+  small_first.first_bucket_mb = 1e-9;  // PyTorch's 1 MB first bucket, here smaller than any parameter
+  const auto two = DistributedDataParallel(model, small_first).bucket_parameter_names();
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0], (std::vector<std::string>{"head.bias"}));
 }
 
 TEST(DistributedSampler, DisjointShardsCoverEveryIndexDeterministically) {
