@@ -205,13 +205,13 @@ EpochRecord train_epoch(const TrainOptions& o, int epoch, Detector& model, Optim
     bar.update(step + 1, o.batch_size, {{"loss", loss_sum / (step + 1)}});
   }
   bar.finish();
-  if (ddp) {  // how much of the gradient reduction backward hid
+  if (ddp) {  // what the gradient reduction cost beyond backward
     const double blocking = ddp->blocking_reduction_seconds();
     char line[200];
     std::snprintf(line, sizeof line,
-                  "communication: %.2f ms per step waited after backward; %.2f ms to reduce the gradients with nothing "
-                  "to overlap (%.0f%% hidden)\n",
-                  1e3 * wait / steps, 1e3 * blocking, blocking > 0 ? 100 * std::max(0.0, 1 - wait / steps / blocking) : 0.0);
+                  "communication: %.2f ms per step waited after backward (the last reductions, and the slowest "
+                  "process); reducing all gradients alone takes %.2f ms\n",
+                  1e3 * wait / steps, 1e3 * blocking);
     log << line;
   }
   EpochRecord rec;
