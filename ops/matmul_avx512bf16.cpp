@@ -52,6 +52,23 @@ inline uint32_t load_pair(const BFloat16* p) {
   return w;
 }
 
+// One strip of W lines that run along the depth (rows of A, or columns of a transposed B, each
+// stored contiguously from `first`, ld apart; `live` of them real, the rest zeros): for each
+// pair q, the W words (line[2q], line[2q + 1]), an odd depth's last pair completed with zero.
+template <int W>
+void pack_lines_as_pairs(const BFloat16* first, int64_t ld, int live, int64_t kc, uint32_t* dst) {
+  const int64_t kp = (kc + 1) / 2, whole = kc / 2;
+  for (int l = 0; l < W; ++l) {
+    if (l >= live) {
+      for (int64_t q = 0; q < kp; ++q) dst[q * W + l] = 0u;
+      continue;
+    }
+    const BFloat16* src = first + l * ld;
+    for (int64_t q = 0; q < whole; ++q) dst[q * W + l] = load_pair(src + 2 * q);
+    if (kc % 2) dst[whole * W + l] = pair(src[kc - 1].bits, 0);
+  }
+}
+
 struct Bf16Kernel {
   using Src = BFloat16;
   using Acc = float;
@@ -64,7 +81,7 @@ struct Bf16Kernel {
   // MR words (A[i][2q], A[i][2q + 1]) of rows i = i0 + s * MR + r.
   static void pack_a(const BFloat16* A, int64_t lda, bool trans, int64_t i0, int64_t rows, int64_t p0, int64_t kc,
                      uint32_t* dst) {
-    const int64_t kp = depth(kc), whole = kc / 2;
+    const int64_t kp = depth(kc);
     for (int64_t s = 0; s < rows; s += MR, dst += MR * kp) {
       const int live = int(std::min<int64_t>(MR, rows - s));
       if (trans) {  // stored row p holds the rows' values at p: interleave stored rows p, p + 1
@@ -77,15 +94,7 @@ struct Bf16Kernel {
         }
         continue;
       }
-      for (int r = 0; r < MR; ++r) {  // each row's pairs are contiguous words
-        if (r >= live) {
-          for (int64_t q = 0; q < kp; ++q) dst[q * MR + r] = 0u;
-          continue;
-        }
-        const BFloat16* src = A + (i0 + s + r) * lda + p0;
-        for (int64_t q = 0; q < whole; ++q) dst[q * MR + r] = load_pair(src + 2 * q);
-        if (kc % 2) dst[whole * MR + r] = pair(src[kc - 1].bits, 0);
-      }
+      pack_lines_as_pairs<MR>(A + (i0 + s) * lda + p0, lda, live, kc, dst);  // each row's pairs are contiguous
     }
   }
 
@@ -93,7 +102,7 @@ struct Bf16Kernel {
   // the NR words (B[2q][j], B[2q + 1][j]) of columns j = j0 + s * NR + c.
   static void pack_b(const BFloat16* B, int64_t ldb, bool trans, int64_t p0, int64_t kc, int64_t j0, int64_t cols,
                      uint32_t* dst) {
-    const int64_t kp = depth(kc), whole = kc / 2;
+    const int64_t kp = depth(kc);
     if (!trans) {  // stored rows 2q and 2q + 1, interleaved
       // Word c of the two results: lanes c of row 2q (index c) and of row 2q + 1 (32 + c).
       alignas(64) uint16_t idx[2][32];
@@ -122,18 +131,8 @@ struct Bf16Kernel {
       }
       return;
     }
-    for (int64_t s = 0; s < cols; s += NR, dst += NR * kp) {  // column j is a stored row: words
-      const int live = int(std::min<int64_t>(NR, cols - s));
-      for (int c = 0; c < NR; ++c) {
-        if (c >= live) {
-          for (int64_t q = 0; q < kp; ++q) dst[q * NR + c] = 0u;
-          continue;
-        }
-        const BFloat16* src = B + (j0 + s + c) * ldb + p0;
-        for (int64_t q = 0; q < whole; ++q) dst[q * NR + c] = load_pair(src + 2 * q);
-        if (kc % 2) dst[whole * NR + c] = pair(src[kc - 1].bits, 0);
-      }
-    }
+    for (int64_t s = 0; s < cols; s += NR, dst += NR * kp)  // column j is a stored row
+      pack_lines_as_pairs<NR>(B + (j0 + s) * ldb + p0, ldb, int(std::min<int64_t>(NR, cols - s)), kc, dst);
   }
 
   // C tile (rows x cols <= MR x NR, leading dimension ldc) = (add ? C : 0) + packed A strip x
