@@ -124,7 +124,11 @@ void fuzz_conv(Reader& r, tg::DType dt) {
   const tg::IntList stride = r.params(r.flag() ? 1 : dims), padding = r.params(n_pad);
   const tg::IntList dilation = r.params(r.flag() ? 1 : dims), output_padding = r.params(r.flag() ? 1 : dims);
   // Skip valid geometries whose output is merely large (counted in double: no overflow here).
-  double out = static_cast<double>(in[0]) * static_cast<double>(transposed ? w[1] * g : w[0]);
+  // The channel count uses the groups the call gets (a huge one divides an empty C_in), and the
+  // bias gradient is [C_out] whatever the batch: an empty batch does not make 2^31 channels small.
+  const double c_out = transposed ? static_cast<double>(w[1]) * static_cast<double>(groups) : static_cast<double>(w[0]);
+  if (c_out > static_cast<double>(kMaxOutput)) return;
+  double out = static_cast<double>(in[0]) * c_out;
   for (int d = 0; d < dims; ++d) {
     const double s = static_cast<double>(stride.size() == 1 ? stride[0] : stride[d]);
     // This dim's padding, both sides: one value for all dims, one per dim, or (before, after)
