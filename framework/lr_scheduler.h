@@ -108,7 +108,8 @@ class StepLR : public LRScheduler {
 // a cosine, eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2, and (as
 // PyTorch's) back up after T_max, periodically. step() uses PyTorch's recursive get_lr(): each lr
 // is computed from the group's current one, so it is what a PyTorch user sees calling step()
-// every epoch, to the bit; it differs from the closed form above by rounding (a few ulps) and,
+// every epoch, to the bit; it differs from the closed form above by rounding (measured: up to
+// 4.4e-16 absolute over 45 steps of T_max = 10, tens of ulps where the lr nears eta_min) and,
 // like PyTorch's, follows an lr changed from outside. set_last_epoch(e) uses the closed form
 // (PyTorch's _get_closed_form_lr, what step(epoch) gives there).
 class CosineAnnealingLR : public LRScheduler {

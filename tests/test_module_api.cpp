@@ -13,6 +13,7 @@ struct Block : Module {
     norm = add_module("norm", std::make_shared<LayerNorm>(Shape{3}));
   }
   std::string name() const override { return "Block"; }
+  Tensor forward(const Tensor& x) override { return norm->forward(lin->forward(x)); }
   std::shared_ptr<Linear> lin;
   std::shared_ptr<LayerNorm> norm;
 };
