@@ -87,6 +87,14 @@ void run_steps(const GoldenCase& c, Optimizer& opt, std::vector<Tensor>& params,
     for (int i = 0; i < 2; ++i)
       expect_close(params[i], c.tensor("trajectory" + std::to_string(i)).select(0, step), kRtol, kAtol,
                    c.name() + " step " + std::to_string(step) + " param " + std::to_string(i));
+    // Each state buffer after the step ("state.<i>.<key>"), by PyTorch's names.
+    for (auto& [key, file] : c.json["state_steps"].items()) {
+      const size_t i = std::stoul(key.substr(6, 1));
+      const std::string buffer = key.substr(8);
+      ASSERT_TRUE(opt.state(i).count(buffer)) << c.name() << " step " << step << ": no " << key;
+      const Tensor expected = load_npy(tg::testing::data_path("optim/" + file.get<std::string>())).select(0, step);
+      expect_close(opt.state(i).at(buffer), expected, kRtol, kAtol, c.name() + " step " + std::to_string(step) + " " + key);
+    }
   }
 }
 
