@@ -51,6 +51,7 @@
 #include "ops/reduce.h"
 #include "ops/registry.h"
 #include "models/attention.h"
+#include "models/checkpoint.h"
 #include "models/conv.h"
 #include "models/deformable_transformer.h"
 #include "models/distributed_data_parallel.h"

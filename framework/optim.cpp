@@ -6,6 +6,9 @@
 //   Adam:  g += wd*p (Adam only);  p *= 1 - lr*wd (AdamW only)
 //          m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
 //          p -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
+//   RMSprop: g += wd*p;  sq = alpha*sq + (1-alpha)*g*g
+//          avg = sqrt(sq) + eps, centered: ga = alpha*ga + (1-alpha)*g, avg = sqrt(sq - ga*ga) + eps
+//          momentum: buf = momentum*buf + g/avg, p -= lr*buf;  else p -= lr*g/avg
 //
 // 16-bit (bfloat16, float16) parameters: the kernels run in float32 on a float32 copy of the
 // parameter, with the gradient widened to float32 and the state (momentum, moments) in float32,
@@ -15,6 +18,7 @@
 // parameter with the same gradients would.
 #include "optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <type_traits>
@@ -65,6 +69,33 @@ void adam_kernel(T* p, const T* g, T* m, T* v, int64_t n, double lr, double beta
     v[i] = v[i] * b2 + one_b2 * (gi * gi);
     const T denom = std::sqrt(v[i]) / bc2_sqrt + eps_t;
     p[i] = p[i] + (-step_size) * (m[i] / denom);
+  }
+}
+
+// grad_avg (centered) and buf (momentum) are null when unused.
+template <class T>
+void rmsprop_kernel(T* p, const T* g, T* square_avg, T* grad_avg, T* buf, int64_t n, double lr, double alpha,
+                    double eps, double weight_decay, double momentum) {
+  const T a = static_cast<T>(alpha), one_a = static_cast<T>(1 - alpha), eps_t = static_cast<T>(eps),
+          wd = static_cast<T>(weight_decay), mom = static_cast<T>(momentum), neg_lr = static_cast<T>(-lr);
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    const T gi = weight_decay != 0 ? g[i] + wd * p[i] : g[i];
+    square_avg[i] = square_avg[i] * a + one_a * gi * gi;  // addcmul_: self + (value * t1) * t2
+    T avg;
+    if (grad_avg) {
+      grad_avg[i] = grad_avg[i] * a + one_a * gi;
+      avg = std::sqrt(square_avg[i] + T(-1) * grad_avg[i] * grad_avg[i]);
+    } else {
+      avg = std::sqrt(square_avg[i]);
+    }
+    avg = avg + eps_t;
+    if (buf) {
+      buf[i] = buf[i] * mom + gi / avg;
+      p[i] = p[i] + neg_lr * buf[i];
+    } else {
+      p[i] = p[i] + neg_lr * gi / avg;  // addcdiv_: self + (value * t1) / t2
+    }
   }
 }
 
@@ -196,6 +227,13 @@ double Optimizer::get(size_t group, const std::string& key) const {
   for (auto& e : groups_[group].hyper)
     if (e.first == key) return e.second;
   throw Error(name() + ": no hyperparameter \"" + key + "\" in param group " + std::to_string(group));
+}
+
+bool Optimizer::has(size_t group, const std::string& key) const {
+  params(group);
+  for (auto& e : groups_[group].hyper)
+    if (e.first == key) return true;
+  return false;
 }
 
 void Optimizer::set(size_t group, const std::string& key, double value) {
@@ -367,7 +405,55 @@ void Adam::step() {
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions o) : Adam(true) { add_param_group(std::move(params), o); }
 AdamW::AdamW(const StateDict& named, AdamOptions o) : AdamW(values_of(named), o) {}
 
-// ---- clip_grad_norm_ ----
+// ---- RMSprop ----
+
+RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions o) { add_param_group(std::move(params), o); }
+RMSprop::RMSprop(const StateDict& named, RMSpropOptions o) : RMSprop(values_of(named), o) {}
+
+void RMSprop::add_param_group(std::vector<Tensor> params, RMSpropOptions o) {
+  check_nonneg("RMSprop", "learning rate", o.lr);
+  check_nonneg("RMSprop", "epsilon", o.eps);
+  check_nonneg("RMSprop", "momentum", o.momentum);
+  check_nonneg("RMSprop", "weight_decay", o.weight_decay);
+  check_nonneg("RMSprop", "alpha", o.alpha);
+  add_group(std::move(params), {{"lr", o.lr},
+                                {"alpha", o.alpha},
+                                {"eps", o.eps},
+                                {"weight_decay", o.weight_decay},
+                                {"momentum", o.momentum},
+                                {"centered", o.centered ? 1.0 : 0.0},
+                                {"float32_master_weights", o.float32_master_weights ? 1.0 : 0.0}});
+}
+
+void RMSprop::step() {
+  for_each_param_with_grad([](const Group& group, Tensor& p, const Tensor& g, std::map<std::string, Tensor>& st) {
+    Tensor w = update_target(p, st, group.h("float32_master_weights") != 0);
+    const Tensor gw = detail::widen(g);
+    const double momentum = group.h("momentum");
+    const bool centered = group.h("centered") != 0;
+    if (!st.count("step")) st["step"] = scalar_tensor(0.0, DType::Float64);
+    // Buffers start at zero when first needed: a scheduler (OneCycleLR) may turn momentum on later.
+    auto buffer = [&](const char* key) {
+      auto it = st.find(key);
+      if (it == st.end()) it = st.emplace(key, zeros(p.shape(), w.dtype())).first;
+      it->second.bump_version();
+      return it->second;
+    };
+    Tensor square_avg = buffer("square_avg");
+    Tensor grad_avg = centered ? buffer("grad_avg") : Tensor();
+    Tensor buf = momentum > 0 ? buffer("momentum_buffer") : Tensor();
+    st["step"].fill_(st["step"].item() + 1);
+    dispatch_floating(w.dtype(), "RMSprop", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+      rmsprop_kernel<T>(w.data<T>(), gw.data<T>(), square_avg.data<T>(), ptr(grad_avg), ptr(buf), p.numel(),
+                        group.h("lr"), group.h("alpha"), group.h("eps"), group.h("weight_decay"), momentum);
+    });
+    finish_update(p, w);
+  });
+}
+
+// ---- clip_grad_norm_, clip_grad_value_ ----
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
   TG_CHECK(norm_type >= 1 || std::isinf(norm_type), "clip_grad_norm_: norm_type must be >= 1 or inf, got ", norm_type);
@@ -396,6 +482,25 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   NoGradGuard no_grad;
   for (auto& g : grads) g.mul_(clip_coef);
   return total;
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  TG_CHECK(clip_value >= 0, "clip_grad_value_: expected clip_value >= 0, got ", clip_value);
+  for (auto& p : params) {
+    if (!p.defined() || !p.grad().defined()) continue;
+    Tensor g = p.grad();
+    Tensor w = detail::widen(g).contiguous();  // g itself when float32/float64 and contiguous
+    dispatch_floating(w.dtype(), "clip_grad_value_", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T hi = static_cast<T>(clip_value), lo = -hi;
+      T* x = w.data<T>();
+      for (int64_t i = 0, n = w.numel(); i < n; ++i) x[i] = std::min(std::max(x[i], lo), hi);  // NaN stays
+    });
+    if (w.impl() != g.impl())
+      detail::raw_copy_(g, w);
+    else
+      g.bump_version();
+  }
 }
 
 }  // namespace tg

@@ -1,5 +1,5 @@
-// Optimizers: SGD, Adam, AdamW, with PyTorch's exact update formulas (torch.optim, the
-// single-tensor path), and clip_grad_norm_. Updates run under NoGradGuard, in place on the
+// Optimizers: SGD, Adam, AdamW, RMSprop, with PyTorch's exact update formulas (torch.optim, the
+// single-tensor path), and clip_grad_norm_ / clip_grad_value_. Updates run under NoGradGuard, in place on the
 // parameters' storage, and bump their versions (a stale saved tensor is then caught).
 //
 // Parameters are grouped as in PyTorch: each group has its own hyperparameters (a scheduler
@@ -45,6 +45,7 @@ class Optimizer {
   const std::vector<Tensor>& params(size_t group) const;
   std::vector<Tensor> all_params() const;
   double get(size_t group, const std::string& hyper) const;  // throws on an unknown name
+  bool has(size_t group, const std::string& hyper) const;     // whether get would find it
   void set(size_t group, const std::string& hyper, double value);
   double lr(size_t group = 0) const { return get(group, "lr"); }
   void set_lr(double lr);  // every group
@@ -128,11 +129,40 @@ class AdamW : public Adam {
   }
 };
 
+struct RMSpropOptions {
+  double lr = 1e-2;
+  double alpha = 0.99;  // smoothing of the running mean of squared gradients
+  double eps = 1e-8;
+  double weight_decay = 0;  // L2 added to the gradient
+  double momentum = 0;
+  bool centered = false;  // divide by an estimate of the gradient's variance instead
+  bool float32_master_weights = true;  // 16-bit parameters: keep and update a float32 copy
+};
+
+// PyTorch's RMSprop. State per parameter: "step", "square_avg", and "momentum_buffer" when
+// momentum > 0, "grad_avg" when centered (PyTorch's names; step is a 0-d float64 here as for
+// Adam, a Python int in PyTorch 1.13).
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<Tensor> params, RMSpropOptions options = {});
+  RMSprop(const StateDict& named_params, RMSpropOptions options = {});
+  void add_param_group(std::vector<Tensor> params, RMSpropOptions options);
+  std::string name() const override { return "RMSprop"; }
+  void step() override;
+};
+
 // Scales the gradients so that their global norm (the norm of all of them as one vector) is
 // at most max_norm: g *= min(1, max_norm / (total + 1e-6)), PyTorch's formula. Returns the
 // norm before clipping. norm_type: any p >= 1, or INFINITY for the max-abs norm. The norms
 // are accumulated in float64 whatever the gradients' dtype (16-bit gradients included), and a
 // 16-bit gradient is scaled in float32 and rounded once.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
+// Clamps every gradient element into [-clip_value, clip_value] in place (PyTorch's
+// torch.nn.utils.clip_grad_value_); NaN stays NaN. Parameters without a gradient are skipped.
+// A 16-bit gradient is clamped in float32 and rounded once (a clamped element becomes
+// clip_value rounded to its dtype). clip_value must be >= 0 (PyTorch accepts a negative one
+// and then sets every element to -clip_value; that is never what a caller means).
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 }  // namespace tg

@@ -1,6 +1,7 @@
 #include "random.h"
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 namespace tg {
@@ -48,12 +49,36 @@ double Generator::next_normal() {
   return r * std::cos(2.0 * M_PI * u2);
 }
 
+Tensor Generator::get_state() const {
+  std::vector<int64_t> words(kStateSize);
+  std::memcpy(words.data(), s_, sizeof(s_));
+  words[4] = has_spare_normal_ ? 1 : 0;
+  std::memcpy(&words[5], &spare_normal_, sizeof(double));
+  return from_vector(words, {kStateSize});
+}
+
+void Generator::set_state(const Tensor& state) {
+  TG_CHECK(state.defined() && state.dtype() == DType::Int64 && state.shape() == Shape{kStateSize},
+           "Generator.set_state: expected an int64 tensor of shape [", kStateSize, "], got ",
+           state.defined() ? dtype_name(state.dtype()) : "an undefined tensor", " ", describe_shape(state));
+  const std::vector<int64_t> words = state.to_vector<int64_t>();
+  TG_CHECK(words[4] == 0 || words[4] == 1, "Generator.set_state: expected the spare-normal flag (element 4) to be 0 or 1, got ",
+           words[4]);
+  TG_CHECK(words[0] != 0 || words[1] != 0 || words[2] != 0 || words[3] != 0,
+           "Generator.set_state: the four xoshiro words (elements 0 to 3) are all zero, which is not a valid state");
+  std::memcpy(s_, words.data(), sizeof(s_));
+  has_spare_normal_ = words[4] == 1;
+  std::memcpy(&spare_normal_, &words[5], sizeof(double));
+}
+
 Generator& default_generator() {
   static Generator gen(0);
   return gen;
 }
 
 void manual_seed(uint64_t seed) { default_generator().seed_(seed); }
+Tensor get_rng_state() { return default_generator().get_state(); }
+void set_rng_state(const Tensor& state) { default_generator().set_state(state); }
 
 namespace {
 template <class Draw>

@@ -64,20 +64,20 @@ Tensor ConvNd::forward(const Tensor& x) {
   }
 }
 
-Conv1d::Conv1d(int64_t in, int64_t out, const IntList& k, const IntList& s, const IntList& p, const IntList& d,
+Conv1d::Conv1d(int64_t in, int64_t out, const IntOrList& k, const IntOrList& s, const IntOrList& p, const IntOrList& d,
                int64_t g, bool b, DType dtype, Generator* gen)
     : ConvNd("Conv1d", 1, false, in, out, k, s, p, d, {0}, g, b, dtype, gen) {}
 
-Conv2d::Conv2d(int64_t in, int64_t out, const IntList& k, const IntList& s, const IntList& p, const IntList& d,
+Conv2d::Conv2d(int64_t in, int64_t out, const IntOrList& k, const IntOrList& s, const IntOrList& p, const IntOrList& d,
                int64_t g, bool b, DType dtype, Generator* gen)
     : ConvNd("Conv2d", 2, false, in, out, k, s, p, d, {0}, g, b, dtype, gen) {}
 
-Conv3d::Conv3d(int64_t in, int64_t out, const IntList& k, const IntList& s, const IntList& p, const IntList& d,
+Conv3d::Conv3d(int64_t in, int64_t out, const IntOrList& k, const IntOrList& s, const IntOrList& p, const IntOrList& d,
                int64_t g, bool b, DType dtype, Generator* gen)
     : ConvNd("Conv3d", 3, false, in, out, k, s, p, d, {0}, g, b, dtype, gen) {}
 
-ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, const IntList& k, const IntList& s, const IntList& p,
-                                 const IntList& op, int64_t g, bool b, const IntList& d, DType dtype, Generator* gen)
+ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, const IntOrList& k, const IntOrList& s, const IntOrList& p,
+                                 const IntOrList& op, int64_t g, bool b, const IntOrList& d, DType dtype, Generator* gen)
     : ConvNd("ConvTranspose2d", 2, true, in, out, k, s, p, d, op, g, b, dtype, gen) {}
 
 }  // namespace tg

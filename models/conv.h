@@ -8,7 +8,8 @@
 // fan_in = weight.size(1) * prod(k); bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with the same fan_in
 // (for a transposed layer that is out_channels / groups * prod(k), as in PyTorch).
 // Only zero padding (PyTorch's padding_mode="zeros"); padding takes every form tg::convolution
-// takes (one value, one per dim, or (before, after) per dim).
+// takes (one value, one per dim, or (before, after) per dim). Each per-dim argument is one
+// plain integer or a list (IntOrList): Conv2d(3, 8, 3, 1, 1) is Conv2d(3, 8, {3}, {1}, {1}).
 #pragma once
 
 #include "../framework/random.h"
@@ -43,31 +44,31 @@ class ConvNd : public Module {
 
 class Conv1d : public ConvNd {
  public:
-  Conv1d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, const IntList& stride = {1},
-         const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1, bool bias = true,
+  Conv1d(int64_t in_channels, int64_t out_channels, const IntOrList& kernel_size, const IntOrList& stride = 1,
+         const IntOrList& padding = 0, const IntOrList& dilation = 1, int64_t groups = 1, bool bias = true,
          DType dtype = DType::Float32, Generator* gen = nullptr);
 };
 
 class Conv2d : public ConvNd {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, const IntList& stride = {1},
-         const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1, bool bias = true,
+  Conv2d(int64_t in_channels, int64_t out_channels, const IntOrList& kernel_size, const IntOrList& stride = 1,
+         const IntOrList& padding = 0, const IntOrList& dilation = 1, int64_t groups = 1, bool bias = true,
          DType dtype = DType::Float32, Generator* gen = nullptr);
 };
 
 class Conv3d : public ConvNd {
  public:
-  Conv3d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, const IntList& stride = {1},
-         const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1, bool bias = true,
+  Conv3d(int64_t in_channels, int64_t out_channels, const IntOrList& kernel_size, const IntOrList& stride = 1,
+         const IntOrList& padding = 0, const IntOrList& dilation = 1, int64_t groups = 1, bool bias = true,
          DType dtype = DType::Float32, Generator* gen = nullptr);
 };
 
 // PyTorch's argument order: output_padding and groups come before bias and dilation.
 class ConvTranspose2d : public ConvNd {
  public:
-  ConvTranspose2d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, const IntList& stride = {1},
-                  const IntList& padding = {0}, const IntList& output_padding = {0}, int64_t groups = 1,
-                  bool bias = true, const IntList& dilation = {1}, DType dtype = DType::Float32,
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, const IntOrList& kernel_size, const IntOrList& stride = 1,
+                  const IntOrList& padding = 0, const IntOrList& output_padding = 0, int64_t groups = 1,
+                  bool bias = true, const IntOrList& dilation = 1, DType dtype = DType::Float32,
                   Generator* gen = nullptr);
 };
 

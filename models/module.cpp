@@ -99,6 +99,36 @@ LoadStateDictReport Module::load_state_dict(const StateDict& state, bool strict)
   return tg::load_state_dict(state_dict(), state, strict);
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  std::set<const Module*> seen;
+  // An explicit stack, children pushed in reverse so that they come out in registration order.
+  std::vector<std::pair<std::string, Module*>> stack = {{"", this}};
+  while (!stack.empty()) {
+    auto [name, m] = stack.back();
+    stack.pop_back();
+    if (!seen.insert(m).second) continue;
+    out.emplace_back(name, m);
+    for (auto it = m->children_.rbegin(); it != m->children_.rend(); ++it)
+      stack.emplace_back(name.empty() ? it->first : name + "." + it->first, it->second.get());
+  }
+  return out;
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  TG_CHECK(fn != nullptr, name(), ".apply: the function is empty");
+  std::set<const Module*> seen;  // a child registered under two names is visited once (PyTorch's children())
+  for (auto& c : children_)
+    if (seen.insert(c.second.get()).second) c.second->apply(fn);
+  fn(*this);
+  return *this;
+}
+
+Module& Module::requires_grad_(bool requires_grad) {
+  for (auto& p : named_parameters()) p.second.requires_grad_(requires_grad);
+  return *this;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& c : children_) c.second->train(on);

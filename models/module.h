@@ -15,6 +15,8 @@
 // converts them in place (the handle keeps its identity), so both stay in step.
 #pragma once
 
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,6 +27,15 @@
 #include "../framework/tensor.h"
 
 namespace tg {
+
+// A layer's per-dim argument (kernel_size, stride, padding, ...) given as one integer for every
+// dim or as a list, PyTorch's "int or tuple": Conv2d(3, 8, 3, 1, 1) and Conv2d(3, 8, {3, 5}).
+struct IntOrList : IntList {
+  IntOrList() = default;
+  IntOrList(int64_t value) : IntList{value} {}  // NOLINT: implicit on purpose
+  IntOrList(std::initializer_list<int64_t> values) : IntList(values) {}
+  IntOrList(IntList values) : IntList(std::move(values)) {}  // NOLINT
+};
 
 class Module {
  public:
@@ -57,6 +68,17 @@ class Module {
 
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   std::shared_ptr<Module> child(const std::string& name) const;  // throws when absent
+  // This module ("") and every descendant under its dotted name ("encoder", "encoder.0", ...),
+  // depth first in registration order, each module once (under its first name) even when it is
+  // registered in several places: PyTorch's named_modules(). The pointers are owned by the tree.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  // Calls fn on every child's subtree (children first, recursively) and then on this module,
+  // PyTorch's module.apply(fn); returns the module:
+  //   net->apply([](tg::Module& m) { if (auto* l = dynamic_cast<tg::Linear*>(&m)) tg::init::zeros_(l->bias); });
+  Module& apply(const std::function<void(Module&)>& fn);
+  // Sets requires_grad on every parameter (false freezes the module: backward computes no
+  // gradient for them and an optimizer skips them); returns the module.
+  Module& requires_grad_(bool requires_grad = true);
 
   void train(bool on = true);  // recursive
   void eval() { train(false); }

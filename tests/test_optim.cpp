@@ -1,8 +1,11 @@
 // Optimizers against torch.optim trajectories (tools/fixtures/optim.py), their state dicts,
-// clip_grad_norm_ and the schedulers.
+// clip_grad_norm_, clip_grad_value_ and the schedulers (more in test_lr_scheduler.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <memory>
 
 #include "golden.h"
@@ -32,6 +35,16 @@ std::unique_ptr<Optimizer> make_optimizer(const GoldenCase& c, std::vector<Tenso
     s.nesterov = o.value("nesterov", false);
     return std::make_unique<SGD>(params, s);
   }
+  if (kind == "RMSprop") {
+    RMSpropOptions r;
+    r.lr = o.value("lr", r.lr);
+    r.alpha = o.value("alpha", r.alpha);
+    r.eps = o.value("eps", r.eps);
+    r.weight_decay = o.value("weight_decay", r.weight_decay);
+    r.momentum = o.value("momentum", r.momentum);
+    r.centered = o.value("centered", r.centered);
+    return std::make_unique<RMSprop>(params, r);
+  }
   AdamOptions a = kind == "AdamW" ? AdamW::with_default_decay() : AdamOptions{};
   a.lr = o.value("lr", a.lr);
   a.beta1 = o.value("beta1", a.beta1);
@@ -52,6 +65,16 @@ std::vector<Tensor> fresh_params(const GoldenCase& c) {
   return {c.tensor("param0").clone().requires_grad_(), c.tensor("param1").clone().requires_grad_()};
 }
 
+// The largest |ours - PyTorch's| / |PyTorch's| seen by run_steps, per optimizer kind (reported).
+std::map<std::string, double> worst_relative;
+
+void track_worst(const std::string& kind, const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = actual.to(DType::Float64).to_vector<double>();
+  const std::vector<double> e = expected.to(DType::Float64).to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::abs(e[i]) > kAtol) worst_relative[kind] = std::max(worst_relative[kind], std::abs(a[i] - e[i]) / std::abs(e[i]));
+}
+
 // Runs steps [from, to) of the case and checks each against the trajectory.
 void run_steps(const GoldenCase& c, Optimizer& opt, std::vector<Tensor>& params, int from, int to) {
   for (int step = from; step < to; ++step) {
@@ -60,16 +83,25 @@ void run_steps(const GoldenCase& c, Optimizer& opt, std::vector<Tensor>& params,
       if (!skipped(c, step, i)) params[i].set_grad(c.tensor("grads" + std::to_string(i)).select(0, step).clone());
     }
     opt.step();
+    for (int i = 0; i < 2; ++i) track_worst(c.json["kind"], params[i], c.tensor("trajectory" + std::to_string(i)).select(0, step));
     for (int i = 0; i < 2; ++i)
       expect_close(params[i], c.tensor("trajectory" + std::to_string(i)).select(0, step), kRtol, kAtol,
                    c.name() + " step " + std::to_string(step) + " param " + std::to_string(i));
+    // Each state buffer after the step ("state.<i>.<key>"), by PyTorch's names.
+    for (auto& [key, file] : c.json["state_steps"].items()) {
+      const size_t i = std::stoul(key.substr(6, 1));
+      const std::string buffer = key.substr(8);
+      ASSERT_TRUE(opt.state(i).count(buffer)) << c.name() << " step " << step << ": no " << key;
+      const Tensor expected = load_npy(tg::testing::data_path("optim/" + file.get<std::string>())).select(0, step);
+      expect_close(opt.state(i).at(buffer), expected, kRtol, kAtol, c.name() + " step " + std::to_string(step) + " " + key);
+    }
   }
 }
 
 std::vector<GoldenCase> optimizer_cases() {
   std::vector<GoldenCase> out;
   for (auto& c : load_golden_cases("optim"))
-    if (c.json["kind"] != "clip_grad_norm_") out.push_back(c);
+    if (c.json["kind"] != "clip_grad_norm_" && c.json["kind"] != "clip_grad_value_") out.push_back(c);
   return out;
 }
 
@@ -77,7 +109,7 @@ std::vector<GoldenCase> optimizer_cases() {
 
 TEST(Optim, TrajectoriesMatchPyTorch) {
   auto cases = optimizer_cases();
-  ASSERT_EQ(cases.size(), 7u);
+  ASSERT_EQ(cases.size(), 15u);  // 3 SGD, 4 Adam/AdamW, 8 RMSprop (every momentum/centered/decay mix)
   for (auto& c : cases) {
     SCOPED_TRACE(c.name());
     std::vector<Tensor> params = fresh_params(c);
@@ -96,6 +128,8 @@ TEST(Optim, TrajectoriesMatchPyTorch) {
       EXPECT_TRUE(found) << c.name() << ": state dict lacks " << key;
     }
   }
+  for (auto& [kind, worst] : worst_relative)
+    std::printf("[ measured ] %s float64 trajectories vs torch.optim: worst relative error %.3g\n", kind.c_str(), worst);
 }
 
 TEST(Optim, StateDictRoundTripResumesTheTrajectory) {
@@ -114,6 +148,8 @@ TEST(Optim, StateDictRoundTripResumesTheTrajectory) {
       o.momentum = c.json["options"].value("momentum", 0.0) > 0 ? 0.5 : 0.0;  // momentum 0 vs not changes the state layout
       o.nesterov = false;
       fresh = std::make_unique<SGD>(resumed, o);
+    } else if (c.json["kind"] == "RMSprop") {
+      fresh = std::make_unique<RMSprop>(resumed);  // default options: the dict sets them all
     } else if (c.json["kind"] == "AdamW") {
       fresh = std::make_unique<AdamW>(resumed);
     } else {
@@ -199,6 +235,65 @@ TEST(ClipGradNorm, MatchesPyTorch) {
       expect_close(params[i].grad(), c.tensor("clipped" + std::to_string(i)), kRtol, kAtol, c.name());
   }
   EXPECT_EQ(n, 4);
+}
+
+TEST(ClipGradValue, MatchesPyTorch) {
+  int n = 0;
+  for (auto& c : load_golden_cases("optim")) {
+    if (c.json["kind"] != "clip_grad_value_") continue;
+    ++n;
+    SCOPED_TRACE(c.name());
+    std::vector<Tensor> params = {zeros({3, 4}, DType::Float64).requires_grad_(), zeros({5}, DType::Float64).requires_grad_()};
+    for (int i = 0; i < 2; ++i) params[i].set_grad(c.tensor("grad" + std::to_string(i)).clone());
+    clip_grad_value_(params, c.json["clip_value"]);
+    // A clamp moves no value but to the bound: exact.
+    for (int i = 0; i < 2; ++i) expect_close(params[i].grad(), c.tensor("clipped" + std::to_string(i)), 0, 0, c.name());
+  }
+  EXPECT_EQ(n, 2);
+}
+
+TEST(ClipGradValue, SixteenBitNaNAndBadInput) {
+  Tensor p = zeros({4}, DType::BFloat16).requires_grad_();
+  p.set_grad(from_vector(std::vector<float>{-3.0f, 0.25f, NAN, 2.0f}, {4}).to(DType::BFloat16));
+  Tensor none = zeros({2}).requires_grad_();  // no gradient: skipped
+  const uint64_t before = p.grad().version();
+  clip_grad_value_({p, none}, 0.3);
+  std::vector<float> g = p.grad().to(DType::Float32).to_vector<float>();
+  EXPECT_EQ(g[0], static_cast<float>(BFloat16(-0.3f)));  // the bound rounded to bfloat16
+  EXPECT_EQ(g[1], 0.25f);
+  EXPECT_TRUE(std::isnan(g[2]));  // NaN stays NaN, as PyTorch's clamp
+  EXPECT_EQ(g[3], static_cast<float>(BFloat16(0.3f)));
+  EXPECT_EQ(p.grad().dtype(), DType::BFloat16);
+  EXPECT_GT(p.grad().version(), before);
+  EXPECT_FALSE(none.grad().defined());
+  EXPECT_THROW(clip_grad_value_({p}, -1.0), Error);
+  EXPECT_THROW(clip_grad_value_({p}, NAN), Error);
+}
+
+TEST(RMSprop, ValidatesOptionsAndNamesItsState) {
+  Tensor a = zeros({2}, DType::Float64).requires_grad_();
+  for (auto bad : {&RMSpropOptions::lr, &RMSpropOptions::alpha, &RMSpropOptions::eps, &RMSpropOptions::momentum,
+                   &RMSpropOptions::weight_decay}) {
+    RMSpropOptions o;
+    o.*bad = -0.5;
+    EXPECT_THROW(RMSprop({a}, o), Error);
+  }
+  RMSpropOptions o;
+  o.momentum = 0.9;
+  o.centered = true;
+  RMSprop opt({a}, o);
+  a.set_grad(ones({2}, DType::Float64));
+  opt.step();
+  std::vector<std::string> names;
+  for (auto& e : opt.state_dict()) names.push_back(e.first);
+  std::vector<std::string> expected = {"state.0.grad_avg",        "state.0.momentum_buffer",
+                                       "state.0.square_avg",      "state.0.step",
+                                       "param_groups.0.lr",       "param_groups.0.alpha",
+                                       "param_groups.0.eps",      "param_groups.0.weight_decay",
+                                       "param_groups.0.momentum", "param_groups.0.centered",
+                                       "param_groups.0.float32_master_weights"};
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(opt.state(0).at("step").item(), 1.0);
 }
 
 TEST(Schedulers, StepLR) {

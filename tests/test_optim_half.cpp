@@ -122,6 +122,21 @@ TEST(OptimHalf, SgdMomentumAdamAdamWMastersMatchFloat32BitForBit) {
   }
 }
 
+TEST(OptimHalf, RMSpropMastersMatchFloat32BitForBit) {
+  auto rmsprop = [](const Tensor& p, bool) {
+    RMSpropOptions o;
+    o.lr = 1e-3;
+    o.momentum = 0.9;
+    o.centered = true;
+    o.weight_decay = 1e-2;
+    return std::make_unique<RMSprop>(std::vector<Tensor>{p}, o);
+  };
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    expect_master_follows_float32(dt, rmsprop, 60, varying_grad);
+  }
+}
+
 // Adam descending f(p) = sum(c * (p - t)^2) with gradients computed from each run's own
 // parameter: the bfloat16 parameter's gradient is computed from its rounded value and rounded
 // itself, so the runs differ by rounding only. Measured and stated below.
