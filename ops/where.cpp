@@ -94,10 +94,10 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   const char* op = "where";
   TG_CHECK(cond.defined() && a_in.defined() && b_in.defined(), op, ": expected defined condition, self and other");
   const auto [a, b] = promote_operands(a_in, b_in, op);  // self and other of two dtypes meet in one
-  TG_CHECK(is_floating(a.dtype()), op, ": expected floating self and other, got ", dtype_name(a.dtype()));
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), op), b.shape(), op);
   Tensor m = mask_as(cond, a.dtype()).expand(shape);
-  Tensor out = dispatch_all_floating(a.dtype(), op, [&, &a = a, &b = b](auto tag) {
+  // Every dtype: integer self and other (never differentiable) select exactly too.
+  Tensor out = dispatch_all(a.dtype(), [&, &a = a, &b = b](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
     // a where m, else b: two broadcasting passes keep to the shared kernel (exact in 16 bits too:
