@@ -63,12 +63,20 @@ struct ReduceAttrs {
   double scale;  // 1 for sum, 1/R for mean
 };
 
+// The (outer, R) sizes of a reduction over dims: the elements kept, the elements each one sums.
+// From the shape, not numel / R: an empty tensor still has its rows (a sum over a zero-size dim
+// is a row of zeros for every kept element).
+std::pair<int64_t, int64_t> rows_of(const Tensor& x, const std::vector<int64_t>& dims) {
+  int64_t R = 1;
+  for (int64_t d : dims) R *= x.size(d);
+  return {shape_numel(reduced_shape(x.shape(), dims, false)), R};
+}
+
 // An integer sum, as PyTorch's: int64 whatever the integer input (int32 too), wrapping around on
 // overflow (two's complement, no UB: the adds are unsigned), exact otherwise. Rows in order.
 Tensor sum_rows_integer(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   Tensor m = reduced_dims_last(detail::convert(x, DType::Int64), dims);
-  const int64_t outer = x.dim() == 0 ? 1 : (dims.size() == static_cast<size_t>(x.dim()) ? 1 : m.size(0));
-  const int64_t R = x.numel() / std::max<int64_t>(outer, 1);
+  const auto [outer, R] = rows_of(x, dims);
   Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), DType::Int64);
   const int64_t* in = m.data<int64_t>();
   int64_t* o = out.data<int64_t>();
@@ -85,8 +93,7 @@ Tensor sum_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
   if (is_reduced_floating(x.dtype()))
     return round_result(sum_rows(detail::widen(x), dims, keepdim, scale), x.dtype());
   Tensor m = reduced_dims_last(x, dims);
-  const int64_t outer = x.dim() == 0 ? 1 : (dims.size() == static_cast<size_t>(x.dim()) ? 1 : m.size(0));
-  const int64_t R = x.numel() / std::max<int64_t>(outer, 1);
+  const auto [outer, R] = rows_of(x, dims);
   Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), x.dtype());
   dispatch_floating(x.dtype(), "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
