@@ -12,7 +12,8 @@
 #         #include <iostream>
 #         using namespace tg;
 #     and with these names in scope, as the function's parameters (a fragment may use them
-#     without declaring them, and must declare everything else it uses):
+#     without declaring them, or declare its own of the same names: it is compiled in a nested
+#     block; it declares everything else it uses):
 #         tg::Tensor x, y, w, b, v;   // an input, labels, a weight, a bias, a direction
 #         tg::Module& model;
 #         tg::Optimizer& opt;
@@ -70,8 +71,8 @@ function(tapegrad_readme_blocks readme out_dir programs fragments)
         "#include <tapegrad/tapegrad.h>\n#include <iostream>\nusing namespace tg;\n"
         "void readme_block_at_line_${fence_line}([[maybe_unused]] tg::Tensor x, [[maybe_unused]] tg::Tensor y,\n"
         "    [[maybe_unused]] tg::Tensor w, [[maybe_unused]] tg::Tensor b, [[maybe_unused]] tg::Tensor v,\n"
-        "    [[maybe_unused]] tg::Module& model, [[maybe_unused]] tg::Optimizer& opt) {\n"
-        "#line ${first_line} \"README.md\"\n${body}}\n")
+        "    [[maybe_unused]] tg::Module& model, [[maybe_unused]] tg::Optimizer& opt) { {\n"
+        "#line ${first_line} \"README.md\"\n${body}} }\n")
       list(APPEND fragment_files ${file})
     endif()
     _tapegrad_write_if_changed(${file} content)

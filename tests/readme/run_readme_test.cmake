@@ -8,7 +8,9 @@ if(NOT rc EQUAL 0)
   # Compiler diagnostics carry README.md:<line> (the generated files' #line), and make / ninja
   # name the failing file readme_line_<fence line>.cpp.
   string(REGEX MATCHALL "README\\.md:[0-9]+" at "${log}")
-  string(REGEX MATCHALL "readme_line_[0-9]+" files "${log}")
+  # (Only the lines that report a failure: the build log names every block it built.)
+  string(REGEX MATCHALL "[^\n]*(Error|FAILED|error)[^\n]*readme_line_[0-9]+|[^\n]*readme_line_[0-9]+[^\n]*(Error|FAILED|error)" failed "${log}")
+  string(REGEX MATCHALL "readme_line_[0-9]+" files "${failed}")
   string(REGEX MATCHALL "readme_block_at_line_[0-9]+" symbols "${log}")
   list(REMOVE_DUPLICATES at)
   list(REMOVE_DUPLICATES files)
