@@ -72,6 +72,10 @@ TEST(DtypesBehaviour, IntegerArithmeticAndScalars) {
   EXPECT_EQ(rsub(a, 1.0).to_vector<int64_t>(), (std::vector<int64_t>{-6, 8}));
   EXPECT_EQ(neg(a).to_vector<int64_t>(), (std::vector<int64_t>{-7, 7}));
   EXPECT_EQ(where(longs({1, 0}), a, b).to_vector<int64_t>(), (std::vector<int64_t>{7, 2}));
+  // A fractional scalar beside integers compares as a float, as PyTorch's.
+  EXPECT_EQ(eq(longs({0, 1}), 0.5).to_vector<int64_t>(), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(lt(longs({0, 1}), 0.5).to_vector<int64_t>(), (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(eq(longs({0, 1}), 1.0).to_vector<int64_t>(), (std::vector<int64_t>{0, 1}));
   Tensor i32 = from_vector(std::vector<int32_t>{1, 2}, {2});
   EXPECT_EQ(add(i32, i32).dtype(), DType::Int32);
   EXPECT_EQ(add(i32, a).dtype(), DType::Int64);
