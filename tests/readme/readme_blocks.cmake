@@ -17,6 +17,8 @@
 #         tg::Tensor x, y, w, b, v;   // an input, labels, a weight, a bias, a direction
 #         tg::Module& model;
 #         tg::Optimizer& opt;
+#     A fragment may define local classes (a `struct Net : tg::Module`) and lambdas, but no
+#     #include, function, template or namespace-scope declaration: write a whole program then.
 #     The fragments are linked together into one executable (never run), so a README call of a
 #     function that is declared but not defined fails too.
 #   - Errors name the README's lines: each generated file starts its block with
