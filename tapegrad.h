@@ -31,6 +31,7 @@
 #include "framework/tensor.h"
 #include "framework/views.h"
 #include "ops/activation.h"
+#include "ops/binary_math.h"
 #include "ops/conv/conv.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"

@@ -45,7 +45,7 @@ std::string tape_to_text(const Tensor& root) {
     for (size_t k = 0; k < n.edges().size(); ++k) {
       const TensorMeta& m = n.input_meta()[k];
       const Edge& e = n.edges()[k];
-      if (m.shape.empty() && !e.needs_grad()) {
+      if (!m.defined) {  // an absent optional input
         os << " -";
         continue;
       }
@@ -64,6 +64,28 @@ std::string tape_to_text(const Tensor& root) {
   return os.str();
 }
 
+namespace {
+// The name of an op's input k from its OpDef ("input, weight, bias"; "tensors..." names a list:
+// tensors[k]).
+std::string input_name(const OpDef& op, size_t k) {
+  std::vector<std::string> names;
+  std::string word;
+  for (const char* c = op.inputs;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      if (!word.empty()) names.push_back(word);
+      word.clear();
+      if (*c == '\0') break;
+    } else if (*c != ' ') {
+      word += *c;
+    }
+  }
+  if (!names.empty() && names.back().size() > 3 && names.back().compare(names.back().size() - 3, 3, "...") == 0 &&
+      k + 1 >= names.size())
+    return names.back().substr(0, names.back().size() - 3) + "[" + std::to_string(k + 1 - names.size()) + "]";
+  return k < names.size() ? names[k] : "input " + std::to_string(k);
+}
+}  // namespace
+
 std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, std::string>>& names) {
   std::ostringstream os;
   std::map<const TensorImpl*, std::string> leaf_names;
@@ -73,7 +95,8 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
   std::map<const Node*, size_t> index;
   for (size_t i = 0; i < order.size(); ++i) index[order[i]] = i;
 
-  os << "digraph tape {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
+  os << "digraph tape {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
+     << "  edge [fontname=\"Helvetica\", fontsize=9];\n";
   std::map<const TensorImpl*, std::string> leaf_ids;
   for (size_t i = 0; i < order.size(); ++i) {
     const Node& n = *order[i];
@@ -83,8 +106,9 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
     os << "\"];\n";
     for (size_t k = 0; k < n.edges().size(); ++k) {
       const Edge& e = n.edges()[k];
+      const std::string arrow = " -> op" + std::to_string(i) + " [label=\"" + input_name(n.op(), k) + "\"];\n";
       if (e.fn) {
-        os << "  op" << index[e.fn.get()] << " -> op" << i << ";\n";
+        os << "  op" << index[e.fn.get()] << arrow;
       } else if (e.leaf) {
         auto it = leaf_ids.find(e.leaf.get());
         if (it == leaf_ids.end()) {
@@ -96,7 +120,11 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
              << (named != leaf_names.end() ? "#f7e3c4" : "#eeeeee") << "\", label=\"" << label << "\\n"
              << format_shape(e.leaf->shape) << "\"];\n";
         }
-        os << "  " << it->second << " -> op" << i << ";\n";
+        os << "  " << it->second << arrow;
+      } else if (n.input_meta()[k].defined) {  // an input that does not require grad
+        const std::string id = "const" + std::to_string(i) + "_" + std::to_string(k);
+        os << "  " << id << " [shape=box, style=dashed, color=\"#888888\", fontcolor=\"#555555\", label=\"constant\\n"
+           << format_shape(n.input_meta()[k].shape) << "\"];\n  " << id << arrow;
       }
     }
   }
@@ -105,6 +133,12 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
        << index[root.grad_fn().get()] << " -> output;\n";
   os << "}\n";
   return os.str();
+}
+
+std::string tape_to_dot(const Tensor& root, const StateDict& names) {
+  std::vector<std::pair<Tensor, std::string>> by_tensor;
+  for (const auto& [name, t] : names) by_tensor.emplace_back(t, name);
+  return tape_to_dot(root, by_tensor);
 }
 
 }  // namespace tg

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "state_dict.h"
 #include "tensor.h"
 
 namespace tg {
@@ -14,8 +15,12 @@ namespace tg {
 // A '*' marks an input that is a leaf requiring grad (a parameter or an input of interest).
 std::string tape_to_text(const Tensor& root);
 
-// Graphviz DOT: ops as boxes, leaves as ellipses (parameters filled), edges along the data flow.
-// `names` optionally labels leaves: pairs of (tensor, name).
+// Graphviz DOT: ops as boxes, leaves as ellipses (named ones filled), inputs that do not require
+// grad as dashed "constant" boxes, edges along the data flow, each labelled with the argument it
+// feeds (the op's input names in the registry: "self", "other", "weight", ...).
+// `names` optionally labels leaves: pairs of (tensor, name), or a StateDict of (name, tensor) as
+// Module::named_parameters() gives: tape_to_dot(loss, model.named_parameters()).
 std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, std::string>>& names = {});
+std::string tape_to_dot(const Tensor& root, const StateDict& names);
 
 }  // namespace tg

@@ -169,7 +169,7 @@ Recorder::Recorder(const OpDef& op, std::vector<Tensor> inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) continue;
-    node_->input_meta_[i] = {t.shape(), t.dtype()};
+    node_->input_meta_[i] = {t.shape(), t.dtype(), true};
     if (!t.requires_grad()) continue;
     Edge& e = node_->edges_[i];
     if (t.grad_fn()) {

@@ -44,6 +44,7 @@ struct Edge {
 struct TensorMeta {
   Shape shape;
   DType dtype;
+  bool defined = false;  // false for an absent optional input (an undefined bias)
 };
 
 struct SavedTensor {

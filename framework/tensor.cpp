@@ -1,5 +1,6 @@
 #include "tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <limits>
@@ -56,6 +57,13 @@ DType promote_types(DType a, DType b) {
   if (!fa) return DType::Int64;     // int32 with int64
   if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
   return DType::Float32;  // float32 with a 16-bit type, or bfloat16 with float16
+}
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  const bool za = a.dim() == 0, zb = b.dim() == 0;
+  if (za == zb) return promote_types(a.dtype(), b.dtype());
+  const DType dims = za ? b.dtype() : a.dtype(), zero_dim = za ? a.dtype() : b.dtype();
+  return is_floating(zero_dim) && !is_floating(dims) ? zero_dim : dims;
 }
 
 // Checked: a shape that reaches here unchecked (a user's from_vector or normalized_shape) is
@@ -462,27 +470,78 @@ Tensor from_vector(const std::vector<Float16>& v, const Shape& s) { return from_
 
 // ---- printing ----
 
+namespace {
+// The values as PyTorch lays them out: nested brackets, one innermost row a line, a blank line
+// between 2-D blocks (two between 3-D blocks, ...), every element right-aligned to one width.
+// Over 1000 elements, each dim shows its first and last 3 entries around a "...", as PyTorch's
+// summary. Integers print exactly (an int64 beyond 2^53 too); floats with 6 significant digits.
+class ValuePrinter {
+ public:
+  explicit ValuePrinter(const Tensor& t)
+      : shape_(t.shape()), strides_(contiguous_strides(t.shape())), summarise_(t.numel() > 1000) {
+    if (is_floating(t.dtype())) floats_ = t.contiguous().to(DType::Float64);
+    else ints_ = t.contiguous().to(DType::Int64);
+  }
+  std::string print() {
+    if (shape_.empty()) return element(0);
+    if (shape_numel(shape_) == 0) return "[]";
+    block(nullptr, 0, 0);  // measures the width
+    std::ostringstream os;
+    block(&os, 0, 0);
+    return os.str();
+  }
+
+ private:
+  static constexpr int64_t kEdge = 3;
+  std::string element(int64_t i) const {
+    std::ostringstream os;
+    if (floats_.defined()) os << std::setprecision(6) << floats_.data<double>()[i];
+    else os << ints_.data<int64_t>()[i];
+    return os.str();
+  }
+  // os null: measure only.
+  void block(std::ostringstream* os, size_t d, int64_t offset) {
+    const int64_t n = shape_[d];
+    std::vector<int64_t> shown;  // -1: the "..."
+    for (int64_t i = 0; i < n; ++i) {
+      if (summarise_ && n > 2 * kEdge && i == kEdge) {
+        shown.push_back(-1);
+        i = n - kEdge - 1;
+        continue;
+      }
+      shown.push_back(i);
+    }
+    const size_t inner = shape_.size() - d - 1;  // dims below this one
+    const std::string sep = "," + (inner == 0 ? std::string(" ") : std::string(inner, '\n') + std::string(d + 1, ' '));
+    if (os) *os << "[";
+    for (size_t k = 0; k < shown.size(); ++k) {
+      if (os && k) *os << sep;
+      if (shown[k] < 0) {
+        if (os) *os << "...";
+      } else if (inner > 0) {
+        block(os, d + 1, offset + shown[k] * strides_[d]);
+      } else {
+        const std::string e = element(offset + shown[k]);
+        if (os) *os << std::string(width_ - e.size(), ' ') << e;
+        else width_ = std::max(width_, e.size());
+      }
+    }
+    if (os) *os << "]";
+  }
+  Shape shape_, strides_;
+  bool summarise_;
+  Tensor floats_, ints_;
+  size_t width_ = 0;
+};
+}  // namespace
+
 std::string Tensor::to_string() const {
   if (!defined()) return "Tensor(undefined)";
   std::ostringstream os;
   os << "Tensor(shape=" << format_shape(shape()) << ", dtype=" << dtype_name(dtype());
   if (requires_grad()) os << ", requires_grad";
   if (grad_fn()) os << ", grad_fn=" << grad_fn()->op().name;
-  os << ")\n";
-  Tensor c = contiguous().to(DType::Float64);
-  const double* p = c.data<double>();
-  const int64_t n = c.numel();
-  const int64_t row = dim() == 0 ? 1 : std::max<int64_t>(size(-1), 1);
-  const int64_t shown = std::min<int64_t>(n, 64);
-  os << std::setprecision(6);
-  os << "[";
-  for (int64_t i = 0; i < shown; ++i) {
-    if (i && i % row == 0) os << "\n ";
-    else if (i) os << ", ";
-    os << p[i];
-  }
-  if (shown < n) os << ", ... (" << n - shown << " more)";
-  os << "]";
+  os << ")\n" << ValuePrinter(detach()).print();
   return os.str();
 }
 

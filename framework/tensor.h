@@ -159,6 +159,12 @@ Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape);
 Tensor from_vector(const std::vector<BFloat16>& values, const Shape& shape);
 Tensor from_vector(const std::vector<Float16>& values, const Shape& shape);
 
+// The dtype of a binary op's result, as torch.result_type: promote_types of the two dtypes, except
+// that a 0-dim tensor beside a tensor of 1 or more dims only counts when it is of a higher
+// category (floating over integer): float32 [3] with a float64 [] is float32, int64 [3] with a
+// float64 [] is float64.
+DType result_type(const Tensor& a, const Tensor& b);
+
 // Shape helpers shared by ops.
 int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);

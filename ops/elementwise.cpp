@@ -7,11 +7,14 @@
 //   div:  out = a / b         da = g / b        db = -g * a / b^2
 //
 // Operands of two dtypes are promoted first (promote_operands: bfloat16 + float32 -> float32),
-// each through a recorded cast, so each gradient returns in its own input's dtype.
+// each through a recorded cast, so each gradient returns in its own input's dtype. Integer
+// operands (never differentiable) compute exactly in their integer dtype; int / int is float32.
 //
 // With a scalar s: add_scalar (x + s, dx = g), mul_scalar (x * s, dx = g * s) and div_scalar
 // (x / s, dx = g / s); x - s and s - x are add_scalar of x and of -x.
 #include "elementwise.h"
+
+#include <cmath>
 
 #include "../framework/tape.h"
 #include "../framework/inplace.h"
@@ -150,8 +153,20 @@ const OpDef kAddScalarOp{"add_scalar", "add_scalar_backward", "self", add_scalar
 const OpDef kDivScalarOp{"div_scalar", "div_scalar_backward", "self", div_scalar_backward, div_scalar_samples, true};
 
 namespace {
+// Integers (PyTorch's rules): + - * stay in the operands' integer dtype (wrapping on overflow),
+// alpha must be integral; a true division of integers is float32.
+bool is_integer_pair(const Tensor& a, const Tensor& b) { return !is_floating(a.dtype()) && !is_floating(b.dtype()); }
+
+Tensor integer_add(const Tensor& a, const Tensor& b, double alpha, const char* op) {
+  TG_CHECK(alpha == std::trunc(alpha) && std::abs(alpha) < 9.2e18, op,
+           ": alpha must be an integer for integer operands, got ", alpha);
+  const auto k = static_cast<uint64_t>(static_cast<int64_t>(alpha));
+  return integer_binary(a, b, op, [k](auto x, auto y) { return x + static_cast<decltype(y)>(k) * y; });
+}
+
 Tensor add_with_alpha(const OpDef& op, const Tensor& a_in, const Tensor& b_in, double alpha) {
   const auto [a, b] = promote_operands(a_in, b_in, op.name);
+  if (is_integer_pair(a, b)) return integer_add(a, b, alpha, op.name);
   check_binary_operands(a, b, op.name);
   Tensor out = add_values(a, b, alpha);
   if (Recorder rec{op, {a, b}}) {
@@ -167,6 +182,7 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_with_alp
 
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   const auto [a, b] = promote_operands(a_in, b_in, "mul");
+  if (is_integer_pair(a, b)) return integer_binary(a, b, "mul", [](auto x, auto y) { return x * y; });
   check_binary_operands(a, b, "mul");
   Tensor out = mul_values(a, b);
   if (Recorder rec{kMulOp, {a, b}}) {
@@ -179,6 +195,7 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  if (is_integer_pair(a_in, b_in)) return div(a_in.to(DType::Float32), b_in.to(DType::Float32));
   const auto [a, b] = promote_operands(a_in, b_in, "div");
   check_binary_operands(a, b, "div");
   Tensor out = div_values(a, b);
@@ -190,7 +207,17 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+namespace {
+// An integer tensor with a scalar, as PyTorch: an integral scalar keeps the integer dtype, any
+// other makes it float32 (the scalar as a 0-dim tensor; result_type does the rest).
+Tensor scalar_operand(const Tensor& x, double s) {
+  return scalar_tensor(s, s == std::trunc(s) && std::abs(s) < 9.2e18 ? x.dtype() : DType::Float32);
+}
+bool is_integer(const Tensor& x) { return x.defined() && !is_floating(x.dtype()); }
+}  // namespace
+
 Tensor mul(const Tensor& x, double s) {
+  if (is_integer(x)) return mul(x, scalar_operand(x, s));
   Tensor out = pointwise_unary(x, Unary::MulScalar, "mul", {s});
   if (Recorder rec{kMulScalarOp, {x}}) {
     rec.set_attrs(ScalarAttrs{s});
@@ -202,6 +229,7 @@ Tensor mul(const Tensor& x, double s) {
 Tensor neg(const Tensor& x) { return mul(x, -1.0); }
 
 Tensor add(const Tensor& x, double s) {
+  if (is_integer(x)) return add(x, scalar_operand(x, s));
   Tensor out = pointwise_unary(x, Unary::AddScalar, "add", {s});
   if (Recorder rec{kAddScalarOp, {x}}) rec.set_outputs({out});
   return out;
@@ -212,6 +240,7 @@ Tensor rsub(const Tensor& x, double s) { return add(neg(x), s); }
 // A true division, as PyTorch's x / s on the CPU: x * (1 / s) differs from it in the last bit
 // whenever 1 / s is inexact (s = 3, 10, sqrt(d), ...).
 Tensor div(const Tensor& x, double s) {
+  if (is_integer(x)) return div(x.to(DType::Float32), s);
   Tensor out = pointwise_unary(x, Unary::DivScalar, "div", {s});
   if (Recorder rec{kDivScalarOp, {x}}) {
     rec.set_attrs(ScalarAttrs{s});

@@ -3,6 +3,8 @@
 //
 //   sum:   out = sum_r x        dx = g broadcast over the reduced dims
 //   mean:  out = sum_r x / R    dx = g / R broadcast
+// An integer sum (int64 or int32, e.g. of a comparison's 0/1) is int64, as PyTorch's; integer
+// mean is an error, as in PyTorch.
 // The kernels (sum, var, min / max) are in reduce_kernels.h / .cpp (one copy per instruction set).
 #include "reduce.h"
 
@@ -61,13 +63,37 @@ struct ReduceAttrs {
   double scale;  // 1 for sum, 1/R for mean
 };
 
+// The (outer, R) sizes of a reduction over dims: the elements kept, the elements each one sums.
+// From the shape, not numel / R: an empty tensor still has its rows (a sum over a zero-size dim
+// is a row of zeros for every kept element).
+std::pair<int64_t, int64_t> rows_of(const Tensor& x, const std::vector<int64_t>& dims) {
+  int64_t R = 1;
+  for (int64_t d : dims) R *= x.size(d);
+  return {shape_numel(reduced_shape(x.shape(), dims, false)), R};
+}
+
+// An integer sum, as PyTorch's: int64 whatever the integer input (int32 too), wrapping around on
+// overflow (two's complement, no UB: the adds are unsigned), exact otherwise. Rows in order.
+Tensor sum_rows_integer(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor m = reduced_dims_last(detail::convert(x, DType::Int64), dims);
+  const auto [outer, R] = rows_of(x, dims);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), DType::Int64);
+  const int64_t* in = m.data<int64_t>();
+  int64_t* o = out.data<int64_t>();
+  for (int64_t r = 0; r < outer; ++r) {
+    uint64_t acc = 0;
+    for (int64_t i = 0; i < R; ++i) acc += static_cast<uint64_t>(in[r * R + i]);
+    o[r] = static_cast<int64_t>(acc);
+  }
+  return out;
+}
+
 Tensor sum_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, double scale) {
   // 16 bits: summed (in double, as float32 is) from a float32 copy, rounded once.
   if (is_reduced_floating(x.dtype()))
     return round_result(sum_rows(detail::widen(x), dims, keepdim, scale), x.dtype());
   Tensor m = reduced_dims_last(x, dims);
-  const int64_t outer = x.dim() == 0 ? 1 : (dims.size() == static_cast<size_t>(x.dim()) ? 1 : m.size(0));
-  const int64_t R = x.numel() / std::max<int64_t>(outer, 1);
+  const auto [outer, R] = rows_of(x, dims);
   Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), x.dtype());
   dispatch_floating(x.dtype(), "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -88,8 +114,11 @@ std::vector<Tensor> sum_backward(const BackwardContext& ctx, const std::vector<T
 
 Tensor reduce(const OpDef& op, const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim, bool is_mean) {
   TG_CHECK(x.defined(), op.name, ": the tensor is undefined");
-  TG_CHECK(is_floating(x.dtype()), op.name, ": expected a floating tensor, got ", dtype_name(x.dtype()));
+  // mean of integers is an error in PyTorch too ("could not infer output dtype").
+  TG_CHECK(is_floating(x.dtype()) || !is_mean, op.name, ": expected a floating tensor, got ", dtype_name(x.dtype()),
+           " (convert it first: x.to(tg::DType::Float32))");
   std::vector<int64_t> dims = reduction_dims(x, dims_in, op.name);
+  if (!is_floating(x.dtype())) return sum_rows_integer(x, dims, keepdim);  // never requires grad
   int64_t R = 1;
   for (int64_t d : dims) R *= x.size(d);
   double scale = is_mean ? 1.0 / static_cast<double>(R) : 1.0;  // mean of nothing is NaN, as in PyTorch

@@ -149,8 +149,11 @@ ValuesIndices extreme_dim(const OpDef& op, const Tensor& x, int64_t dim_in, bool
 }
 
 Tensor extreme_all(const OpDef& op, const Tensor& x, bool is_max) {
-  check_input(x, op.name);
-  TG_CHECK(x.numel() > 0, op.name, ": expected a non-empty tensor (the reduction has no identity)");
+  const char* name = is_max ? "max" : "min";  // the user's call, not the tape's op name (max_all)
+  check_input(x, name);
+  // PyTorch: "max(): Expected reduction dim to be specified for input.numel() == 0."
+  TG_CHECK(x.numel() > 0, name, ": expected a non-empty tensor, got shape ", format_shape(x.shape()),
+           " (the reduction has no identity; give a dim to reduce over)");
   Tensor flat = x.detach().contiguous().reshape({x.numel()});
   Extremes e = extremes(flat, 0, is_max, true, op.name);
   Tensor value = e.values.reshape({});

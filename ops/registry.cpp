@@ -9,6 +9,7 @@ namespace tg {
 
 // Each family's registration lives beside its kernels.
 void register_elementwise_ops(Registry& r);
+void register_binary_math_ops(Registry& r);
 void register_matmul_ops(Registry& r);
 void register_reduce_ops(Registry& r);
 void register_activation_ops(Registry& r);
@@ -37,6 +38,7 @@ Registry& build_builtin_registry() {
   for (const OpDef* op : view_op_defs()) r.add(*op);
   for (const OpDef* op : inplace_op_defs()) r.add(*op);
   register_elementwise_ops(r);
+  register_binary_math_ops(r);
   register_matmul_ops(r);
   register_reduce_ops(r);
   register_activation_ops(r);

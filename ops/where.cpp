@@ -3,6 +3,8 @@
 // a and b of two dtypes are promoted (promote_operands), and so are a comparison's operands.
 #include "where.h"
 
+#include <cmath>
+
 #include "../framework/inplace.h"
 #include "../framework/tape.h"
 #include "../framework/views.h"
@@ -26,6 +28,12 @@ Tensor compare(const Tensor& a_in, const Tensor& b_in, const char* op, Cmp cmp) 
   });
 }
 Tensor scalar_like(const Tensor& a, double s) { return full({}, s, a.defined() ? a.dtype() : DType::Float32); }
+// A comparison's scalar: in a's dtype, but a fractional one beside integers is float32 (PyTorch
+// promotes them so: an int64 tensor == 0.5 is false everywhere, not a comparison with 0).
+Tensor comparison_scalar(const Tensor& a, double s) {
+  const bool fractional = s != std::trunc(s) || !std::isfinite(s);
+  return a.defined() && !is_floating(a.dtype()) && fractional ? scalar_tensor(s, DType::Float32) : scalar_like(a, s);
+}
 
 // cond as a 0/1 tensor of dtype dt, broadcast to shape.
 Tensor mask_as(const Tensor& cond, DType dt) {
@@ -81,7 +89,7 @@ const OpDef kWhereOp{"where", "where_backward", "self, other", where_backward, w
   Tensor name(const Tensor& a, const Tensor& b) {                                                  \
     return compare(a, b, #name, [](auto x, auto y) { return expr; });                              \
   }                                                                                                \
-  Tensor name(const Tensor& a, double s) { return name(a, scalar_like(a, s)); }
+  Tensor name(const Tensor& a, double s) { return name(a, comparison_scalar(a, s)); }
 TG_COMPARISON(gt, x > y)
 TG_COMPARISON(lt, x < y)
 TG_COMPARISON(ge, x >= y)
@@ -94,10 +102,10 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   const char* op = "where";
   TG_CHECK(cond.defined() && a_in.defined() && b_in.defined(), op, ": expected defined condition, self and other");
   const auto [a, b] = promote_operands(a_in, b_in, op);  // self and other of two dtypes meet in one
-  TG_CHECK(is_floating(a.dtype()), op, ": expected floating self and other, got ", dtype_name(a.dtype()));
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), op), b.shape(), op);
   Tensor m = mask_as(cond, a.dtype()).expand(shape);
-  Tensor out = dispatch_all_floating(a.dtype(), op, [&, &a = a, &b = b](auto tag) {
+  // Every dtype: integer self and other (never differentiable) select exactly too.
+  Tensor out = dispatch_all(a.dtype(), [&, &a = a, &b = b](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
     // a where m, else b: two broadcasting passes keep to the shared kernel (exact in 16 bits too:

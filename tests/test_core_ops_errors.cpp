@@ -52,9 +52,10 @@ TEST(CoreOpsErrors, WrongDtypes) {
   expect_error([&] { tg::mse_loss(x, x.to(DType::Float64)); }, {"mse_loss", "same dtype"});
   expect_error([&] { tg::exp(tg::zeros({2}, DType::Int64)); }, {"exp", "floating", "int64"});
   expect_error([&] { tg::layer_norm(x, {3}, tg::ones({3}, DType::Float64)); }, {"layer_norm", "weight", "float64"});
-  // where promotes two floating dtypes (as PyTorch); integer self and other stay refused.
-  expect_error([&] { tg::where(tg::ones({2, 3}), x.to(DType::Int64), x.to(DType::Int64)); },
-               {"where", "floating", "int64"});
+  // where promotes as PyTorch, and integer self and other select integers
+  // (tests/test_dtypes_golden.cpp); a shape that does not broadcast is still refused.
+  expect_error([&] { tg::where(tg::ones({2, 3}), x.to(DType::Int64), tg::zeros({4}, DType::Int64)); },
+               {"where", "[2, 3]", "[4]"});
 }
 
 TEST(CoreOpsErrors, WrongShapesAndDims) {

@@ -234,9 +234,9 @@ TEST(HalfPromotion, InPlaceOpsKeepSelfsDtype) {
 }
 
 TEST(HalfPromotion, WhatPyTorchRefusesStaysAnError) {
-  // Integer operands of the arithmetic ops stay refused (tapegrad's ops are floating), and a
-  // shape mismatch is still reported after promotion.
-  EXPECT_NE(error_of([] { add(vec({1}, DType::Int64), vec({2}, DType::Int64)); }).find("expected floating operands"),
+  // Integer operands compute in integers (tests/test_dtypes_behaviour.cpp), but a fractional
+  // alpha with them is refused, as PyTorch does; a shape mismatch is still reported after promotion.
+  EXPECT_NE(error_of([] { add(vec({1}, DType::Int64), vec({2}, DType::Int64), 0.5); }).find("alpha must be an integer"),
             std::string::npos);
   EXPECT_NE(error_of([] {
               add(vec({1, 2}, DType::BFloat16), vec({1, 2, 3}, DType::Float32));

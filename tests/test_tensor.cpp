@@ -130,11 +130,12 @@ TEST(Tensor, ShapeErrorsNameTheOpAndBothShapes) {
             "from_vector: got 2 values for shape [3] (3 elements)");
   EXPECT_EQ(error_of([&] { add(zeros({2, 3}), zeros({4})); }),
             "add: the shapes [2, 3] and [4] cannot be broadcast together (dim 1: 3 vs 4)");
-  // Two floating dtypes are promoted as PyTorch does (tests/test_half_core_ops.cpp); two integer
-  // operands are refused.
+  // Two dtypes are promoted as PyTorch does (tests/test_half_core_ops.cpp, test_dtypes_golden.cpp);
+  // integer operands compute in integers, but alpha must then be an integer, as in PyTorch.
   EXPECT_EQ(add(zeros({2}), zeros({2}, DType::Float64)).dtype(), DType::Float64);
-  EXPECT_EQ(error_of([&] { add(zeros({2}, DType::Int64), zeros({2}, DType::Int64)); }),
-            "add: expected floating operands, got int64");
+  EXPECT_EQ(add(zeros({2}, DType::Int64), zeros({2}, DType::Int64)).dtype(), DType::Int64);
+  EXPECT_EQ(error_of([&] { add(zeros({2}, DType::Int64), zeros({2}, DType::Int64), 0.5); }),
+            "add: alpha must be an integer for integer operands, got 0.5");
 }
 
 TEST(Tensor, PrintingShowsShapeDtypeAndValues) {
@@ -142,7 +143,7 @@ TEST(Tensor, PrintingShowsShapeDtypeAndValues) {
   std::string s = x.to_string();
   EXPECT_NE(s.find("shape=[2, 2]"), std::string::npos) << s;
   EXPECT_NE(s.find("dtype=float64"), std::string::npos) << s;
-  EXPECT_NE(s.find("1.5, -2"), std::string::npos) << s;
+  EXPECT_NE(s.find("[[1.5,  -2],\n [  3,   4]]"), std::string::npos) << s;
   x.requires_grad_();
   Tensor y = mul(x, 2.0);
   EXPECT_NE(y.to_string().find("grad_fn=mul_scalar"), std::string::npos);

@@ -14,10 +14,6 @@ void check_boxes(const Tensor& b, const char* op, const char* arg) {
 
 Tensor coord(const Tensor& b, int64_t i) { return b.select(-1, i); }
 
-// Elementwise max / min through where: the gradient goes to the chosen side (ties: a).
-Tensor maximum(const Tensor& a, const Tensor& b) { return where(ge(a, b), a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return where(le(a, b), a, b); }
-
 struct InterUnion {
   Tensor inter, uni;
 };

@@ -2,6 +2,8 @@
 // tensors of any strides, in parallel for large outputs. Ops include this; users do not.
 #pragma once
 
+#include <type_traits>
+
 #include "../../framework/strided_loop.h"
 #include "../../framework/tensor.h"
 
@@ -63,8 +65,9 @@ Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f_math) {
   return out;
 }
 
-// PyTorch's type promotion for the elementwise binary ops: both operands in promote_types(a, b)
-// (bfloat16 + float32 -> float32, int64 + float32 -> float32, bfloat16 + float16 -> float32).
+// PyTorch's type promotion for the elementwise binary ops: both operands in result_type(a, b)
+// (bfloat16 + float32 -> float32, int64 + float32 -> float32, bfloat16 + float16 -> float32,
+// int32 + int64 -> int64; a 0-dim operand only by category: float32 [3] + float64 [] is float32).
 // The cast is a recorded `to`, an entry of its own on the tape whose backward casts the gradient
 // back, so each input's gradient arrives in that input's dtype. Operands of one dtype pass
 // through untouched (no copy, no entry). `recorded` false casts without recording, for ops whose
@@ -75,9 +78,25 @@ struct PromotedOperands {
 inline PromotedOperands promote_operands(const Tensor& a, const Tensor& b, const char* op, bool recorded = true) {
   TG_CHECK(a.defined() && b.defined(), op, ": expected two defined tensors");
   if (a.dtype() == b.dtype()) return {a, b};
-  const DType t = promote_types(a.dtype(), b.dtype());
+  const DType t = result_type(a, b);
   if (!recorded) return {detail::convert(a, t), detail::convert(b, t)};
   return {a.to(t), b.to(t)};
+}
+
+// Integer operands (which never require grad): f on their values as unsigned integers, so that
+// an overflow wraps around as PyTorch's does (two's complement) instead of being undefined
+// behaviour; the result in their (common) integer dtype.
+template <class F>
+Tensor integer_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
+  auto run = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using U = std::make_unsigned_t<T>;
+    return map_binary<T>(a.detach(), b.detach(), op,
+                         [f](T x, T y) { return static_cast<T>(f(static_cast<U>(x), static_cast<U>(y))); });
+  };
+  TG_CHECK(a.dtype() == b.dtype() && !is_floating(a.dtype()), op, ": expected two integer operands of one dtype");
+  if (a.dtype() == DType::Int32) return run(TypeTag<int32_t>{});
+  return run(TypeTag<int64_t>{});
 }
 
 // Validation shared by binary ops: both defined, same floating dtype.

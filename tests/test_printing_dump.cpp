@@ -1,0 +1,123 @@
+// What a user reads (issue 25): tensors printed as PyTorch lays them out, the tape as DOT with
+// every input and argument names, and the registry table's columns sized to their content.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace tg {
+namespace {
+
+// The values part of to_string (after the "Tensor(shape=..., dtype=...)" line).
+std::string values_of(const Tensor& t) {
+  const std::string s = t.to_string();
+  return s.substr(s.find('\n') + 1);
+}
+
+TEST(Printing, ThreeDimsSeparateTheirBlocksAsPyTorch) {
+  Tensor x = arange(0, 24).reshape({2, 3, 4});
+  EXPECT_EQ(x.to_string(),
+            "Tensor(shape=[2, 3, 4], dtype=int64)\n"
+            "[[[ 0,  1,  2,  3],\n"
+            "  [ 4,  5,  6,  7],\n"
+            "  [ 8,  9, 10, 11]],\n"
+            "\n"
+            " [[12, 13, 14, 15],\n"
+            "  [16, 17, 18, 19],\n"
+            "  [20, 21, 22, 23]]]");
+  // Four dims: two blank lines between 3-D blocks, one between 2-D blocks.
+  EXPECT_EQ(values_of(arange(0, 8).reshape({2, 2, 1, 2})),
+            "[[[[0, 1]],\n"
+            "\n"
+            "  [[2, 3]]],\n"
+            "\n"
+            "\n"
+            " [[[4, 5]],\n"
+            "\n"
+            "  [[6, 7]]]]");
+}
+
+TEST(Printing, FloatsScalarsEmptyAndLongTensors) {
+  EXPECT_EQ(values_of(from_vector(std::vector<double>{1.5, -2, 0.125, 1e-7}, {4})), "[  1.5,    -2, 0.125, 1e-07]");
+  EXPECT_EQ(values_of(scalar_tensor(2.5)), "2.5");
+  EXPECT_EQ(values_of(zeros({0, 3})), "[]");
+  // A transposed view prints its logical order.
+  EXPECT_EQ(values_of(arange(0, 6).reshape({2, 3}).transpose(0, 1)), "[[0, 3],\n [1, 4],\n [2, 5]]");
+  // int64 beyond 2^53 prints exactly.
+  EXPECT_EQ(values_of(from_vector(std::vector<int64_t>{(int64_t{1} << 60) + 1}, {1})), "[1152921504606846977]");
+  // Over 1000 elements: the first and last 3 of each dim, as PyTorch's summary.
+  EXPECT_EQ(values_of(arange(0, 2000)), "[   0,    1,    2, ..., 1997, 1998, 1999]");
+  EXPECT_EQ(values_of(arange(0, 1010).reshape({101, 10})).substr(0, 95),
+            "[[   0,    1,    2, ...,    7,    8,    9],\n"
+            " [  10,   11,   12, ...,   17,   18,   19],\n"
+            " [  20,");
+  EXPECT_NE(values_of(arange(0, 1010).reshape({101, 10})).find("],\n ...,\n [ 980,"), std::string::npos);
+}
+
+TEST(TapeDot, DrawsConstantInputsAndNamesEachEdgesArgument) {
+  Tensor x = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});  // does not require grad
+  Tensor w = zeros({4, 3}).requires_grad_();
+  Tensor y = mul(linear(x, w), 2.0);
+  EXPECT_EQ(tape_to_dot(y, {{w, "fc.weight"}}),
+            "digraph tape {\n"
+            "  rankdir=TB;\n"
+            "  node [fontname=\"Helvetica\", fontsize=10];\n"
+            "  edge [fontname=\"Helvetica\", fontsize=9];\n"
+            "  op0 [shape=box, style=\"rounded,filled\", fillcolor=\"#dde8f7\", label=\"#0 linear\\n[2, 4]\"];\n"
+            "  const0_0 [shape=box, style=dashed, color=\"#888888\", fontcolor=\"#555555\", label=\"constant\\n[2, 3]\"];\n"
+            "  const0_0 -> op0 [label=\"input\"];\n"
+            "  leaf0 [shape=ellipse, style=filled, fillcolor=\"#f7e3c4\", label=\"fc.weight\\n[4, 3]\"];\n"
+            "  leaf0 -> op0 [label=\"weight\"];\n"
+            "  op1 [shape=box, style=\"rounded,filled\", fillcolor=\"#dde8f7\", label=\"#1 mul_scalar\\n[2, 4]\"];\n"
+            "  op0 -> op1 [label=\"self\"];\n"
+            "  output [shape=doublecircle, label=\"out\\n[2, 4]\"];\n"
+            "  op1 -> output;\n"
+            "}\n");
+}
+
+TEST(TapeDot, TakesNamedParametersAsTheyComeFromAModule) {
+  Linear fc(3, 2);
+  Tensor x = ones({5, 3});
+  Tensor loss = mean(fc.forward(x));
+  const std::string dot = tape_to_dot(loss, fc.named_parameters());
+  EXPECT_NE(dot.find("label=\"weight\\n[2, 3]\"];\n  leaf0 -> op0 [label=\"weight\"]"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"bias\\n[2]\"];\n  leaf1 -> op0 [label=\"bias\"]"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("const0_0 -> op0 [label=\"input\"]"), std::string::npos) << dot;
+  // A two-input op whose second input is a constant shows both.
+  Tensor a = ones({2}).requires_grad_();
+  const std::string two = tape_to_dot(add(a, ones({2})));
+  EXPECT_NE(two.find("leaf0 -> op0 [label=\"self\"]"), std::string::npos) << two;
+  EXPECT_NE(two.find("const0_1 -> op0 [label=\"other\"]"), std::string::npos) << two;
+  // A list input (cat's "tensors...") names each element.
+  const std::string list = tape_to_dot(cat({a, ones({2})}, 0));
+  EXPECT_NE(list.find("leaf0 -> op0 [label=\"tensors[0]\"]"), std::string::npos) << list;
+  EXPECT_NE(list.find("const0_1 -> op0 [label=\"tensors[1]\"]"), std::string::npos) << list;
+}
+
+TEST(TapeText, MarksAbsentInputsOnlyAndShowsConstants) {
+  Tensor w = zeros({2, 3}).requires_grad_();
+  Tensor y = linear(scalar_tensor(1).expand({4, 3}).contiguous(), w);
+  EXPECT_EQ(tape_to_text(y), "#0 linear  in: [4, 3] [2, 3]* -  -> out: [4, 2]  saved: [4, 3]\n");
+}
+
+std::vector<SampleCase> no_samples() { return {}; }
+std::vector<Tensor> no_backward(const BackwardContext&, const std::vector<Tensor>& g) { return g; }
+
+TEST(RegistryTable, ColumnsAreAsWideAsTheirLongestEntry) {
+  static const OpDef kShort{"abs", "abs_backward", "self", no_backward, no_samples};
+  static const OpDef kLong{"a_rather_long_forward_name_for_an_op", "a_rather_long_forward_name_for_an_op_backward",
+                           "input, weight, bias, offsets, mask, a_long_input_name", no_backward, no_samples, true};
+  Registry r;
+  r.add(kShort);
+  r.add(kLong);
+  const std::string t = r.table();
+  EXPECT_EQ(t,
+            "forward                               backward                                       "
+            "differentiable inputs                                  samples  twice\n"
+            "a_rather_long_forward_name_for_an_op  a_rather_long_forward_name_for_an_op_backward  "
+            "input, weight, bias, offsets, mask, a_long_input_name  0        yes\n"
+            "abs                                   abs_backward                                   "
+            "self                                                   0        -\n");
+}
+
+}  // namespace
+}  // namespace tg
