@@ -12,34 +12,6 @@
 
 namespace tg::data {
 
-std::vector<Tensor> default_collate(const std::vector<std::vector<Tensor>>& samples) {
-  TG_CHECK(!samples.empty(), "default_collate: expected at least one sample, got none");
-  const std::vector<Tensor>& first = samples[0];
-  for (size_t s = 1; s < samples.size(); ++s)
-    TG_CHECK(samples[s].size() == first.size(), "default_collate: sample ", s, " of the batch has ",
-             samples[s].size(), " fields but sample 0 has ", first.size());
-  std::vector<Tensor> batch;
-  batch.reserve(first.size());
-  for (size_t k = 0; k < first.size(); ++k) {
-    const Tensor& f = first[k];
-    TG_CHECK(f.defined(), "default_collate: field ", k, " of sample 0 is undefined");
-    Shape shape = f.shape();
-    shape.insert(shape.begin(), static_cast<int64_t>(samples.size()));
-    Tensor out = Tensor::empty(shape, f.dtype());
-    for (size_t s = 0; s < samples.size(); ++s) {
-      const Tensor& t = samples[s][k];
-      TG_CHECK(t.defined(), "default_collate: field ", k, " of sample ", s, " is undefined");
-      TG_CHECK(t.shape() == f.shape() && t.dtype() == f.dtype(), "default_collate: field ", k, " of sample ", s,
-               " of the batch is ", dtype_name(t.dtype()), " ", format_shape(t.shape()), " but in sample 0 it is ",
-               dtype_name(f.dtype()), " ", format_shape(f.shape()), "; expected the same shape and dtype to stack");
-      Tensor row = out.select(0, static_cast<int64_t>(s));
-      detail::copy_into_new(row, t, "default_collate");  // the same dtype: an exact copy
-    }
-    batch.push_back(std::move(out));
-  }
-  return batch;
-}
-
 DataLoaderOptions& DataLoaderOptions::batch_size(int64_t n) {
   TG_CHECK(n >= 1, "DataLoaderOptions::batch_size: expected >= 1, got ", n);
   batch_size_ = n;
@@ -85,10 +57,12 @@ struct DataLoader::Pass {
   std::vector<Tensor> build(int64_t b) const {
     NoGradGuard no_grad;
     const int64_t begin = b * batch_size, end = std::min<int64_t>(begin + batch_size, order.size());
+    const std::vector<int64_t> indices(order.begin() + begin, order.begin() + end);
+    if (!collate) return dataset->get_batch(indices);
     std::vector<std::vector<Tensor>> samples;
-    samples.reserve(static_cast<size_t>(end - begin));
-    for (int64_t i = begin; i < end; ++i) samples.push_back(dataset->get(order[static_cast<size_t>(i)]));
-    return collate ? collate(samples) : default_collate(samples);
+    samples.reserve(indices.size());
+    for (int64_t i : indices) samples.push_back(dataset->get(i));
+    return collate(samples);
   }
 
   void run() {

@@ -18,8 +18,10 @@
 //
 // Batches. Batch b holds the samples order[b * batch_size, ...), batch_size of them (the last
 // may be smaller, or is dropped with drop_last); the collate turns that list of samples into
-// the batch. The default, default_collate, stacks each field along a new dim 0: samples of
-// {image [1, 28, 28], label []} give {[B, 1, 28, 28], [B]}.
+// the batch. The default, default_collate (data/collate.h), stacks each field along a new dim 0:
+// samples of {image [1, 28, 28], label []} give {[B, 1, 28, 28], [B]}. Without a collate of its
+// own the loader asks the dataset for the whole batch (Dataset::get_batch), which a
+// TensorDataset gathers row by row without a tensor per sample.
 //
 // Prefetch. With prefetch(depth) (the default: 2), a thread of the loader builds the next
 // batches, up to `depth` ahead, while the caller's step runs; prefetch(false) builds each batch
@@ -38,18 +40,11 @@
 #include <vector>
 
 #include "../framework/tensor.h"
+#include "collate.h"
 #include "dataset.h"
 #include "sampler.h"
 
 namespace tg::data {
-
-// Turns the samples of one batch into the batch.
-using Collate = std::function<std::vector<Tensor>(const std::vector<std::vector<Tensor>>& samples)>;
-
-// Field k of the batch is field k of every sample stacked along a new dim 0 (copied, contiguous,
-// the samples' dtype). Every sample must have the same number of fields, and field k the same
-// shape and dtype in every sample; a mismatch is a tg::Error naming the field and both shapes.
-std::vector<Tensor> default_collate(const std::vector<std::vector<Tensor>>& samples);
 
 class DataLoaderOptions {
  public:

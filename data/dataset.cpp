@@ -1,14 +1,23 @@
 #include "dataset.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "../framework/check.h"
+#include "../framework/storage.h"
 
 namespace tg::data {
 
 void check_sample_index(const char* fn, int64_t i, int64_t size) {
   TG_CHECK(i >= 0 && i < size, fn, ": index ", i, " is out of range for a dataset of ", size, " samples");
+}
+
+std::vector<Tensor> Dataset::get_batch(const std::vector<int64_t>& indices) const {
+  std::vector<std::vector<Tensor>> samples;
+  samples.reserve(indices.size());
+  for (int64_t i : indices) samples.push_back(get(i));
+  return default_collate(samples);
 }
 
 TensorDataset::TensorDataset(std::vector<Tensor> tensors) : tensors_(std::move(tensors)) {
@@ -32,6 +41,34 @@ std::vector<Tensor> TensorDataset::get(int64_t i) const {
   return sample;
 }
 
+std::vector<Tensor> TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+  TG_CHECK(!indices.empty(), "TensorDataset::get_batch: expected at least one index, got none");
+  for (int64_t i : indices) check_sample_index("TensorDataset::get_batch", i, size_);
+  const int64_t b = static_cast<int64_t>(indices.size());
+  std::vector<Tensor> batch;
+  batch.reserve(tensors_.size());
+  for (const Tensor& t : tensors_) {
+    Shape shape = t.shape();
+    shape[0] = b;
+    Tensor out = Tensor::empty(shape, t.dtype());
+    if (t.is_contiguous() && out.numel() > 0) {  // whole rows of bytes: what default_collate's element copy gives
+      const size_t row = static_cast<size_t>(out.numel() / std::max<int64_t>(b, 1)) * dtype_size(t.dtype());
+      const char* src = static_cast<const char*>(t.impl()->storage->data()) + t.offset() * dtype_size(t.dtype());
+      char* dst = static_cast<char*>(out.impl()->storage->data());
+      for (int64_t j = 0; j < b; ++j)
+        std::memcpy(dst + static_cast<size_t>(j) * row, src + static_cast<size_t>(indices[static_cast<size_t>(j)]) * row,
+                    row);
+    } else {
+      for (int64_t j = 0; j < b; ++j) {
+        Tensor dst_row = out.select(0, j);
+        detail::copy_into_new(dst_row, t.select(0, indices[static_cast<size_t>(j)]), "TensorDataset::get_batch");
+      }
+    }
+    batch.push_back(std::move(out));
+  }
+  return batch;
+}
+
 Subset::Subset(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices)
     : dataset_(std::move(dataset)), indices_(std::move(indices)) {
   TG_CHECK(dataset_ != nullptr, "Subset: dataset is null");
@@ -44,6 +81,16 @@ Subset::Subset(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indi
 std::vector<Tensor> Subset::get(int64_t i) const {
   check_sample_index("Subset::get", i, size());
   return dataset_->get(indices_[static_cast<size_t>(i)]);
+}
+
+std::vector<Tensor> Subset::get_batch(const std::vector<int64_t>& indices) const {
+  std::vector<int64_t> mapped;
+  mapped.reserve(indices.size());
+  for (int64_t i : indices) {
+    check_sample_index("Subset::get_batch", i, size());
+    mapped.push_back(indices_[static_cast<size_t>(i)]);
+  }
+  return dataset_->get_batch(mapped);
 }
 
 std::shared_ptr<Dataset> first_samples(std::shared_ptr<const Dataset> dataset, int64_t n) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../framework/tensor.h"
+#include "collate.h"
 
 namespace tg::data {
 
@@ -22,6 +23,10 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   virtual std::vector<Tensor> get(int64_t i) const = 0;  // sample i, for 0 <= i < size()
+  // The samples `indices` as one batch: default_collate of their get(i), which is what a
+  // DataLoader without a collate of its own asks for. A dataset that can gather a batch faster
+  // overrides it, and must give the same tensors, bit for bit.
+  virtual std::vector<Tensor> get_batch(const std::vector<int64_t>& indices) const;
 };
 
 // Tensors that share their first dim N: sample i is row i of each (a view of it, sharing
@@ -32,6 +37,8 @@ class TensorDataset : public Dataset {
   explicit TensorDataset(std::vector<Tensor> tensors);
   int64_t size() const override { return size_; }
   std::vector<Tensor> get(int64_t i) const override;
+  // Each tensor's rows `indices`, copied straight into the batch (no tensor per sample).
+  std::vector<Tensor> get_batch(const std::vector<int64_t>& indices) const override;
   const std::vector<Tensor>& tensors() const { return tensors_; }
 
  private:
@@ -46,6 +53,7 @@ class Subset : public Dataset {
   Subset(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices);
   int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
   std::vector<Tensor> get(int64_t i) const override;
+  std::vector<Tensor> get_batch(const std::vector<int64_t>& indices) const override;  // the dataset's
 
  private:
   std::shared_ptr<const Dataset> dataset_;

@@ -61,6 +61,29 @@ TEST(TensorDataset, ErrorsNameTheTensorAndSizes) {
   expect_error_with([] { numbered(4).get(-1); }, {"TensorDataset::get", "index -1"});
 }
 
+TEST(TensorDataset, GetBatchIsTheDefaultCollateOfItsSamples) {
+  // A contiguous float32 tensor, a transposed (non-contiguous) float64 one, int64 labels, a
+  // bfloat16 one and one with an empty row: the gathered batch equals stacking get(i), bit for bit.
+  Tensor x = randn({6, 2, 3});
+  Tensor t = randn({4, 6}, DType::Float64).transpose(0, 1);
+  Tensor y = from_vector(std::vector<int64_t>{5, 4, 3, 2, 1, 0}, {6});
+  Tensor h = randn({6, 5}).to(DType::BFloat16);
+  data::TensorDataset ds({x, t, y, h, zeros({6, 0})});
+  const std::vector<int64_t> indices = {4, 0, 4, 5};
+  std::vector<std::vector<Tensor>> samples;
+  for (int64_t i : indices) samples.push_back(ds.get(i));
+  const std::vector<Tensor> stacked = data::default_collate(samples), gathered = ds.get_batch(indices);
+  ASSERT_EQ(gathered.size(), 5u);
+  for (size_t k = 0; k < 5; ++k) expect_identical(gathered[k], stacked[k], "field " + std::to_string(k));
+  EXPECT_EQ(gathered[1].shape(), (Shape{4, 4}));
+  EXPECT_EQ(gathered[2].to_vector<int64_t>(), (std::vector<int64_t>{1, 5, 1, 0}));
+  expect_error_with([&] { ds.get_batch({1, 6}); }, {"TensorDataset::get_batch", "index 6", "6 samples"});
+  expect_error_with([&] { ds.get_batch({}); }, {"TensorDataset::get_batch", "at least one"});
+  // A Subset forwards to its dataset's gather.
+  data::Subset sub(std::make_shared<data::TensorDataset>(ds), {5, 4, 0});
+  expect_identical(sub.get_batch({2, 0})[0], ds.get_batch({0, 5})[0], "subset");
+}
+
 TEST(DataLoader, BatchCountsWithAndWithoutDropLast) {
   for (bool prefetch : {false, true}) {
     DataLoader keep(numbered(10), DataLoaderOptions().batch_size(4).prefetch(prefetch));
