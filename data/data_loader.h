@@ -26,9 +26,9 @@
 // Prefetch. With prefetch(depth) (the default: 2), a thread of the loader builds the next
 // batches, up to `depth` ahead, while the caller's step runs; prefetch(false) builds each batch
 // when the loop asks for it. Both build the same batches with the same code, in the same order:
-// their bits are identical. That thread reads the dataset (see data/dataset.h for what get()
-// may touch), runs the collate with grad mode off and OpenMP limited to one thread (so it does
-// not take cores from the step). An exception thrown while building a batch is rethrown to the
+// their bits are identical. Batches are built with grad mode off either way; the thread reads
+// the dataset (see data/dataset.h for what get() may touch) and runs the collate with OpenMP
+// limited to one thread, so it does not take cores from the step. An exception thrown while building a batch is rethrown to the
 // loop (by begin() or ++, where the batch is asked for), and the pass ends; leaving the loop
 // early (break, an exception from the step) stops and joins the thread.
 #pragma once
