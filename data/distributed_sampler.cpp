@@ -1,7 +1,6 @@
 #include "distributed_sampler.h"
 
 #include "../framework/check.h"
-#include "../framework/random.h"
 
 namespace tg::data {
 
@@ -18,13 +17,7 @@ int64_t DistributedSampler::num_samples() const {
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
-  std::vector<int64_t> order(static_cast<size_t>(size_));
-  if (shuffle_) {
-    Generator gen(seed_ + static_cast<uint64_t>(epoch_));
-    order = randperm(size_, &gen).to_vector<int64_t>();
-  } else {
-    for (int64_t i = 0; i < size_; ++i) order[static_cast<size_t>(i)] = i;
-  }
+  std::vector<int64_t> order = epoch_order(size_, shuffle_, seed_, epoch_);
   const int64_t total = num_samples() * world_;
   for (int64_t i = size_; i < total; ++i) order.push_back(order[static_cast<size_t>(i - size_)]);  // pad
   std::vector<int64_t> mine;

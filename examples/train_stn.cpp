@@ -13,12 +13,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <tapegrad/tapegrad.h>
 
 #include "common/busy_machine.h"
-#include "common/fashion_mnist.h"
-#include "common/progress_bar.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -28,18 +25,6 @@
 #pragma GCC diagnostic pop
 
 namespace {
-
-// Rows order[begin, end) of images (N, 28, 28) and labels (N), as a batch.
-void gather_batch(const tg::Tensor& images, const tg::Tensor& labels, const std::vector<int64_t>& order,
-                  int64_t begin, int64_t end, tg::Tensor& x, tg::Tensor& y) {
-  const int64_t row = images.numel() / images.size(0), n = end - begin;
-  x = tg::Tensor::empty({n, images.size(1), images.size(2)}, tg::DType::Float32);
-  y = tg::Tensor::empty({n}, tg::DType::Int64);
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(x.data<float>() + i * row, images.data<float>() + order[begin + i] * row, sizeof(float) * row);
-    y.data<int64_t>()[i] = labels.data<int64_t>()[order[begin + i]];
-  }
-}
 
 double accuracy(tg::Module& model, const tg::Tensor& images, const tg::Tensor& labels) {
   tg::NoGradGuard no_grad;
@@ -57,27 +42,24 @@ double accuracy(tg::Module& model, const tg::Tensor& images, const tg::Tensor& l
   return static_cast<double>(correct) / static_cast<double>(n);
 }
 
-// One epoch of Adam steps on freshly distorted batches; returns the mean loss.
-double train_epoch(tg::Module& model, tg::Optimizer& opt, const tg::data::ImageDataset& train, int64_t batch,
-                   tg::Generator& shuffle, tg::Generator& distort, const std::string& label) {
-  const int64_t n = train.images.size(0), steps = (n + batch - 1) / batch;
-  std::vector<int64_t> order = tg::randperm(n, &shuffle).to_vector<int64_t>();
-  tg::ProgressBar bar(steps, label);
+// One epoch of Adam steps on the loader's batches, freshly distorted; returns the mean loss.
+double train_epoch(tg::Module& model, tg::Optimizer& opt, tg::data::DataLoader& loader, tg::Generator& distort,
+                   const std::string& label) {
+  tg::ProgressBar bar(loader.size(), label);
   double loss_sum = 0;
-  for (int64_t s = 0; s < steps; ++s) {
-    const int64_t begin = s * batch, end = std::min(n, begin + batch);
-    tg::Tensor x, y;
-    gather_batch(train.images, train.labels, order, begin, end, x, y);
-    x = tg::random_affine_distort(x, distort);
+  int64_t steps = 0;
+  for (const std::vector<tg::Tensor>& batch : loader) {  // {images [B, 1, 28, 28], labels [B]}
+    tg::Tensor x = tg::random_affine_distort(batch[0].squeeze(1), distort);
     model.zero_grad();
-    tg::Tensor loss = tg::cross_entropy(model.forward(x), y);
+    tg::Tensor loss = tg::cross_entropy(model.forward(x), batch[1]);
     loss.backward();
     opt.step();
     loss_sum += loss.item();
-    bar.update(s + 1, end - begin, {{"loss", loss_sum / (s + 1)}});
+    ++steps;
+    bar.update(steps, batch[1].size(0), {{"loss", loss_sum / steps}});
   }
   bar.finish();
-  return loss_sum / steps;
+  return loss_sum / static_cast<double>(std::max<int64_t>(steps, 1));
 }
 
 // rows x cols pairs (distorted | rectified) of 28x28 images, 2-pixel gutters, 8-bit grey.
@@ -164,20 +146,22 @@ struct Comparison {
   double acc_plain = 0, acc_stn = 0, seconds_plain = 0, seconds_stn = 0;
 };
 
-// Trains both models for o.epochs on the same shuffles and distortions (generators of equal
-// seeds), printing each epoch's losses and test accuracies; returns the last accuracies and the
-// training times.
-Comparison train_both(const Options& o, Contenders& m, const tg::data::ImageDataset& train, const tg::Tensor& test_x,
-                      const tg::Tensor& test_labels) {
-  tg::Generator shuffle_a(o.seed + 1), shuffle_b(o.seed + 1), distort_a(o.seed + 2), distort_b(o.seed + 2);
+// Trains both models for o.epochs on the same shuffles and distortions (loaders and generators
+// of equal seeds), printing each epoch's losses and test accuracies; returns the last accuracies
+// and the training times.
+Comparison train_both(const Options& o, Contenders& m, const std::shared_ptr<const tg::data::Dataset>& train,
+                      const tg::Tensor& test_x, const tg::Tensor& test_labels) {
+  const auto shuffled = tg::data::DataLoaderOptions().batch_size(o.batch_size).shuffle(true).seed(o.seed + 1);
+  tg::data::DataLoader loader_a(train, shuffled), loader_b(train, shuffled);
+  tg::Generator distort_a(o.seed + 2), distort_b(o.seed + 2);
   Comparison c;
   for (int e = 1; e <= o.epochs; ++e) {
     const std::string tag = "epoch " + std::to_string(e) + "/" + std::to_string(o.epochs);
     const double loss_plain = timed(c.seconds_plain, [&] {
-      return train_epoch(m.plain, m.plain_opt, train, o.batch_size, shuffle_a, distort_a, tag + " CNN");
+      return train_epoch(m.plain, m.plain_opt, loader_a, distort_a, tag + " CNN");
     });
     const double loss_stn = timed(c.seconds_stn, [&] {
-      return train_epoch(m.stn, m.stn_opt, train, o.batch_size, shuffle_b, distort_b, tag + " STN");
+      return train_epoch(m.stn, m.stn_opt, loader_b, distort_b, tag + " STN");
     });
     c.acc_plain = accuracy(m.plain, test_x, test_labels);
     c.acc_stn = accuracy(m.stn, test_x, test_labels);
@@ -209,19 +193,21 @@ int main(int argc, char** argv) {
   try {
     tg::set_num_threads(o.threads);
     tg::manual_seed(o.seed);
-    const auto [train, test] = tg::examples::load_fashion_mnist_splits(o.data_dir, o.limit);
+    std::shared_ptr<const tg::data::Dataset> train = std::make_shared<tg::data::FashionMNIST>("train", o.data_dir);
+    if (o.limit > 0) train = tg::data::first_samples(train, o.limit);
+    const tg::data::FashionMNIST test("test", o.data_dir);
     // One fixed distortion of the test set, the same for both models.
     tg::Generator test_distort(o.seed + 100);
-    tg::Tensor test_x = tg::random_affine_distort(test.images, test_distort);
+    tg::Tensor test_x = tg::random_affine_distort(test.images().squeeze(1), test_distort);
     std::printf("Fashion-MNIST, randomly rotated (+-45 deg), scaled (0.6-1) and shifted (+-12.5%%): %lld train, "
                 "%lld test images; %d threads\n",
-                static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)), o.threads);
+                static_cast<long long>(train->size()), static_cast<long long>(test.size()), o.threads);
     std::fflush(stdout);
     tg::warn_if_machine_busy(o.threads, std::cout);
 
     Contenders m(o);
     print_contenders(o, m);
-    const Comparison c = train_both(o, m, train, test_x, test.labels);
+    const Comparison c = train_both(o, m, train, test_x, test.labels());
     std::printf("final test accuracy on distorted images: %.2f%% without the transformer, %.2f%% with it\n",
                 100 * c.acc_plain, 100 * c.acc_stn);
     std::printf("training time: %.1f s without the transformer, %.1f s with it\n", c.seconds_plain, c.seconds_stn);

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "../examples/common/progress_bar.h"
+#include "../framework/progress_bar.h"
 #include "golden.h"
 
 using namespace tg;

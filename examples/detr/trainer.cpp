@@ -10,7 +10,6 @@
 
 #include "checkpoint.h"
 #include "common/busy_machine.h"
-#include "common/progress_bar.h"
 #include "deformable_detector.h"
 #include "image_sheet.h"
 #include "patch_detr.h"

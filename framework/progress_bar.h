@@ -1,6 +1,6 @@
-// A one-line terminal progress bar for the examples: a bar, done/total, named metrics (loss,
+// A one-line terminal progress bar for training loops: a bar, done/total, named metrics (loss,
 // accuracy, ...), samples/s and an ETA, redrawn in place with '\r' at most every
-// `redraw_seconds`. Header-only so every example (and the tests) can include it.
+// `redraw_seconds` (to std::cerr by default, so a program's stdout stays its results).
 //
 //   ProgressBar bar(steps_per_epoch, "epoch 1/5");
 //   for (...) { ...; bar.update(step + 1, batch_size, {{"loss", loss}}); }
