@@ -4,12 +4,12 @@
 
 namespace tg {
 
-MaxPool2d::MaxPool2d(IntList k, IntList s, IntList p, IntList d, bool ceil)
+MaxPool2d::MaxPool2d(IntOrList k, IntOrList s, IntOrList p, IntOrList d, bool ceil)
     : kernel_size(std::move(k)), stride(std::move(s)), padding(std::move(p)), dilation(std::move(d)), ceil_mode(ceil) {}
 
 Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode); }
 
-AvgPool2d::AvgPool2d(IntList k, IntList s, IntList p, bool ceil, bool include_pad, std::optional<int64_t> divisor)
+AvgPool2d::AvgPool2d(IntOrList k, IntOrList s, IntOrList p, bool ceil, bool include_pad, std::optional<int64_t> divisor)
     : kernel_size(std::move(k)),
       stride(std::move(s)),
       padding(std::move(p)),

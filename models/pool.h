@@ -1,5 +1,5 @@
 // Pooling layers with PyTorch's names, argument order and defaults: MaxPool2d, AvgPool2d,
-// AdaptiveAvgPool2d. No parameters; each forwards to the functional op of ops/pool/pool.h, which
+// AdaptiveAvgPool2d. Sizes are an int or a list (IntOrList: MaxPool2d(2) or MaxPool2d({2, 3})). No parameters; each forwards to the functional op of ops/pool/pool.h, which
 // checks the arguments (so a bad kernel size is reported at the first forward, as in PyTorch).
 #pragma once
 
@@ -12,7 +12,7 @@ namespace tg {
 
 class MaxPool2d : public Module {
  public:
-  explicit MaxPool2d(IntList kernel_size, IntList stride = {}, IntList padding = {0}, IntList dilation = {1},
+  explicit MaxPool2d(IntOrList kernel_size, IntOrList stride = {}, IntOrList padding = {0}, IntOrList dilation = {1},
                      bool ceil_mode = false);
   std::string name() const override { return "MaxPool2d"; }
   Tensor forward(const Tensor& x) override;
@@ -23,7 +23,7 @@ class MaxPool2d : public Module {
 
 class AvgPool2d : public Module {
  public:
-  explicit AvgPool2d(IntList kernel_size, IntList stride = {}, IntList padding = {0}, bool ceil_mode = false,
+  explicit AvgPool2d(IntOrList kernel_size, IntOrList stride = {}, IntOrList padding = {0}, bool ceil_mode = false,
                      bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
   std::string name() const override { return "AvgPool2d"; }
   Tensor forward(const Tensor& x) override;
@@ -35,7 +35,7 @@ class AvgPool2d : public Module {
 
 class AdaptiveAvgPool2d : public Module {
  public:
-  explicit AdaptiveAvgPool2d(IntList output_size) : output_size(std::move(output_size)) {}
+  explicit AdaptiveAvgPool2d(IntOrList output_size) : output_size(std::move(output_size)) {}
   std::string name() const override { return "AdaptiveAvgPool2d"; }
   Tensor forward(const Tensor& x) override;
 

@@ -134,6 +134,19 @@ TEST(Pool, ModulesForwardToTheFunctionalOps) {
   EXPECT_EQ(avg_layer.name(), "AvgPool2d");
 }
 
+TEST(Pool, ModulesTakePlainIntsAsPyTorchDoes) {
+  manual_seed(6);
+  Tensor x = randn({2, 3, 9, 9});
+  MaxPool2d max_int(3, 2, 1), max_list({3}, {2}, {1});
+  AvgPool2d avg_int(2), avg_list({2, 2});
+  AdaptiveAvgPool2d adaptive_int(4), adaptive_list({4, 4});
+  EXPECT_TRUE(same_bits(max_int.forward(x), max_list.forward(x)));
+  EXPECT_TRUE(same_bits(avg_int.forward(x), avg_list.forward(x)));
+  EXPECT_TRUE(same_bits(adaptive_int.forward(x), adaptive_list.forward(x)));
+  EXPECT_EQ(max_int.stride, (IntList{2}));
+  EXPECT_TRUE(MaxPool2d(2).stride.empty());  // stride {} still means the kernel size
+}
+
 TEST(Pool, RejectsBadInputNamingOpArgumentExpectedAndActual) {
   Tensor x = zeros({1, 2, 6, 6});
   EXPECT_EQ(error_of([&] { max_pool2d(zeros({6, 6}), {2}); }),
