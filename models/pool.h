@@ -3,6 +3,7 @@
 // checks the arguments (so a bad kernel size is reported at the first forward, as in PyTorch).
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 
 #include "../ops/pool/pool.h"
@@ -14,6 +15,8 @@ class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(IntOrList kernel_size, IntOrList stride = {}, IntOrList padding = {0}, IntOrList dilation = {1},
                      bool ceil_mode = false);
+  // MaxPool2d({2, 3}): without it the braces could also build a MaxPool2d(2, 3) to copy (ambiguous).
+  explicit MaxPool2d(std::initializer_list<int64_t> kernel_size) : MaxPool2d(IntOrList(kernel_size)) {}
   std::string name() const override { return "MaxPool2d"; }
   Tensor forward(const Tensor& x) override;
 
@@ -25,6 +28,7 @@ class AvgPool2d : public Module {
  public:
   explicit AvgPool2d(IntOrList kernel_size, IntOrList stride = {}, IntOrList padding = {0}, bool ceil_mode = false,
                      bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
+  explicit AvgPool2d(std::initializer_list<int64_t> kernel_size) : AvgPool2d(IntOrList(kernel_size)) {}  // as MaxPool2d's
   std::string name() const override { return "AvgPool2d"; }
   Tensor forward(const Tensor& x) override;
 

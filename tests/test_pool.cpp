@@ -137,10 +137,11 @@ TEST(Pool, ModulesForwardToTheFunctionalOps) {
 TEST(Pool, ModulesTakePlainIntsAsPyTorchDoes) {
   manual_seed(6);
   Tensor x = randn({2, 3, 9, 9});
-  MaxPool2d max_int(3, 2, 1), max_list({3}, {2}, {1});
+  MaxPool2d max_int(3, 2, 1), max_list({3}, {2}, {1}), max_braces({3, 3});
   AvgPool2d avg_int(2), avg_list({2, 2});
   AdaptiveAvgPool2d adaptive_int(4), adaptive_list({4, 4});
   EXPECT_TRUE(same_bits(max_int.forward(x), max_list.forward(x)));
+  EXPECT_TRUE(same_bits(MaxPool2d(3).forward(x), max_braces.forward(x)));
   EXPECT_TRUE(same_bits(avg_int.forward(x), avg_list.forward(x)));
   EXPECT_TRUE(same_bits(adaptive_int.forward(x), adaptive_list.forward(x)));
   EXPECT_EQ(max_int.stride, (IntList{2}));
