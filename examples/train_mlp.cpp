@@ -8,56 +8,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <cstring>
 #include <tapegrad/tapegrad.h>
 
 #include "common/busy_machine.h"
+#include "common/classifier_batches.h"
 #include "common/fashion_mnist.h"
 #include "common/progress_bar.h"
-
-namespace {
-
-// Rows `order[begin, end)` of a row-major [N, ...] float32 tensor and int64 labels, as a batch.
-void gather_batch(const tg::Tensor& images, const tg::Tensor& labels, const std::vector<int64_t>& order,
-                  int64_t begin, int64_t end, tg::Tensor& x, tg::Tensor& y) {
-  const int64_t row = images.numel() / images.size(0), n = end - begin;
-  x = tg::Tensor::empty({n, row}, tg::DType::Float32);
-  y = tg::Tensor::empty({n}, tg::DType::Int64);
-  const float* src = images.data<float>();
-  const int64_t* lab = labels.data<int64_t>();
-  float* dst = x.data<float>();
-  int64_t* dl = y.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(dst + i * row, src + order[begin + i] * row, sizeof(float) * row);
-    dl[i] = lab[order[begin + i]];
-  }
-}
-
-// Fraction of `images` whose arg-max logit is the label.
-double accuracy(tg::Module& model, const tg::Tensor& images, const tg::Tensor& labels, int64_t batch) {
-  tg::NoGradGuard no_grad;
-  model.eval();
-  const int64_t n = images.size(0);
-  std::vector<int64_t> order(n);
-  for (int64_t i = 0; i < n; ++i) order[i] = i;
-  int64_t correct = 0;
-  for (int64_t b = 0; b < n; b += batch) {
-    tg::Tensor x, y;
-    gather_batch(images, labels, order, b, std::min(n, b + batch), x, y);
-    tg::Tensor logits = model.forward(x);
-    const int64_t rows = logits.size(0), classes = logits.size(1);
-    std::vector<float> v = logits.to_vector<float>();
-    const int64_t* t = y.data<int64_t>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = v.data() + r * classes;
-      correct += std::max_element(row, row + classes) - row == t[r];
-    }
-  }
-  model.train();
-  return static_cast<double>(correct) / static_cast<double>(n);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Train an MLP on Fashion-MNIST with tapegrad"};
@@ -110,7 +66,7 @@ int main(int argc, char** argv) {
       for (int64_t step = 0; step < steps_per_epoch; ++step) {
         const int64_t begin = step * batch_size, end = std::min(n, begin + batch_size);
         tg::Tensor x, y;
-        gather_batch(train.images, train.labels, order, begin, end, x, y);
+        tg::examples::gather_batch(train.images, train.labels, order, begin, end, {pixels}, x, y);
         model.zero_grad();
         tg::Tensor loss = tg::cross_entropy(model.forward(x), y);
         loss.backward();
@@ -122,7 +78,7 @@ int main(int argc, char** argv) {
       }
       bar.finish();
       total_seconds += bar.elapsed_seconds();
-      test_acc = accuracy(model, test.images, test.labels, 1000);
+      test_acc = tg::examples::accuracy(model, test.images, test.labels, 1000, {pixels});
       std::printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f samples/s)\n", epoch,
                   loss_sum / steps_per_epoch, 100 * test_acc, bar.elapsed_seconds(), n / bar.elapsed_seconds());
     }
