@@ -38,14 +38,7 @@ std::vector<Tensor> relu_backward(const BackwardContext& ctx, const std::vector<
 std::vector<SampleCase> relu_samples() {
   // Values kept away from the kink at 0, where the derivative is undefined.
   return {{"[4,5] away from 0",
-           [](DType dt) {
-             Tensor x = uniform({4, 5}, 0.1, 1.0, DType::Float64);
-             double* p = x.data<double>();
-             for (int64_t i = 0; i < x.numel(); i += 2) p[i] = -p[i];  // both signs, none near 0
-             Tensor t = x.to(dt);
-             t.requires_grad_();
-             return std::vector<Tensor>{t};
-           },
+           [](DType dt) { return std::vector<Tensor>{sample_away_from_zero({4, 5}, dt)}; },
            [](const std::vector<Tensor>& x) { return std::vector<Tensor>{relu(x[0])}; }}};
 }
 
@@ -136,14 +129,7 @@ std::vector<SampleCase> silu_samples() {
 }
 std::vector<SampleCase> leaky_relu_samples() {
   // Values kept away from the kink at 0, where the derivative jumps.
-  auto away_from_zero = [](DType dt) {
-    Tensor x = uniform({4, 5}, 0.1, 1.0, DType::Float64);
-    double* p = x.data<double>();
-    for (int64_t i = 0; i < x.numel(); i += 2) p[i] = -p[i];
-    Tensor t = x.to(dt);
-    t.requires_grad_();
-    return Inputs{t};
-  };
+  auto away_from_zero = [](DType dt) { return Inputs{sample_away_from_zero({4, 5}, dt)}; };
   return {{"[4,5] away from 0, slope 0.01", away_from_zero, [](const Inputs& x) { return Inputs{leaky_relu(x[0])}; }},
           {"[4,5] away from 0, slope -0.3", away_from_zero,
            [](const Inputs& x) { return Inputs{leaky_relu(x[0], -0.3)}; }}};

@@ -11,6 +11,7 @@
 #include "../../framework/recompute.h"
 #include "../../framework/tape.h"
 #include "../elementwise.h"
+#include "../internal/optional_ptr.h"
 #include "../internal/reduced_float.h"
 #include "../internal/samples.h"
 #include "../reduce.h"
@@ -49,14 +50,6 @@ void check_input(const char* op, const Tensor& input) {
            format_shape(input.shape()));
 }
 
-template <class T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-template <class T>
-T* ptr_or_null(Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
 Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.detach().contiguous() : Tensor(); }
 
 // running = (1 - momentum) * running + momentum * batch, in double, written in place (unrecorded,
