@@ -15,30 +15,7 @@
 #include <tapegrad/tapegrad.h>
 
 #include "common/busy_machine.h"
-
-namespace {
-
-// Fraction of the loader's images whose arg-max logit is the label.
-double accuracy(tg::Module& model, tg::data::DataLoader& loader) {
-  tg::NoGradGuard no_grad;
-  model.eval();
-  int64_t correct = 0, seen = 0;
-  for (const std::vector<tg::Tensor>& batch : loader) {
-    tg::Tensor logits = model.forward(batch[0].flatten(1));
-    const int64_t rows = logits.size(0), classes = logits.size(1);
-    std::vector<float> v = logits.to_vector<float>();
-    const int64_t* t = batch[1].data<int64_t>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = v.data() + r * classes;
-      correct += std::max_element(row, row + classes) - row == t[r];
-    }
-    seen += rows;
-  }
-  model.train();
-  return static_cast<double>(correct) / static_cast<double>(seen);
-}
-
-}  // namespace
+#include "common/classifier_accuracy.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Train an MLP on Fashion-MNIST with tapegrad"};
@@ -108,7 +85,7 @@ int main(int argc, char** argv) {
       }
       bar.finish();
       total_seconds += bar.elapsed_seconds();
-      test_acc = accuracy(model, test_loader);
+      test_acc = tg::examples::accuracy(model, test_loader, /*flatten=*/true);
       std::printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f samples/s)\n", epoch,
                   loss_sum / steps_per_epoch, 100 * test_acc, bar.elapsed_seconds(), n / bar.elapsed_seconds());
       if (log)

@@ -27,5 +27,16 @@ Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, const std::string& mode = "f
                          const std::string& nonlinearity = "leaky_relu", Generator* gen = nullptr);
 // U(-bound, bound), bound = gain * sqrt(6 / (fan_in + fan_out)).
 Tensor& xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+// N(0, std^2), std = gain / sqrt(fan), gain = calculate_gain(nonlinearity, a), fan by mode as
+// kaiming_uniform_ (torch.nn.init.kaiming_normal_).
+Tensor& kaiming_normal_(Tensor& t, double a = 0.0, const std::string& mode = "fan_in",
+                        const std::string& nonlinearity = "leaky_relu", Generator* gen = nullptr);
+// N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out)) (torch.nn.init.xavier_normal_).
+Tensor& xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+// N(mean, std^2) truncated to [a, b], by PyTorch's method: a uniform draw between the normal CDF
+// at a and at b, mapped back through the inverse CDF (computed in double), then clamped to
+// [a, b] against rounding. Deterministic from `gen`; the draws are not PyTorch's bits.
+Tensor& trunc_normal_(Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0,
+                      Generator* gen = nullptr);
 
 }  // namespace tg::init

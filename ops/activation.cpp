@@ -5,10 +5,13 @@
 //   sigmoid: y = 1/(1+e^-x)    dx = g * y (1 - y)        saves y
 //   tanh:    y = tanh x        dx = g * (1 - y^2)        saves y
 //   gelu:    y = x Phi(x)      dx = g * (Phi(x) + x phi(x))   saves x (tanh form: its own derivative)
+//   silu:    y = x sigmoid(x)  dx = g * s (1 + x (1 - s))     saves x
+//   leaky_relu: y = x or a x   dx = g or a g (by x > 0)       saves x
 #include "activation.h"
 
 
 #include "../framework/inplace.h"
+#include "../framework/recompute.h"
 #include "../framework/tape.h"
 #include "elementwise.h"
 #include "internal/pointwise.h"
@@ -35,14 +38,7 @@ std::vector<Tensor> relu_backward(const BackwardContext& ctx, const std::vector<
 std::vector<SampleCase> relu_samples() {
   // Values kept away from the kink at 0, where the derivative is undefined.
   return {{"[4,5] away from 0",
-           [](DType dt) {
-             Tensor x = uniform({4, 5}, 0.1, 1.0, DType::Float64);
-             double* p = x.data<double>();
-             for (int64_t i = 0; i < x.numel(); i += 2) p[i] = -p[i];  // both signs, none near 0
-             Tensor t = x.to(dt);
-             t.requires_grad_();
-             return std::vector<Tensor>{t};
-           },
+           [](DType dt) { return std::vector<Tensor>{sample_away_from_zero({4, 5}, dt)}; },
            [](const std::vector<Tensor>& x) { return std::vector<Tensor>{relu(x[0])}; }}};
 }
 
@@ -97,7 +93,48 @@ std::vector<Tensor> gelu_backward_backward(const BackwardContext& ctx, const std
   return {dg, dx};
 }
 
+// The saved slot of silu and leaky_relu: their input.
+enum SavedInput { kSavedInput };
+
+// Under create_graph: silu's vector-Jacobian product through x * sigmoid(x) in recorded ops.
+std::vector<Tensor> silu_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  if (ctx.create_graph())
+    return recomputed_backward(ctx, {ctx.saved(kSavedInput)}, g, [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{mul(in[0], sigmoid(in[0]))};
+    });
+  return {pointwise_binary(g[0], ctx.saved(kSavedInput), Binary::SiluBackward, "silu_backward")};
+}
+
+struct LeakyReluAttrs {
+  double negative_slope;
+};
+
+// g times a piecewise-constant factor (1 or the slope): under create_graph the factor is a
+// constant and the product is recorded, so it is differentiable again in g.
+std::vector<Tensor> leaky_relu_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  const kernels::PointwiseScalars s{ctx.attrs<LeakyReluAttrs>().negative_slope};
+  const Tensor x = ctx.saved(kSavedInput);
+  if (ctx.create_graph()) {
+    Tensor factor = pointwise_binary(ones(x.shape(), x.dtype()), x.detach(), Binary::LeakyReluBackward,
+                                     "leaky_relu_backward", s);
+    return {mul(g[0], factor)};
+  }
+  return {pointwise_binary(g[0], x, Binary::LeakyReluBackward, "leaky_relu_backward", s)};
+}
+
 using Inputs = std::vector<Tensor>;
+std::vector<SampleCase> silu_samples() {
+  return {{"[3,4]", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
+           [](const Inputs& x) { return Inputs{silu(x[0])}; }}};
+}
+std::vector<SampleCase> leaky_relu_samples() {
+  // Values kept away from the kink at 0, where the derivative jumps.
+  auto away_from_zero = [](DType dt) { return Inputs{sample_away_from_zero({4, 5}, dt)}; };
+  return {{"[4,5] away from 0, slope 0.01", away_from_zero, [](const Inputs& x) { return Inputs{leaky_relu(x[0])}; }},
+          {"[4,5] away from 0, slope -0.3", away_from_zero,
+           [](const Inputs& x) { return Inputs{leaky_relu(x[0], -0.3)}; }}};
+}
+
 std::vector<SampleCase> sigmoid_samples() {
   return {{"[3,4]", [](DType dt) { return Inputs{sample_tensor({3, 4}, dt)}; },
            [](const Inputs& x) { return Inputs{sigmoid(x[0])}; }}};
@@ -115,6 +152,8 @@ std::vector<SampleCase> gelu_samples() {
 
 }  // namespace
 
+const OpDef kSiluOp{"silu", "silu_backward", "self", silu_backward, silu_samples, true};
+const OpDef kLeakyReluOp{"leaky_relu", "leaky_relu_backward", "self", leaky_relu_backward, leaky_relu_samples, true};
 const OpDef kSigmoidOp{"sigmoid", "sigmoid_backward", "self", sigmoid_backward, sigmoid_samples, true};
 const OpDef kTanhOp{"tanh", "tanh_backward", "self", tanh_backward, tanh_samples, true};
 const OpDef kGeluOp{"gelu", "gelu_backward", "self", gelu_backward, gelu_samples, true};
@@ -182,8 +221,28 @@ Tensor relu(const Tensor& x) {
   return y;
 }
 
+Tensor silu(const Tensor& x) {
+  Tensor y = pointwise_unary(x, Unary::Silu, "silu");
+  if (Recorder rec{kSiluOp, {x}}) {
+    rec.save(kSavedInput, x);
+    rec.set_outputs({y});
+  }
+  return y;
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  Tensor y = pointwise_unary(x, Unary::LeakyRelu, "leaky_relu", {negative_slope});
+  if (Recorder rec{kLeakyReluOp, {x}}) {
+    rec.save(kSavedInput, x);
+    rec.set_attrs(LeakyReluAttrs{negative_slope});
+    rec.set_outputs({y});
+  }
+  return y;
+}
+
 void register_activation_ops(Registry& r) {
-  for (const OpDef* op : {&kReluOp, &kSigmoidOp, &kTanhOp, &kGeluOp, &kGeluBackwardOp}) r.add(*op);
+  for (const OpDef* op : {&kReluOp, &kSigmoidOp, &kTanhOp, &kGeluOp, &kGeluBackwardOp, &kSiluOp, &kLeakyReluOp})
+    r.add(*op);
 }
 
 }  // namespace tg

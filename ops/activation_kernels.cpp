@@ -5,6 +5,8 @@
 //   sigmoid: y = 1/(1+e^-x)    dx = g * y (1 - y)
 //   tanh:    y = tanh x        dx = g * (1 - y^2)
 //   gelu:    y = x Phi(x)      dx = g * (Phi(x) + x phi(x))     (tanh form: its own derivative)
+//   silu:    y = x sigmoid(x)  dx = g * s (1 + x (1 - s)), s = sigmoid(x)
+//   (leaky_relu reads its slope, a scalar: it is with the scalar functions in pointwise_kernels.cpp)
 //
 // Computed in T, as PyTorch's kernels do (the constants are PyTorch's M_SQRT1_2, M_2_SQRTPI...).
 // gelu's erf and exp, and sigmoid's exp, are vec_erf / vec_exp: for float they vectorise (about
@@ -101,6 +103,7 @@ bool activation_unary(Unary f, const T* x, T* y, const std::vector<int64_t>& sha
     case Unary::GeluTanh: return run([](T v) { return gelu_tanh(v); });
     case Unary::GeluSecond: return run([](T v) { return gelu_erf_second_derivative(v); });
     case Unary::GeluTanhSecond: return run([](T v) { return gelu_tanh_second_derivative(v); });
+    case Unary::Silu: return run([](T v) { return v * sigmoid(v); });
     default: return false;
   }
 }
@@ -119,6 +122,10 @@ bool activation_binary(Binary f, const T* a, const T* b, T* out, const std::vect
     case Binary::TanhBackward: return run([](T g, T y) { return g * (T(1) - y * y); });
     case Binary::GeluBackward: return run([](T g, T x) { return g * gelu_erf_derivative(x); });
     case Binary::GeluTanhBackward: return run([](T g, T x) { return g * gelu_tanh_derivative(x); });
+    case Binary::SiluBackward: return run([](T g, T x) {
+      const T s = sigmoid(x);
+      return g * s * (T(1) + x * (T(1) - s));
+    });
     default: return false;
   }
 }

@@ -21,6 +21,7 @@ void unary_pointwise(Unary f, const PointwiseScalars& s, const T* x, T* y, const
     case Unary::MulScalar: return run([a](T v) { return v * a; });
     case Unary::DivScalar: return run([a](T v) { return v / a; });
     case Unary::Square: return run([](T v) { return v * v; });
+    case Unary::LeakyRelu: return run([a](T v) { return v > T(0) ? v : v * a; });
     case Unary::Pow: return run([a](T v) { return std::pow(v, a); });
     case Unary::Exp: return run([](T v) { return std::exp(v); });
     case Unary::Log: return run([](T v) { return std::log(v); });
@@ -50,6 +51,7 @@ void binary_pointwise(Binary f, const PointwiseScalars& s, const T* a, const T* 
     case Binary::Add: return run([](T u, T v) { return u + v; });
     case Binary::AddScaled: return run([p](T u, T v) { return u + p * v; });
     case Binary::Mul: return run([](T u, T v) { return u * v; });
+    case Binary::LeakyReluBackward: return run([p](T g, T x) { return x > T(0) ? g : g * p; });
     case Binary::Div: return run([](T u, T v) { return u / v; });
     case Binary::PowBackward: {
       const T pm1 = static_cast<T>(s.a - 1.0);

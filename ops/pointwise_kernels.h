@@ -45,6 +45,8 @@ enum class Unary {
   GeluTanh,     // gelu's tanh approximation
   GeluSecond,   // d^2/dx^2 gelu
   GeluTanhSecond,
+  Silu,         // x * sigmoid(x)
+  LeakyRelu,    // x where x > 0, else a * x
 };
 
 // out = f(a, b). The *Backward functions take (grad_output, saved) and return grad_input: the
@@ -64,6 +66,8 @@ enum class Binary {
   TanhBackward,       // g (1 - y^2)
   GeluBackward,       // g gelu'(x)
   GeluTanhBackward,   // g gelu_tanh'(x)
+  SiluBackward,       // g s (1 + x (1 - s)), s = sigmoid(x)
+  LeakyReluBackward,  // g where x > 0, else s.a * g
 };
 
 // The scalars some functions read (each is converted to the operands' type first).

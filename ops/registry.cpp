@@ -28,6 +28,7 @@ void register_where_ops(Registry& r);
 void register_ms_deform_attn_ops(Registry& r);
 void register_conv_ops(Registry& r);
 void register_group_norm_ops(Registry& r);
+void register_batch_norm_ops(Registry& r);
 void register_upsample_ops(Registry& r);
 void register_grid_sample_ops(Registry& r);
 void register_pool_ops(Registry& r);
@@ -57,6 +58,7 @@ Registry& build_builtin_registry() {
   register_ms_deform_attn_ops(r);
   register_conv_ops(r);
   register_group_norm_ops(r);
+  register_batch_norm_ops(r);
   register_upsample_ops(r);
   register_grid_sample_ops(r);
   register_pool_ops(r);

@@ -105,14 +105,7 @@ std::vector<SampleCase> rsqrt_samples() { return {unary_case("[3,4] in [0.2, 3)"
 std::vector<SampleCase> abs_samples() {
   // Both signs, none near the kink at 0.
   return {{"[4,5] away from 0",
-           [](DType dt) {
-             Tensor x = uniform({4, 5}, 0.1, 1.0, DType::Float64);
-             double* p = x.data<double>();
-             for (int64_t i = 0; i < x.numel(); i += 2) p[i] = -p[i];
-             Tensor t = x.to(dt);
-             t.requires_grad_();
-             return Inputs{t};
-           },
+           [](DType dt) { return Inputs{sample_away_from_zero({4, 5}, dt)}; },
            [](const Inputs& x) { return Inputs{abs(x[0])}; }}};
 }
 std::vector<SampleCase> clamp_samples() {

@@ -1,4 +1,5 @@
-// The norm, softmax and reduction kernels (layer_norm_kernels, softmax_kernels, reduce_kernels)
+// The norm, softmax and reduction kernels (layer_norm_kernels, batch_norm_kernels, softmax_kernels,
+// reduce_kernels)
 // on every instruction-set path this CPU has, against the generic path; and their results for
 // 1 and 2 threads, bit for bit, on the active path.
 //
@@ -88,6 +89,30 @@ TEST(IsaNormReduce, LayerNormForwardBackward) {
               },
               dt);
         }
+}
+
+TEST(IsaNormReduce, BatchNormForwardBackward) {
+  // Runs of HxW around the lane sums' 8- and 32-element blocks, HxW = 1, and a large offset.
+  const std::vector<Shape> shapes = {{6, 3}, {2, 3, 7}, {2, 3, 5, 7}, {4, 8, 33, 3}, {8, 16, 28, 28}};
+  for (DType dt : kTypes)
+    for (const Shape& shape : shapes)
+      for (bool training : {true, false}) {
+        SCOPED_TRACE(format_shape(shape) + " " + dtype_name(dt) + (training ? " training" : " eval"));
+        const int64_t C = shape[1];
+        Tensor x = add(input(shape, dt, false, 1), 1000.0), g = input(shape, dt, false, 2);
+        Tensor w = input({C}, dt, false, 3), b = input({C}, dt, false, 4);
+        Tensor rm = add(input({C}, dt, false, 5), 1000.0), rv = uniform({C}, 0.5, 1.5, dt);
+        check(
+            [&] {
+              Tensor xi = x.detach().requires_grad_(), wi = w.detach().requires_grad_(),
+                     bi = b.detach().requires_grad_();
+              Tensor rmi = rm.clone(), rvi = rv.clone();
+              Tensor y = batch_norm(xi, rmi, rvi, wi, bi, training);
+              y.backward(g);
+              return std::vector<Tensor>{y, xi.grad(), wi.grad(), bi.grad(), rmi, rvi};
+            },
+            dt);
+      }
 }
 
 TEST(IsaNormReduce, SoftmaxAndLogSoftmaxOverInnerAndOuterDims) {

@@ -64,12 +64,12 @@ const std::vector<Unary> kUnary = {
     Unary::AddScalar, Unary::MulScalar, Unary::DivScalar, Unary::Square,  Unary::Pow,        Unary::Exp,
     Unary::Log,       Unary::Sqrt,      Unary::Rsqrt,     Unary::Abs,     Unary::Sign,       Unary::Clamp,
     Unary::ClampMask, Unary::Relu,      Unary::ReluMask,  Unary::Sigmoid, Unary::Tanh,       Unary::Gelu,
-    Unary::GeluTanh,  Unary::GeluSecond, Unary::GeluTanhSecond};
+    Unary::GeluTanh,  Unary::GeluSecond, Unary::GeluTanhSecond, Unary::Silu, Unary::LeakyRelu};
 const std::vector<Binary> kBinary = {
     Binary::Add,          Binary::AddScaled,     Binary::Mul,          Binary::Div,
     Binary::PowBackward,  Binary::SqrtBackward,  Binary::RsqrtBackward, Binary::AbsBackward,
     Binary::ClampBackward, Binary::ReluBackward, Binary::SigmoidBackward, Binary::TanhBackward,
-    Binary::GeluBackward, Binary::GeluTanhBackward};
+    Binary::GeluBackward, Binary::GeluTanhBackward, Binary::SiluBackward, Binary::LeakyReluBackward};
 
 // Scalars for the functions that read them: an inexact 1/s, a fractional power, clamp bounds.
 const kernels::PointwiseScalars kScalars{2.5, 0.75};

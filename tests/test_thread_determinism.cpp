@@ -204,6 +204,28 @@ TEST(ThreadDeterminism, GroupNormForwardBackward) {
   }
 }
 
+// ---- batch_norm: fewer channels than threads, many positions per channel (each thread owns
+// whole channels: a thread may get none), training (batch statistics, running statistics
+// updated) and eval.
+TEST(ThreadDeterminism, BatchNormForwardBackward) {
+  for (const Shape& shape : {Shape{1, 1, 150, 150}, Shape{4, 2, 90, 90}, Shape{3, 5, 40, 40}}) {
+    SCOPED_TRACE(format_shape(shape));
+    manual_seed(37);
+    Tensor x = leaf(randn(shape) * 3 + 1);
+    Tensor w = leaf(randn({shape[1]})), b = leaf(randn({shape[1]}));
+    for (bool training : {true, false}) {
+      expect_same_bits_at_1_2_3_threads([&] {
+        Tensor rm = zeros({shape[1]}), rv = ones({shape[1]});
+        Tensor out = batch_norm(x, rm, rv, w, b, training);
+        std::vector<Tensor> r = value_and_grads(out, {x, w, b}, randn(out.shape()));
+        r.push_back(rm);
+        r.push_back(rv);
+        return r;
+      });
+    }
+  }
+}
+
 // ---- convolution: batch 1, few channels, many positions: the GEMM path (weight gradient slots
 // and blocks), the direct paths and the bias gradient; normal and transposed.
 TEST(ThreadDeterminism, ConvolutionBatchOne) {

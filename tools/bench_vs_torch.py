@@ -227,6 +227,34 @@ def upsample_bwd(shape, out, ac, dtype=torch.float32):
     return lambda: torch.autograd.grad(y, x, g, retain_graph=True)
 
 
+def batch_norm_case(shape, mode):
+    """bench_batch_norm.cpp: "train_fwd_bwd" (the input, weight and bias gradients, running
+    statistics updated), "train_fwd" or "eval_fwd"."""
+    c = shape[1]
+    x, w, b = torch.randn(shape), torch.randn(c), torch.randn(c)
+    rm, rv, g = torch.zeros(c), torch.ones(c), torch.randn(shape)
+    if mode == "eval_fwd":
+        rm, rv = torch.randn(c), torch.rand(c) + 0.5
+        return lambda: F.batch_norm(x, rm, rv, w, b, training=False)
+    if mode == "train_fwd":
+        return lambda: F.batch_norm(x, rm, rv, w, b, training=True)
+    x.requires_grad_(), w.requires_grad_(), b.requires_grad_()
+
+    def step():
+        y = F.batch_norm(x, rm, rv, w, b, training=True)
+        return torch.autograd.grad(y, (x, w, b), g)
+    return step
+
+
+def batch_norm_cases():
+    cases = {}
+    for shape in [(8, 64, 56, 56), (32, 256, 14, 14)]:
+        name = "N{}_C{}_H{}_W{}".format(*shape)
+        for mode in ("train_fwd_bwd", "train_fwd", "eval_fwd"):
+            cases[f"batch_norm_{mode}/{name}"] = ("bench_batch_norm", lambda s=shape, m=mode: batch_norm_case(s, m))
+    return cases
+
+
 def load_fixture_module(name):
     import importlib.util
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", name + ".py")
@@ -353,6 +381,7 @@ CASES = {
     "gemm_f32/M1024_K1024_N1024": ("bench_conv", lambda: gemm_case(1024, 1024, 1024)),
     "detr_train_step/enc1_dec1_D256_H8_L4_P4_Q300": ("bench_detr", detr_train_step),
     **norm_upsample_cases(),
+    **batch_norm_cases(),
     **grid_sample_cases(),
 }
 for _name, _args in CONV_CASES.items():

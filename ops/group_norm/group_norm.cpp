@@ -11,6 +11,7 @@
 #include "../elementwise.h"
 #include "group_norm_kernels.h"
 #include "../reduce.h"
+#include "../internal/optional_ptr.h"
 #include "../internal/samples.h"
 #include "../unary.h"
 
@@ -44,14 +45,6 @@ void check_sizes(const char* op, const Tensor& input, const Tensor& weight, cons
 // the backward reads them at that precision (PyTorch 1.13 rounds them to the input's dtype).
 DType stats_dtype(DType input) { return is_reduced_floating(input) ? DType::Float32 : input; }
 
-template <class T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-template <class T>
-T* ptr_or_null(Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
 
 struct GroupNormAttrs {
   int64_t N, C, HxW, group;

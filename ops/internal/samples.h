@@ -24,6 +24,17 @@ inline Tensor sample_uniform(const Shape& shape, DType dtype, double low, double
   return t;
 }
 
+// Values of both signs with |x| in [0.1, 1) (every other element negated): for ops with a kink
+// at 0 (relu, abs, leaky_relu), so that no finite-difference step crosses it.
+inline Tensor sample_away_from_zero(const Shape& shape, DType dtype, bool requires_grad = true) {
+  Tensor x = uniform(shape, 0.1, 1.0, DType::Float64);
+  double* p = x.data<double>();
+  for (int64_t i = 0; i < x.numel(); i += 2) p[i] = -p[i];
+  Tensor t = x.to(dtype);
+  if (requires_grad) t.requires_grad_();
+  return t;
+}
+
 // Distinct values 0.25 apart in a random order: for ops whose derivative jumps at a tie (max,
 // min), so that no finite-difference step reorders them.
 inline Tensor sample_distinct(const Shape& shape, DType dtype, bool requires_grad = true) {

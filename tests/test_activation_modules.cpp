@@ -1,0 +1,150 @@
+// silu and leaky_relu against PyTorch (tools/fixtures/activation.py), the activation modules and
+// Flatten, and the normal initialisers (kaiming_normal_, xavier_normal_, trunc_normal_): their
+// statistics within sampling error and their determinism from a generator (not PyTorch's bits).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "golden.h"
+#include "test_util.h"
+
+namespace tg {
+namespace {
+
+using testing::expect_close;
+using testing::load_golden_cases;
+
+TEST(Activations, SiluAndLeakyReluMatchPyTorch) {
+  auto cases = load_golden_cases("activation");
+  ASSERT_EQ(cases.size(), 6u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name());
+    // The fixture's tolerance: float64 1e-14, float32 4e-6 relative (exp within ~1 ulp on both sides).
+    const double rtol = c.json["tolerance"]["rtol"], atol = c.json["tolerance"]["atol"];
+    Tensor x = c.tensor("x").requires_grad_();
+    Tensor y;
+    if (c.json["op"] == "silu") {
+      y = SiLU().forward(x);
+    } else {
+      y = LeakyReLU(c.json["negative_slope"].get<double>()).forward(x);
+    }
+    expect_close(y, c.tensor("y"), rtol, atol, "output");
+    y.backward(c.tensor("gy"));
+    expect_close(x.grad(), c.tensor("grad_input"), rtol, atol, "grad_input");
+  }
+}
+
+TEST(Activations, ModulesForwardToTheirOps) {
+  manual_seed(1);
+  Tensor x = randn({3, 5});
+  EXPECT_TRUE(same_bits(GELU().forward(x), gelu(x)));
+  EXPECT_TRUE(same_bits(GELU("tanh").forward(x), gelu(x, "tanh")));
+  EXPECT_TRUE(same_bits(Sigmoid().forward(x), sigmoid(x)));
+  EXPECT_TRUE(same_bits(Tanh().forward(x), tanh(x)));
+  expect_close(SiLU().forward(x), mul(x, sigmoid(x)), 1e-6, 1e-7, "SiLU");
+  Tensor lr = LeakyReLU().forward(x);
+  const auto xv = x.to_vector<float>(), yv = lr.to_vector<float>();
+  for (size_t i = 0; i < xv.size(); ++i) EXPECT_FLOAT_EQ(yv[i], xv[i] > 0 ? xv[i] : 0.01f * xv[i]);
+  EXPECT_EQ(LeakyReLU().negative_slope, 0.01);
+  const std::string msg = error_of([] { GELU("fast"); });
+  EXPECT_NE(msg.find("approximate"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fast"), std::string::npos) << msg;
+}
+
+TEST(Activations, FlattenKeepsTheBatchDimByDefault) {
+  Tensor x = zeros({2, 3, 4, 5});
+  EXPECT_EQ(Flatten().forward(x).shape(), (Shape{2, 60}));
+  EXPECT_EQ(Flatten(0).forward(x).shape(), (Shape{120}));
+  EXPECT_EQ(Flatten(1, 2).forward(x).shape(), (Shape{2, 12, 5}));
+  EXPECT_EQ(Flatten(-3, -2).forward(x).shape(), (Shape{2, 12, 5}));
+  const std::string msg = error_of([&] { Flatten(3, 1).forward(x); });
+  EXPECT_NE(msg.find("flatten"), std::string::npos) << msg;
+  // In a Sequential, with gradients flowing through the view.
+  Sequential net({std::make_shared<Flatten>(), std::make_shared<Linear>(60, 2)});
+  Tensor xi = randn({2, 3, 4, 5}).requires_grad_();
+  sum(net.forward(xi)).backward();
+  EXPECT_EQ(xi.grad().shape(), xi.shape());
+}
+
+// Mean and standard deviation of all elements, in double.
+std::pair<double, double> moments(const Tensor& t) {
+  const auto v = t.to(DType::Float64).to_vector<double>();
+  double s = 0, s2 = 0;
+  for (double x : v) s += x;
+  const double m = s / v.size();
+  for (double x : v) s2 += (x - m) * (x - m);
+  return {m, std::sqrt(s2 / (v.size() - 1))};
+}
+
+// With n = 250,000 samples the sample mean's standard error is std / 500 and the sample std's is
+// about std / 707: the checks allow 5 standard errors (a false failure is a ~1e-6 event) and
+// catch a wrong fan (a factor of 2 or more in the variance) by a wide margin.
+TEST(Init, KaimingAndXavierNormalHavePyTorchsStd) {
+  Generator gen(7);
+  Tensor w = Tensor::empty({500, 50, 5, 2});  // fan_in 500, fan_out 5000
+  init::kaiming_normal_(w, 0.0, "fan_in", "relu", &gen);
+  auto [m, s] = moments(w);
+  double want = std::sqrt(2.0 / 500);
+  EXPECT_NEAR(m, 0.0, 5 * want / 500);
+  EXPECT_NEAR(s, want, 5 * want / 707);
+  init::kaiming_normal_(w, 0.2, "fan_out", "leaky_relu", &gen);
+  std::tie(m, s) = moments(w);
+  want = std::sqrt(2.0 / (1 + 0.04)) / std::sqrt(5000.0);
+  EXPECT_NEAR(s, want, 5 * want / 707);
+  init::xavier_normal_(w, 1.5, &gen);
+  std::tie(m, s) = moments(w);
+  want = 1.5 * std::sqrt(2.0 / 5500);
+  EXPECT_NEAR(m, 0.0, 5 * want / 500);
+  EXPECT_NEAR(s, want, 5 * want / 707);
+  std::string msg = error_of([&] { init::kaiming_normal_(w, 0.0, "fan_middle"); });
+  EXPECT_NE(msg.find("kaiming_normal_"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fan_middle"), std::string::npos) << msg;
+  Tensor v = zeros({5});
+  msg = error_of([&] { init::xavier_normal_(v); });
+  EXPECT_NE(msg.find("fewer than 2 dims"), std::string::npos) << msg;
+}
+
+TEST(Init, TruncNormalStaysInBoundsWithTheTruncatedMoments) {
+  const double mu = 0.5, sigma = 2.0, a = -1.0, b = 3.0;
+  Generator gen(8);
+  Tensor t = Tensor::empty({500, 500});
+  init::trunc_normal_(t, mu, sigma, a, b, &gen);
+  const auto v = t.to(DType::Float64).to_vector<double>();
+  EXPECT_GE(*std::min_element(v.begin(), v.end()), a);
+  EXPECT_LE(*std::max_element(v.begin(), v.end()), b);
+  // The truncated normal's mean and variance, alpha and beta the standardised bounds.
+  auto pdf = [](double z) { return std::exp(-0.5 * z * z) / std::sqrt(2 * M_PI); };
+  auto cdf = [](double z) { return 0.5 * (1 + std::erf(z / std::sqrt(2.0))); };
+  const double al = (a - mu) / sigma, be = (b - mu) / sigma, Z = cdf(be) - cdf(al);
+  const double mean = mu + sigma * (pdf(al) - pdf(be)) / Z;
+  const double var =
+      sigma * sigma * (1 + (al * pdf(al) - be * pdf(be)) / Z - std::pow((pdf(al) - pdf(be)) / Z, 2));
+  auto [m, s] = moments(t);
+  EXPECT_NEAR(m, mean, 5 * std::sqrt(var) / 500);
+  EXPECT_NEAR(s, std::sqrt(var), 5 * std::sqrt(var) / 707);
+  // The default: N(0, 1) cut at +-2, std 0.8796.
+  init::trunc_normal_(t, 0.0, 1.0, -2.0, 2.0, &gen);
+  std::tie(m, s) = moments(t);
+  EXPECT_NEAR(s, 0.879626, 5 * 0.88 / 707);
+  const std::string msg = error_of([&] { init::trunc_normal_(t, 0.0, 1.0, 2.0, -2.0); });
+  EXPECT_NE(msg.find("a < b"), std::string::npos) << msg;
+}
+
+TEST(Init, NormalInitialisersAreDeterministicFromTheGenerator) {
+  for (int which = 0; which < 3; ++which) {
+    auto draw = [which](uint64_t seed) {
+      Generator gen(seed);
+      Tensor t = Tensor::empty({16, 8, 3, 3});
+      if (which == 0) init::kaiming_normal_(t, 0.0, "fan_in", "relu", &gen);
+      if (which == 1) init::xavier_normal_(t, 1.0, &gen);
+      if (which == 2) init::trunc_normal_(t, 0.0, 0.02, -0.04, 0.04, &gen);
+      return t;
+    };
+    EXPECT_TRUE(same_bits(draw(3), draw(3))) << which;
+    EXPECT_FALSE(same_bits(draw(3), draw(4))) << which;
+  }
+}
+
+}  // namespace
+}  // namespace tg

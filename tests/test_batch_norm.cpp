@@ -1,0 +1,222 @@
+// Batch norm against PyTorch (tools/fixtures/batch_norm.py: the modules in train and eval, the
+// running statistics after a few steps, momentum None, every gradient, 1d and 2d, the
+// state_dict names), the functional op's running statistics, output masks, determinism, 16 bits,
+// and the error for each kind of bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "golden.h"
+#include "test_util.h"
+
+namespace tg {
+namespace {
+
+using testing::expect_close;
+using testing::load_golden_cases;
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to(DType::Float64).to_vector<double>()) m = std::max(m, std::abs(v));
+  return m;
+}
+
+// The fixtures' tolerance is relative to the largest |reference| of each tensor.
+void expect_close_to_scale(const Tensor& actual, const Tensor& expected, double rtol, const std::string& what) {
+  expect_close(actual, expected, 0.0, rtol * std::max(max_abs(expected), 1e-300), what);
+}
+
+std::shared_ptr<BatchNormBase> make_module(const testing::GoldenCase& c) {
+  const int64_t C = c.tensor("x").size(1);
+  std::optional<double> momentum;
+  if (!c.json["momentum"].is_null()) momentum = c.json["momentum"].get<double>();
+  const bool affine = c.json["affine"], track = c.json["track_running_stats"];
+  if (c.json["module"] == "2d") return std::make_shared<BatchNorm2d>(C, 1e-5, momentum, affine, track, c.dtype());
+  return std::make_shared<BatchNorm1d>(C, 1e-5, momentum, affine, track, c.dtype());
+}
+
+TEST(BatchNorm, ModulesMatchPyTorchInTrainAndEvalAfterSteps) {
+  auto cases = load_golden_cases("batch_norm");
+  ASSERT_GE(cases.size(), 12u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name());
+    const double rtol = c.json["tolerance"]["rtol"];
+    auto m = make_module(c);
+    if (m->affine) {
+      NoGradGuard no_grad;
+      m->weight.copy_(c.tensor("weight"));
+      m->bias.copy_(c.tensor("bias"));
+    }
+    m->train();
+    for (int s = 0; s < c.json["steps"].get<int>(); ++s) {
+      NoGradGuard no_grad;
+      m->forward(c.tensor("x" + std::to_string(s)));
+    }
+    m->train(c.json["training"].get<bool>());
+    Tensor x = c.tensor("x").requires_grad_();
+    Tensor y = m->forward(x);
+    expect_close_to_scale(y, c.tensor("y"), rtol, "output");
+    y.backward(c.tensor("gy"));
+    expect_close_to_scale(x.grad(), c.tensor("grad_input"), rtol, "grad_input");
+    if (m->affine) {
+      expect_close_to_scale(m->weight.grad(), c.tensor("grad_weight"), rtol, "grad_weight");
+      expect_close_to_scale(m->bias.grad(), c.tensor("grad_bias"), rtol, "grad_bias");
+    }
+    if (m->track_running_stats) {
+      expect_close_to_scale(m->running_mean, c.tensor("running_mean"), rtol, "running_mean");
+      expect_close_to_scale(m->running_var, c.tensor("running_var"), rtol, "running_var");
+      EXPECT_EQ(m->num_batches_tracked.dtype(), DType::Int64);
+      EXPECT_EQ(m->num_batches_tracked.dim(), 0);
+      EXPECT_EQ(m->num_batches_tracked.to_vector<int64_t>()[0], c.json["num_batches_tracked"].get<int64_t>());
+    }
+    std::vector<std::string> keys;
+    for (const auto& [k, t] : m->state_dict()) keys.push_back(k);
+    EXPECT_EQ(keys, c.json["state_dict_keys"].get<std::vector<std::string>>());
+  }
+}
+
+TEST(BatchNorm, FunctionalUpdatesRunningStatsInPlaceOnlyWhenTraining) {
+  manual_seed(3);
+  Tensor x = randn({5, 2, 3}, DType::Float64);
+  Tensor rm = from_vector(std::vector<double>{0.5, -1.0}, {2}), rv = from_vector(std::vector<double>{2.0, 0.5}, {2});
+  const uint64_t version = rm.version();
+  batch_norm(x, rm, rv, Tensor(), Tensor(), /*training=*/false);
+  EXPECT_EQ(rm.to_vector<double>(), (std::vector<double>{0.5, -1.0})) << "eval must not move the running stats";
+  Tensor y = batch_norm(x, rm, rv, Tensor(), Tensor(), /*training=*/true, /*momentum=*/0.25);
+  EXPECT_GT(rm.version(), version) << "an in-place update bumps the version";
+  // running = 0.75 running + 0.25 batch, with the unbiased variance over N * L = 15 values.
+  Tensor xc = x.permute({1, 0, 2}).reshape({2, 15});
+  Tensor bm = mean(xc, {1}), bv = var(xc, {1}, 1.0);
+  for (int64_t c = 0; c < 2; ++c) {
+    const double old_m = c == 0 ? 0.5 : -1.0, old_v = c == 0 ? 2.0 : 0.5;
+    EXPECT_NEAR(rm.to_vector<double>()[c], 0.75 * old_m + 0.25 * bm.to_vector<double>()[c], 1e-14);
+    EXPECT_NEAR(rv.to_vector<double>()[c], 0.75 * old_v + 0.25 * bv.to_vector<double>()[c], 1e-14);
+  }
+  // The output used the biased variance of the batch.
+  Tensor expected = div(sub(xc, mean(xc, {1}, true)), sqrt(add(var(xc, {1}, 0.0, true), 1e-5)));
+  expect_close(y.permute({1, 0, 2}).reshape({2, 15}), expected, 0, 1e-13, "train output");
+  EXPECT_FALSE(rm.requires_grad());
+}
+
+TEST(BatchNorm, EvalWithoutRunningStatsModuleUsesBatchStatistics) {
+  BatchNorm2d bn(3, 1e-5, 0.1, true, /*track_running_stats=*/false);
+  EXPECT_FALSE(bn.running_mean.defined());
+  EXPECT_EQ(bn.state_dict().size(), 2u);
+  bn.eval();
+  manual_seed(4);
+  Tensor x = randn({4, 3, 2, 2});
+  Tensor y = bn.forward(x);
+  Tensor per_channel = y.permute({1, 0, 2, 3}).reshape({3, 16});
+  for (double m : mean(per_channel, {1}).to_vector<float>()) EXPECT_NEAR(m, 0.0, 1e-6);
+}
+
+TEST(BatchNorm, EveryOutputMaskComputesExactlyWhatIsAsked) {
+  manual_seed(5);
+  for (bool training : {true, false}) {
+    Tensor x = randn({3, 4, 5}, DType::Float64), w = randn({4}, DType::Float64), b = randn({4}, DType::Float64);
+    Tensor rm = randn({4}, DType::Float64), rv = uniform({4}, 0.5, 1.5, DType::Float64);
+    BatchNormResult r = native_batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5);
+    Tensor g = randn({3, 4, 5}, DType::Float64);
+    BatchNormGrads all = native_batch_norm_backward(g, x, w, r.save_mean, r.save_invstd, training);
+    for (int mask = 0; mask < 8; ++mask) {
+      BatchNormGrads some = native_batch_norm_backward(g, x, w, r.save_mean, r.save_invstd, training,
+                                                       {bool(mask & 1), bool(mask & 2), bool(mask & 4)});
+      const Tensor* got[3] = {&some.grad_input, &some.grad_weight, &some.grad_bias};
+      const Tensor* want[3] = {&all.grad_input, &all.grad_weight, &all.grad_bias};
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(got[i]->defined(), bool(mask & (1 << i)));
+        if (got[i]->defined()) {
+          EXPECT_TRUE(same_bits(*got[i], *want[i])) << "training " << training << " mask " << mask;
+        }
+      }
+    }
+  }
+}
+
+TEST(BatchNorm, StaysAccurateOnALargeOffset) {
+  // x = 1000 + N(0, 1) in float32: the statistics in double over the centred values keep every digit.
+  manual_seed(6);
+  Tensor x64 = add(randn({16, 3, 20, 20}, DType::Float64), 1000.0);
+  Tensor x = x64.to(DType::Float32);
+  Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
+  Tensor y64 = batch_norm(x.to(DType::Float64), Tensor(), Tensor(), Tensor(), Tensor(), true);
+  expect_close(y, y64, 0, 2e-6 * max_abs(y64), "output at offset 1000");
+}
+
+TEST(BatchNorm, SameBitsForOneAndTwoThreads) {
+  manual_seed(9);
+  Tensor x = randn({4, 32, 24, 24}), w = randn({32}), g = randn({4, 32, 24, 24});
+  const int threads = num_threads();
+  auto run = [&] {
+    Tensor xi = x.detach().requires_grad_(), wi = w.detach().requires_grad_();
+    Tensor rm = zeros({32}), rv = ones({32});
+    Tensor y = batch_norm(xi, rm, rv, wi, Tensor(), true);
+    y.backward(g);
+    return std::vector<Tensor>{y, xi.grad(), wi.grad(), rm, rv};
+  };
+  set_num_threads(1);
+  auto a = run();
+  set_num_threads(2);
+  auto b = run();
+  set_num_threads(threads);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bits(a[i], b[i])) << i;
+}
+
+TEST(BatchNorm, SixteenBitModuleMatchesFloat32WithinOneRounding) {
+  // bf16 module: its input, parameters and running stats widened to float32, each result rounded
+  // once; against the float32 module on the same (bf16-representable) values: within 2 bf16 eps
+  // of the scale (the output's rounding, and the running stats rounded at each of the 2 steps).
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    BatchNorm2d half(3, 1e-5, 0.1, true, true, dt), full(3);
+    manual_seed(11);
+    Tensor x = randn({4, 3, 5, 5}).to(dt);
+    for (int s = 0; s < 2; ++s) {
+      Tensor yh = half.forward(x), yf = full.forward(x.to(DType::Float32));
+      const double eps = dt == DType::BFloat16 ? 1.0 / 256 : 1.0 / 2048;
+      EXPECT_EQ(yh.dtype(), dt);
+      expect_close(yh, yf, 0, 2 * eps * max_abs(yf), "16-bit output");
+      expect_close(half.running_var, full.running_var, 0, 2 * eps * max_abs(full.running_var), "running_var");
+    }
+  }
+}
+
+TEST(BatchNorm, RejectsBadInputNamingTheModuleAndShape) {
+  BatchNorm2d bn2(3);
+  BatchNorm1d bn1(3);
+  std::string msg = error_of([&] { bn2.forward(zeros({2, 3, 4})); });
+  EXPECT_NE(msg.find("BatchNorm2d"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[2, 3, 4]"), std::string::npos) << msg;
+  msg = error_of([&] { bn1.forward(zeros({2, 3, 4, 5})); });
+  EXPECT_NE(msg.find("BatchNorm1d"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[2, 3, 4, 5]"), std::string::npos) << msg;
+  msg = error_of([&] { bn2.forward(zeros({2, 4, 3, 3})); });
+  EXPECT_NE(msg.find("3 channels"), std::string::npos) << msg;
+  msg = error_of([&] { bn1.forward(zeros({1, 3})); });  // one value per channel while training
+  EXPECT_NE(msg.find("more than 1 value per channel"), std::string::npos) << msg;
+  msg = error_of([&] { batch_norm(zeros({2, 3}), Tensor(), Tensor()); });
+  EXPECT_NE(msg.find("running_mean and running_var"), std::string::npos) << msg;
+  msg = error_of([&] { batch_norm(zeros({2, 3}), zeros({3}), ones({3}), zeros({4})); });
+  EXPECT_NE(msg.find("weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[4]"), std::string::npos) << msg;
+  msg = error_of([&] { batch_norm(zeros({2, 3}), zeros({3}, DType::Float64), ones({3})); });
+  EXPECT_NE(msg.find("running_mean of dtype float32"), std::string::npos) << msg;
+  msg = error_of([&] { batch_norm(zeros({3}), zeros({3}), ones({3})); });
+  EXPECT_NE(msg.find("at least 2 dims"), std::string::npos) << msg;
+  msg = error_of([] { BatchNorm2d(0); });
+  EXPECT_NE(msg.find("num_features"), std::string::npos) << msg;
+}
+
+TEST(BatchNorm, ModuleConvertsItsFloatingTensorsAndKeepsTheCounter) {
+  BatchNorm1d bn(4);
+  bn.to(DType::Float64);
+  EXPECT_EQ(bn.weight.dtype(), DType::Float64);
+  EXPECT_EQ(bn.running_var.dtype(), DType::Float64);
+  EXPECT_EQ(bn.num_batches_tracked.dtype(), DType::Int64);
+  bn.forward(randn({6, 4}, DType::Float64));
+  EXPECT_EQ(bn.num_batches_tracked.to_vector<int64_t>()[0], 1);
+}
+
+}  // namespace
+}  // namespace tg
