@@ -93,7 +93,8 @@ Tensor sum_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
   if (is_reduced_floating(x.dtype()))
     return round_result(sum_rows(detail::widen(x), dims, keepdim, scale), x.dtype());
   Tensor m = reduced_dims_last(x, dims);
-  const auto [outer, R] = rows_of(x, dims);
+  const std::pair<int64_t, int64_t> rows = rows_of(x, dims);  // (no structured binding: the lambda uses them)
+  const int64_t outer = rows.first, R = rows.second;
   Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), x.dtype());
   dispatch_floating(x.dtype(), "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
