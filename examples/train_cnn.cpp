@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   int64_t batch_size = 64, limit = 0;
   double lr = 1e-3;
   uint64_t seed = 0;
-  bool progress = true;
+  bool progress = true, flush_denormal = true;
   std::string data_dir = tg::data::kFashionMnistDir;
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", batch_size, "samples per step")->check(CLI::PositiveNumber);
@@ -56,10 +56,13 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "directory with the Fashion-MNIST gzip IDX files");
   app.add_option("--limit", limit, "use only the first N training samples (0: all)")->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-progress", progress, "no progress bar");
+  app.add_flag("!--no-flush-denormal", flush_denormal,
+               "keep IEEE denormals (slower: after an epoch some activations' gradients become denormal)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     tg::set_num_threads(threads);
+    if (flush_denormal) tg::set_flush_denormal(true);
     tg::manual_seed(seed);
     std::shared_ptr<const tg::data::Dataset> train = std::make_shared<tg::data::FashionMNIST>("train", data_dir);
     if (limit > 0) train = tg::data::first_samples(train, limit);

@@ -28,6 +28,7 @@ struct DistributedDataParallel::State {
   uint64_t pass = 0;
   bool syncing = true;     // false inside no_sync
   double wait_seconds = 0;
+  std::chrono::steady_clock::time_point backward_end{};
 
   void start_pass() {
     in_pass = true;
@@ -81,10 +82,10 @@ struct DistributedDataParallel::State {
 
   void finish_pass() {
     if (!in_pass) return;
+    backward_end = std::chrono::steady_clock::now();
     launch_ready(true);
-    const auto t0 = std::chrono::steady_clock::now();
     for (Bucket& b : buckets) b.work.wait();
-    wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - backward_end).count();
     NoGradGuard no_grad;
     for (Bucket& b : buckets)
       for (size_t j = 0; j < b.params.size(); ++j) {
@@ -204,6 +205,10 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_
 }
 
 double DistributedDataParallel::last_wait_seconds() const { return state_->wait_seconds; }
+
+std::chrono::steady_clock::time_point DistributedDataParallel::last_backward_end() const {
+  return state_->backward_end;
+}
 
 double DistributedDataParallel::blocking_reduction_seconds(int repeats) {
   std::vector<double> times;

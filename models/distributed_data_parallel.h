@@ -28,6 +28,8 @@
 // scope only accumulate locally; the first backward after it reduces the accumulated gradients.
 #pragma once
 
+#include <chrono>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -77,6 +79,10 @@ class DistributedDataParallel {
   // What the reductions cost in the last synchronised backward: seconds spent waiting at the end
   // of backward for reductions that were not done (communication not hidden by backward).
   double last_wait_seconds() const;
+  // When that backward's own work ended (its callback started waiting). On one machine every
+  // process reads the same steady clock, so comparing ranks' times tells which arrived last: the
+  // last to arrive waits only for communication, the others also for it (load imbalance).
+  std::chrono::steady_clock::time_point last_backward_end() const;
   // The median time of reducing every bucket with nothing to overlap (blocking all_reduce calls
   // of the same sizes), over `repeats` rounds: what last_wait_seconds() would be if backward hid
   // none of the communication. Every rank must call it at the same point.

@@ -60,9 +60,11 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training samples (0: all)")
+    p.add_argument("--no-flush-denormal", action="store_true", help="keep IEEE denormals (as train_cnn's flag)")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(not args.no_flush_denormal)
     torch.manual_seed(args.seed)
     x_train, y_train = load_split(args.data_dir, "train")
     x_test, y_test = load_split(args.data_dir, "t10k")

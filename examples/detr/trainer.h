@@ -55,6 +55,8 @@ struct TrainOptions {
   SceneOptions scenes;
   DetrLossOptions loss;
   bool progress = true;         // the progress bar (stderr)
+  // Data parallel (mpirun): DistributedDataParallel's bucket sizes (its defaults are PyTorch's).
+  DistributedDataParallelOptions ddp;
 };
 
 // Throws tg::Error naming the flag when options make no sense (epochs < 1, batch_size < 1,
