@@ -137,13 +137,6 @@ void pad_backward(const T* grad_y, T* grad_x, const PadGeometry& g, PadMode mode
   }
 }
 
-#define TG_INSTANTIATE(T)                                                          \
-  template void pad_forward<T>(const T*, T*, const PadGeometry&, PadMode);        \
-  template void pad_backward<T>(const T*, T*, const PadGeometry&, PadMode);
-TG_INSTANTIATE(float)
-TG_INSTANTIATE(double)
-TG_INSTANTIATE(BFloat16)
-TG_INSTANTIATE(Float16)
-#undef TG_INSTANTIATE
+TG_PAD_INSTANTIATE_ALL
 
 }  // namespace tg::kernels::TG_ISA_NS

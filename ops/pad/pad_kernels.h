@@ -48,3 +48,14 @@ template <class T>
 void pad_backward(const T* grad_y, T* grad_x, const PadGeometry& g, PadMode mode);
 
 }  // namespace tg::kernels
+
+// The explicit instantiations, for pad_kernels.cpp (each instruction set's copy) and
+// pad_dispatch.cpp (the entry points): one list of element types.
+#define TG_PAD_INSTANTIATE(T)                                                    \
+  template void pad_forward<T>(const T*, T*, const PadGeometry&, PadMode);     \
+  template void pad_backward<T>(const T*, T*, const PadGeometry&, PadMode);
+#define TG_PAD_INSTANTIATE_ALL \
+  TG_PAD_INSTANTIATE(float)    \
+  TG_PAD_INSTANTIATE(double)   \
+  TG_PAD_INSTANTIATE(BFloat16) \
+  TG_PAD_INSTANTIATE(Float16)
