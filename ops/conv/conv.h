@@ -38,7 +38,9 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias
 // arithmetic is float32 and each output and gradient is rounded once to the dtype (PyTorch's
 // CPU rule).
 
-// PyTorch's functional wrappers, with its argument order and defaults.
+// PyTorch's functional wrappers, with its argument order and defaults. Each also takes an
+// unbatched input (C_in, in...) and returns (C_out, out...), as PyTorch (ops/internal/unbatched.h:
+// the batched op between two recorded views); tg::convolution itself wants the batch, as aten's.
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const IntList& stride = {1},
               const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1);
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const IntList& stride = {1},
