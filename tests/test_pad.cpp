@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <map>
 
 #include "golden.h"
@@ -263,6 +264,13 @@ TEST(Pad, ErrorsNameTheArgument) {
   EXPECT_EQ(error_of([&] { pad(x, {-3, -3}, PadMode::Replicate); }),
             "pad: mode \"replicate\" expects a non-empty padded dim 2 that stays non-empty, got pad (-3, -3) for "
             "input [2, 3, 6]");
+  // hostile sizes are errors, not allocations or overflows
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  EXPECT_NE(error_of([&] { pad(x, {big, 1}); }).find("pad: "), std::string::npos);
+  // 2^41 columns fit int64: the allocation itself is refused (a tg::Error from the storage)
+  EXPECT_NE(error_of([&] { pad(x, {int64_t{1} << 40, int64_t{1} << 40}); }), "<no error>");
+  EXPECT_NE(error_of([&] { pad_backward(zeros({1}), {-1}, {1, 1}, PadMode::Constant); }).find("pad_backward: "),
+            std::string::npos);
   EXPECT_EQ(error_of([&] { pad_mode_from_string("mirror"); }),
             "pad: expected mode to be \"constant\", \"reflect\", \"replicate\" or \"circular\", got \"mirror\"");
   EXPECT_EQ(error_of([&] { pad_backward(zeros({2, 3, 7}), x.shape(), {1, 1}, PadMode::Reflect); }),
