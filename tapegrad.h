@@ -40,6 +40,7 @@
 #include "ops/index.h"
 #include "ops/loss.h"
 #include "ops/layer_norm.h"
+#include "ops/pad/pad.h"
 #include "ops/pool/pool.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"

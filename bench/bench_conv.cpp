@@ -93,6 +93,32 @@ void piece(benchmark::State& state, const ConvCase& c, int which) {
   }
 }
 
+// Issue 26: nn.Conv2d(64, 64, 3, padding=1, padding_mode="reflect") on (8, 64, 56, 56), i.e.
+// tg::pad in reflect mode and a convolution without padding (what the Conv2d layer runs), and
+// the reflect pad alone, forward or forward + backward (a ones gradient).
+void reflect_conv(benchmark::State& state, bool backward, bool conv) {
+  use_threads(state);
+  manual_seed(0);
+  Tensor x = randn({8, 64, 56, 56}).requires_grad_(backward);
+  Tensor w = (randn({64, 64, 3, 3}) * 0.05).detach().requires_grad_(backward);
+  Tensor b = randn({64}).requires_grad_(backward);
+  auto run = [&] {
+    Tensor p = pad(x, {1, 1, 1, 1}, PadMode::Reflect);
+    return conv ? conv2d(p, w, b) : p;
+  };
+  const Tensor g = ones(run().shape());
+  for (auto _ : state) {
+    Tensor y = run();
+    if (backward) {
+      y.backward(g);
+      x.zero_grad();
+      w.zero_grad();
+      b.zero_grad();
+    }
+    benchmark::DoNotOptimize(y.data<float>());
+  }
+}
+
 // C (M, N) = A (M, K) B (K, N) in float32: the GEMM the 3x3 case's forward is made of.
 void gemm_case(benchmark::State& state, int64_t M, int64_t K, int64_t N) {
   use_threads(state);
@@ -144,6 +170,10 @@ const bool registered = [] {
   static const ConvCase medium = {"conv2d_3x3_fwd_bwd_f32medium/N8_C64_H56_W56_O64_p1", {8, 64, 56, 56},
                                   {64, 64, 3, 3}, {1}, {1}, 1, false};
   add_case(medium.name, [](benchmark::State& s) { forward_backward(s, medium, DType::Float32, Float32Math::BFloat16); });
+  add_case("conv2d_3x3_reflect_fwd/N8_C64_H56_W56_O64_p1", [](benchmark::State& s) { reflect_conv(s, false, true); });
+  add_case("conv2d_3x3_reflect_fwd_bwd/N8_C64_H56_W56_O64_p1", [](benchmark::State& s) { reflect_conv(s, true, true); });
+  add_case("pad_reflect_fwd/N8_C64_H56_W56_p1", [](benchmark::State& s) { reflect_conv(s, false, false); });
+  add_case("pad_reflect_fwd_bwd/N8_C64_H56_W56_p1", [](benchmark::State& s) { reflect_conv(s, true, false); });
   add_case("gemm_f32/M64_K576_N3136", [](benchmark::State& s) { gemm_case(s, 64, 576, 3136); });
   add_case("gemm_f32/M1024_K1024_N1024", [](benchmark::State& s) { gemm_case(s, 1024, 1024, 1024); });
   return true;

@@ -32,6 +32,7 @@ void register_batch_norm_ops(Registry& r);
 void register_upsample_ops(Registry& r);
 void register_grid_sample_ops(Registry& r);
 void register_pool_ops(Registry& r);
+void register_pad_ops(Registry& r);
 
 namespace {
 Registry& build_builtin_registry() {
@@ -62,6 +63,7 @@ Registry& build_builtin_registry() {
   register_upsample_ops(r);
   register_grid_sample_ops(r);
   register_pool_ops(r);
+  register_pad_ops(r);
   return r;
 }
 }  // namespace

@@ -20,14 +20,18 @@ void expect_error(const std::string& msg, std::initializer_list<const char*> pie
 
 TEST(ConvErrors, WrongRank) {
   Tensor w = randn({4, 3, 3, 3});
-  expect_error(error_of([&] { conv2d(randn({3, 8, 8}), w); }), {"conv2d", "input", "4 dims", "[3, 8, 8]"});
+  // (C, H, W) is an unbatched input (tests/test_pad.cpp); two dims are neither form
+  expect_error(error_of([&] { conv2d(randn({8, 8}), w); }),
+               {"conv2d", "input", "3-D (unbatched) or 4-D (batched)", "[8, 8]"});
   expect_error(error_of([&] { conv2d(randn({1, 3, 8, 8}), randn({4, 3, 3})); }), {"conv2d", "weight", "[4, 3, 3]"});
-  expect_error(error_of([&] { conv1d(randn({1, 3, 8, 8}), w); }), {"conv1d", "weight", "3 dims"});
+  expect_error(error_of([&] { conv1d(randn({1, 3, 8, 8}), w); }), {"conv1d", "input", "2-D (unbatched) or 3-D"});
+  expect_error(error_of([&] { conv1d(randn({1, 3, 8}), w); }), {"conv1d", "weight", "3 dims"});
   expect_error(error_of([&] {
                  convolution(randn({1, 3, 8}), randn({4, 3}), Tensor(), {1}, {0}, {1}, false, {0}, 1);
                }),
                {"convolution", "weight", "3, 4 or 5 dims"});
-  expect_error(error_of([&] { conv3d(randn({1, 3, 8, 8}), randn({4, 3, 3, 3, 3})); }), {"conv3d", "input", "5 dims"});
+  expect_error(error_of([&] { conv3d(randn({3, 8, 8}), randn({4, 3, 3, 3, 3})); }),
+               {"conv3d", "input", "4-D (unbatched) or 5-D (batched)", "[3, 8, 8]"});
 }
 
 TEST(ConvErrors, ChannelsAndGroups) {

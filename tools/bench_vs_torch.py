@@ -146,6 +146,27 @@ def conv_case(backward, input_shape, weight_shape, stride, padding, groups=1, tr
     return step
 
 
+def reflect_conv_case(backward, conv):
+    """As bench_conv.cpp's reflect_conv: nn.Conv2d(64, 64, 3, padding=1, padding_mode="reflect")
+    on (8, 64, 56, 56) (its weight randn * 0.05, bias randn), or its F.pad alone; a ones gradient."""
+    x = torch.randn(8, 64, 56, 56)
+    m = torch.nn.Conv2d(64, 64, 3, padding=1, padding_mode="reflect")
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(64, 64, 3, 3) * 0.05)
+        m.bias.copy_(torch.randn(64))
+    run = (lambda: m(x)) if conv else (lambda: F.pad(x, (1, 1, 1, 1), mode="reflect"))
+    if not backward:
+        m.requires_grad_(False)
+        return run
+    x.requires_grad_(True)
+    g = torch.ones_like(run())
+
+    def step():
+        run().backward(g)
+        x.grad = m.weight.grad = m.bias.grad = None
+    return step
+
+
 def gemm_case(m, k, n):
     a, b = torch.randn(m, k), torch.randn(k, n)
     return lambda: torch.mm(a, b)
@@ -377,6 +398,10 @@ CASES = {
         ("bench_core_ops", lambda: fwd_bwd(torch.randn(8, 256, 28, 28), lambda x: F.avg_pool2d(x, 2, 2))),
     "adaptive_avg_pool2d_fwd_bwd/N8_C512_H7_W7_to1":
         ("bench_core_ops", lambda: fwd_bwd(torch.randn(8, 512, 7, 7), lambda x: F.adaptive_avg_pool2d(x, 1))),
+    "conv2d_3x3_reflect_fwd/N8_C64_H56_W56_O64_p1": ("bench_conv", lambda: reflect_conv_case(False, True)),
+    "conv2d_3x3_reflect_fwd_bwd/N8_C64_H56_W56_O64_p1": ("bench_conv", lambda: reflect_conv_case(True, True)),
+    "pad_reflect_fwd/N8_C64_H56_W56_p1": ("bench_conv", lambda: reflect_conv_case(False, False)),
+    "pad_reflect_fwd_bwd/N8_C64_H56_W56_p1": ("bench_conv", lambda: reflect_conv_case(True, False)),
     "gemm_f32/M64_K576_N3136": ("bench_conv", lambda: gemm_case(64, 576, 3136)),
     "gemm_f32/M1024_K1024_N1024": ("bench_conv", lambda: gemm_case(1024, 1024, 1024)),
     "detr_train_step/enc1_dec1_D256_H8_L4_P4_Q300": ("bench_detr", detr_train_step),

@@ -13,6 +13,7 @@
 #include "../elementwise.h"
 #include "../internal/reduced_float.h"
 #include "../internal/samples.h"
+#include "../internal/unbatched.h"
 
 namespace tg {
 
@@ -634,38 +635,50 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
               const IntList& padding, const IntList& dilation, int64_t groups) {
-  return convolution_impl("conv1d", 1, input, weight, bias, stride, padding, dilation, false, {0}, groups);
+  return with_batch_dim("conv1d", input, 3, [&](const Tensor& x) {
+    return convolution_impl("conv1d", 1, x, weight, bias, stride, padding, dilation, false, {0}, groups);
+  });
 }
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
               const IntList& padding, const IntList& dilation, int64_t groups) {
-  return convolution_impl("conv2d", 2, input, weight, bias, stride, padding, dilation, false, {0}, groups);
+  return with_batch_dim("conv2d", input, 4, [&](const Tensor& x) {
+    return convolution_impl("conv2d", 2, x, weight, bias, stride, padding, dilation, false, {0}, groups);
+  });
 }
 
 Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
               const IntList& padding, const IntList& dilation, int64_t groups) {
-  return convolution_impl("conv3d", 3, input, weight, bias, stride, padding, dilation, false, {0}, groups);
+  return with_batch_dim("conv3d", input, 5, [&](const Tensor& x) {
+    return convolution_impl("conv3d", 3, x, weight, bias, stride, padding, dilation, false, {0}, groups);
+  });
 }
 
 Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
                         const IntList& padding, const IntList& output_padding, int64_t groups,
                         const IntList& dilation) {
-  return convolution_impl("conv_transpose1d", 1, input, weight, bias, stride, padding, dilation, true, output_padding,
-                          groups);
+  return with_batch_dim("conv_transpose1d", input, 3, [&](const Tensor& x) {
+    return convolution_impl("conv_transpose1d", 1, x, weight, bias, stride, padding, dilation, true, output_padding,
+                            groups);
+  });
 }
 
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
                         const IntList& padding, const IntList& output_padding, int64_t groups,
                         const IntList& dilation) {
-  return convolution_impl("conv_transpose2d", 2, input, weight, bias, stride, padding, dilation, true, output_padding,
-                          groups);
+  return with_batch_dim("conv_transpose2d", input, 4, [&](const Tensor& x) {
+    return convolution_impl("conv_transpose2d", 2, x, weight, bias, stride, padding, dilation, true, output_padding,
+                            groups);
+  });
 }
 
 Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
                         const IntList& padding, const IntList& output_padding, int64_t groups,
                         const IntList& dilation) {
-  return convolution_impl("conv_transpose3d", 3, input, weight, bias, stride, padding, dilation, true, output_padding,
-                          groups);
+  return with_batch_dim("conv_transpose3d", input, 5, [&](const Tensor& x) {
+    return convolution_impl("conv_transpose3d", 3, x, weight, bias, stride, padding, dilation, true, output_padding,
+                            groups);
+  });
 }
 
 ConvolutionGrads convolution_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,

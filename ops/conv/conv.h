@@ -17,6 +17,8 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../../framework/math_mode.h"
@@ -36,7 +38,9 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias
 // arithmetic is float32 and each output and gradient is rounded once to the dtype (PyTorch's
 // CPU rule).
 
-// PyTorch's functional wrappers, with its argument order and defaults.
+// PyTorch's functional wrappers, with its argument order and defaults. Each also takes an
+// unbatched input (C_in, in...) and returns (C_out, out...), as PyTorch (ops/internal/unbatched.h:
+// the batched op between two recorded views); tg::convolution itself wants the batch, as aten's.
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const IntList& stride = {1},
               const IntList& padding = {0}, const IntList& dilation = {1}, int64_t groups = 1);
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const IntList& stride = {1},
@@ -52,6 +56,34 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
 Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
                         const IntList& stride = {1}, const IntList& padding = {0}, const IntList& output_padding = {0},
                         int64_t groups = 1, const IntList& dilation = {1});
+
+// padding = "same" or "valid", PyTorch's strings for conv1d/2d/3d (not the transposed ones):
+// "valid" is no padding; "same" keeps the input's size, which needs stride 1: dilation *
+// (kernel - 1) in total per dim, half before and the odd one extra after. Takes a string
+// literal, a const char* or a std::string, never a brace list ({1} stays an IntList), so the
+// overloads below are not ambiguous with the IntList ones. Any other string is a tg::Error.
+struct PaddingString {
+  template <size_t N>
+  PaddingString(const char (&s)[N]) : value(s) {}  // NOLINT: implicit, as padding="same"
+  template <class S, std::enable_if_t<std::is_same_v<S, std::string> || std::is_same_v<S, const char*> ||
+                                          std::is_same_v<S, char*>,
+                                      int> = 0>
+  PaddingString(const S& s) : value(s) {}  // NOLINT
+  std::string value;
+};
+
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+              const PaddingString& padding, const IntList& dilation = {1}, int64_t groups = 1);
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+              const PaddingString& padding, const IntList& dilation = {1}, int64_t groups = 1);
+Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+              const PaddingString& padding, const IntList& dilation = {1}, int64_t groups = 1);
+
+// The explicit padding "same" or "valid" stands for, as 2 * dims values (before, after per dim,
+// tg::convolution's asymmetric form), from the kernel sizes (weight.dim() - 2 = dims), stride
+// and dilation (1 or dims values each). For the Conv layers too. op names the caller in errors.
+IntList conv_padding_from_string(const char* op, const std::string& padding, const IntList& kernel_size,
+                                 const IntList& stride, const IntList& dilation);
 
 struct ConvolutionGrads {
   Tensor grad_input, grad_weight, grad_bias;  // undefined where output_mask did not ask
