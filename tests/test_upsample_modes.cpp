@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "golden.h"
+#include "isa_test_util.h"
 #include "test_util.h"
 
 namespace tg {
@@ -13,7 +14,8 @@ namespace {
 using testing::expect_close;
 using testing::load_golden_cases;
 
-std::optional<double> optional_scale(const nlohmann::json& j) {
+// A fixture's scale: null is "not given".
+std::optional<double> optional_number(const nlohmann::json& j) {
   return j.is_null() ? std::nullopt : std::optional<double>(j.get<double>());
 }
 
@@ -23,10 +25,10 @@ Tensor run_mode(const nlohmann::json& c, const Tensor& x) {
   const auto& s = c["scales"];
   const bool ac = c["align_corners"];
   const std::string mode = c["mode"];
-  if (mode == "linear") return upsample_linear1d(x, {o[0]}, ac, optional_scale(s[0]));
-  if (mode == "bicubic") return upsample_bicubic2d(x, {o[0], o[1]}, ac, optional_scale(s[0]), optional_scale(s[1]));
-  return upsample_trilinear3d(x, {o[0], o[1], o[2]}, ac, optional_scale(s[0]), optional_scale(s[1]),
-                              optional_scale(s[2]));
+  if (mode == "linear") return upsample_linear1d(x, {o[0]}, ac, optional_number(s[0]));
+  if (mode == "bicubic") return upsample_bicubic2d(x, {o[0], o[1]}, ac, optional_number(s[0]), optional_number(s[1]));
+  return upsample_trilinear3d(x, {o[0], o[1], o[2]}, ac, optional_number(s[0]), optional_number(s[1]),
+                              optional_number(s[2]));
 }
 
 TEST(UpsampleModes, MatchPyTorchThroughTheTape) {
@@ -91,6 +93,30 @@ TEST(UpsampleModes, SameBitsAtOneTwoAndThreeThreads) {
     for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i].to_vector<float>(), many[i].to_vector<float>()) << i;
   }
   set_num_threads(saved);
+}
+
+// Each instruction-set path against the generic one (tests/isa_test_util.h). Tolerance relative
+// to the largest value, float32 1e-6, float64 2e-14, as the bilinear kernels' (test_isa_families):
+// the same sums in the same order, but the AVX2 and AVX-512 copies fuse a * b + c into one
+// rounding where the generic copy rounds twice.
+TEST(UpsampleModes, EveryInstructionSetMatchesTheGenericPath) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    manual_seed(7);
+    Tensor x1 = randn({2, 3, 13}, dt), g1 = randn({2, 3, 29}, dt);
+    Tensor x2 = randn({2, 3, 7, 9}, dt), g2 = randn({2, 3, 17, 5}, dt);
+    Tensor x3 = randn({1, 3, 5, 7, 9}, dt), g3 = randn({1, 3, 11, 3, 19}, dt);
+    testing::expect_same_on_every_isa(
+        [&] {
+          return std::vector<Tensor>{upsample_linear1d(x1, {29}, false),
+                                     upsample_linear1d_backward(g1, {29}, {2, 3, 13}, true),
+                                     upsample_bicubic2d(x2, {17, 5}, false, 2.5, 0.6),
+                                     upsample_bicubic2d_backward(g2, {17, 5}, {2, 3, 7, 9}, true),
+                                     upsample_trilinear3d(x3, {11, 3, 19}, false),
+                                     upsample_trilinear3d_backward(g3, {11, 3, 19}, {1, 3, 5, 7, 9}, true)};
+        },
+        dt == DType::Float32 ? 1e-6 : 2e-14);
+  }
 }
 
 TEST(UpsampleModes, EmptyBatchGivesAnEmptyOutputAndGradient) {

@@ -33,55 +33,45 @@ namespace tg::kernels::TG_ISA_NS {
 
 using namespace upsample;
 
-template <class T>
-void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho,
-                                 int64_t Wo, bool align_corners, double scales_h,
-                                 double scales_w) {
+// The forward and backward with K taps per dim (2: bilinear, 4: bicubic).
+template <class T, int K>
+void forward_2d(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo, bool align_corners,
+                double scales_h, double scales_w) {
   using O = opmath_t<T>;  // arithmetic type: float for the 16-bit types
   if (NC <= 0 || Ho <= 0 || Wo <= 0) return;
   if (H <= 0 || W <= 0) {  // nothing to interpolate from (rejected upstream); stay in bounds
     std::fill(y, y + NC * Ho * Wo, T(0.0f));
     return;
   }
-  separable_forward_2d<T, 2>(x, y, NC, H, W, Ho, Wo, make_linear_taps<O>(H, Ho, align_corners, scales_h),
-                             make_linear_taps<O>(W, Wo, align_corners, scales_w));
+  separable_forward_2d<T, K>(x, y, NC, H, W, Ho, Wo, make_taps<O, K>(H, Ho, align_corners, scales_h),
+                             make_taps<O, K>(W, Wo, align_corners, scales_w));
 }
 
-template <class T>
-void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W,
-                                  int64_t Ho, int64_t Wo, bool align_corners, double scales_h,
-                                  double scales_w) {
+template <class T, int K>
+void backward_2d(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo,
+                 bool align_corners, double scales_h, double scales_w) {
   using O = opmath_t<T>;  // the weights' type: float for the 16-bit types
   if (NC <= 0 || H <= 0 || W <= 0) return;
   // With an empty grad_y (Ho or Wo = 0) every adjoint list is empty and grad_x is zeroed.
   separable_backward_2d<T>(grad_y, grad_x, NC, H, W, Ho, Wo,
-                           make_adjoint(make_linear_taps<O>(H, Ho, align_corners, scales_h), H, Ho),
-                           make_adjoint(make_linear_taps<O>(W, Wo, align_corners, scales_w), W, Wo));
+                           make_adjoint(make_taps<O, K>(H, Ho, align_corners, scales_h), H, Ho),
+                           make_adjoint(make_taps<O, K>(W, Wo, align_corners, scales_w), W, Wo));
 }
 
-template <class T>
-void upsample_bicubic2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho,
-                                int64_t Wo, bool align_corners, double scales_h, double scales_w) {
-  using O = opmath_t<T>;
-  if (NC <= 0 || Ho <= 0 || Wo <= 0) return;
-  if (H <= 0 || W <= 0) {
-    std::fill(y, y + NC * Ho * Wo, T(0.0f));
-    return;
+#define TG_DEFINE_2D(name, K)                                                                                    \
+  template <class T>                                                                                             \
+  void name##_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo,                \
+                      bool align_corners, double scales_h, double scales_w) {                                    \
+    forward_2d<T, K>(x, y, NC, H, W, Ho, Wo, align_corners, scales_h, scales_w);                                 \
+  }                                                                                                              \
+  template <class T>                                                                                             \
+  void name##_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo,     \
+                       bool align_corners, double scales_h, double scales_w) {                                   \
+    backward_2d<T, K>(grad_y, grad_x, NC, H, W, Ho, Wo, align_corners, scales_h, scales_w);                      \
   }
-  separable_forward_2d<T, 4>(x, y, NC, H, W, Ho, Wo, make_cubic_taps<O>(H, Ho, align_corners, scales_h),
-                             make_cubic_taps<O>(W, Wo, align_corners, scales_w));
-}
-
-template <class T>
-void upsample_bicubic2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W,
-                                 int64_t Ho, int64_t Wo, bool align_corners, double scales_h,
-                                 double scales_w) {
-  using O = opmath_t<T>;
-  if (NC <= 0 || H <= 0 || W <= 0) return;
-  separable_backward_2d<T>(grad_y, grad_x, NC, H, W, Ho, Wo,
-                           make_adjoint(make_cubic_taps<O>(H, Ho, align_corners, scales_h), H, Ho),
-                           make_adjoint(make_cubic_taps<O>(W, Wo, align_corners, scales_w), W, Wo));
-}
+TG_DEFINE_2D(upsample_bilinear2d, 2)
+TG_DEFINE_2D(upsample_bicubic2d, 4)
+#undef TG_DEFINE_2D
 
 #define TG_INSTANTIATE_2D(name, T)                                                                          \
   template void name##_forward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, double,  \

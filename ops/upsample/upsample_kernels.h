@@ -34,10 +34,11 @@
 //   scale * (dst + 0.5) - 0.5, NOT clamped at 0; i = floor(src), t = src - i;
 //   taps i-1, i, i+1, i+2, each clamped to [0, in - 1] (border replication);
 //   weights w0 = c2(t + 1), w1 = c1(t), w2 = c1(1 - t), w3 = c2(2 - t) with
-//   c1(x) = ((A + 2) x - (A + 3)) x^2 + 1 and c2(x) = ((A x - 5A) x + 8A) x - 4A, in T.
+//   c1(x) = ((A + 2) x - (A + 3)) x^2 + 1 and c2(x) = ((A x - 5A) x + 8A) x - 4A, evaluated in
+//   double and rounded once to T (aten evaluates them in T; see internal/separable.h).
 //   No in == out shortcut (with a user scale != 1 the output differs from the input).
-//   The coordinate is taken in double, the weights in T; float outputs are within ~1e-6 of
-//   PyTorch's (whose kernel rounds in a different order); float64 agrees to ~1e-15.
+//   Float outputs are within ~5e-6 of PyTorch's (its float weights and sum order); float64
+//   agrees to ~1e-15.
 //   PyTorch 1.13's backward copies grad_y when in == out in both dims even with a user scale
 //   (then it is not its forward's gradient; torch.autograd.gradcheck fails there); ours is
 //   always the adjoint of the forward.

@@ -143,28 +143,39 @@ Taps<T, 2> make_linear_taps(int64_t in, int64_t out, bool align_corners, double 
 
 // Cubic (4 taps): aten's HelperInterpCubic. No copy shortcut and no clamp of the coordinate:
 // i = floor(src), t = src - i, taps i-1 .. i+2 clamped to [0, in - 1] (border replication),
-// weights get_cubic_upsample_coefficients(t) with A = -0.75, evaluated in T.
+// weights get_cubic_upsample_coefficients(t) with A = -0.75. aten evaluates the polynomials in
+// T; we evaluate them in double and round each weight once: their terms (~3) cancel to weights
+// near 0, so in float the result moved by up to ~2e-7 with FMA contraction (the instruction-set
+// copies disagreed by 1.2e-6 relative on outputs), and double is the nearer to exact.
 template <class T>
 Taps<T, 4> make_cubic_taps(int64_t in, int64_t out, bool align_corners, double scale_opt) {
   Taps<T, 4> t(out);
   const T scale = pixel_scale<T>(in, out, align_corners, scale_opt);
-  const T A = T(-0.75), one = T(1);
-  auto conv1 = [&](T x) { return ((A + T(2)) * x - (A + T(3))) * x * x + one; };          // |x| <= 1
-  auto conv2 = [&](T x) { return ((A * x - T(5) * A) * x + T(8) * A) * x - T(4) * A; };  // 1 < |x| < 2
+  constexpr double A = -0.75;
+  auto conv1 = [](double x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };          // |x| <= 1
+  auto conv2 = [](double x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };  // 1 < |x| < 2
   for (int64_t d = 0; d < out; ++d) {
     const double src = source_coordinate(scale, d, align_corners);
     const double fl = std::floor(src);
     // NaN or absurd coordinates (from absurd user scales) stay bounded: every tap then clamps.
     const int64_t i = !(fl >= -4.0) ? -4 : (fl > static_cast<double>(in) + 4.0 ? in + 4 : static_cast<int64_t>(fl));
-    const T x1 = static_cast<T>(src - fl), x2 = one - x1;
-    const T w[4] = {conv2(x1 + one), conv1(x1), conv1(x2), conv2(x2 + one)};
+    const double x1 = src - fl, x2 = 1 - x1;
+    const double w[4] = {conv2(x1 + 1), conv1(x1), conv1(x2), conv2(x2 + 1)};
     for (int j = 0; j < 4; ++j) {
       t.idx[j][d] = std::min(std::max<int64_t>(i - 1 + j, 0), in - 1);
-      t.w[j][d] = w[j];
+      t.w[j][d] = static_cast<T>(w[j]);
     }
   }
   t.make_index32(in);
   return t;
+}
+
+// The tap table of the mode with K taps: linear (2) or cubic (4).
+template <class T, int K>
+Taps<T, K> make_taps(int64_t in, int64_t out, bool align_corners, double scale_opt) {
+  static_assert(K == 2 || K == 4, "linear or cubic");
+  if constexpr (K == 2) return make_linear_taps<T>(in, out, align_corners, scale_opt);
+  else return make_cubic_taps<T>(in, out, align_corners, scale_opt);
 }
 
 // The taps seen from the input side: for input index i, entries [start[i], start[i+1]) list
