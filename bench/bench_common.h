@@ -22,6 +22,21 @@ void add_case(const std::string& name, Fn fn) {
       ->UseRealTime();
 }
 
+// Forward + backward of fn(x) through the tape with a ones gradient (PyTorch's side:
+// tools/bench_vs_torch.py's fwd_bwd).
+template <class Fn>
+void fwd_bwd(benchmark::State& state, Tensor x, Fn fn) {
+  use_threads(state);
+  x.requires_grad_();
+  Tensor y0 = fn(x);
+  Tensor g = ones(y0.shape(), y0.dtype());
+  for (auto _ : state) {
+    Tensor y = fn(x);
+    y.backward(g);
+    x.zero_grad();
+  }
+}
+
 // Records the peak of tapegrad's allocated bytes during the case as a counter (in MB).
 struct PeakMemory {
   explicit PeakMemory(benchmark::State& s) : state(s) { reset_peak_memory(); }

@@ -6,19 +6,6 @@ namespace tg::bench {
 namespace {
 
 template <class Fn>
-void fwd_bwd(benchmark::State& state, Tensor x, Fn fn) {
-  use_threads(state);
-  x.requires_grad_();
-  Tensor y0 = fn(x);
-  Tensor g = ones(y0.shape(), y0.dtype());
-  for (auto _ : state) {
-    Tensor y = fn(x);
-    y.backward(g);
-    x.zero_grad();
-  }
-}
-
-template <class Fn>
 void fwd(benchmark::State& state, Fn fn) {
   use_threads(state);
   for (auto _ : state) benchmark::DoNotOptimize(fn());

@@ -1,5 +1,5 @@
 // Group norm and bilinear upsampling, forward and backward separately, on the feature-map shapes
-// below; and a plain copy, the memory-bandwidth yardstick for group norm's GB/s.
+// below; bicubic and trilinear upsampling, forward and forward + backward; and a plain copy, the memory-bandwidth yardstick for group norm's GB/s.
 #include "bench_common.h"
 
 #include <tapegrad/ops/group_norm/group_norm_kernels.h>
@@ -147,8 +147,26 @@ const bool registered = [] {
       add_case("upsample_bwd/" + name, [u, ac](benchmark::State& s) { upsample_bwd(s, u.in, u.out, ac); });
     }
   }
-  // bfloat16 (issue 22's rows): the first shape of each op, beside its float32 row.
   const Shape gn{8, 256, 32, 32}, up{8, 64, 32, 32};
+  // Issue 26's interpolate modes, align_corners false, float32.
+  const Shape cube{2, 16, 16, 16, 16};
+  add_case("upsample_bicubic_fwd/N8_C64_H32_W32_to64x64", [=](benchmark::State& s) {
+    use_threads(s);
+    Tensor x = randn(up);
+    for (auto _ : s) benchmark::DoNotOptimize(upsample_bicubic2d(x, {64, 64}, false));
+  });
+  add_case("upsample_bicubic_fwd_bwd/N8_C64_H32_W32_to64x64", [=](benchmark::State& s) {
+    fwd_bwd(s, randn(up), [](const Tensor& x) { return upsample_bicubic2d(x, {64, 64}, false); });
+  });
+  add_case("upsample_trilinear_fwd/N2_C16_D16_H16_W16_to32x32x32", [=](benchmark::State& s) {
+    use_threads(s);
+    Tensor x = randn(cube);
+    for (auto _ : s) benchmark::DoNotOptimize(upsample_trilinear3d(x, {32, 32, 32}, false));
+  });
+  add_case("upsample_trilinear_fwd_bwd/N2_C16_D16_H16_W16_to32x32x32", [=](benchmark::State& s) {
+    fwd_bwd(s, randn(cube), [](const Tensor& x) { return upsample_trilinear3d(x, {32, 32, 32}, false); });
+  });
+  // bfloat16 (issue 22's rows): the first shape of each op, beside its float32 row.
   const auto bf16 = DType::BFloat16;
   add_case("group_norm_fwd/N8_C256_H32_W32_G32_bf16", [=](benchmark::State& s) { group_norm_fwd(s, gn, 32, bf16); });
   add_case("group_norm_bwd/N8_C256_H32_W32_G32_bf16", [=](benchmark::State& s) { group_norm_bwd(s, gn, 32, bf16); });

@@ -12,7 +12,8 @@
 //               float32 (or other 16-bit) input becomes the autocast dtype
 //   to_float32  group_norm, layer_norm, softmax, log_softmax, the losses (mse, l1, smooth_l1,
 //               cross_entropy, binary_cross_entropy_with_logits), grid_sample, upsample_bilinear2d,
-//               ms_deform_attn: every 16-bit input becomes float32
+//               upsample_linear1d, upsample_bicubic2d, upsample_trilinear3d, ms_deform_attn: every
+//               16-bit input becomes float32
 //
 // Every other op runs in the dtype of its inputs; elementwise ops of two dtypes promote
 // (bfloat16 + float32 -> float32). float64 is never cast. The casts are the differentiable

@@ -30,6 +30,7 @@ void register_conv_ops(Registry& r);
 void register_group_norm_ops(Registry& r);
 void register_batch_norm_ops(Registry& r);
 void register_upsample_ops(Registry& r);
+void register_upsample_mode_ops(Registry& r);
 void register_grid_sample_ops(Registry& r);
 void register_pool_ops(Registry& r);
 void register_pad_ops(Registry& r);
@@ -61,6 +62,7 @@ Registry& build_builtin_registry() {
   register_group_norm_ops(r);
   register_batch_norm_ops(r);
   register_upsample_ops(r);
+  register_upsample_mode_ops(r);
   register_grid_sample_ops(r);
   register_pool_ops(r);
   register_pad_ops(r);

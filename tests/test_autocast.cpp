@@ -141,6 +141,10 @@ std::vector<Float32PolicyCase> float32_policy_cases() {
       {"grid_sample", [=](DType dt, bool widen) { return grid_sample(in(widen, x4, dt), in(widen, grid, dt)); }},
       {"upsample_bilinear2d", [=](DType dt, bool widen) { return upsample_bilinear2d(in(widen, x4, dt), {5, 4}, false); }},
       {"interpolate", [=](DType dt, bool widen) { return interpolate(in(widen, x4, dt), 2.0); }},
+      {"upsample_linear1d", [=](DType dt, bool widen) { return upsample_linear1d(in(widen, logits, dt).unsqueeze(0), {7}, false); }},
+      {"upsample_bicubic2d", [=](DType dt, bool widen) { return upsample_bicubic2d(in(widen, x4, dt), {5, 4}, false); }},
+      {"upsample_trilinear3d",
+       [=](DType dt, bool widen) { return upsample_trilinear3d(in(widen, x4, dt).unsqueeze(0), {3, 5, 4}, true); }},
       {"ms_deform_attn",
        [=](DType dt, bool widen) { return ms_deform_attn(in(widen, value, dt), ss, lsi, in(widen, loc, dt), in(widen, attn, dt)); }},
   };

@@ -248,6 +248,11 @@ def upsample_bwd(shape, out, ac, dtype=torch.float32):
     return lambda: torch.autograd.grad(y, x, g, retain_graph=True)
 
 
+def interp_fwd(shape, out, mode):
+    x = torch.randn(shape)
+    return lambda: F.interpolate(x, size=out, mode=mode, align_corners=False)
+
+
 def batch_norm_case(shape, mode):
     """bench_batch_norm.cpp: "train_fwd_bwd" (the input, weight and bias gradients, running
     statistics updated), "train_fwd" or "eval_fwd"."""
@@ -320,6 +325,13 @@ def norm_upsample_cases():
             name = "N{}_C{}_H{}_W{}".format(*shape) + "_to{}x{}".format(*out) + ("_ac" if ac else "")
             cases["upsample_fwd/" + name] = ("bench_norm_upsample", lambda s=shape, o=out, a=ac: upsample_fwd(s, o, a))
             cases["upsample_bwd/" + name] = ("bench_norm_upsample", lambda s=shape, o=out, a=ac: upsample_bwd(s, o, a))
+    # Issue 26's interpolate modes: F.interpolate, align_corners False, float32.
+    for mode, shape, out in [("bicubic", (8, 64, 32, 32), (64, 64)), ("trilinear", (2, 16, 16, 16, 16), (32, 32, 32))]:
+        dims = "_".join(f"{k}{v}" for k, v in zip("NCDHW" if len(shape) == 5 else "NCHW", shape))
+        name = dims + "_to" + "x".join(str(o) for o in out)
+        cases[f"upsample_{mode}_fwd/{name}"] = ("bench_norm_upsample", lambda s=shape, o=out, m=mode: interp_fwd(s, o, m))
+        cases[f"upsample_{mode}_fwd_bwd/{name}"] = ("bench_norm_upsample", lambda s=shape, o=out, m=mode: fwd_bwd(
+            torch.randn(s), lambda x: F.interpolate(x, size=o, mode=m, align_corners=False)))
     for name, q, bs, heads in [("encoder_B2_Q5440_H8", 5440, 2, 8), ("decoder_B2_Q300_H8", 300, 2, 8),
                                ("encoder_B1_Q5440_H8", 5440, 1, 8), ("encoder_B1_Q5440_H1", 5440, 1, 1)]:
         suffix = name + "_C32_L4_P4"

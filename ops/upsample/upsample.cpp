@@ -8,16 +8,14 @@
 #include "../../framework/checked_math.h"
 #include "../../framework/tape.h"
 #include "../internal/samples.h"
+#include "internal/checks.h"
 #include "upsample_kernels.h"
 
 namespace tg {
 
 namespace {
 
-void check_scale(const char* op, const char* name, std::optional<double> s) {
-  TG_CHECK(!s || (std::isfinite(*s) && *s > 0), op, ": expected ", name, " to be a positive finite number, got ",
-           s ? *s : 0.0);
-}
+using upsample_checks::check_scale;
 
 void check_output_size(const char* op, std::array<int64_t, 2> out) {
   TG_CHECK(out[0] > 0 && out[1] > 0, op, ": expected output_size of 2 values > 0, got [", out[0], ", ", out[1], "]");

@@ -1,12 +1,15 @@
-// Bilinear 2-D upsampling kernels (forward and backward), PyTorch's upsample_bilinear2d /
-// upsample_bilinear2d_backward semantics (CPU aten), NCHW contiguous.
+// Upsampling kernels (forward and backward), PyTorch's upsample_bilinear2d, upsample_bicubic2d
+// and upsample_trilinear3d semantics (CPU aten), contiguous planes. (upsample_linear1d is the
+// bilinear kernel on (NC, 1, L) planes: H = Ho = 1 is aten's copy rule, a weight of exactly 1.)
 //
 // Shape legend
-//   NC     = N * C, the number of independent planes
-//   H, W   = input height and width
-//   Ho, Wo = output height and width
-//   x, grad_x : (NC, H, W)      y, grad_y : (NC, Ho, Wo)
+//   NC        = N * C, the number of independent planes
+//   D, H, W   = input depth, height and width
+//   Do, Ho, Wo = output depth, height and width
+//   2-d: x, grad_x : (NC, H, W)     y, grad_y : (NC, Ho, Wo)
+//   3-d: x, grad_x : (NC, D, H, W)  y, grad_y : (NC, Do, Ho, Wo)
 //
+// Linear modes (bilinear, trilinear: per dim, the same rule; aten's compute_source_index_and_lambda):
 // Source coordinates (per dim, in = H or W, out = Ho or Wo), as aten's UpSample.h computes them:
 //   align_corners:  scale = (in - 1) / (out - 1), 0 when out == 1; the given scale is ignored;
 //                   src = scale * dst
@@ -23,11 +26,28 @@
 // the kernels fast and the backward an exact adjoint. Float results differ from PyTorch's by
 // an ulp or two (max 1.3e-7 relative in our checks; 75% of random cases are bit-identical).
 //
+// Trilinear nests the sums as aten does (W, then H, then D), in T; float results are within an
+// ulp or two of PyTorch's.
+//
+// Bicubic (aten's HelperInterpCubic, A = -0.75; per dim):
+//   scale as above (align_corners or not); src = scale * dst (align_corners) or
+//   scale * (dst + 0.5) - 0.5, NOT clamped at 0; i = floor(src), t = src - i;
+//   taps i-1, i, i+1, i+2, each clamped to [0, in - 1] (border replication);
+//   weights w0 = c2(t + 1), w1 = c1(t), w2 = c1(1 - t), w3 = c2(2 - t) with
+//   c1(x) = ((A + 2) x - (A + 3)) x^2 + 1 and c2(x) = ((A x - 5A) x + 8A) x - 4A, evaluated in
+//   double and rounded once to T (aten evaluates them in T; see internal/separable.h).
+//   No in == out shortcut (with a user scale != 1 the output differs from the input).
+//   Float outputs are within ~5e-6 of PyTorch's (its float weights and sum order); float64
+//   agrees to ~1e-15.
+//   PyTorch 1.13's backward copies grad_y when in == out in both dims even with a user scale
+//   (then it is not its forward's gradient; torch.autograd.gradcheck fails there); ours is
+//   always the adjoint of the forward.
+//
 // Where we differ from PyTorch 1.13: a user scale that is inconsistent with the sizes (say
 // scales = 0.25 for 4 -> 8) makes aten read past the input; we clamp i0 to in - 1 as later
 // PyTorch versions do. NaN or infinite scales never make us read out of bounds either.
 //
-// scales_h / scales_w: the user's scale factor (output / input) when one was given and passed
+// scales_d / scales_h / scales_w: the user's scale factor (output / input) when one was given and passed
 // through (F.interpolate(scale_factor=..., recompute_scale_factor=False)); <= 0 means none.
 // 16-bit storage (T = tg::BFloat16, tg::Float16, framework/half.h): x, y, grad_y and grad_x
 // are 16-bit; everything else runs as in the float32 kernel (weights, scale and interpolation
@@ -54,5 +74,24 @@ template <class T>
 void upsample_bilinear2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W,
                                   int64_t Ho, int64_t Wo, bool align_corners, double scales_h,
                                   double scales_w);
+
+// Bicubic: the same contract as bilinear.
+template <class T>
+void upsample_bicubic2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho,
+                                int64_t Wo, bool align_corners, double scales_h, double scales_w);
+template <class T>
+void upsample_bicubic2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W,
+                                 int64_t Ho, int64_t Wo, bool align_corners, double scales_h,
+                                 double scales_w);
+
+// Trilinear: overwrites y (NC, Do, Ho, Wo); the backward overwrites grad_x (NC, D, H, W).
+template <class T>
+void upsample_trilinear3d_forward(const T* x, T* y, int64_t NC, int64_t D, int64_t H, int64_t W,
+                                  int64_t Do, int64_t Ho, int64_t Wo, bool align_corners,
+                                  double scales_d, double scales_h, double scales_w);
+template <class T>
+void upsample_trilinear3d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t D, int64_t H,
+                                   int64_t W, int64_t Do, int64_t Ho, int64_t Wo, bool align_corners,
+                                   double scales_d, double scales_h, double scales_w);
 
 }  // namespace tg::kernels

@@ -1,0 +1,383 @@
+// What the upsampling kernels share (bilinear, linear, trilinear, bicubic): aten's source-index
+// and weight rules as tap tables, and the separable row passes built on them. Included by the
+// kernel files only, so everything lives in each instruction set's namespace (TG_ISA_NS).
+//
+// Every mode is separable: along each dim, output index d reads K input indices (the taps: 2
+// for linear, 4 for cubic) with K weights, and the N-d result is the 1-d rule applied dim by
+// dim, innermost (W) first, as aten's generic CPU kernel nests its sums. The backward is the
+// adjoint: each input index lists the outputs that read it (AdjointTaps) and gathers their
+// gradients in a fixed order, so no thread writes what another owns and no atomics are needed.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "../../../framework/parallel.h"
+#include "../../internal/half_access.h"
+#include "../../internal/isa_dispatch.h"
+
+namespace tg::kernels::TG_ISA_NS::upsample {
+
+// Below this many output elements an OpenMP region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 14;
+
+// Rows of n elements of a thread's scratch, each starting on a 64-byte boundary: the vector
+// loops store whole registers into them, and with std::vector's 16-byte alignment an AVX-512
+// store would straddle two cache lines.
+template <class T>
+class AlignedRows {
+ public:
+  AlignedRows(int64_t rows, int64_t n)
+      : stride_(ceil_div(std::max<int64_t>(n, 1), kLine) * kLine), buf_(rows * stride_ + kLine) {
+    const auto misalign = reinterpret_cast<std::uintptr_t>(buf_.data()) % 64;
+    base_ = buf_.data() + (64 - misalign) % 64 / sizeof(T);
+  }
+  T* row(int64_t r) { return base_ + r * stride_; }
+
+ private:
+  static constexpr int64_t kLine = 64 / sizeof(T);
+  int64_t stride_;
+  std::vector<T> buf_;
+  T* base_;
+};
+
+// The backward's row of vertical sums, placed anew for each input row 2 KB away (modulo 4 KB)
+// from the first grad_y row it reads. A load whose address matches a pending store's in its
+// low 12 bits waits for that store ("4K aliasing"): with the buffer at whatever address the
+// heap gave, the vertical pass ran up to 1.3x slower on one path, in one build and not in
+// another. Reads run at 4 bytes per element (float) and writes at 8, so the distance moves by
+// 4 * Wo over a row; starting at 2 KB it stays clear for rows under ~500 elements.
+class SumRow {
+ public:
+  explicit SumRow(int64_t n) : buf_(n + 4096 / sizeof(double)) {}
+  double* away_from(const void* row) {
+    const auto base = reinterpret_cast<std::uintptr_t>(buf_.data());
+    const std::uintptr_t want = (reinterpret_cast<std::uintptr_t>(row) + 2048) % 4096 / 64 * 64;
+    return buf_.data() + (want + 4096 - base % 4096) % 4096 / sizeof(double);
+  }
+
+ private:
+  std::vector<double> buf_;
+};
+
+// Blocks of rows per plane: one when the planes alone keep every thread busy, else enough
+// blocks for ~4 work items per thread. Results do not depend on it (each output is computed
+// by one thread in a fixed order).
+inline int64_t row_blocks(int64_t planes, int64_t rows) {
+  const int64_t nt = max_threads();
+  if (planes >= nt || rows <= 1) return 1;
+  return std::min(rows, ceil_div(4 * nt, planes));
+}
+
+// aten's area_pixel_compute_scale<T>: the ratio is formed in T, as PyTorch does. Only
+// align_corners maps out == 1 to scale 0 (the single output then samples x[0]); otherwise one
+// output pixel samples the centre, in / 2 - 0.5. scale <= 0 means no user scale.
+template <class T>
+T pixel_scale(int64_t in, int64_t out, bool align_corners, double scale) {
+  if (align_corners) return out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
+  return scale > 0 ? static_cast<T>(1.0 / scale) : static_cast<T>(in) / static_cast<T>(out);
+}
+
+// The source coordinate of output index dst, before linear's clamp at 0 (cubic keeps negative
+// coordinates). The scale is a T, but PyTorch 1.13 evaluates the coordinate in double (its
+// accscalar_t) and rounds only the final weights to T; we checked this bit for bit against
+// torch's linear weights (a coordinate rounded to float would quantise the weights to its ulp:
+// errors ~1e-5 on a 300-pixel row). Cubic's coordinate is taken the same way.
+template <class T>
+double source_coordinate(T scale, int64_t dst, bool align_corners) {
+  if (align_corners) return static_cast<double>(scale) * static_cast<double>(dst);
+  return static_cast<double>(scale) * (static_cast<double>(dst) + 0.5) - 0.5;
+}
+
+// The K taps of every output index along one dim: out[d] = sum_j w[j][d] * in[idx[j][d]].
+template <class T, int K>
+struct Taps {
+  std::vector<int64_t> idx[K];
+  std::vector<T> w[K];
+  // The same indices as int32 when the input dim fits (always, in practice): the forward's
+  // gathers then fetch 16 floats per instruction instead of 8.
+  std::vector<int32_t> idx32[K];
+
+  explicit Taps(int64_t out) {
+    for (int j = 0; j < K; ++j) {
+      idx[j].resize(out);
+      w[j].resize(out);
+    }
+  }
+  void make_index32(int64_t in) {
+    if (in > INT32_MAX) return;
+    for (int j = 0; j < K; ++j) idx32[j].assign(idx[j].begin(), idx[j].end());
+  }
+};
+
+// Linear (2 taps): aten's compute_source_index_and_lambda. in == out copies whatever the scale
+// says; the coordinate is clamped at 0; i0 = min(floor(src), in - 1), i1 = min(i0 + 1, in - 1),
+// w1 = clamp(src - i0, 0, 1), w0 = 1 - w1.
+template <class T>
+Taps<T, 2> make_linear_taps(int64_t in, int64_t out, bool align_corners, double scale_opt) {
+  Taps<T, 2> t(out);
+  const T scale = pixel_scale<T>(in, out, align_corners, scale_opt);
+  for (int64_t d = 0; d < out; ++d) {
+    if (in == out) {  // aten copies whatever the scale says
+      t.idx[0][d] = t.idx[1][d] = d;
+      t.w[0][d] = T(1);
+      t.w[1][d] = T(0);
+      continue;
+    }
+    double src = source_coordinate(scale, d, align_corners);
+    src = src < 0.0 ? 0.0 : src;
+    // Written so that NaN or huge src (absurd user scales) lands on in - 1, never outside.
+    const int64_t i0 = src < static_cast<double>(in - 1) ? static_cast<int64_t>(src) : in - 1;
+    const T l1 = static_cast<T>(std::min(std::max(src - static_cast<double>(i0), 0.0), 1.0));
+    t.idx[0][d] = i0;
+    t.idx[1][d] = i0 + (i0 < in - 1 ? 1 : 0);
+    t.w[1][d] = l1;
+    t.w[0][d] = T(1) - l1;
+  }
+  t.make_index32(in);
+  return t;
+}
+
+// Cubic (4 taps): aten's HelperInterpCubic. No copy shortcut and no clamp of the coordinate:
+// i = floor(src), t = src - i, taps i-1 .. i+2 clamped to [0, in - 1] (border replication),
+// weights get_cubic_upsample_coefficients(t) with A = -0.75. aten evaluates the polynomials in
+// T; we evaluate them in double and round each weight once: their terms (~3) cancel to weights
+// near 0, so in float the result moved by up to ~2e-7 with FMA contraction (the instruction-set
+// copies disagreed by 1.2e-6 relative on outputs), and double is the nearer to exact.
+template <class T>
+Taps<T, 4> make_cubic_taps(int64_t in, int64_t out, bool align_corners, double scale_opt) {
+  Taps<T, 4> t(out);
+  const T scale = pixel_scale<T>(in, out, align_corners, scale_opt);
+  constexpr double A = -0.75;
+  auto conv1 = [](double x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };          // |x| <= 1
+  auto conv2 = [](double x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };  // 1 < |x| < 2
+  for (int64_t d = 0; d < out; ++d) {
+    const double src = source_coordinate(scale, d, align_corners);
+    const double fl = std::floor(src);
+    // NaN or absurd coordinates (from absurd user scales) stay bounded: every tap then clamps.
+    const int64_t i = !(fl >= -4.0) ? -4 : (fl > static_cast<double>(in) + 4.0 ? in + 4 : static_cast<int64_t>(fl));
+    const double x1 = src - fl, x2 = 1 - x1;
+    const double w[4] = {conv2(x1 + 1), conv1(x1), conv1(x2), conv2(x2 + 1)};
+    for (int j = 0; j < 4; ++j) {
+      t.idx[j][d] = std::min(std::max<int64_t>(i - 1 + j, 0), in - 1);
+      t.w[j][d] = static_cast<T>(w[j]);
+    }
+  }
+  t.make_index32(in);
+  return t;
+}
+
+// The tap table of the mode with K taps: linear (2) or cubic (4).
+template <class T, int K>
+Taps<T, K> make_taps(int64_t in, int64_t out, bool align_corners, double scale_opt) {
+  static_assert(K == 2 || K == 4, "linear or cubic");
+  if constexpr (K == 2) return make_linear_taps<T>(in, out, align_corners, scale_opt);
+  else return make_cubic_taps<T>(in, out, align_corners, scale_opt);
+}
+
+// The taps seen from the input side: for input index i, entries [start[i], start[i+1]) list
+// the output indices that read i and with which weight, in increasing output index (tap 0
+// before tap 1 ... when several taps of one output hit i), which fixes the order of the
+// backward's sums.
+template <class T>
+struct AdjointTaps {
+  std::vector<int64_t> start, out;
+  std::vector<T> w;
+};
+
+template <class T, int K>
+AdjointTaps<T> make_adjoint(const Taps<T, K>& t, int64_t in, int64_t out) {
+  AdjointTaps<T> a;
+  a.start.assign(in + 1, 0);
+  for (int64_t d = 0; d < out; ++d)
+    for (int j = 0; j < K; ++j) ++a.start[t.idx[j][d] + 1];
+  for (int64_t i = 0; i < in; ++i) a.start[i + 1] += a.start[i];
+  a.out.resize(K * out);
+  a.w.resize(K * out);
+  std::vector<int64_t> fill(a.start.begin(), a.start.end() - 1);
+  for (int64_t d = 0; d < out; ++d)
+    for (int j = 0; j < K; ++j) {
+      const int64_t k = fill[t.idx[j][d]]++;
+      a.out[k] = d;
+      a.w[k] = t.w[j][d];
+    }
+  return a;
+}
+
+// out[ow] = sum_j w[j][ow] * xr[idx[j][ow]]: one input row interpolated along W, the taps
+// summed in order (aten's: with FMA contraction, fma(x1, w1, x0 * w0) and so on).
+template <class T, int K, class I>
+void interp_row(const T* xr, const I* const* idx, const T* const* w, int64_t Wo, T* out) {
+  for (int64_t ow = 0; ow < Wo; ++ow) {
+    T v = xr[idx[0][ow]] * w[0][ow];
+    for (int j = 1; j < K; ++j) v += xr[idx[j][ow]] * w[j][ow];
+    out[ow] = v;
+  }
+}
+
+template <class T, int K>
+void interp_row(const T* xr, const Taps<T, K>& tw, int64_t Wo, T* out) {
+  const T* w[K];
+  for (int j = 0; j < K; ++j) w[j] = tw.w[j].data();
+  if (!tw.idx32[0].empty()) {
+    const int32_t* idx[K];
+    for (int j = 0; j < K; ++j) idx[j] = tw.idx32[j].data();
+    interp_row<T, K>(xr, idx, w, Wo, out);
+  } else {
+    const int64_t* idx[K];
+    for (int j = 0; j < K; ++j) idx[j] = tw.idx[j].data();
+    interp_row<T, K>(xr, idx, w, Wo, out);
+  }
+}
+
+// One input row widened to T's arithmetic type O: for the 16-bit types, into `buf` (a loop of
+// shifts and selects that vectorises; the gathers then read floats, as in the float kernel);
+// for float and double the row itself.
+template <class T, class O>
+const O* widened_row(const T* xr, int64_t W, std::vector<O>& buf) {
+  if constexpr (std::is_same_v<T, O>) {
+    return xr;
+  } else {
+#pragma omp simd
+    for (int64_t k = 0; k < W; ++k) buf[k] = load_op(xr, k);
+    return buf.data();
+  }
+}
+
+// A thread's scratch for the 2-d forward: K input rows interpolated along W (input row ih in
+// slot ih % K: the K taps of one output row are consecutive rows, clamped, so they never share
+// a slot), and a 16-bit input row widened to float.
+template <class T, int K>
+struct ForwardScratch {
+  using O = opmath_t<T>;
+  AlignedRows<O> rows;
+  int64_t held[K];
+  std::vector<O> wide;
+  ForwardScratch(int64_t W, int64_t Wo) : rows(K, Wo), wide(std::is_same_v<T, O> ? 0 : W) { forget(); }
+  void forget() { std::fill(held, held + K, int64_t{-1}); }  // before a new plane
+};
+
+// Output rows [oh_begin, oh_end) of one plane, xp (H, W) -> yp (Ho, Wo): each needed input row
+// interpolated along W once (while it stays in the scratch), then K rows blended along H in a
+// contiguous, vectorised loop. Y is T (rounded once) or O (an intermediate, for trilinear).
+template <class T, int K, class Y>
+void forward_rows(const T* xp, int64_t W, const Taps<opmath_t<T>, K>& th, const Taps<opmath_t<T>, K>& tw,
+                  int64_t Wo, int64_t oh_begin, int64_t oh_end, Y* yp, ForwardScratch<T, K>& s) {
+  using O = opmath_t<T>;
+  for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
+    const O* r[K];
+    O wt[K];
+    for (int j = 0; j < K; ++j) {
+      const int64_t ih = th.idx[j][oh];
+      const int slot = static_cast<int>(ih % K);
+      if (s.held[slot] != ih) {
+        interp_row<O, K>(widened_row(xp + ih * W, W, s.wide), tw, Wo, s.rows.row(slot));
+        s.held[slot] = ih;
+      }
+      r[j] = s.rows.row(slot);
+      wt[j] = th.w[j][oh];
+    }
+    Y* yr = yp + oh * Wo;
+#pragma omp simd
+    for (int64_t ow = 0; ow < Wo; ++ow) {
+      O v = r[0][ow] * wt[0];
+      for (int j = 1; j < K; ++j) v += r[j][ow] * wt[j];
+      store_op(yr, ow, v);
+    }
+  }
+}
+
+// A thread's scratch for the 2-d backward: the vertical sums (double) and a 16-bit grad_x row in
+// float, rounded in one vectorised pass (a scalar rounding per element in the horizontal loop
+// cost 10% of the backward).
+template <class T>
+struct BackwardScratch {
+  SumRow sums;
+  std::vector<opmath_t<T>> row;
+  BackwardScratch(int64_t W, int64_t Wo) : sums(Wo), row(std::is_same_v<T, opmath_t<T>> ? 0 : W) {}
+};
+
+// Input rows [ih_begin, ih_end) of one plane's gradient: gyp (Ho, Wo) of G = T or double ->
+// gxp (H, W) of T. Each input row sums the gradient rows that read it (vertical, vectorised, in
+// double: the sums can be long, every output row for H = 1, and double keeps float results
+// exact to the last ulp), then each input pixel sums the columns that read it (horizontal).
+template <class T, class G>
+void backward_rows(const G* gyp, int64_t Wo, const AdjointTaps<opmath_t<T>>& ah,
+                   const AdjointTaps<opmath_t<T>>& aw, int64_t W, int64_t ih_begin, int64_t ih_end, T* gxp,
+                   BackwardScratch<T>& s) {
+  using O = opmath_t<T>;
+  for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
+    // acc = sum over the adjoint list of w * grad_y[oh, :], two rows per pass over acc (half
+    // its loads and stores); the first pass assigns, which also clears acc.
+    int64_t k = ah.start[ih];
+    const int64_t k_end = ah.start[ih + 1];
+    double* acc = s.sums.away_from(gyp + (k < k_end ? ah.out[k] * Wo : 0));
+    double* a = acc;
+    if (k == k_end) std::fill(acc, acc + Wo, 0.0);
+    for (bool first = true; k < k_end; k += 2, first = false) {
+      const G* g0 = gyp + ah.out[k] * Wo;
+      const double w0 = static_cast<double>(ah.w[k]);
+      // an odd list ends with a zero-weight repeat of its last row
+      const G* g1 = k + 1 < k_end ? gyp + ah.out[k + 1] * Wo : g0;
+      const double w1 = k + 1 < k_end ? static_cast<double>(ah.w[k + 1]) : 0.0;
+      if (first) {
+#pragma omp simd
+        for (int64_t ow = 0; ow < Wo; ++ow)
+          a[ow] = w0 * static_cast<double>(load_op(g0, ow)) + w1 * static_cast<double>(load_op(g1, ow));
+      } else {
+#pragma omp simd
+        for (int64_t ow = 0; ow < Wo; ++ow)
+          a[ow] += w0 * static_cast<double>(load_op(g0, ow)) + w1 * static_cast<double>(load_op(g1, ow));
+      }
+    }
+    T* gx = gxp + ih * W;
+    O* out;  // 16-bit: via float, as the float kernel's, then rounded once
+    if constexpr (std::is_same_v<T, O>) out = gx; else out = s.row.data();
+    for (int64_t iw = 0; iw < W; ++iw) {
+      double sum = 0.0;
+      for (int64_t j = aw.start[iw]; j < aw.start[iw + 1]; ++j) sum += static_cast<double>(aw.w[j]) * acc[aw.out[j]];
+      out[iw] = static_cast<O>(sum);
+    }
+    if constexpr (!std::is_same_v<T, O>) store_row(out, W, gx);
+  }
+}
+
+// The 2-d forward and backward over NC planes, threaded over (plane, block of rows); the
+// bilinear and bicubic kernels are these with 2 and 4 taps.
+template <class T, int K>
+void separable_forward_2d(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo,
+                          const Taps<opmath_t<T>, K>& th, const Taps<opmath_t<T>, K>& tw) {
+  const int64_t blocks = row_blocks(NC, Ho), rows_per_block = ceil_div(Ho, blocks);
+#pragma omp parallel if (NC * Ho * Wo >= kParallelMin)
+  {
+    ForwardScratch<T, K> s(W, Wo);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < NC * blocks; ++item) {
+      const int64_t p = item / blocks, b = item % blocks;
+      s.forget();
+      forward_rows<T, K>(x + p * H * W, W, th, tw, Wo, b * rows_per_block, std::min(Ho, (b + 1) * rows_per_block),
+                         y + p * Ho * Wo, s);
+    }
+  }
+}
+
+template <class T>
+void separable_backward_2d(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo,
+                           const AdjointTaps<opmath_t<T>>& ah, const AdjointTaps<opmath_t<T>>& aw) {
+  const int64_t blocks = row_blocks(NC, H), rows_per_block = ceil_div(H, blocks);
+#pragma omp parallel if (NC * Ho * Wo >= kParallelMin)
+  {
+    BackwardScratch<T> s(W, Wo);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < NC * blocks; ++item) {
+      const int64_t p = item / blocks, b = item % blocks;
+      backward_rows<T>(grad_y + p * Ho * Wo, Wo, ah, aw, W, b * rows_per_block, std::min(H, (b + 1) * rows_per_block),
+                       grad_x + p * H * W, s);
+    }
+  }
+}
+
+}  // namespace tg::kernels::TG_ISA_NS::upsample
