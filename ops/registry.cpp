@@ -32,6 +32,8 @@ void register_batch_norm_ops(Registry& r);
 void register_upsample_ops(Registry& r);
 void register_grid_sample_ops(Registry& r);
 void register_pool_ops(Registry& r);
+void register_adaptive_pool_ops(Registry& r);
+void register_upsample_nearest_ops(Registry& r);
 
 namespace {
 Registry& build_builtin_registry() {
@@ -62,6 +64,8 @@ Registry& build_builtin_registry() {
   register_upsample_ops(r);
   register_grid_sample_ops(r);
   register_pool_ops(r);
+  register_adaptive_pool_ops(r);
+  register_upsample_nearest_ops(r);
   return r;
 }
 }  // namespace

@@ -1,0 +1,51 @@
+// Nearest-neighbour resampling kernels (forward and backward) for 1, 2 and 3 spatial dims, one
+// kernel for all three: PyTorch's upsample_nearest{1,2,3}d and _upsample_nearest_exact{1,2,3}d
+// (CPU aten, UpSampleKernel.cpp in 1.13), NC(D)HW contiguous.
+//
+// Shape legend
+//   NC        = N * C, the number of independent planes
+//   D, H, W   = input depth, height, width;  Do, Ho, Wo = output depth, height, width
+//   x, grad_x : (NC, D, H, W)      y, grad_y : (NC, Do, Ho, Wo)
+// A 2-D op is the 3-D one with D = Do = 1, a 1-D op with H = Ho = 1 too.
+//
+// Source index per dim (in, out, the user's scale s when one was passed through; computed once
+// per call by nearest_source_indices, in float as aten does):
+//   scale = float(1 / s) when s > 0 is given, else float(in) / float(out)
+//   nearest:        src = min(floor(float(dst) * scale), in - 1), except aten's two shortcuts,
+//                   which ignore s: out == in gives src = dst, out == 2 in gives src = dst / 2
+//   nearest-exact:  src = min(floor(float(double(dst + 0.5) * scale)), in - 1)
+//   y[od, oh, ow] = x[src_d[od], src_h[oh], src_w[ow]]
+//
+// Backward: grad_x[src] += grad_y[dst], in aten's order (per plane: od, oh, ow), so float
+// results are PyTorch's bit for bit. Each thread owns whole planes of grad_x: no atomics, the
+// same bits for any thread count. The backward is linear in grad_y and the forward is its
+// adjoint (the double backward).
+//
+// No validation here: the Tensor-level ops (upsample_nearest.cpp) check ranks and sizes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tg::kernels {
+
+struct NearestParams {
+  int64_t NC = 0, D = 1, H = 1, W = 1, Do = 1, Ho = 1, Wo = 1;
+  const int64_t* src_d = nullptr;  // Do source indices, each in [0, D)
+  const int64_t* src_h = nullptr;  // Ho, in [0, H)
+  const int64_t* src_w = nullptr;  // Wo, in [0, W)
+};
+
+// The source index of every output position along one dim (the rules above). scale <= 0
+// means none given.
+std::vector<int64_t> nearest_source_indices(int64_t in, int64_t out, double scale, bool exact);
+
+// T = float, double. Overwrites y (NC, Do, Ho, Wo).
+template <class T>
+void upsample_nearest3d_forward(const T* x, T* y, const NearestParams& p);
+
+// Overwrites grad_x (NC, D, H, W).
+template <class T>
+void upsample_nearest3d_backward(const T* grad_y, T* grad_x, const NearestParams& p);
+
+}  // namespace tg::kernels
