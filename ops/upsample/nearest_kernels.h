@@ -8,13 +8,21 @@
 //   x, grad_x : (NC, D, H, W)      y, grad_y : (NC, Do, Ho, Wo)
 // A 2-D op is the 3-D one with D = Do = 1, a 1-D op with H = Ho = 1 too.
 //
-// Source index per dim (in, out, the user's scale s when one was passed through; computed once
-// per call by nearest_source_indices, in float as aten does):
-//   scale = float(1 / s) when s > 0 is given, else float(in) / float(out)
-//   nearest:        src = min(floor(float(dst) * scale), in - 1), except aten's two shortcuts,
-//                   which ignore s: out == in gives src = dst, out == 2 in gives src = dst / 2
-//   nearest-exact:  src = min(floor(float(double(dst + 0.5) * scale)), in - 1)
+// Source index per dim (in, out, the user's scale s when one was passed through), computed once
+// per call by nearest_source_indices as aten 1.13's forward computes it, in the tensor's
+// arithmetic S (float; double for float64):
+//   step = S(1 / s) when s > 0 is given, else S(in) / S(out)
+//   nearest:        src = min(floor(float(S(dst) * step)), in - 1)
+//   nearest-exact:  src = min(floor(float(max(step * (dst + 0.5) - 0.5, 0) + 0.5)), in - 1)
 //   y[od, oh, ow] = x[src_d[od], src_h[oh], src_w[ow]]
+//
+// Where we differ from PyTorch 1.13: its backward does not use its forward's indices. It
+// recomputes them in float whatever the dtype, and for nearest takes two shortcuts the
+// forward does not (out == in: src = dst; out == 2 in: src = dst / 2, both ignoring a given
+// scale). So where those give other indices (a scale of 2.1 on a length of 5, or float64
+// positions that round differently in float), PyTorch's input gradient is not the gradient of
+// its output. Ours is: the backward uses the forward's indices (the tests check against the
+// adjoint of PyTorch's forward, tools/fixtures/interpolate.py).
 //
 // Backward: grad_x[src] += grad_y[dst], in aten's order (per plane: od, oh, ow), so float
 // results are PyTorch's bit for bit. Each thread owns whole planes of grad_x: no atomics, the
@@ -37,8 +45,8 @@ struct NearestParams {
 };
 
 // The source index of every output position along one dim (the rules above). scale <= 0
-// means none given.
-std::vector<int64_t> nearest_source_indices(int64_t in, int64_t out, double scale, bool exact);
+// means none given; in_double: the arithmetic of float64 tensors.
+std::vector<int64_t> nearest_source_indices(int64_t in, int64_t out, double scale, bool exact, bool in_double);
 
 // T = float, double. Overwrites y (NC, Do, Ho, Wo).
 template <class T>

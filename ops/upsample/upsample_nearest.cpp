@@ -19,25 +19,30 @@ namespace tg {
 
 namespace kernels {
 
-std::vector<int64_t> nearest_source_indices(int64_t in, int64_t out, double scale, bool exact) {
-  // aten computes in float: scale = float(1 / s), or float(in) / float(out).
-  const float step = scale > 0 ? static_cast<float>(1.0 / scale) : static_cast<float>(in) / static_cast<float>(out);
+namespace {
+// The index rule in the arithmetic of S (float, or double for float64 tensors), as aten's
+// forward computes it; floorf's float argument rounds a double source position once.
+template <class S>
+std::vector<int64_t> source_indices(int64_t in, int64_t out, double scale, bool exact) {
+  const S step = scale > 0 ? static_cast<S>(1.0 / scale) : static_cast<S>(in) / static_cast<S>(out);
   std::vector<int64_t> src(out);
   for (int64_t dst = 0; dst < out; ++dst) {
-    if (!exact && out == in) {
-      src[dst] = dst;
-    } else if (!exact && out == 2 * in) {
-      src[dst] = dst >> 1;
+    float at;
+    if (exact) {  // round(step * (dst + 0.5) - 0.5), the position first clamped to >= 0
+      const S pos = std::max<S>(step * (static_cast<S>(dst) + S(0.5)) - S(0.5), S(0));
+      at = static_cast<float>(pos + S(0.5));
     } else {
-      // nearest: float(dst) * step in float; nearest-exact: (dst + 0.5) * step in double,
-      // rounded to float by floorf's argument.
-      const float at = exact ? static_cast<float>((static_cast<double>(dst) + 0.5) * step)
-                             : static_cast<float>(dst) * step;
-      const float f = std::floor(at);
-      src[dst] = f >= static_cast<float>(in - 1) ? in - 1 : static_cast<int64_t>(f);  // no UB cast of a huge f
+      at = static_cast<float>(static_cast<S>(dst) * step);
     }
+    const float f = std::floor(at);
+    src[dst] = f >= static_cast<float>(in - 1) ? in - 1 : static_cast<int64_t>(f);  // no UB cast of a huge f
   }
   return src;
+}
+}  // namespace
+
+std::vector<int64_t> nearest_source_indices(int64_t in, int64_t out, double scale, bool exact, bool in_double) {
+  return in_double ? source_indices<double>(in, out, scale, exact) : source_indices<float>(in, out, scale, exact);
 }
 
 TG_ISA_DECLARE(template <class T> void upsample_nearest3d_forward(const T*, T*, const NearestParams&);
@@ -107,7 +112,7 @@ void check_floating(const std::string& op, const char* what, const Tensor& t) {
 
 // Runs fn(params) with the source index tables of the call.
 template <class Fn>
-void with_params(const NearestCall& c, Fn&& fn) {
+void with_params(const NearestCall& c, bool in_double, Fn&& fn) {
   kernels::NearestParams p;
   p.NC = c.input_size[0] * c.input_size[1];
   int64_t* in_dims[3] = {&p.D, &p.H, &p.W};
@@ -118,7 +123,7 @@ void with_params(const NearestCall& c, Fn&& fn) {
     *in_dims[slot] = c.input_size[2 + d];
     *out_dims[slot] = c.output_size[d];
     tables[slot] = kernels::nearest_source_indices(c.input_size[2 + d], c.output_size[d],
-                                                   c.scales[d].value_or(0.0), c.exact);
+                                                   c.scales[d].value_or(0.0), c.exact, in_double);
   }
   p.src_d = tables[0].data(), p.src_h = tables[1].data(), p.src_w = tables[2].data();
   fn(p);
@@ -216,7 +221,7 @@ Tensor nearest_forward(const NearestCall& call, const Tensor& input) {
   check_call(c, op, "input");
   Tensor x = detail::widen(input.detach().contiguous());  // accepts any strides; 16-bit widened exactly
   Tensor out = Tensor::empty(c.output_shape(), x.dtype());
-  with_params(c, [&](const kernels::NearestParams& p) {
+  with_params(c, x.dtype() == DType::Float64, [&](const kernels::NearestParams& p) {
     dispatch_floating(x.dtype(), op.c_str(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       kernels::upsample_nearest3d_forward<T>(x.data<T>(), out.data<T>(), p);
@@ -238,7 +243,7 @@ Tensor nearest_backward(const NearestCall& c, const Tensor& grad_output) {
            format_shape(c.output_shape()), " (N, C, output_size), got ", format_shape(grad_output.shape()));
   Tensor g = detail::widen(grad_output.detach().contiguous());
   Tensor grad_input = Tensor::empty(c.input_size, g.dtype());
-  with_params(c, [&](const kernels::NearestParams& p) {
+  with_params(c, g.dtype() == DType::Float64, [&](const kernels::NearestParams& p) {
     dispatch_floating(g.dtype(), op.c_str(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       kernels::upsample_nearest3d_backward<T>(g.data<T>(), grad_input.data<T>(), p);
