@@ -22,7 +22,13 @@
 // scale). So where those give other indices (a scale of 2.1 on a length of 5, or float64
 // positions that round differently in float), PyTorch's input gradient is not the gradient of
 // its output. Ours is: the backward uses the forward's indices (the tests check against the
-// adjoint of PyTorch's forward, tools/fixtures/interpolate.py).
+// adjoint of PyTorch's forward, tools/fixtures/interpolate.py). PyTorch 1.13 also resamples a
+// channels-last input, and so any 2-D / 3-D input with C == 1 (its strides are channels-last
+// too), by another kernel that uses the backward's rules; we follow the contiguous NC(D)HW
+// kernel's rules for every layout. The results differ only in those corner cases: a given
+// scale with out == in or out == 2 in, or a float64 position whose float rounding moves it.
+// And in bfloat16 / float16 PyTorch 1.13 computes the positions in the 16-bit type (wrong
+// indices from about 40 outputs on); we compute them in float, as later PyTorch does.
 //
 // Backward: grad_x[src] += grad_y[dst], in aten's order (per plane: od, oh, ow), so float
 // results are PyTorch's bit for bit. Each thread owns whole planes of grad_x: no atomics, the
