@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <omp.h>
 
@@ -23,6 +24,8 @@ template <class T>
 void upsample_nearest3d_forward(const T* x, T* y, const NearestParams& p) {
   const int64_t rows = p.NC * p.Do * p.Ho, plane_rows = p.Do * p.Ho, HW = p.H * p.W;
   const int64_t work = rows * p.Wo;
+  bool doubled = p.Wo == 2 * p.W;  // src_w[ow] == ow / 2: a loop that vectorises
+  for (int64_t ow = 0; doubled && ow < p.Wo; ++ow) doubled = p.src_w[ow] == ow / 2;
 #pragma omp parallel if (rows > 1 && work >= kParallelGrain)
   {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
@@ -35,6 +38,9 @@ void upsample_nearest3d_forward(const T* x, T* y, const NearestParams& p) {
       T* dst = y + r * p.Wo;
       if (src == prev_src) {
         std::memcpy(dst, dst - p.Wo, sizeof(T) * p.Wo);
+      } else if (doubled) {
+#pragma omp simd
+        for (int64_t iw = 0; iw < p.W; ++iw) dst[2 * iw] = dst[2 * iw + 1] = src[iw];
       } else {
         const int64_t* iw = p.src_w;
         for (int64_t ow = 0; ow < p.Wo; ++ow) dst[ow] = src[iw[ow]];
@@ -44,20 +50,42 @@ void upsample_nearest3d_forward(const T* x, T* y, const NearestParams& p) {
   }
 }
 
+// Adds one output row into its source row, column by column. The index rule is monotone, so
+// the outputs of input column iw are the run [run[iw], run[iw + 1]): each column is summed in a
+// register, in output order (aten's order: the same bits), instead of a store and a reload per
+// output. Doubling (runs of exactly 2, the common case) has its own loop, which vectorises.
+template <class T>
+void add_row(const T* dy, T* dx, const int64_t* run, int64_t W, bool doubled) {
+  if (doubled) {
+#pragma omp simd
+    for (int64_t iw = 0; iw < W; ++iw) dx[iw] = (dx[iw] + dy[2 * iw]) + dy[2 * iw + 1];
+    return;
+  }
+  for (int64_t iw = 0; iw < W; ++iw) {
+    T sum = dx[iw];
+    for (int64_t ow = run[iw]; ow < run[iw + 1]; ++ow) sum += dy[ow];
+    dx[iw] = sum;
+  }
+}
+
 template <class T>
 void upsample_nearest3d_backward(const T* grad_y, T* grad_x, const NearestParams& p) {
   const int64_t plane_in = p.D * p.H * p.W, plane_out = p.Do * p.Ho * p.Wo;
+  // run[iw]: the first output column whose source is iw or later (the index rule is monotone)
+  std::vector<int64_t> run(p.W + 1, p.Wo);
+  for (int64_t ow = p.Wo - 1; ow >= 0; --ow) run[p.src_w[ow]] = ow;
+  for (int64_t iw = p.W - 1; iw >= 0; --iw) run[iw] = std::min(run[iw], run[iw + 1]);
+  bool doubled = p.Wo == 2 * p.W;
+  for (int64_t ow = 0; doubled && ow < p.Wo; ++ow) doubled = p.src_w[ow] == ow / 2;
 #pragma omp parallel for schedule(static) if (p.NC > 1 && p.NC * (plane_in + plane_out) >= kParallelGrain)
   for (int64_t plane = 0; plane < p.NC; ++plane) {
     T* dx = grad_x + plane * plane_in;
     const T* dy = grad_y + plane * plane_out;
     std::memset(dx, 0, sizeof(T) * plane_in);
     for (int64_t od = 0; od < p.Do; ++od)
-      for (int64_t oh = 0; oh < p.Ho; ++oh) {
-        T* dx_row = dx + (p.src_d[od] * p.H + p.src_h[oh]) * p.W;
-        const T* dy_row = dy + (od * p.Ho + oh) * p.Wo;
-        for (int64_t ow = 0; ow < p.Wo; ++ow) dx_row[p.src_w[ow]] += dy_row[ow];
-      }
+      for (int64_t oh = 0; oh < p.Ho; ++oh)
+        add_row(dy + (od * p.Ho + oh) * p.Wo, dx + (p.src_d[od] * p.H + p.src_h[oh]) * p.W, run.data(), p.W,
+                doubled);
   }
 }
 
