@@ -180,8 +180,10 @@ const bool registered = [] {
   }
   // issue 26: interpolate nearest, float32
   const Shape near{8, 64, 32, 32};
-  add_case("interpolate_nearest_fwd/N8_C64_H32_W32_to64x64", [=](benchmark::State& s) { nearest_fwd(s, near, {64, 64}); });
-  add_case("interpolate_nearest_bwd/N8_C64_H32_W32_to64x64", [=](benchmark::State& s) { nearest_bwd(s, near, {64, 64}); });
+  add_case("interpolate_nearest_fwd/N8_C64_H32_W32_to64x64",
+           [=](benchmark::State& s) { nearest_fwd(s, near, {64, 64}); });
+  add_case("interpolate_nearest_bwd/N8_C64_H32_W32_to64x64",
+           [=](benchmark::State& s) { nearest_bwd(s, near, {64, 64}); });
   add_case("interpolate_nearest_fwd_bwd/N8_C64_H32_W32_to64x64",
            [=](benchmark::State& s) { nearest_fwd_bwd(s, near, {64, 64}); });
   // bfloat16 (issue 22's rows): the first shape of each op, beside its float32 row.

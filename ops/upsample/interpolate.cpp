@@ -46,14 +46,14 @@ const char* dims_of(int64_t rank) {
   return rank == 3 ? "(N, C, L)" : rank == 4 ? "(N, C, H, W)" : "(N, C, D, H, W)";
 }
 
-template <class V>
-std::string list_str(const std::vector<V>& v) {
+// format_shape's brackets for scale factors
+std::string list_str(const std::vector<double>& v) {
   std::ostringstream s;
   s << '[';
   for (size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
-  s << ']';
-  return s.str();
+  return s.str() + "]";
 }
+std::string list_str(const std::vector<int64_t>& v) { return format_shape(v); }
 
 // One value per spatial dim: `scalar` values expand, lists must have K.
 template <class V>
@@ -113,8 +113,8 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& o) {
   const bool recompute = o.recompute_scale_factor().value_or(false);
   TG_CHECK(!(recompute && o.size()), kOp,
            ": recompute_scale_factor is not meaningful with an explicit size (set size or scale_factor)");
-  TG_CHECK(!interpolating || rank_of(mode) == rank, kOp, ": mode '", mode_name, "' needs a ", rank_of(mode), "-D input ",
-           dims_of(rank_of(mode)), ", got a ", rank, "-D input ", format_shape(in));
+  TG_CHECK(!interpolating || rank_of(mode) == rank, kOp, ": mode '", mode_name, "' needs a ", rank_of(mode),
+           "-D input ", dims_of(rank_of(mode)), ", got a ", rank, "-D input ", format_shape(in));
 
   IntList out;
   std::vector<std::optional<double>> scales(K);  // what the kernel is given: none by default

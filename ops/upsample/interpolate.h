@@ -36,9 +36,17 @@ const char* interpolate_mode_name(InterpolateMode mode);
 
 class InterpolateOptions {
  public:
-  InterpolateOptions& size(std::vector<int64_t> s) { size_ = std::move(s); return *this; }
+  InterpolateOptions& size(std::vector<int64_t> s) {
+    size_ = std::move(s);
+    size_is_scalar_ = false;
+    return *this;
+  }
   InterpolateOptions& size(int64_t s) { size_ = std::vector<int64_t>{s}; size_is_scalar_ = true; return *this; }
-  InterpolateOptions& scale_factor(std::vector<double> s) { scale_ = std::move(s); scale_is_scalar_ = false; return *this; }
+  InterpolateOptions& scale_factor(std::vector<double> s) {
+    scale_ = std::move(s);
+    scale_is_scalar_ = false;
+    return *this;
+  }
   InterpolateOptions& scale_factor(double s) { scale_ = std::vector<double>{s}; scale_is_scalar_ = true; return *this; }
   InterpolateOptions& mode(InterpolateMode m) { mode_ = m; return *this; }
   InterpolateOptions& align_corners(bool on) { align_corners_ = on; return *this; }

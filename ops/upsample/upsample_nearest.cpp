@@ -94,7 +94,8 @@ const char* kDimsOf[3] = {"(N, C, L)", "(N, C, H, W)", "(N, C, D, H, W)"};
 void check_call(const NearestCall& c, const std::string& op, const char* input_name) {
   const Shape& in = c.input_size;
   TG_CHECK(std::all_of(in.begin() + 1, in.end(), [](int64_t v) { return v > 0; }) && in[0] >= 0, op,
-           ": expected ", input_name, " ", kDimsOf[c.K - 1], " with non-zero C and spatial sizes, got ", format_shape(in));
+           ": expected ", input_name, " ", kDimsOf[c.K - 1], " with non-zero C and spatial sizes, got ",
+           format_shape(in));
   TG_CHECK(std::all_of(c.output_size.begin(), c.output_size.end(), [](int64_t v) { return v > 0; }), op,
            ": expected output_size of ", c.K, c.K == 1 ? " value" : " values", " > 0, got ",
            format_shape(c.output_size));
@@ -147,7 +148,9 @@ using Inputs = std::vector<Tensor>;
 SampleCase sample(std::string name, NearestCall c, bool backward) {
   const Shape in = backward ? c.output_shape() : c.input_size;
   return {name, [in](DType dt) { return Inputs{sample_tensor(in, dt)}; },
-          [c, backward](const Inputs& x) { return Inputs{backward ? nearest_backward(c, x[0]) : nearest_forward(c, x[0])}; }};
+          [c, backward](const Inputs& x) {
+            return Inputs{backward ? nearest_backward(c, x[0]) : nearest_forward(c, x[0])};
+          }};
 }
 
 // Up and down, by size and by a given scale, per rank; the index rules differ between the two
