@@ -197,5 +197,23 @@ TEST(Interpolate, KernelsRejectBadInputNamingTheArgument) {
             "and a non-empty output size, got [1, 2, 2, 2]");
 }
 
+TEST(Interpolate, HostileSizesAreErrorsNotAllocations) {
+  Tensor x = zeros({1, 1, 2, 2});
+  const int64_t k2_31 = int64_t{1} << 31;
+  EXPECT_NE(error_of([&] { interpolate(x, InterpolateOptions().size({k2_31 * 2, k2_31 * 2})); })
+                .find("upsample_nearest2d: expected the product of the sizes of the output shape"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { interpolate(x, InterpolateOptions().scale_factor(1e30)); }),
+            "interpolate: expected scale_factor * input size to fit in int64, got 1e+30 * 2");
+  EXPECT_NE(error_of([&] { adaptive_avg_pool3d(zeros({1, 1, 2, 2, 2}), {k2_31, k2_31, 2}); })
+                .find("adaptive_avg_pool3d: expected the product of the sizes of the output shape"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              upsample_nearest_exact3d_backward(zeros({1, 1, 2, 2, 2}), {2, 2, 2}, {k2_31, k2_31, 4, 1, 1});
+            })
+                .find("upsample_nearest_exact3d_backward: expected the product of the sizes of input_size"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tg
