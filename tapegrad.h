@@ -46,6 +46,8 @@
 #include "ops/softmax.h"
 #include "ops/unary.h"
 #include "ops/upsample/upsample.h"
+#include "ops/upsample/interpolate.h"
+#include "ops/upsample/upsample_nearest.h"
 #include "ops/where.h"
 #include "ops/elementwise.h"
 #include "ops/group_norm/group_norm.h"

@@ -1,5 +1,6 @@
 // Group norm and bilinear upsampling, forward and backward separately, on the feature-map shapes
-// below; bicubic and trilinear upsampling, forward and forward + backward; and a plain copy, the memory-bandwidth yardstick for group norm's GB/s.
+// below; nearest upsampling (forward, backward, both), bicubic and trilinear upsampling (forward,
+// forward + backward); and a plain copy, the memory-bandwidth yardstick for group norm's GB/s.
 #include "bench_common.h"
 
 #include <tapegrad/ops/group_norm/group_norm_kernels.h>
@@ -50,6 +51,37 @@ void upsample_bwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out,
   for (auto _ : state)
     benchmark::DoNotOptimize(upsample_bilinear2d_backward(g, out, {in[0], in[1], in[2], in[3]}, ac));
   set_bandwidth(state, dtype_size(dt) * double(g.numel() + shape_numel(in)));
+}
+
+// interpolate(mode nearest), through the front end as a user calls it: forward, backward alone
+// (the kernel API, as PyTorch's autograd.grad with retain_graph), and forward + backward
+// through the tape.
+InterpolateOptions nearest_to(std::array<int64_t, 2> out) {
+  return InterpolateOptions().size({out[0], out[1]}).mode(InterpolateMode::Nearest);
+}
+
+void nearest_fwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out) {
+  use_threads(state);
+  Tensor x = randn(in);
+  for (auto _ : state) benchmark::DoNotOptimize(interpolate(x, nearest_to(out)));
+  set_bandwidth(state, 4.0 * double(x.numel() + in[0] * in[1] * out[0] * out[1]));
+}
+
+void nearest_bwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out) {
+  use_threads(state);
+  Tensor g = randn({in[0], in[1], out[0], out[1]});
+  for (auto _ : state) benchmark::DoNotOptimize(upsample_nearest2d_backward(g, out, {in[0], in[1], in[2], in[3]}));
+  set_bandwidth(state, 4.0 * double(g.numel() + shape_numel(in)));
+}
+
+void nearest_fwd_bwd(benchmark::State& state, Shape in, std::array<int64_t, 2> out) {
+  use_threads(state);
+  Tensor x = randn(in).requires_grad_();
+  Tensor g = randn({in[0], in[1], out[0], out[1]});
+  for (auto _ : state) {
+    interpolate(x, nearest_to(out)).backward(g);
+    x.zero_grad();
+  }
 }
 
 // The kernels themselves (no Tensor, no allocation in the loop) in T = float or BFloat16 on the
@@ -147,6 +179,14 @@ const bool registered = [] {
       add_case("upsample_bwd/" + name, [u, ac](benchmark::State& s) { upsample_bwd(s, u.in, u.out, ac); });
     }
   }
+  // issue 26: interpolate nearest, float32
+  const Shape near{8, 64, 32, 32};
+  add_case("interpolate_nearest_fwd/N8_C64_H32_W32_to64x64",
+           [=](benchmark::State& s) { nearest_fwd(s, near, {64, 64}); });
+  add_case("interpolate_nearest_bwd/N8_C64_H32_W32_to64x64",
+           [=](benchmark::State& s) { nearest_bwd(s, near, {64, 64}); });
+  add_case("interpolate_nearest_fwd_bwd/N8_C64_H32_W32_to64x64",
+           [=](benchmark::State& s) { nearest_fwd_bwd(s, near, {64, 64}); });
   const Shape gn{8, 256, 32, 32}, up{8, 64, 32, 32};
   // Issue 26's interpolate modes, align_corners false, float32.
   const Shape cube{2, 16, 16, 16, 16};

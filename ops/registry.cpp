@@ -34,6 +34,8 @@ void register_upsample_mode_ops(Registry& r);
 void register_grid_sample_ops(Registry& r);
 void register_pool_ops(Registry& r);
 void register_pad_ops(Registry& r);
+void register_adaptive_pool_ops(Registry& r);
+void register_upsample_nearest_ops(Registry& r);
 
 namespace {
 Registry& build_builtin_registry() {
@@ -66,6 +68,8 @@ Registry& build_builtin_registry() {
   register_grid_sample_ops(r);
   register_pool_ops(r);
   register_pad_ops(r);
+  register_adaptive_pool_ops(r);
+  register_upsample_nearest_ops(r);
   return r;
 }
 }  // namespace

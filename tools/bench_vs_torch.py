@@ -253,6 +253,28 @@ def interp_fwd(shape, out, mode):
     return lambda: F.interpolate(x, size=out, mode=mode, align_corners=False)
 
 
+def nearest_fwd(shape, out):
+    x = torch.randn(shape)
+    return lambda: F.interpolate(x, size=out, mode="nearest")
+
+
+def nearest_bwd(shape, out):
+    x = torch.randn(shape, requires_grad=True)
+    y = F.interpolate(x, size=out, mode="nearest")
+    g = torch.randn(y.shape)
+    return lambda: torch.autograd.grad(y, x, g, retain_graph=True)
+
+
+def nearest_fwd_bwd(shape, out):
+    x = torch.randn(shape, requires_grad=True)
+    g = torch.randn(shape[:2] + out)
+
+    def step():
+        F.interpolate(x, size=out, mode="nearest").backward(g)
+        x.grad = None
+    return step
+
+
 def batch_norm_case(shape, mode):
     """bench_batch_norm.cpp: "train_fwd_bwd" (the input, weight and bias gradients, running
     statistics updated), "train_fwd" or "eval_fwd"."""
@@ -337,6 +359,10 @@ def norm_upsample_cases():
         suffix = name + "_C32_L4_P4"
         cases["ms_deform_attn_fwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q, b=bs, h=heads: msda_fwd(q, b, h))
         cases["ms_deform_attn_bwd/" + suffix] = ("bench_ms_deform_attn", lambda q=q, b=bs, h=heads: msda_bwd(q, b, h))
+    # issue 26: interpolate nearest
+    for kind, factory in (("fwd", nearest_fwd), ("bwd", nearest_bwd), ("fwd_bwd", nearest_fwd_bwd)):
+        cases[f"interpolate_nearest_{kind}/N8_C64_H32_W32_to64x64"] = (
+            "bench_norm_upsample", lambda f=factory: f((8, 64, 32, 32), (64, 64)))
     # bfloat16 rows (issue 22). PyTorch 1.13 has bf16 CPU kernels for group_norm and upsampling;
     # it has none for grid_sample, so Deformable DETR's reference cannot run in bf16 either: the
     # PyTorch side of the MSDA and grid_sample bf16 rows is its float32 time (the name says so).

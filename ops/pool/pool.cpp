@@ -1,14 +1,14 @@
-// Pooling: argument checking, dtype dispatch and the tape. The kernels are in pool_kernels.cpp.
+// Max and average pooling: argument checking, dtype dispatch and the tape (adaptive average
+// pooling is in adaptive_avg_pool.cpp). The kernels are in pool_kernels.cpp.
 // A bfloat16 or float16 tensor is pooled by the float32 kernels (widened) and rounded once.
 //
 //   max_pool2d:          dx = grad scattered to the argmax        (saves the int64 indices)
 //   avg_pool2d:          dx = grad / divisor spread over the window  (saves nothing)
-//   adaptive_avg_pool2d: dx = grad / window size over the window     (saves nothing)
 //
 // Twice differentiable: each backward is linear in grad, and under create_graph it is
 // recorded as an op of its own whose backward is its adjoint, itself recorded:
 //   max_pool2d_with_indices_backward (scatter to the indices) <-> max_pool_double_backward
-//   (gather at the indices); avg_pool2d_backward -> avg_pool2d; adaptive likewise. The
+//   (gather at the indices); avg_pool2d_backward -> avg_pool2d. The
 // second derivative in the input is zero (pooling is piecewise linear); the gradient of the
 // gradient in grad_output is the forward pooling of the new direction, as in PyTorch.
 #include "pool.h"
@@ -138,10 +138,6 @@ std::vector<Tensor> avg_pool2d_backward_fn(const BackwardContext& ctx, const std
                               a.count_include_pad, a.divisor_override)};
 }
 
-std::vector<Tensor> adaptive_avg_pool2d_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  return {adaptive_avg_pool2d_backward(ctx.create_graph() ? g[0] : g[0].detach(), ctx.input_shape(0))};
-}
-
 // ---- the backward ops, recorded under create_graph ----------------------------------------
 
 // y[o] = x[indices[o]] per plane: the adjoint of the max backward's scatter.
@@ -160,12 +156,6 @@ std::vector<Tensor> max_pool_double_backward_backward_fn(const BackwardContext& 
 std::vector<Tensor> avg_pool2d_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
   const auto& a = ctx.attrs<AvgPoolAttrs>();
   return {avg_pool2d(gg[0], a.kernel_size, a.stride, a.padding, a.ceil_mode, a.count_include_pad, a.divisor_override)};
-}
-
-std::vector<Tensor> adaptive_avg_pool2d_backward_backward_fn(const BackwardContext& ctx,
-                                                             const std::vector<Tensor>& gg) {
-  const Tensor& g = gg[0];
-  return {adaptive_avg_pool2d(g, {ctx.input_shape(0)[ctx.input_shape(0).size() - 2], ctx.input_shape(0).back()})};
 }
 
 // ---- sample cases -----------------------------------------------------------------------
@@ -207,16 +197,6 @@ std::vector<SampleCase> avg_pool2d_samples() {
           make("[2,5,5] (C,H,W) k2 s2 p1 ceil_mode, divisor 3", {2, 5, 5}, {2}, {2}, {1}, true, false, 3)};
 }
 
-std::vector<SampleCase> adaptive_avg_pool2d_samples() {
-  auto make = [](std::string name, Shape in, IntList out) {
-    return SampleCase{name, [in](DType dt) { return Inputs{sample_tensor(in, dt)}; },
-                      [=](const Inputs& x) { return Inputs{adaptive_avg_pool2d(x[0], out)}; }};
-  };
-  return {make("[2,2,7,9] -> [3,4], overlapping windows", {2, 2, 7, 9}, {3, 4}),
-          make("[3,4,5] (C,H,W) -> [6,2], more rows out than in", {3, 4, 5}, {6, 2}),
-          make("[1,2,5,5] -> [1] (global)", {1, 2, 5, 5}, {1})};
-}
-
 // The backward ops on their own: linear in grad_output, checked against their adjoints.
 Tensor sample_max_indices() {  // of a [1,2,4,4] input pooled k2 s2: one position per window
   return from_vector(std::vector<int64_t>{0, 3, 9, 14, 5, 2, 13, 10}, {1, 2, 2, 2});
@@ -248,28 +228,18 @@ std::vector<SampleCase> avg_pool2d_backward_samples() {
            }}};
 }
 
-std::vector<SampleCase> adaptive_avg_pool2d_backward_samples() {
-  return {{"[2,3,4] grad -> [2,7,5]", [](DType dt) { return Inputs{sample_tensor({2, 3, 4}, dt)}; },
-           [](const Inputs& x) { return Inputs{adaptive_avg_pool2d_backward(x[0], {2, 7, 5})}; }}};
-}
-
 }  // namespace
 
 const OpDef kMaxPool2dOp{"max_pool2d", "max_pool2d_with_indices_backward", "input", max_pool2d_backward_fn,
                          max_pool2d_samples, true};
 const OpDef kAvgPool2dOp{"avg_pool2d", "avg_pool2d_backward", "input", avg_pool2d_backward_fn, avg_pool2d_samples,
                          true};
-const OpDef kAdaptiveAvgPool2dOp{"adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "input",
-                                 adaptive_avg_pool2d_backward_fn, adaptive_avg_pool2d_samples, true};
 const OpDef kMaxPool2dBackwardOp{"max_pool2d_with_indices_backward", "max_pool2d_with_indices_backward_backward",
                                  "grad_output", max_pool2d_backward_backward_fn, max_pool2d_backward_samples, true};
 const OpDef kMaxPoolDoubleBackwardOp{"max_pool_double_backward", "max_pool_double_backward_backward", "self",
                                      max_pool_double_backward_backward_fn, max_pool_double_backward_samples, true};
 const OpDef kAvgPool2dBackwardOp{"avg_pool2d_backward", "avg_pool2d_backward_backward", "grad_output",
                                  avg_pool2d_backward_backward_fn, avg_pool2d_backward_samples, true};
-const OpDef kAdaptiveAvgPool2dBackwardOp{"adaptive_avg_pool2d_backward", "adaptive_avg_pool2d_backward_backward",
-                                         "grad_output", adaptive_avg_pool2d_backward_backward_fn,
-                                         adaptive_avg_pool2d_backward_samples, true};
 
 // ---- max pooling ------------------------------------------------------------------------
 
@@ -400,60 +370,9 @@ Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_size, c
   return grad_input;
 }
 
-// ---- adaptive average pooling -----------------------------------------------------------
-
-namespace {
-std::array<int64_t, 2> checked_output_size(const char* op, const IntList& output_size) {
-  const auto out = pair_of(op, "output_size", output_size);
-  TG_CHECK(out[0] > 0 && out[1] > 0, op, ": expected output_size to be positive, got ", pair_str(out));
-  return out;
-}
-}  // namespace
-
-Tensor adaptive_avg_pool2d(const Tensor& input, const IntList& output_size) {
-  const char* op = "adaptive_avg_pool2d";
-  check_floating(op, "input", input);
-  check_input_shape(op, input.shape());
-  const auto out_hw = checked_output_size(op, output_size);
-  const Shape& s = input.shape();
-  const int64_t NC = planes_of(s), H = s[s.size() - 2], W = s[s.size() - 1];
-  Tensor x = detail::widen(input.detach().contiguous());
-  const Shape out_shape = with_spatial(s, out_hw[0], out_hw[1]);
-  checked_numel(out_shape, op, "the output shape");
-  Tensor out = Tensor::empty(out_shape, x.dtype());
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    kernels::adaptive_avg_pool2d_forward<T>(x.data<T>(), out.data<T>(), NC, H, W, out_hw[0], out_hw[1]);
-  });
-  out = round_result(out, input.dtype());
-  if (Recorder rec{kAdaptiveAvgPool2dOp, {input}}) rec.set_outputs({out});
-  return out;
-}
-
-Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& input_size) {
-  const char* op = "adaptive_avg_pool2d_backward";
-  check_input_shape(op, input_size);
-  check_floating(op, "grad_output", grad_output);
-  TG_CHECK(grad_output.dim() == static_cast<int64_t>(input_size.size()) &&
-               std::equal(input_size.begin(), input_size.end() - 2, grad_output.shape().begin()) &&
-               grad_output.size(-2) > 0 && grad_output.size(-1) > 0,
-           op, ": expected grad_output with the leading dims of input_size ", format_shape(input_size),
-           " and a non-empty output size, got ", format_shape(grad_output.shape()));
-  const int64_t NC = planes_of(input_size), H = input_size[input_size.size() - 2], W = input_size.back();
-  Tensor g = detail::widen(grad_output.contiguous());
-  Tensor grad_input = Tensor::empty(input_size, g.dtype());
-  dispatch_floating(g.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    kernels::adaptive_avg_pool2d_backward<T>(g.data<T>(), grad_input.data<T>(), NC, H, W, g.size(-2), g.size(-1));
-  });
-  grad_input = round_result(grad_input, grad_output.dtype());
-  if (Recorder rec{kAdaptiveAvgPool2dBackwardOp, {grad_output}}) rec.set_outputs({grad_input});  // create_graph
-  return grad_input;
-}
-
 void register_pool_ops(Registry& r) {
-  for (const OpDef* op : {&kMaxPool2dOp, &kAvgPool2dOp, &kAdaptiveAvgPool2dOp, &kMaxPool2dBackwardOp,
-                          &kMaxPoolDoubleBackwardOp, &kAvgPool2dBackwardOp, &kAdaptiveAvgPool2dBackwardOp})
+  for (const OpDef* op : {&kMaxPool2dOp, &kAvgPool2dOp, &kMaxPool2dBackwardOp, &kMaxPoolDoubleBackwardOp,
+                          &kAvgPool2dBackwardOp})
     r.add(*op);
 }
 

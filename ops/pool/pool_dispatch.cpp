@@ -30,10 +30,8 @@ TG_ISA_DECLARE(
     template <class T> void max_pool2d_gather(const T*, const int64_t*, T*, const Pool2dParams&);
     template <class T> void avg_pool2d_forward(const T*, T*, const Pool2dParams&, bool, int64_t);
     template <class T> void avg_pool2d_backward(const T*, T*, const Pool2dParams&, bool, int64_t);
-    template <class T>
-    void adaptive_avg_pool2d_forward(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);
-    template <class T>
-    void adaptive_avg_pool2d_backward(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);)
+    template <class T> void adaptive_avg_pool3d_forward(const T*, T*, const AdaptivePoolParams&);
+    template <class T> void adaptive_avg_pool3d_backward(const T*, T*, const AdaptivePoolParams&);)
 
 template <class T>
 void max_pool2d_forward(const T* x, T* y, int64_t* indices, const Pool2dParams& p) {
@@ -62,14 +60,13 @@ void avg_pool2d_backward(const T* grad_y, T* grad_x, const Pool2dParams& p, bool
 }
 
 template <class T>
-void adaptive_avg_pool2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
-  TG_ISA_DISPATCH(adaptive_avg_pool2d_forward<T>)(x, y, NC, H, W, Ho, Wo);
+void adaptive_avg_pool3d_forward(const T* x, T* y, const AdaptivePoolParams& p) {
+  TG_ISA_DISPATCH(adaptive_avg_pool3d_forward<T>)(x, y, p);
 }
 
 template <class T>
-void adaptive_avg_pool2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, int64_t Ho,
-                                  int64_t Wo) {
-  TG_ISA_DISPATCH(adaptive_avg_pool2d_backward<T>)(grad_y, grad_x, NC, H, W, Ho, Wo);
+void adaptive_avg_pool3d_backward(const T* grad_y, T* grad_x, const AdaptivePoolParams& p) {
+  TG_ISA_DISPATCH(adaptive_avg_pool3d_backward<T>)(grad_y, grad_x, p);
 }
 
 #define TG_INSTANTIATE_POOL(T)                                                                                   \
@@ -78,8 +75,8 @@ void adaptive_avg_pool2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
   template void max_pool2d_gather<T>(const T*, const int64_t*, T*, const Pool2dParams&);                         \
   template void avg_pool2d_forward<T>(const T*, T*, const Pool2dParams&, bool, int64_t);                         \
   template void avg_pool2d_backward<T>(const T*, T*, const Pool2dParams&, bool, int64_t);                        \
-  template void adaptive_avg_pool2d_forward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);      \
-  template void adaptive_avg_pool2d_backward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);
+  template void adaptive_avg_pool3d_forward<T>(const T*, T*, const AdaptivePoolParams&);                      \
+  template void adaptive_avg_pool3d_backward<T>(const T*, T*, const AdaptivePoolParams&);
 TG_INSTANTIATE_POOL(float)
 TG_INSTANTIATE_POOL(double)
 #undef TG_INSTANTIATE_POOL

@@ -273,71 +273,90 @@ struct AdaptiveWindows {
   }
 };
 
+// One kernel for 1-D, 2-D and 3-D: a 2-D pool is a 3-D one with D = Do = 1, a 1-D pool one
+// with H = Ho = 1 too (windows [0, 1) there), so no dim is special-cased.
 template <class T>
-void adaptive_avg_pool2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
-  const AdaptiveWindows wh(Ho, H), ww(Wo, W);
+void adaptive_avg_pool3d_forward(const T* x, T* y, const AdaptivePoolParams& p) {
+  const AdaptiveWindows wd(p.Do, p.D), wh(p.Ho, p.H), ww(p.Wo, p.W);
+  const int64_t HW = p.H * p.W, plane_size = p.D * HW;
   // Every input position is read about once (more where windows overlap).
-  const int64_t work = NC * (H * W + Ho * Wo), rows = NC * Ho;
-#pragma omp parallel if (parallel_forward(NC, Ho, work))
+  const int64_t work = p.NC * (plane_size + p.Do * p.Ho * p.Wo), rows = p.NC * p.Do * p.Ho;
+#pragma omp parallel if (parallel_forward(p.NC, p.Do * p.Ho, work))
   {
-    // This thread's block of output rows (plane, oh), walked without a division per row.
+    // This thread's block of output rows (plane, od, oh), walked without a division per row.
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t r0 = rows / threads * t + std::min<int64_t>(t, rows % threads);
     const int64_t r1 = r0 + rows / threads + (t < rows % threads ? 1 : 0);
-    int64_t plane = r0 / std::max<int64_t>(Ho, 1), oh = r0 - plane * Ho;
+    const int64_t plane_rows = p.Do * p.Ho;  // both >= 1 (checked by the caller)
+    int64_t plane = r0 / plane_rows, od = r0 % plane_rows / p.Ho, oh = r0 % plane_rows % p.Ho;
     for (int64_t r = r0; r < r1; ++r) {
-      const T* xp = x + plane * H * W;
-      T* yr = y + r * Wo;
-      const int64_t h0 = wh.start[oh], h1 = wh.end[oh];
-      for (int64_t ow = 0; ow < Wo; ++ow) {
+      const T* xp = x + plane * plane_size;
+      T* yr = y + r * p.Wo;
+      const int64_t d0 = wd.start[od], d1 = wd.end[od], h0 = wh.start[oh], h1 = wh.end[oh];
+      for (int64_t ow = 0; ow < p.Wo; ++ow) {
         const int64_t w0 = ww.start[ow], w1 = ww.end[ow];
         double sum = 0;
-        if (w1 - w0 == W) {  // whole rows (a global pool): one contiguous run
-          sum = run_sum(xp + h0 * W, (h1 - h0) * W);
+        if (w1 - w0 == p.W && h1 - h0 == p.H) {  // whole planes (a global pool): one contiguous run
+          sum = run_sum(xp + d0 * HW, (d1 - d0) * HW);
+        } else if (w1 - w0 == p.W) {  // whole rows: one contiguous run per depth
+          for (int64_t d = d0; d < d1; ++d) sum += run_sum(xp + d * HW + h0 * p.W, (h1 - h0) * p.W);
         } else {
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) sum += static_cast<double>(xp[h * W + w]);
+          for (int64_t d = d0; d < d1; ++d)
+            for (int64_t h = h0; h < h1; ++h)
+              for (int64_t w = w0; w < w1; ++w) sum += static_cast<double>(xp[d * HW + h * p.W + w]);
         }
-        yr[ow] = static_cast<T>(sum / static_cast<double>((h1 - h0) * (w1 - w0)));
+        yr[ow] = static_cast<T>(sum / static_cast<double>((d1 - d0) * (h1 - h0) * (w1 - w0)));
       }
-      if (++oh == Ho) {
+      if (++oh == p.Ho) {
         oh = 0;
-        ++plane;
+        if (++od == p.Do) {
+          od = 0;
+          ++plane;
+        }
       }
     }
   }
 }
 
 template <class T>
-void adaptive_avg_pool2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, int64_t Ho,
-                                  int64_t Wo) {
-  const AdaptiveWindows wh(Ho, H), ww(Wo, W);
-  // Windows that tile the input (Ho divides H, Wo divides W) cover each position once: it is
-  // written once, as 0 + share (the bits of the zeroing and the add below, -0 included).
-  const bool tiles = H % Ho == 0 && W % Wo == 0;
-#pragma omp parallel for schedule(static) if (parallel_backward(NC, NC * (H * W + Ho * Wo)))
-  for (int64_t plane = 0; plane < NC; ++plane) {
-    T* dx = grad_x + plane * H * W;
-    const T* dy = grad_y + plane * Ho * Wo;
-    if (!tiles) std::memset(dx, 0, sizeof(T) * H * W);
-    for (int64_t oh = 0; oh < Ho; ++oh) {
-      const int64_t h0 = wh.start[oh], h1 = wh.end[oh];
-      for (int64_t ow = 0; ow < Wo; ++ow) {
-        const int64_t w0 = ww.start[ow], w1 = ww.end[ow];
-        const T share = dy[oh * Wo + ow] / static_cast<T>(h1 - h0) / static_cast<T>(w1 - w0);  // aten's order
-        if (tiles && w1 - w0 == W) {  // whole rows: one contiguous run
-          const T once = T(0) + share;
-          T* d = dx + h0 * W;
+void adaptive_avg_pool3d_backward(const T* grad_y, T* grad_x, const AdaptivePoolParams& p) {
+  const AdaptiveWindows wd(p.Do, p.D), wh(p.Ho, p.H), ww(p.Wo, p.W);
+  const int64_t HW = p.H * p.W, plane_size = p.D * HW, out_plane = p.Do * p.Ho * p.Wo;
+  // Windows that tile the input (each output size divides its input size) cover each position
+  // once: it is written once, as 0 + share (the bits of the zeroing and the add below, -0
+  // included).
+  const bool tiles = p.D % p.Do == 0 && p.H % p.Ho == 0 && p.W % p.Wo == 0;
+#pragma omp parallel for schedule(static) if (parallel_backward(p.NC, p.NC * (plane_size + out_plane)))
+  for (int64_t plane = 0; plane < p.NC; ++plane) {
+    T* dx = grad_x + plane * plane_size;
+    const T* dy = grad_y + plane * out_plane;
+    if (!tiles) std::memset(dx, 0, sizeof(T) * plane_size);
+    for (int64_t od = 0; od < p.Do; ++od) {
+      const int64_t d0 = wd.start[od], d1 = wd.end[od];
+      for (int64_t oh = 0; oh < p.Ho; ++oh) {
+        const int64_t h0 = wh.start[oh], h1 = wh.end[oh];
+        for (int64_t ow = 0; ow < p.Wo; ++ow) {
+          const int64_t w0 = ww.start[ow], w1 = ww.end[ow];
+          // aten's order of divisions (a division by a depth of 1 is exact: 2-D's bits)
+          const T share = dy[(od * p.Ho + oh) * p.Wo + ow] / static_cast<T>(d1 - d0) / static_cast<T>(h1 - h0) /
+                          static_cast<T>(w1 - w0);
+          for (int64_t d = d0; d < d1; ++d) {
+            T* dxd = dx + d * HW;
+            if (tiles && w1 - w0 == p.W) {  // whole rows: one contiguous run
+              const T once = T(0) + share;
+              T* run = dxd + h0 * p.W;
 #pragma omp simd
-          for (int64_t i = 0; i < (h1 - h0) * W; ++i) d[i] = once;
-        } else if (tiles) {
-          const T once = T(0) + share;
-          for (int64_t h = h0; h < h1; ++h)
+              for (int64_t i = 0; i < (h1 - h0) * p.W; ++i) run[i] = once;
+            } else if (tiles) {
+              const T once = T(0) + share;
+              for (int64_t h = h0; h < h1; ++h)
 #pragma omp simd
-            for (int64_t w = w0; w < w1; ++w) dx[h * W + w] = once;
-        } else {
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) dx[h * W + w] += share;
+                for (int64_t w = w0; w < w1; ++w) dxd[h * p.W + w] = once;
+            } else {
+              for (int64_t h = h0; h < h1; ++h)
+                for (int64_t w = w0; w < w1; ++w) dxd[h * p.W + w] += share;
+            }
+          }
         }
       }
     }
@@ -350,8 +369,8 @@ void adaptive_avg_pool2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_
   template void max_pool2d_gather<T>(const T*, const int64_t*, T*, const Pool2dParams&);                         \
   template void avg_pool2d_forward<T>(const T*, T*, const Pool2dParams&, bool, int64_t);                         \
   template void avg_pool2d_backward<T>(const T*, T*, const Pool2dParams&, bool, int64_t);                        \
-  template void adaptive_avg_pool2d_forward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);      \
-  template void adaptive_avg_pool2d_backward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);
+  template void adaptive_avg_pool3d_forward<T>(const T*, T*, const AdaptivePoolParams&);                      \
+  template void adaptive_avg_pool3d_backward<T>(const T*, T*, const AdaptivePoolParams&);
 TG_INSTANTIATE_POOL(float)
 TG_INSTANTIATE_POOL(double)
 #undef TG_INSTANTIATE_POOL

@@ -1,4 +1,4 @@
-// 2-D pooling kernels (forward and backward): max, average and adaptive average, PyTorch's
+// Pooling kernels (forward and backward): 2-D max and average, 1/2/3-D adaptive average, PyTorch's
 // CPU semantics (aten/src/ATen/native/cpu/MaxPoolKernel.cpp, AvgPoolKernel.cpp,
 // AdaptiveAvgPoolKernel.cpp in 1.13), NCHW contiguous.
 //
@@ -19,8 +19,8 @@
 //             pool_size (count_include_pad), then to [0, H) to sum; the sum is divided by
 //             divisor_override if given (!= 0), else by pool_size (count_include_pad) or by
 //             the number of positions inside the input.
-//   adaptive: output oh reads rows [floor(oh * H / Ho), ceil((oh + 1) * H / Ho)); the mean of
-//             its window.
+//   adaptive: output oh reads rows [floor(oh * H / Ho), ceil((oh + 1) * H / Ho)) (and the same
+//             along D and W); the mean of its window.
 // Float32 window sums are accumulated in double (house rule; aten sums in float, so results
 // can differ from PyTorch's by an ulp).
 //
@@ -71,12 +71,17 @@ template <class T>
 void avg_pool2d_backward(const T* grad_y, T* grad_x, const Pool2dParams& p, bool count_include_pad,
                          int64_t divisor_override);
 
-template <class T>
-void adaptive_avg_pool2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo);
+// Adaptive average pooling, one kernel for 1-D, 2-D and 3-D: x (NC, D, H, W) -> y (NC, Do, Ho,
+// Wo); 2-D passes D = Do = 1, 1-D also H = Ho = 1.
+struct AdaptivePoolParams {
+  int64_t NC = 0, D = 1, H = 1, W = 1, Do = 1, Ho = 1, Wo = 1;
+};
 
-// Overwrites grad_x (NC, H, W).
 template <class T>
-void adaptive_avg_pool2d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, int64_t Ho,
-                                  int64_t Wo);
+void adaptive_avg_pool3d_forward(const T* x, T* y, const AdaptivePoolParams& p);
+
+// Overwrites grad_x (NC, D, H, W).
+template <class T>
+void adaptive_avg_pool3d_backward(const T* grad_y, T* grad_x, const AdaptivePoolParams& p);
 
 }  // namespace tg::kernels

@@ -152,27 +152,6 @@ Tensor upsample_bilinear2d_backward(const Tensor& grad_out, std::array<int64_t, 
   return grad_in;
 }
 
-Tensor interpolate(const Tensor& input, std::array<int64_t, 2> size, bool align_corners) {
-  return upsample_bilinear2d(input, size, align_corners);
-}
-
-Tensor interpolate(const Tensor& input, double scale_factor, bool align_corners) {
-  const char* op = "interpolate";
-  std::array<int64_t, 4> in = checked_input_size(op, input);
-  check_scale(op, "scale_factor", scale_factor);
-  std::array<int64_t, 2> out;
-  for (int d = 0; d < 2; ++d) {
-    const double size = std::floor(static_cast<double>(in[2 + d]) * scale_factor);
-    // 2^63 as a double: a larger size (scale_factor 1e30) cannot be converted to int64.
-    TG_CHECK(size < 9223372036854775808.0, op, ": expected scale_factor * input size to fit in int64, got ",
-             scale_factor, " * ", in[2 + d]);
-    out[d] = static_cast<int64_t>(size);
-  }
-  TG_CHECK(out[0] > 0 && out[1] > 0, op, ": scale_factor ", scale_factor, " turns the input size [", in[2], ", ",
-           in[3], "] into an empty output [", out[0], ", ", out[1], "]");
-  return upsample_bilinear2d(input, out, align_corners, scale_factor, scale_factor);
-}
-
 void register_upsample_ops(Registry& r) {
   r.add(kUpsampleBilinear2dOp);
   r.add(kUpsampleBilinear2dBackwardOp);

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "../../framework/tensor.h"
+#include "interpolate.h"  // interpolate(input, size or scale_factor), the usual way in
 
 namespace tg {
 
@@ -19,12 +20,6 @@ namespace tg {
 Tensor upsample_bilinear2d(const Tensor& input, std::array<int64_t, 2> output_size, bool align_corners,
                            std::optional<double> scales_h = std::nullopt,
                            std::optional<double> scales_w = std::nullopt);
-
-// The common call, as F.interpolate(mode="bilinear"): to a size, or by a scale factor, where
-// the output size is floor(in * scale) and the scale itself is passed on (PyTorch's
-// recompute_scale_factor=False).
-Tensor interpolate(const Tensor& input, std::array<int64_t, 2> size, bool align_corners = false);
-Tensor interpolate(const Tensor& input, double scale_factor, bool align_corners = false);
 
 // The kernel API: the input gradient for grad_out (N, C, Ho, Wo), input_size (N, C, H, W).
 Tensor upsample_bilinear2d_backward(const Tensor& grad_out, std::array<int64_t, 2> output_size,
