@@ -184,62 +184,7 @@ struct TrilinearSampler {
 };
 
 template <class TS, class Idx>
-struct Nearest3dSampler {
-  using T = opmath_t<TS>;
-  static constexpr bool kHasGridGrad = false;  // piecewise constant in the grid
-  static constexpr int kCoords = 3;
-  static constexpr int kTaps = 1;
-
-  Axis3<T> ax, ay, az;
-  int64_t W, HW, DHW, P;
-  std::vector<Idx> off;  // [B] offset of the nearest voxel, -1 = outside
-
-  Nearest3dSampler(const Extent& e, int64_t P_, GridSamplePadding padding, bool align_corners)
-      : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), az(e.D, padding, align_corners),
-        W(e.W), HW(e.H * e.W), DHW(e.plane()), P(P_), off(kBlock) {}
-
-  // The backward locates the voxel through source_grad, as PyTorch's does: a NaN that the
-  // forward clipped onto the last voxel stays NaN there and receives nothing.
-  template <class G>
-  void prepare(const G* grid, int64_t len, bool backward) {
-    for (int64_t p = 0; p < len; ++p) {
-      int64_t i[3];
-      const Axis3<T>* axes[3] = {&ax, &ay, &az};
-      for (int k = 0; k < 3; ++k) {
-        const T g = load_op(grid, 3 * p + k);
-        T d;
-        const T c = backward ? axes[k]->source_grad(g, &d) : axes[k]->source(g);
-        i[k] = axes[k]->index(axes[k]->round(c));
-      }
-      off[p] = Idx(i[0] >= 0 && i[1] >= 0 && i[2] >= 0 ? i[2] * HW + i[1] * W + i[0] : -1);
-    }
-  }
-
-  template <int K>
-  void sample(const TS* in, TS* out, int64_t len) const {
-    for (int64_t p = 0; p < len; ++p) {
-      const Idx o = off[p];
-      for (int k = 0; k < K; ++k) store_op(out, k * P + p, tap_value(in + k * DHW, o));
-    }
-  }
-
-  template <int K, bool kInput, bool kGrid>
-  void backward(const TS* /*in*/, const TS* gout, T* gin, int64_t len) {
-    if constexpr (kInput) {
-      for (int64_t p = 0; p < len; ++p) {
-        const Idx o = off[p];
-        if (o >= 0)
-          for (int k = 0; k < K; ++k) gin[k * DHW + o] += load_op(gout, k * P + p);
-      }
-    }
-  }
-
-  void clear_sums(int64_t) {}
-  template <class G>
-  void finish(G* grad_grid, int64_t len) const {
-    std::fill(grad_grid, grad_grid + 3 * len, G(T(0)));
-  }
-};
+using Nearest3dSampler = NearestSampler<TS, Idx, 3>;  // internal/grid_sample_drivers.h
 
 }  // namespace
 

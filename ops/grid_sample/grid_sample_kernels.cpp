@@ -242,56 +242,9 @@ struct BilinearSampler {
   }
 };
 
+// Nearest: NearestSampler in internal/grid_sample_drivers.h, shared with the 3-D kernels.
 template <class TS, class Idx>
-struct NearestSampler {
-  using T = opmath_t<TS>;
-  static constexpr bool kHasGridGrad = false;  // piecewise constant in the grid
-  static constexpr int kCoords = 2;
-  static constexpr int kTaps = 1;
-
-  Axis<T> ax, ay;
-  int64_t W, HW, P;
-  std::vector<Idx> off;  // [B] offset of the nearest pixel, -1 = outside
-
-  NearestSampler(const Extent& e, int64_t P_, GridSamplePadding padding, bool align_corners)
-      : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), W(e.W), HW(e.plane()),
-        P(P_), off(kBlock) {}
-
-  template <class G>
-  void prepare(const G* grid, int64_t len, bool /*backward*/) {
-    for (int64_t p = 0; p < len; ++p) {
-      // nearbyint rounds half to even in the default rounding mode, like PyTorch.
-      const int64_t ix = ax.index(std::nearbyint(ax.source(load_op(grid, 2 * p))));
-      const int64_t iy = ay.index(std::nearbyint(ay.source(load_op(grid, 2 * p + 1))));
-      off[p] = Idx(ix >= 0 && iy >= 0 ? iy * W + ix : -1);
-    }
-  }
-
-  template <int K>
-  void sample(const TS* in, TS* out, int64_t len) const {
-    for (int64_t p = 0; p < len; ++p) {
-      const Idx o = off[p];
-      for (int k = 0; k < K; ++k) store_op(out, k * P + p, tap_value(in + k * HW, o));
-    }
-  }
-
-  template <int K, bool kInput, bool kGrid>
-  void backward(const TS* /*in*/, const TS* gout, T* gin, int64_t len) {
-    if constexpr (kInput) {
-      for (int64_t p = 0; p < len; ++p) {
-        const Idx o = off[p];
-        if (o >= 0)
-          for (int k = 0; k < K; ++k) gin[k * HW + o] += load_op(gout, k * P + p);
-      }
-    }
-  }
-
-  void clear_sums(int64_t) {}
-  template <class G>
-  void finish(G* grad_grid, int64_t len) const {
-    std::fill(grad_grid, grad_grid + 2 * len, G(T(0)));
-  }
-};
+using Nearest2dSampler = NearestSampler<TS, Idx, 2>;
 
 template <class TS, class Idx>
 struct BicubicSampler {
@@ -475,7 +428,7 @@ void grid_sample_2d_forward(const T* input, const T* grid, T* output, int64_t N,
                                         align_corners);
       break;
     case GridSampleMode::Nearest:
-      dispatch_forward<NearestSampler>(input, grid, output, N, C, Extent{1, H, W}, P, padding,
+      dispatch_forward<Nearest2dSampler>(input, grid, output, N, C, Extent{1, H, W}, P, padding,
                                        align_corners);
       break;
     case GridSampleMode::Bicubic:
@@ -504,7 +457,7 @@ void grid_sample_2d_backward(const T* grad_output, const T* input, const T* grid
                                         Extent{1, H, W}, P, padding, align_corners);
       break;
     case GridSampleMode::Nearest:
-      dispatch_backward<NearestSampler>(grad_output, input, grid, grad_input, grad_grid, N, C,
+      dispatch_backward<Nearest2dSampler>(grad_output, input, grid, grad_input, grad_grid, N, C,
                                        Extent{1, H, W}, P, padding, align_corners);
       break;
     case GridSampleMode::Bicubic:

@@ -28,6 +28,71 @@ struct Extent {
   int64_t plane() const { return D * H * W; }
 };
 
+// Nearest, for R = 2 or 3 grid coordinates (the coordinate maths of the rank: Axis's
+// Vectorised form for 2-D, Scalar for 3-D, as PyTorch's kernels; see Axis).
+template <class TS, class Idx, int R>
+struct NearestSampler {
+  using T = opmath_t<TS>;
+  static constexpr bool kHasGridGrad = false;  // piecewise constant in the grid
+  static constexpr int kCoords = R;
+  static constexpr int kTaps = 1;
+  static constexpr AxisForm kForm = R == 3 ? AxisForm::Scalar : AxisForm::Vectorised;
+
+  Axis<T, kForm> ax, ay, az;  // az: depth 1 in 2-D, unused
+  int64_t W, HW, P;           // HW: the whole plane (D * H * W)
+  std::vector<Idx> off;       // [B] offset of the nearest pixel, -1 = outside
+
+  NearestSampler(const Extent& e, int64_t P_, GridSamplePadding padding, bool align_corners)
+      : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), az(e.D, padding, align_corners),
+        W(e.W), HW(e.plane()), P(P_), off(kBlock) {}
+
+  // The scalar form's backward locates the point through source_grad, as PyTorch's 3-D backward
+  // does: a NaN that the forward clipped onto the last voxel stays NaN there and receives
+  // nothing. (In the vectorised form the two agree.)
+  template <class G>
+  void prepare(const G* grid, int64_t len, bool backward) {
+    const Axis<T, kForm>* const axes[3] = {&ax, &ay, &az};
+    for (int64_t p = 0; p < len; ++p) {
+      int64_t i[3] = {0, 0, 0};
+      for (int k = 0; k < R; ++k) {
+        const T g = load_op(grid, R * p + k);
+        T d;
+        const T c = backward && kForm == AxisForm::Scalar ? axes[k]->source_grad(g, &d) : axes[k]->source(g);
+        i[k] = axes[k]->index(axes[k]->round(c));
+      }
+      off[p] = Idx(i[0] >= 0 && i[1] >= 0 && i[2] >= 0 ? (i[2] * e_h() + i[1]) * W + i[0] : -1);
+    }
+  }
+
+  template <int K>
+  void sample(const TS* in, TS* out, int64_t len) const {
+    for (int64_t p = 0; p < len; ++p) {
+      const Idx o = off[p];
+      for (int k = 0; k < K; ++k) store_op(out, k * P + p, tap_value(in + k * HW, o));
+    }
+  }
+
+  template <int K, bool kInput, bool kGrid>
+  void backward(const TS* /*in*/, const TS* gout, T* gin, int64_t len) {
+    if constexpr (kInput) {
+      for (int64_t p = 0; p < len; ++p) {
+        const Idx o = off[p];
+        if (o >= 0)
+          for (int k = 0; k < K; ++k) gin[k * HW + o] += load_op(gout, k * P + p);
+      }
+    }
+  }
+
+  void clear_sums(int64_t) {}
+  template <class G>
+  void finish(G* grad_grid, int64_t len) const {
+    std::fill(grad_grid, grad_grid + R * len, G(T(0)));
+  }
+
+ private:
+  int64_t e_h() const { return ay.size; }
+};
+
 // Where a work item sums its grad_input planes (n planes from dst on, zeroed first): dst itself
 // for float and double; for the 16-bit types a float32 buffer of the thread's, rounded into
 // dst once the item has summed everything (end()), so each element is rounded once.
