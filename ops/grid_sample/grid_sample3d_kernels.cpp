@@ -41,6 +41,11 @@ struct TrilinearSampler {
   static constexpr int kCoords = 3;
   static constexpr int kTaps = 8;
   using Acc = acc_t<T>;
+  // The tables are [tap][position] with rows kStride apart, not kBlock: rows 8 KB apart all map
+  // to the same L1 sets, and the 8 weight rows plus the 8 offset rows outnumber the ways (the
+  // table writes then took a third of the forward; 64 bytes of skew per row put each in a set
+  // of its own).
+  static constexpr int64_t kStride = kBlock + 16;
 
   Axis3<T> ax, ay, az;
   int64_t W, HW, DHW, P;
@@ -53,14 +58,14 @@ struct TrilinearSampler {
 
   TrilinearSampler(const Extent& e, int64_t P_, GridSamplePadding padding, bool align_corners)
       : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), az(e.D, padding, align_corners),
-        W(e.W), HW(e.H * e.W), DHW(e.plane()), P(P_), base(kBlock), off(8 * kBlock), wt(8 * kBlock) {}
+        W(e.W), HW(e.H * e.W), DHW(e.plane()), P(P_), base(kBlock), off(8 * kStride), wt(8 * kStride) {}
 
   template <class G>
   void prepare(const G* grid, int64_t len, bool backward) {
     if (backward && fr.empty()) {
-      fr.resize(6 * kBlock);
-      mult.resize(3 * kBlock);
-      gs.resize(3 * kBlock);
+      fr.resize(6 * kStride);
+      mult.resize(3 * kStride);
+      gs.resize(3 * kStride);
     }
     const Axis3<T>* const axes[3] = {&ax, &ay, &az};
     for (int64_t p = 0; p < len; ++p) {
@@ -68,14 +73,14 @@ struct TrilinearSampler {
       pt.locate(axes, grid + 3 * p, backward, W, HW);
       base[p] = Idx(pt.base);
       for (int k = 0; k < 8; ++k) {
-        off[k * kBlock + p] = Idx(pt.off[k]);
-        wt[k * kBlock + p] = pt.weight(k);
+        off[k * kStride + p] = Idx(pt.off[k]);
+        wt[k * kStride + p] = pt.weight(k);
       }
       if (backward)
         for (int i = 0; i < 3; ++i) {
-          mult[i * kBlock + p] = pt.m[i];
-          fr[(2 * i) * kBlock + p] = pt.w[0][i];
-          fr[(2 * i + 1) * kBlock + p] = pt.w[1][i];
+          mult[i * kStride + p] = pt.m[i];
+          fr[(2 * i) * kStride + p] = pt.w[0][i];
+          fr[(2 * i + 1) * kStride + p] = pt.w[1][i];
         }
     }
   }
@@ -93,7 +98,7 @@ struct TrilinearSampler {
       v[6] = load_op(r, HW + W);
       v[7] = load_op(r, HW + W + 1);
     } else {
-      for (int k = 0; k < 8; ++k) v[k] = tap_value(plane, off[k * kBlock + p]);
+      for (int k = 0; k < 8; ++k) v[k] = tap_value(plane, off[k * kStride + p]);
     }
   }
 
@@ -102,7 +107,7 @@ struct TrilinearSampler {
     for (int64_t p = 0; p < len; ++p) {
       const Idx b = base[p];
       T w[8];
-      for (int t = 0; t < 8; ++t) w[t] = wt[t * kBlock + p];
+      for (int t = 0; t < 8; ++t) w[t] = wt[t * kStride + p];
       for (int k = 0; k < K; ++k) {
         T v[8];
         load(in + k * DHW, b, p, v);
@@ -118,20 +123,20 @@ struct TrilinearSampler {
     for (int64_t p = 0; p < len; ++p) {
       const Idx b = base[p];
       T w[8];
-      for (int t = 0; t < 8; ++t) w[t] = wt[t * kBlock + p];
+      for (int t = 0; t < 8; ++t) w[t] = wt[t * kStride + p];
       // d out / d x weighs the x-differences of the 4 (y, z) edges by their (y, z) weights,
       // and likewise for y and z.
       T wyz[4], wxz[4], wxy[4];
       if constexpr (kGrid) {
         const T* f = &fr[p];
-        const T x0 = f[0], x1 = f[kBlock], y0 = f[2 * kBlock], y1 = f[3 * kBlock], z0 = f[4 * kBlock],
-                z1 = f[5 * kBlock];
+        const T x0 = f[0], x1 = f[kStride], y0 = f[2 * kStride], y1 = f[3 * kStride], z0 = f[4 * kStride],
+                z1 = f[5 * kStride];
         wyz[0] = y0 * z0, wyz[1] = y1 * z0, wyz[2] = y0 * z1, wyz[3] = y1 * z1;
         wxz[0] = x0 * z0, wxz[1] = x1 * z0, wxz[2] = x0 * z1, wxz[3] = x1 * z1;
         wxy[0] = x0 * y0, wxy[1] = x1 * y0, wxy[2] = x0 * y1, wxy[3] = x1 * y1;
       }
-      Acc sx = kGrid ? gs[p] : Acc(0), sy = kGrid ? gs[kBlock + p] : Acc(0),
-          sz = kGrid ? gs[2 * kBlock + p] : Acc(0);
+      Acc sx = kGrid ? gs[p] : Acc(0), sy = kGrid ? gs[kStride + p] : Acc(0),
+          sz = kGrid ? gs[2 * kStride + p] : Acc(0);
       for (int k = 0; k < K; ++k) {
         const T g = load_op(gout, k * P + p);
         if constexpr (kInput) {  // the transpose of sample(): scatter g times the weights
@@ -148,7 +153,7 @@ struct TrilinearSampler {
             r[HW + W + 1] += w[7] * g;
           } else {
             for (int t = 0; t < 8; ++t) {
-              const Idx o = off[t * kBlock + p];
+              const Idx o = off[t * kStride + p];
               if (o >= 0) plane[o] += w[t] * g;
             }
           }
@@ -166,20 +171,20 @@ struct TrilinearSampler {
       }
       if constexpr (kGrid) {
         gs[p] = sx;
-        gs[kBlock + p] = sy;
-        gs[2 * kBlock + p] = sz;
+        gs[kStride + p] = sy;
+        gs[2 * kStride + p] = sz;
       }
     }
   }
 
   void clear_sums(int64_t len) {
-    for (int i = 0; i < 3; ++i) std::fill(gs.begin() + i * kBlock, gs.begin() + i * kBlock + len, Acc(0));
+    for (int i = 0; i < 3; ++i) std::fill(gs.begin() + i * kStride, gs.begin() + i * kStride + len, Acc(0));
   }
 
   template <class G>
   void finish(G* grad_grid, int64_t len) const {
     for (int64_t p = 0; p < len; ++p)
-      for (int i = 0; i < 3; ++i) store_op(grad_grid, 3 * p + i, T(gs[i * kBlock + p] * Acc(mult[i * kBlock + p])));
+      for (int i = 0; i < 3; ++i) store_op(grad_grid, 3 * p + i, T(gs[i * kStride + p] * Acc(mult[i * kStride + p])));
   }
 };
 
