@@ -62,7 +62,8 @@ void backward(benchmark::State& state, Case c) {
 void forward_backward(benchmark::State& state, Case c) {
   use_threads(state);
   manual_seed(0);
-  Tensor input = randn(c.input(), c.dtype).requires_grad_(), grid = uniform(c.grid(), -1.1, 1.1, c.dtype).requires_grad_();
+  Tensor input = randn(c.input(), c.dtype).requires_grad_();
+  Tensor grid = uniform(c.grid(), -1.1, 1.1, c.dtype).requires_grad_();
   Tensor g = randn(c.output(), c.dtype);
   for (auto _ : state) {
     grid_sample(input, grid, c.mode, c.padding, false).backward(g);
@@ -89,7 +90,8 @@ const bool registered = [] {
   const Case volume{2, 16, 32, 32, 32, 32, M::Bilinear, P::Zeros, "bilinear_zeros", DType::Float32, 32, 32};
   add_case("grid_sample_fwd/" + shape_name(volume), [volume](benchmark::State& s) { forward(s, volume); });
   add_case("grid_sample_bwd/" + shape_name(volume), [volume](benchmark::State& s) { backward(s, volume); });
-  add_case("grid_sample3d_fwd_bwd/" + shape_name(volume), [volume](benchmark::State& s) { forward_backward(s, volume); });
+  add_case("grid_sample3d_fwd_bwd/" + shape_name(volume),
+           [volume](benchmark::State& s) { forward_backward(s, volume); });
   return true;
 }();
 

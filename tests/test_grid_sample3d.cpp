@@ -68,8 +68,9 @@ TEST(GridSample3d, IntegerFormAndKernelApiMatchTheGoldens) {
     const int64_t p = static_cast<int64_t>(padding_of(c.json["padding_mode"]));
     const bool ac = c.json["align_corners"].get<bool>();
     const double tol = tol_for(c.dtype());
-    expect_close(grid_sampler_3d(c.tensor("input"), c.tensor("grid"), m, p, ac), c.tensor("output"), tol, tol, "output");
-    GridSampleGrads g = grid_sampler_3d_backward(c.tensor("grad_output"), c.tensor("input"), c.tensor("grid"), m, p, ac);
+    const Tensor input = c.tensor("input"), grid = c.tensor("grid");
+    expect_close(grid_sampler_3d(input, grid, m, p, ac), c.tensor("output"), tol, tol, "output");
+    GridSampleGrads g = grid_sampler_3d_backward(c.tensor("grad_output"), input, grid, m, p, ac);
     expect_close(g.grad_input, c.tensor("grad_input"), tol, tol, "grad_input");
     expect_close(g.grad_grid, c.tensor("grad_grid"), tol, tol, "grad_grid");
   }

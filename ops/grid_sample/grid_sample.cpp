@@ -159,13 +159,14 @@ Shape checked_affine_grid_shape(const char* op, const std::vector<int64_t>& size
            ": expected size [N, C, H, W] (2-D affine grid) or [N, C, D, H, W] (3-D), got ", format_shape(size));
   bool positive = size[0] >= 0 && size[1] >= 0;
   for (size_t d = 2; d < size.size(); ++d) positive = positive && size[d] > 0;
-  TG_CHECK(positive, op, ": expected a non-negative N and C and a positive ", size.size() == 5 ? "D, H and W" : "H and W",
-           " in size, got ", format_shape(size));
+  TG_CHECK(positive, op, ": expected a non-negative N and C and a positive ",
+           size.size() == 5 ? "D, H and W" : "H and W", " in size, got ", format_shape(size));
   Shape grid_shape{size[0]};
   grid_shape.insert(grid_shape.end(), size.begin() + 2, size.end());
   grid_shape.push_back(static_cast<int64_t>(size.size()) - 2);
   // Checked: size [1, 1, 2^32, 2^32] would ask for a grid of 2^65 values.
-  checked_numel(grid_shape, op, size.size() == 5 ? "the grid shape [N, D, H, W, 3] of size" : "the grid shape [N, H, W, 2] of size");
+  checked_numel(grid_shape, op,
+                size.size() == 5 ? "the grid shape [N, D, H, W, 3] of size" : "the grid shape [N, H, W, 2] of size");
   return grid_shape;
 }
 
@@ -477,7 +478,8 @@ Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool a
   const Shape grid_shape = checked_affine_grid_shape(op, size);
   const bool vol = size.size() == 5;
   const int64_t rows = vol ? 3 : 2;
-  TG_CHECK(theta.dim() == 3 && theta.size(1) == rows && theta.size(2) == rows + 1, op, ": expected theta to have shape ",
+  TG_CHECK(theta.dim() == 3 && theta.size(1) == rows && theta.size(2) == rows + 1, op,
+           ": expected theta to have shape ",
            vol ? "[N, 3, 4] (3-D affine matrices, for a size of 5 values)" : "[N, 2, 3] (2-D affine matrices)",
            ", got ", format_shape(theta.shape()));
   TG_CHECK(theta.size(0) == size[0], op, ": expected theta's batch size to match size[0] = ", size[0], ", got theta ",

@@ -58,7 +58,8 @@ struct TrilinearSampler {
 
   TrilinearSampler(const Extent& e, int64_t P_, GridSamplePadding padding, bool align_corners)
       : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), az(e.D, padding, align_corners),
-        W(e.W), HW(e.H * e.W), DHW(e.plane()), P(P_), base(kBlock), off(8 * kStride), wt(8 * kStride) {}
+        W(e.W), HW(e.H * e.W), DHW(e.plane()), P(P_), base(kBlock), off(8 * kStride),
+        wt(8 * kStride) {}
 
   template <class G>
   void prepare(const G* grid, int64_t len, bool backward) {
@@ -184,7 +185,8 @@ struct TrilinearSampler {
   template <class G>
   void finish(G* grad_grid, int64_t len) const {
     for (int64_t p = 0; p < len; ++p)
-      for (int i = 0; i < 3; ++i) store_op(grad_grid, 3 * p + i, T(gs[i * kStride + p] * Acc(mult[i * kStride + p])));
+      for (int i = 0; i < 3; ++i)
+        store_op(grad_grid, 3 * p + i, T(gs[i * kStride + p] * Acc(mult[i * kStride + p])));
   }
 };
 
@@ -244,7 +246,10 @@ void affine_grid_3d_forward(const T* theta, T* grid, int64_t N, int64_t D, int64
     T* g = grid + r * W * 3;
     // Base point (x, y, z, 1) times theta^T, in the order of PyTorch's bmm.
     for (int64_t w = 0; w < W; ++w)
-      for (int i = 0; i < 3; ++i) g[3 * w + i] = xs[w] * th[4 * i] + y * th[4 * i + 1] + z * th[4 * i + 2] + th[4 * i + 3];
+      for (int i = 0; i < 3; ++i) {
+        const T* t = th + 4 * i;
+        g[3 * w + i] = xs[w] * t[0] + y * t[1] + z * t[2] + t[3];
+      }
   }
 }
 

@@ -41,7 +41,8 @@ Tensor kink_free_grid(const Shape& grid_shape, const std::vector<int64_t>& sizes
 std::vector<SampleCase> grid_sample_samples() {
   auto make = [](int64_t N, int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo, bool ac, bool outside) {
     return [=](DType dt) {
-      return std::vector<Tensor>{sample_tensor({N, C, H, W}, dt), kink_free_grid({N, Ho, Wo, 2}, {W, H}, ac, outside, dt)};
+      return std::vector<Tensor>{sample_tensor({N, C, H, W}, dt),
+                                 kink_free_grid({N, Ho, Wo, 2}, {W, H}, ac, outside, dt)};
     };
   };
   auto run = [](GridSampleMode m, GridSamplePadding p, bool ac) {
@@ -83,8 +84,9 @@ std::vector<SampleCase> grid_sample_samples() {
 std::vector<SampleCase> grid_sampler_3d_samples() {
   auto make = [](int64_t N, int64_t C, Shape in, Shape out, bool ac, bool outside) {
     return [=](DType dt) {
+      const Shape grid_shape{N, out[0], out[1], out[2], 3};
       return std::vector<Tensor>{sample_tensor({N, C, in[0], in[1], in[2]}, dt),
-                                 kink_free_grid({N, out[0], out[1], out[2], 3}, {in[2], in[1], in[0]}, ac, outside, dt)};
+                                 kink_free_grid(grid_shape, {in[2], in[1], in[0]}, ac, outside, dt)};
     };
   };
   auto run = [](GridSampleMode m, GridSamplePadding p, bool ac) {

@@ -4,7 +4,8 @@
 // staging buffers, and affine_grid's base coordinates. Only the kernel files include this; it
 // is not installed.
 //
-// A sampler (one per interpolation mode and rank) offers
+// A sampler (one per interpolation mode and rank; nearest's, the same for both ranks, is below)
+// offers
 //   Sampler(extent, P, padding, align_corners)   P = the channel stride of output / grad_output
 //   kCoords (2 or 3, grid values per position), kTaps (reads per position), kHasGridGrad
 //   prepare / sample<K> / backward<K, kInput, kGrid> / clear_sums / finish
@@ -60,7 +61,7 @@ struct NearestSampler {
         const T c = backward && kForm == AxisForm::Scalar ? axes[k]->source_grad(g, &d) : axes[k]->source(g);
         i[k] = axes[k]->index(axes[k]->round(c));
       }
-      off[p] = Idx(i[0] >= 0 && i[1] >= 0 && i[2] >= 0 ? (i[2] * e_h() + i[1]) * W + i[0] : -1);
+      off[p] = Idx(i[0] >= 0 && i[1] >= 0 && i[2] >= 0 ? (i[2] * ay.size + i[1]) * W + i[0] : -1);
     }
   }
 
@@ -88,9 +89,6 @@ struct NearestSampler {
   void finish(G* grad_grid, int64_t len) const {
     std::fill(grad_grid, grad_grid + R * len, G(T(0)));
   }
-
- private:
-  int64_t e_h() const { return ay.size; }
 };
 
 // Where a work item sums its grad_input planes (n planes from dst on, zeroed first): dst itself
