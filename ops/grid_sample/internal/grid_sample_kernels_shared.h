@@ -237,24 +237,28 @@ struct TrilinearPoint {
   // nothing; its weights are 0 rather than computed from a NaN or huge coordinate.
   template <class G>
   void locate(const Axis<T, AxisForm::Scalar>* const axes[3], const G* g, bool backward, int64_t W, int64_t HW) {
+    // Written with & and selects rather than && and ifs: which points straddle a border is
+    // random, and the branches mispredicted often enough to dominate this function.
     int64_t idx[3];
-    bool inside = true;
+    bool inside = true, in_axis[3][2];  // in_axis[i][d]: neighbour d along axis i is inside
     for (int i = 0; i < 3; ++i) {
       const T c = backward ? axes[i]->source_grad(load_op(g, i), &m[i]) : axes[i]->source(load_op(g, i));
       const T f = std::floor(c);
-      idx[i] = axes[i]->floor_index(f);
-      inside = inside && idx[i] != -2;
-      w[0][i] = (f + 1) - c;
-      w[1][i] = c - f;
+      const bool ok = (f >= T(-1)) & (f <= axes[i]->max_val);  // else both neighbours are outside
+      idx[i] = ok ? static_cast<int64_t>(ok ? f : T(0)) : -2;  // axes[i]->floor_index(f), no branch
+      inside &= ok;
+      in_axis[i][0] = ok & (idx[i] >= 0);
+      in_axis[i][1] = ok & (idx[i] + 1 < axes[i]->size);
+      w[0][i] = ok ? (f + 1) - c : T(0);
+      w[1][i] = ok ? c - f : T(0);
     }
     bool all = inside;
     const int64_t b = inside ? idx[2] * HW + idx[1] * W + idx[0] : 0;
     for (int k = 0; k < 8; ++k) {
-      const int d[3] = {k & 1, (k >> 1) & 1, k >> 2};
-      bool in = inside;
-      for (int i = 0; i < 3; ++i) in = in && idx[i] + d[i] >= 0 && idx[i] + d[i] < axes[i]->size;
-      all = all && in;
-      off[k] = in ? b + d[2] * HW + d[1] * W + d[0] : -1;
+      const int dx = k & 1, dy = (k >> 1) & 1, dz = k >> 2;
+      const bool in = in_axis[0][dx] & in_axis[1][dy] & in_axis[2][dz];
+      all &= in;
+      off[k] = in ? b + dz * HW + dy * W + dx : -1;
     }
     base = all ? b : -1;
     if (!inside)
