@@ -230,7 +230,7 @@ TEST(AffineGrid, RejectsBadInputNamingTheArgument) {
   EXPECT_EQ(error_of([&] { affine_grid(zeros({2, 3, 3}), {2, 1, 4, 5}); }),
             "affine_grid: expected theta to have shape [N, 2, 3] (2-D affine matrices), got [2, 3, 3]");
   EXPECT_EQ(error_of([&] { affine_grid(theta, {2, 1, 4}); }),
-            "affine_grid: expected size [N, C, H, W] (2-D affine grid), got [2, 1, 4]");
+            "affine_grid: expected size [N, C, H, W] (2-D affine grid) or [N, C, D, H, W] (3-D), got [2, 1, 4]");
   EXPECT_EQ(error_of([&] { affine_grid(theta, {3, 1, 4, 5}); }),
             "affine_grid: expected theta's batch size to match size[0] = 3, got theta [2, 2, 3]");
   EXPECT_EQ(error_of([&] { affine_grid(theta, {2, 1, 0, 5}); }),

@@ -1,4 +1,4 @@
-// The kernel families of grid_sample (and affine_grid), ms_deform_attn, upsample, group_norm and
+// The kernel families of grid_sample (2-D and 3-D, and affine_grid), ms_deform_attn, upsample, group_norm and
 // pooling on every instruction-set path (framework/isa.h): each path's forward, backward and
 // (grid_sample, ms_deform_attn) double backward against the generic path's, float32 and
 // float64, on ragged sizes (no dimension a multiple of a vector's lanes).
@@ -97,6 +97,29 @@ TEST(IsaFamilies, GridSampleEveryModeAndPaddingMatchesGeneric) {
   }
 }
 
+TEST(IsaFamilies, GridSample3dEveryModeAndPaddingMatchesGeneric) {
+  for (DType dt : kTypes) {
+    for (int mode = 0; mode < 2; ++mode) {
+      for (int padding = 0; padding < 3; ++padding) {
+        for (bool align : {false, true}) {
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " mode " + std::to_string(mode) + " padding " +
+                       std::to_string(padding) + (align ? " align_corners" : ""));
+          manual_seed(14);
+          // (2, 3, 5, 7, 6) sampled on a 3 x 5 x 4 grid; coordinates reach past the borders.
+          Tensor x = randn({2, 3, 5, 7, 6}, dt), grid = randn({2, 3, 5, 4, 3}, dt) * 0.7;
+          Tensor r = randn({2, 3, 3, 5, 4}, dt);
+          std::vector<Tensor> v = randn_like_all({x, grid});
+          auto f = [&](const std::vector<Tensor>& a) {
+            return grid_sampler_3d(a[0], a[1], mode, padding, align);
+          };
+          testing::expect_same_on_every_isa([&] { return first_and_second(f, {x, grid}, r, v, true); },
+                                            0.0);
+        }
+      }
+    }
+  }
+}
+
 TEST(IsaFamilies, AffineGridMatchesGeneric) {
   for (DType dt : kTypes) {
     for (bool align : {false, true}) {
@@ -105,6 +128,10 @@ TEST(IsaFamilies, AffineGridMatchesGeneric) {
       Tensor theta = randn({3, 2, 3}, dt), r = randn({3, 7, 13, 2}, dt);
       auto f = [&](const std::vector<Tensor>& a) { return affine_grid(a[0], {3, 4, 7, 13}, align); };
       testing::expect_same_on_every_isa([&] { return first_and_second(f, {theta}, r, {}, false); },
+                                        0.0);
+      Tensor theta3 = randn({2, 3, 4}, dt), r3 = randn({2, 3, 5, 7, 3}, dt);  // volumes
+      auto f3 = [&](const std::vector<Tensor>& a) { return affine_grid(a[0], {2, 1, 3, 5, 7}, align); };
+      testing::expect_same_on_every_isa([&] { return first_and_second(f3, {theta3}, r3, {}, false); },
                                         0.0);
     }
   }

@@ -173,6 +173,37 @@ TEST(ThreadDeterminism, GridSampleDoubleBackward) {
   });
 }
 
+// ---- grid_sample on volumes: N = 1 and 3 (split passes, channels cut by the thread count) and
+// N = 2 (the fused pass), both modes, and the second-order term.
+TEST(ThreadDeterminism, GridSample3dBackward) {
+  for (int64_t N : {1, 2, 3}) {
+    for (GridSampleMode mode : {GridSampleMode::Bilinear, GridSampleMode::Nearest}) {
+      SCOPED_TRACE("N " + std::to_string(N) + " mode " + std::to_string(static_cast<int>(mode)));
+      manual_seed(36);
+      Tensor x = leaf(randn({N, 5, 10, 12, 9}));
+      Tensor grid = leaf(rand({N, 24, 24, 24, 3}) * 2.2 - 1.1);  // parallel even for nearest
+      expect_same_bits_at_1_2_3_threads([&] {
+        Tensor out = grid_sample(x, grid, mode, GridSamplePadding::Reflection, false);
+        return value_and_grads(out, {x, grid}, randn(out.shape()));
+      });
+    }
+  }
+}
+
+TEST(ThreadDeterminism, GridSample3dDoubleBackward) {
+  manual_seed(37);
+  Tensor x = leaf(randn({1, 3, 12, 12, 12}));
+  Tensor grid = leaf(rand({1, 20, 20, 20, 3}) * 2 - 1);
+  Tensor g = randn({1, 3, 20, 20, 20});
+  expect_same_bits_at_1_2_3_threads([&] {
+    Tensor out = grid_sample(x, grid);
+    std::vector<Tensor> g1 = grad({out}, {x, grid}, {g}, false, true, true);
+    std::vector<Tensor> r = grad({sum(mul(g1[1], g1[1]))}, {x, grid});
+    r.insert(r.end(), g1.begin(), g1.end());
+    return r;
+  });
+}
+
 // ---- upsample: one plane (the row blocks depend on the thread count).
 TEST(ThreadDeterminism, UpsampleBilinearBackward) {
   for (bool ac : {false, true}) {

@@ -393,6 +393,24 @@ def grid_sample_case(n, c, h, w, ho, wo, mode, padding, backward):
     return lambda: torch.ops.aten.grid_sampler_2d_backward(g, x, grid, m, p, False, [True, True])
 
 
+def grid_sample3d_case(kind):
+    """bench_grid_sample.cpp's volume rows: (2, 16, 32^3) sampled at (2, 32^3, 3), trilinear, zeros."""
+    x = torch.randn(2, 16, 32, 32, 32)
+    grid = torch.rand(2, 32, 32, 32, 3) * 2.2 - 1.1
+    g = torch.randn(2, 16, 32, 32, 32)
+    if kind == "fwd":
+        return lambda: F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    if kind == "bwd":
+        return lambda: torch.ops.aten.grid_sampler_3d_backward(g, x, grid, 0, 0, False, [True, True])
+    x.requires_grad_(True)
+    grid.requires_grad_(True)
+
+    def step():
+        F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False).backward(g)
+        x.grad = grid.grad = None
+    return step
+
+
 def grid_sample_cases():
     cases = {}
     for n, c, s, mode, padding in [(8, 32, 64, "bilinear", "zeros"), (8, 32, 64, "bilinear", "reflection"),
@@ -402,6 +420,11 @@ def grid_sample_cases():
             cases[f"grid_sample_{kind}/{shape}"] = (
                 "bench_grid_sample", lambda n=n, c=c, s=s, mode=mode, padding=padding, bwd=bwd:
                 grid_sample_case(n, c, s, s, s, s, mode, padding, bwd))
+    # Volumes (issue 26): forward, the kernel API's backward, and forward + backward (autograd).
+    vol = "N2_C16_D32_H32_W32_Do32_Ho32_Wo32_bilinear_zeros"
+    cases[f"grid_sample_fwd/{vol}"] = ("bench_grid_sample", lambda: grid_sample3d_case("fwd"))
+    cases[f"grid_sample_bwd/{vol}"] = ("bench_grid_sample", lambda: grid_sample3d_case("bwd"))
+    cases[f"grid_sample3d_fwd_bwd/{vol}"] = ("bench_grid_sample", lambda: grid_sample3d_case("fwd_bwd"))
     for kind, bwd in (("fwd", False), ("bwd", True)):  # PyTorch's side in float32: see norm_upsample_cases
         cases[f"grid_sample_{kind}/N8_C32_H64_W64_Ho64_Wo64_bilinear_zeros_bf16"] = (
             "bench_grid_sample", lambda bwd=bwd: grid_sample_case(8, 32, 64, 64, 64, 64, "bilinear", "zeros", bwd))

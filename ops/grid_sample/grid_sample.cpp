@@ -1,5 +1,7 @@
-// grid_sample and affine_grid: validation, dtype dispatch and the tape. The kernels (and the
-// maths) are in grid_sample_kernels.cpp, the second-order one in grid_sample_kernels_double_backward.cpp.
+// grid_sample and affine_grid, 2-D and 3-D: validation, dtype dispatch and the tape (one code
+// path for both ranks; the rank picks the kernels and the tape entries). The kernels (and the
+// maths) are in grid_sample_kernels.cpp and grid_sample3d_kernels.cpp, the second-order one in
+// grid_sample_kernels_double_backward.cpp; the sample cases in grid_sample_samples.cpp.
 // Double backward (create_graph): see grid_sample_backward_backward_fn.
 #include "grid_sample.h"
 #include "../../framework/autocast.h"
@@ -11,18 +13,17 @@
 #include "../../framework/tape.h"
 #include "../elementwise.h"
 #include "../internal/reduced_float.h"
-#include "../internal/samples.h"
+#include "internal/grid_sample_common.h"
 
 namespace tg {
 
 namespace {
 
-// What grid_sample's backward needs besides its saved tensors.
-struct GridSampleAttrs {
-  GridSampleMode mode;
-  GridSamplePadding padding;
-  bool align_corners;
-};
+using grid_sample_detail::GridSampleAttrs;
+
+// Whether a tensor of this shape is a volume's (input (N, C, D, H, W)): the 3-D kernels and tape
+// entries. Everything else goes the 2-D way, whose checks name the expected shapes.
+bool is_volume(const Shape& input_shape) { return input_shape.size() == 5; }
 
 GridSampleMode checked_mode(const char* op, int64_t mode) {
   TG_CHECK(mode >= 0 && mode <= 2, op, ": expected interpolation_mode 0 (bilinear), 1 (nearest) or 2 (bicubic), got ",
@@ -50,29 +51,45 @@ void check_same_dtype(const char* op, const char* name, const Tensor& t, const c
            dtype_name(t.dtype()));
 }
 
-// Checks input and grid; the spec's list, in the order a user would want to hear it.
-void check_input_and_grid(const char* op, const Tensor& input, const Tensor& grid) {
+// Checks input and grid; the spec's list, in the order a user would want to hear it. `rank` is
+// 4 (2-D: input [N, C, H, W], grid [N, Ho, Wo, 2]) or 5 (3-D: [N, C, D, H, W], [N, Do, Ho, Wo, 3]).
+void check_input_and_grid(const char* op, const Tensor& input, const Tensor& grid, int64_t rank) {
   TG_CHECK(input.defined() && grid.defined(), op, ": expected input and grid, got an undefined tensor");
-  TG_CHECK(input.dim() == 4, op, ": expected input to have shape [N, C, H, W], got ", format_shape(input.shape()));
-  TG_CHECK(grid.dim() == 4 && grid.size(3) == 2, op, ": expected grid to have shape [N, Ho, Wo, 2], got ",
-           format_shape(grid.shape()));
+  const bool vol = rank == 5;
+  TG_CHECK(input.dim() == rank, op, ": expected input to have shape ", vol ? "[N, C, D, H, W]" : "[N, C, H, W]",
+           ", got ", format_shape(input.shape()));
+  TG_CHECK(grid.dim() == rank && grid.size(rank - 1) == rank - 2, op, ": expected grid to have shape ",
+           vol ? "[N, Do, Ho, Wo, 3] for a 5-D input" : "[N, Ho, Wo, 2]", ", got ", format_shape(grid.shape()));
   TG_CHECK(input.size(0) == grid.size(0), op, ": expected grid and input to have the same batch size N, got input ",
            format_shape(input.shape()), " and grid ", format_shape(grid.shape()));
-  TG_CHECK(input.size(2) > 0 && input.size(3) > 0, op,
-           ": expected input to have non-empty spatial dimensions H and W, got ", format_shape(input.shape()));
+  bool spatial = true;
+  for (int64_t d = 2; d < rank; ++d) spatial = spatial && input.size(d) > 0;
+  TG_CHECK(spatial, op, ": expected input to have non-empty spatial dimensions ", vol ? "D, H and W" : "H and W",
+           ", got ", format_shape(input.shape()));
   TG_CHECK(is_floating(input.dtype()), op, ": expected input of a floating dtype ", kFloatingDTypes, ", got ",
            dtype_name(input.dtype()));
   check_same_dtype(op, "grid", grid, "input's", input.dtype());
 }
 
-// grad_output of the backward kernels: defined, [N, C, Ho, Wo], input's dtype. After
+// The output's shape, [N, C, Ho, Wo] or [N, C, Do, Ho, Wo], and its name for messages.
+Shape output_shape(const Shape& input_shape, const Shape& grid_shape) {
+  Shape out{input_shape[0], input_shape[1]};
+  out.insert(out.end(), grid_shape.begin() + 1, grid_shape.end() - 1);
+  return out;
+}
+const char* output_shape_name(const Shape& input_shape) {
+  return is_volume(input_shape) ? "the output shape [N, C, Do, Ho, Wo]" : "the output shape [N, C, Ho, Wo]";
+}
+
+// grad_output of the backward kernels: defined, the output's shape, input's dtype. After
 // check_input_and_grid.
 void check_grad_output(const char* op, const Tensor& grad_output, const Tensor& input, const Tensor& grid) {
-  const Shape out_shape{input.size(0), input.size(1), grid.size(1), grid.size(2)};
-  checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
+  const Shape out_shape = output_shape(input.shape(), grid.shape());
+  checked_numel(out_shape, op, output_shape_name(input.shape()));
   TG_CHECK(grad_output.defined(), op, ": expected grad_output of shape ", format_shape(out_shape), ", got undefined");
-  TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output of shape [N, C, Ho, Wo] = ",
-           format_shape(out_shape), ", got ", format_shape(grad_output.shape()));
+  TG_CHECK(grad_output.shape() == out_shape, op, ": expected grad_output of shape ",
+           is_volume(input.shape()) ? "[N, C, Do, Ho, Wo] = " : "[N, C, Ho, Wo] = ", format_shape(out_shape), ", got ",
+           format_shape(grad_output.shape()));
   check_same_dtype(op, "grad_output", grad_output, "input's", input.dtype());
 }
 
@@ -86,14 +103,19 @@ GridSampleGrads run_backward(const char* op, const Tensor& grad_output, const Te
   const DType kt = grid.dtype();
   if (want_input) grads.grad_input = Tensor::empty(input_shape, kt);
   if (want_grid) grads.grad_grid = Tensor::empty(grid.shape(), kt);
-  const int64_t N = input_shape[0], C = input_shape[1], H = input_shape[2], W = input_shape[3];
-  const int64_t Ho = grid.size(1), Wo = grid.size(2);
+  const grid_sample_detail::Sizes z(input_shape, grid.shape());
   dispatch_all_floating(kt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-    kernels::grid_sample_2d_backward<T>(grad_output.data<T>(), input.defined() ? input.data<T>() : nullptr,
-                                        grid.data<T>(), ptr(grads.grad_input), ptr(grads.grad_grid), N, C, H, W,
-                                        Ho, Wo, a.mode, a.padding, a.align_corners);
+    const T* x = input.defined() ? input.data<T>() : nullptr;
+    if (z.volume)
+      kernels::grid_sample_3d_backward<T>(grad_output.data<T>(), x, grid.data<T>(), ptr(grads.grad_input),
+                                          ptr(grads.grad_grid), z.N, z.C, z.D, z.H, z.W, z.Do, z.Ho, z.Wo, a.mode,
+                                          a.padding, a.align_corners);
+    else
+      kernels::grid_sample_2d_backward<T>(grad_output.data<T>(), x, grid.data<T>(), ptr(grads.grad_input),
+                                          ptr(grads.grad_grid), z.N, z.C, z.H, z.W, z.Ho, z.Wo, a.mode, a.padding,
+                                          a.align_corners);
   });
   return grads;
 }
@@ -124,81 +146,28 @@ std::vector<Tensor> grid_sample_backward_fn(const BackwardContext& ctx, const st
   return {grads.grad_input, grads.grad_grid};
 }
 
-// A grid whose points sit 0.15 to 0.35 pixels from an integer pixel coordinate (so away from
-// bilinear's and bicubic's kinks at integers and nearest's ties at half-integers) and inside
-// the clip limits of border / reflection. `outside`: also points beyond the image, for zeros
-// padding (smooth there) and reflection with align_corners (reflected about the corner-pixel
-// centres, which maps a distance from an integer to the same distance).
-Tensor kink_free_grid(int64_t N, int64_t Ho, int64_t Wo, int64_t H, int64_t W, bool align_corners, bool outside,
-                      DType dt) {
-  Tensor grid = Tensor::empty({N, Ho, Wo, 2}, DType::Float64);
-  double* d = grid.data<double>();
-  Generator& gen = default_generator();
-  for (int64_t i = 0; i < grid.numel(); ++i) {
-    const int64_t size = i % 2 == 0 ? W : H;  // x indexes W, y indexes H
-    const int64_t lo = outside ? -1 : 0, hi = outside ? size : size - 1;  // cells [lo, hi)
-    const double cell = static_cast<double>(lo + static_cast<int64_t>(gen.next_double() * static_cast<double>(hi - lo)));
-    const double frac = 0.15 + 0.2 * gen.next_double();
-    const double pixel = cell + (gen.next_double() < 0.5 ? frac : 1.0 - frac);
-    const double s = static_cast<double>(size);
-    d[i] = align_corners ? 2.0 * pixel / (s - 1.0) - 1.0 : (2.0 * pixel + 1.0) / s - 1.0;
-  }
-  Tensor out = grid.to(dt);
-  out.requires_grad_();
-  return out;
-}
-
-std::vector<SampleCase> grid_sample_samples() {
-  auto make = [](int64_t N, int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo, bool ac, bool outside) {
-    return [=](DType dt) {
-      return std::vector<Tensor>{sample_tensor({N, C, H, W}, dt), kink_free_grid(N, Ho, Wo, H, W, ac, outside, dt)};
-    };
-  };
-  auto run = [](GridSampleMode m, GridSamplePadding p, bool ac) {
-    return [=](const std::vector<Tensor>& x) { return std::vector<Tensor>{grid_sample(x[0], x[1], m, p, ac)}; };
-  };
-  using M = GridSampleMode;
-  using P = GridSamplePadding;
-  return {
-      {"bilinear, zeros, points outside, N 2, C 2, 3x4 -> 2x3", make(2, 2, 3, 4, 2, 3, false, true),
-       run(M::Bilinear, P::Zeros, false)},
-      {"bilinear, border, align_corners, N 1, C 3, 4x3 -> 3x2", make(1, 3, 4, 3, 3, 2, true, false),
-       run(M::Bilinear, P::Border, true)},
-      {"bilinear, reflection, align_corners, points outside, N 2, C 1, 3x4 -> 2x2", make(2, 1, 3, 4, 2, 2, true, true),
-       run(M::Bilinear, P::Reflection, true)},
-      {"bilinear, reflection, N 1, C 2, 4x4 -> 2x3", make(1, 2, 4, 4, 2, 3, false, false),
-       run(M::Bilinear, P::Reflection, false)},
-      {"nearest, zeros, points outside, N 2, C 2, 3x4 -> 2x2", make(2, 2, 3, 4, 2, 2, false, true),
-       run(M::Nearest, P::Zeros, false)},
-      {"bicubic, zeros, align_corners, points outside, N 1, C 2, 4x5 -> 2x3", make(1, 2, 4, 5, 2, 3, true, true),
-       run(M::Bicubic, P::Zeros, true)},
-      {"bicubic, border, N 2, C 1, 4x4 -> 2x2", make(2, 1, 4, 4, 2, 2, false, false),
-       run(M::Bicubic, P::Border, false)},
-      // Appended (the seeds go by index): with the cases above, bilinear has every padding
-      // with align_corners both ways, for the generic gradgradcheck.
-      {"bilinear, zeros, align_corners, points outside, N 1, C 2, 4x3 -> 2x3", make(1, 2, 4, 3, 2, 3, true, true),
-       run(M::Bilinear, P::Zeros, true)},
-      {"bilinear, border, N 2, C 2, 3x5 -> 2x2", make(2, 2, 3, 5, 2, 2, false, false),
-       run(M::Bilinear, P::Border, false)},
-      {"nearest, reflection, align_corners, N 1, C 2, 4x4 -> 2x3", make(1, 2, 4, 4, 2, 3, true, false),
-       run(M::Nearest, P::Reflection, true)},
-      {"bicubic, reflection, align_corners, points outside, N 1, C 1, 5x4 -> 2x2", make(1, 1, 5, 4, 2, 2, true, true),
-       run(M::Bicubic, P::Reflection, true)},
-  };
-}
-
 // affine_grid's backward needs only the sizes, not theta (the grid is linear in it).
 struct AffineGridAttrs {
   std::vector<int64_t> size;
   bool align_corners;
 };
 
-void check_affine_size(const char* op, const std::vector<int64_t>& size) {
-  TG_CHECK(size.size() == 4, op, ": expected size [N, C, H, W] (2-D affine grid), got ", format_shape(size));
-  TG_CHECK(size[0] >= 0 && size[1] >= 0 && size[2] > 0 && size[3] > 0, op,
-           ": expected a non-negative N and C and a positive H and W in size, got ", format_shape(size));
+// size is [N, C, H, W] (2-D) or [N, C, D, H, W] (3-D); returns the grid's shape, [N, H, W, 2] or
+// [N, D, H, W, 3].
+Shape checked_affine_grid_shape(const char* op, const std::vector<int64_t>& size) {
+  TG_CHECK(size.size() == 4 || size.size() == 5, op,
+           ": expected size [N, C, H, W] (2-D affine grid) or [N, C, D, H, W] (3-D), got ", format_shape(size));
+  bool positive = size[0] >= 0 && size[1] >= 0;
+  for (size_t d = 2; d < size.size(); ++d) positive = positive && size[d] > 0;
+  TG_CHECK(positive, op, ": expected a non-negative N and C and a positive ",
+           size.size() == 5 ? "D, H and W" : "H and W", " in size, got ", format_shape(size));
+  Shape grid_shape{size[0]};
+  grid_shape.insert(grid_shape.end(), size.begin() + 2, size.end());
+  grid_shape.push_back(static_cast<int64_t>(size.size()) - 2);
   // Checked: size [1, 1, 2^32, 2^32] would ask for a grid of 2^65 values.
-  checked_numel({size[0], size[2], size[3], 2}, op, "the grid shape [N, H, W, 2] of size");
+  checked_numel(grid_shape, op,
+                size.size() == 5 ? "the grid shape [N, D, H, W, 3] of size" : "the grid shape [N, H, W, 2] of size");
+  return grid_shape;
 }
 
 // Under create_graph g[0] carries history and affine_grid_generator_backward records itself:
@@ -215,34 +184,18 @@ std::vector<Tensor> affine_grid_generator_backward_backward_fn(const BackwardCon
   return {affine_grid(gg[0], a.size, a.align_corners)};
 }
 
-std::vector<SampleCase> affine_grid_generator_backward_samples() {
-  return {{"N 2, 3x4 grad, align_corners",
-           [](DType dt) { return std::vector<Tensor>{sample_tensor({2, 3, 4, 2}, dt)}; },
-           [](const std::vector<Tensor>& x) {
-             return std::vector<Tensor>{affine_grid_generator_backward(x[0], {2, 1, 3, 4}, true)};
-           }}};
-}
-
-std::vector<SampleCase> affine_grid_samples() {
-  auto make = [](int64_t N) { return [=](DType dt) { return std::vector<Tensor>{sample_tensor({N, 2, 3}, dt)}; }; };
-  auto run = [](std::vector<int64_t> size, bool ac) {
-    return [=](const std::vector<Tensor>& x) { return std::vector<Tensor>{affine_grid(x[0], size, ac)}; };
-  };
-  return {{"N 2, 3x4, align_corners", make(2), run({2, 1, 3, 4}, true)},
-          {"N 1, 5x2", make(1), run({1, 3, 5, 2}, false)},
-          {"N 1, 1x3 (a size of 1 gives 0)", make(1), run({1, 1, 1, 3}, false)}};
-}
-
 }  // namespace
 
 const OpDef kGridSampleOp{"grid_sample", "grid_sampler_2d_backward", "input, grid", grid_sample_backward_fn,
-                          grid_sample_samples, true};
+                          grid_sample_detail::grid_sample_samples, true};
+const OpDef kGridSampler3dOp{"grid_sampler_3d", "grid_sampler_3d_backward", "input, grid", grid_sample_backward_fn,
+                             grid_sample_detail::grid_sampler_3d_samples, true};
 const OpDef kAffineGridOp{"affine_grid", "affine_grid_generator_backward", "theta", affine_grid_backward_fn,
-                          affine_grid_samples, true};
+                          grid_sample_detail::affine_grid_samples, true};
 const OpDef kAffineGridGeneratorBackwardOp{"affine_grid_generator_backward",
                                            "affine_grid_generator_backward_backward", "grad_grid",
                                            affine_grid_generator_backward_backward_fn,
-                                           affine_grid_generator_backward_samples, true};
+                                           grid_sample_detail::affine_grid_generator_backward_samples, true};
 
 namespace {
 
@@ -252,7 +205,7 @@ struct GridSampleBackwardAttrs {
   std::array<bool, 2> mask;  // which of grad_input, grad_grid are the entry's outputs, in that order
 };
 
-// Double backward: the backward of grid_sampler_2d_backward, for upstream gradients gg_input
+// Double backward: the backward of grid_sampler_2d_backward (and _3d_), for upstream gradients gg_input
 // (of grad_input) and gg_grid (of grad_grid). With go = grad_output and x = input, the backward
 // computes grad_input = the scatter of go with the weights (the adjoint of sampling, so linear
 // in go and free of x) and grad_grid = sum over channels of go times d sample / d grid. So
@@ -261,12 +214,18 @@ struct GridSampleBackwardAttrs {
 //       in place of x (both recorded ops again, so differentiable once more), d/dx = 0;
 //   <gg_grid, grad_grid> gives d/dgo, d/dx and d/dgrid (the Hessian of the weights in the grid:
 //       the cross term within a cell for bilinear), all three from one kernel,
-//       grid_sampler_2d_double_backward (formulas in grid_sample_kernels_double_backward.cpp).
+//       grid_sampler_2d_double_backward / _3d_ (formulas in grid_sample_kernels_double_backward.cpp).
 // Nearest's grad_grid is identically zero, and its weights are piecewise constant in the
 // grid: only d/dgo from gg_input remains.
+GridSampleDoubleGrads double_backward_impl(const char* op, const Tensor& grad_output, const Tensor& input,
+                                           const Tensor& grid, const Tensor& gg_grid, int64_t interpolation_mode,
+                                           int64_t padding_mode, bool align_corners, std::array<bool, 3> output_mask,
+                                           int64_t rank);
+
 std::vector<Tensor> grid_sample_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>& gg) {
   const auto& a = ctx.attrs<GridSampleBackwardAttrs>();
-  const char* op = "grid_sampler_2d_backward_backward";
+  const int64_t rank = static_cast<int64_t>(ctx.input_shape(2).size());  // grid's, as input's
+  const char* op = rank == 5 ? "grid_sampler_3d_backward_backward" : "grid_sampler_2d_backward_backward";
   Tensor gg_input, gg_grid;
   size_t k = 0;
   if (a.mask[0]) gg_input = gg[k++];
@@ -283,9 +242,9 @@ std::vector<Tensor> grid_sample_backward_backward_fn(const BackwardContext& ctx,
       accumulate(d_grid, recorded_backward(op, go, gg_input, gg_input.shape(), grid, a.fwd, {false, true}).grad_grid);
   }
   if (x.defined() && (want_go || want_x || want_grid)) {
-    GridSampleDoubleGrads r = grid_sampler_2d_double_backward(
-        go, x, grid, gg_grid, static_cast<int64_t>(a.fwd.mode), static_cast<int64_t>(a.fwd.padding),
-        a.fwd.align_corners, {want_go, want_x, want_grid});
+    GridSampleDoubleGrads r = double_backward_impl(
+        op, go, x, grid, gg_grid, static_cast<int64_t>(a.fwd.mode), static_cast<int64_t>(a.fwd.padding),
+        a.fwd.align_corners, {want_go, want_x, want_grid}, rank);
     if (want_go) accumulate(d_go, r.grad_grad_output);
     if (want_x) d_x = r.grad_input;
     if (want_grid) accumulate(d_grid, r.grad_grid);
@@ -301,18 +260,23 @@ std::vector<Tensor> grid_sample_backward_backward_fn(const BackwardContext& ctx,
 // create_graph the tape refuses it first, as the OpDef says it is not twice differentiable).
 std::vector<Tensor> grid_sample_double_backward_backward_fn(const BackwardContext& ctx, const std::vector<Tensor>&) {
   TG_ERROR(ctx.op_name(), "_backward: expected at most second derivatives of grid_sample, got a request for a third "
-           "(the backward of grid_sampler_2d_double_backward, grid_sample's second-order term in the grid, is not "
-           "implemented)");
+           "(the backward of ", ctx.op_name(), ", grid_sample's second-order term in the grid, is not implemented)");
 }
 
 }  // namespace
 
 const OpDef kGridSampleBackwardOp{"grid_sampler_2d_backward", "grid_sampler_2d_backward_backward",
                                   "grad_output, input, grid", grid_sample_backward_backward_fn, nullptr, true};
+const OpDef kGridSampler3dBackwardOp{"grid_sampler_3d_backward", "grid_sampler_3d_backward_backward",
+                                     "grad_output, input, grid", grid_sample_backward_backward_fn, nullptr, true};
 const OpDef kGridSampleDoubleBackwardOp{"grid_sampler_2d_double_backward",
                                         "grid_sampler_2d_double_backward_backward",
                                         "grad_output, input, grid, gg_grid",
                                         grid_sample_double_backward_backward_fn, nullptr, false};
+const OpDef kGridSampler3dDoubleBackwardOp{"grid_sampler_3d_double_backward",
+                                           "grid_sampler_3d_double_backward_backward",
+                                           "grad_output, input, grid, gg_grid",
+                                           grid_sample_double_backward_backward_fn, nullptr, false};
 
 namespace {
 
@@ -327,7 +291,8 @@ GridSampleGrads recorded_backward(const char* op, const Tensor& grad_output, con
   GridSampleGrads r = run_backward(op, grad_output.detach().contiguous(),
                                    reads.defined() ? reads.detach().contiguous() : Tensor(), input_shape,
                                    grid.detach().contiguous(), a, mask[0], mask[1]);
-  if (Recorder rec{kGridSampleBackwardOp, {grad_output, reads, grid}}) {
+  const OpDef& def = is_volume(input_shape) ? kGridSampler3dBackwardOp : kGridSampleBackwardOp;
+  if (Recorder rec{def, {grad_output, reads, grid}}) {
     rec.set_attrs(GridSampleBackwardAttrs{a, mask});
     rec.save(kGradOutput, grad_output);
     if (reads.defined()) rec.save(kInput, reads);
@@ -340,25 +305,37 @@ GridSampleGrads recorded_backward(const char* op, const Tensor& grad_output, con
   return r;
 }
 
+// PyTorch refuses bicubic for volumes (grid_sampler(): bicubic interpolation only supports 4D
+// input); so do we, whatever the entry point.
+void check_mode_for_rank(const char* op, GridSampleMode mode, int64_t rank) {
+  TG_CHECK(!(rank == 5 && mode == GridSampleMode::Bicubic), op,
+           ": expected interpolation_mode 0 (bilinear, i.e. trilinear) or 1 (nearest) for a 5-D input, got 2 "
+           "(bicubic supports only 4-D input)");
+}
+
 Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
-                        GridSamplePadding padding, bool align_corners) {
+                        GridSamplePadding padding, bool align_corners, int64_t rank) {
   if (auto c = autocast::to_float32(input, grid))  // framework/autocast.h
-    return grid_sample_impl(op, c[0], c[1], mode, padding, align_corners);
-  check_input_and_grid(op, input, grid);
-  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
-  const int64_t Ho = grid.size(1), Wo = grid.size(2);
+    return grid_sample_impl(op, c[0], c[1], mode, padding, align_corners, rank);
+  check_input_and_grid(op, input, grid, rank);
+  check_mode_for_rank(op, mode, rank);
   // Checked before any copy: expanded (stride-0) input and grid can be large with no memory
   // behind them, and their product can overflow.
-  const Shape out_shape{N, C, Ho, Wo};
-  checked_numel(out_shape, op, "the output shape [N, C, Ho, Wo]");
+  const Shape out_shape = output_shape(input.shape(), grid.shape());
+  checked_numel(out_shape, op, output_shape_name(input.shape()));
+  const grid_sample_detail::Sizes z(input.shape(), grid.shape());
   Tensor in = input.detach().contiguous(), gr = grid.detach().contiguous();
   Tensor out = Tensor::empty(out_shape, in.dtype());
   dispatch_all_floating(in.dtype(), op, [&](auto tag) {  // 16-bit: read natively, rounded once
     using T = typename decltype(tag)::type;
-    kernels::grid_sample_2d_forward<T>(in.data<T>(), gr.data<T>(), out.data<T>(), N, C, H, W, Ho, Wo, mode, padding,
-                                       align_corners);
+    if (z.volume)
+      kernels::grid_sample_3d_forward<T>(in.data<T>(), gr.data<T>(), out.data<T>(), z.N, z.C, z.D, z.H, z.W, z.Do,
+                                         z.Ho, z.Wo, mode, padding, align_corners);
+    else
+      kernels::grid_sample_2d_forward<T>(in.data<T>(), gr.data<T>(), out.data<T>(), z.N, z.C, z.H, z.W, z.Ho, z.Wo,
+                                         mode, padding, align_corners);
   });
-  if (Recorder rec{kGridSampleOp, {input, grid}}) {
+  if (Recorder rec{z.volume ? kGridSampler3dOp : kGridSampleOp, {input, grid}}) {
     // grad_input needs only grid (and grad_output); grad_grid needs input as well, except
     // nearest's, which is zero.
     // Saved as given, not the contiguous copies: under create_graph, the backward's gradients
@@ -371,40 +348,30 @@ Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid,
   return out;
 }
 
-}  // namespace
-
-Tensor grid_sample(const Tensor& input, const Tensor& grid, GridSampleMode mode, GridSamplePadding padding_mode,
-                   bool align_corners) {
-  // An enum built from an arbitrary integer is checked like the integer form.
-  return grid_sample_impl("grid_sample", input, grid, checked_mode("grid_sample", static_cast<int64_t>(mode)),
-                          checked_padding("grid_sample", static_cast<int64_t>(padding_mode)), align_corners);
+// The double backward's grid_sample (d/dgo from gg_input): the rank of the tensors given.
+Tensor grid_sample_impl(const char* op, const Tensor& input, const Tensor& grid, GridSampleMode mode,
+                        GridSamplePadding padding, bool align_corners) {
+  return grid_sample_impl(op, input, grid, mode, padding, align_corners, input.dim() == 5 ? 5 : 4);
 }
 
-Tensor grid_sampler_2d(const Tensor& input, const Tensor& grid, int64_t interpolation_mode, int64_t padding_mode,
-                       bool align_corners) {
-  const char* op = "grid_sampler_2d";
-  return grid_sample_impl(op, input, grid, checked_mode(op, interpolation_mode), checked_padding(op, padding_mode),
-                          align_corners);
-}
-
-GridSampleGrads grid_sampler_2d_backward(const Tensor& grad_output, const Tensor& input, const Tensor& grid,
-                                         int64_t interpolation_mode, int64_t padding_mode, bool align_corners,
-                                         std::array<bool, 2> output_mask) {
-  const char* op = "grid_sampler_2d_backward";
+GridSampleGrads backward_impl(const char* op, const Tensor& grad_output, const Tensor& input, const Tensor& grid,
+                              int64_t interpolation_mode, int64_t padding_mode, bool align_corners,
+                              std::array<bool, 2> output_mask, int64_t rank) {
   const GridSampleAttrs a{checked_mode(op, interpolation_mode), checked_padding(op, padding_mode), align_corners};
-  check_input_and_grid(op, input, grid);
+  check_input_and_grid(op, input, grid, rank);
+  check_mode_for_rank(op, a.mode, rank);
   check_grad_output(op, grad_output, input, grid);
   return recorded_backward(op, grad_output, input, input.shape(), grid, a, output_mask);
 }
 
-GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output, const Tensor& input,
-                                                      const Tensor& grid, const Tensor& gg_grid,
-                                                      int64_t interpolation_mode, int64_t padding_mode,
-                                                      bool align_corners, std::array<bool, 3> output_mask) {
-  const char* op = "grid_sampler_2d_double_backward";
+GridSampleDoubleGrads double_backward_impl(const char* op, const Tensor& grad_output, const Tensor& input,
+                                           const Tensor& grid, const Tensor& gg_grid, int64_t interpolation_mode,
+                                           int64_t padding_mode, bool align_corners, std::array<bool, 3> output_mask,
+                                           int64_t rank) {
   const GridSampleMode mode = checked_mode(op, interpolation_mode);
   const GridSamplePadding padding = checked_padding(op, padding_mode);
-  check_input_and_grid(op, input, grid);
+  check_input_and_grid(op, input, grid, rank);
+  check_mode_for_rank(op, mode, rank);
   check_grad_output(op, grad_output, input, grid);
   TG_CHECK(gg_grid.defined(), op, ": expected gg_grid of grid's shape ", format_shape(grid.shape()),
            ", got undefined");
@@ -412,8 +379,7 @@ GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output,
            ", got ", format_shape(gg_grid.shape()));
   check_same_dtype(op, "gg_grid", gg_grid, "input's", input.dtype());
   const DType dt = input.dtype();
-  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
-  const int64_t Ho = grid.size(1), Wo = grid.size(2);
+  const grid_sample_detail::Sizes z(input.shape(), grid.shape());
   GridSampleDoubleGrads r;
   if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return r;
   // 16-bit: the float32 kernel on widened copies, each output rounded once below.
@@ -426,14 +392,20 @@ GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output,
   dispatch_floating(kt, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-    kernels::grid_sample_2d_double_backward<T>(go.data<T>(), x.data<T>(), gr.data<T>(), gg.data<T>(),
-                                               ptr(r.grad_grad_output), ptr(r.grad_input), ptr(r.grad_grid), N, C,
-                                               H, W, Ho, Wo, mode, padding, align_corners);
+    if (z.volume)
+      kernels::grid_sample_3d_double_backward<T>(go.data<T>(), x.data<T>(), gr.data<T>(), gg.data<T>(),
+                                                 ptr(r.grad_grad_output), ptr(r.grad_input), ptr(r.grad_grid), z.N,
+                                                 z.C, z.D, z.H, z.W, z.Do, z.Ho, z.Wo, mode, padding, align_corners);
+    else
+      kernels::grid_sample_2d_double_backward<T>(go.data<T>(), x.data<T>(), gr.data<T>(), gg.data<T>(),
+                                                 ptr(r.grad_grad_output), ptr(r.grad_input), ptr(r.grad_grid), z.N,
+                                                 z.C, z.H, z.W, z.Ho, z.Wo, mode, padding, align_corners);
   });
   for (Tensor* t : {&r.grad_grad_output, &r.grad_input, &r.grad_grid}) *t = round_result(*t, dt);
   // Recorded (when a third derivative is asked for through it) only so that the tape raises
   // instead of treating these gradients as constants: its own backward is not implemented.
-  if (Recorder rec{kGridSampleDoubleBackwardOp, {grad_output, input, grid, gg_grid}}) {
+  if (Recorder rec{z.volume ? kGridSampler3dDoubleBackwardOp : kGridSampleDoubleBackwardOp,
+                   {grad_output, input, grid, gg_grid}}) {
     std::vector<Tensor> outputs;
     for (const Tensor* t : {&r.grad_grad_output, &r.grad_input, &r.grad_grid})
       if (t->defined()) outputs.push_back(*t);
@@ -442,24 +414,87 @@ GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output,
   return r;
 }
 
+}  // namespace
+
+Tensor grid_sample(const Tensor& input, const Tensor& grid, GridSampleMode mode, GridSamplePadding padding_mode,
+                   bool align_corners) {
+  // An enum built from an arbitrary integer is checked like the integer form. A 5-D input is a
+  // volume (grid_sampler_3d); anything else is checked as a 2-D call.
+  const char* op = "grid_sample";
+  const int64_t rank = input.defined() && input.dim() == 5 ? 5 : 4;
+  return grid_sample_impl(op, input, grid, checked_mode(op, static_cast<int64_t>(mode)),
+                          checked_padding(op, static_cast<int64_t>(padding_mode)), align_corners, rank);
+}
+
+Tensor grid_sampler_2d(const Tensor& input, const Tensor& grid, int64_t interpolation_mode, int64_t padding_mode,
+                       bool align_corners) {
+  const char* op = "grid_sampler_2d";
+  return grid_sample_impl(op, input, grid, checked_mode(op, interpolation_mode), checked_padding(op, padding_mode),
+                          align_corners, 4);
+}
+
+Tensor grid_sampler_3d(const Tensor& input, const Tensor& grid, int64_t interpolation_mode, int64_t padding_mode,
+                       bool align_corners) {
+  const char* op = "grid_sampler_3d";
+  return grid_sample_impl(op, input, grid, checked_mode(op, interpolation_mode), checked_padding(op, padding_mode),
+                          align_corners, 5);
+}
+
+GridSampleGrads grid_sampler_2d_backward(const Tensor& grad_output, const Tensor& input, const Tensor& grid,
+                                         int64_t interpolation_mode, int64_t padding_mode, bool align_corners,
+                                         std::array<bool, 2> output_mask) {
+  return backward_impl("grid_sampler_2d_backward", grad_output, input, grid, interpolation_mode, padding_mode,
+                       align_corners, output_mask, 4);
+}
+
+GridSampleGrads grid_sampler_3d_backward(const Tensor& grad_output, const Tensor& input, const Tensor& grid,
+                                         int64_t interpolation_mode, int64_t padding_mode, bool align_corners,
+                                         std::array<bool, 2> output_mask) {
+  return backward_impl("grid_sampler_3d_backward", grad_output, input, grid, interpolation_mode, padding_mode,
+                       align_corners, output_mask, 5);
+}
+
+GridSampleDoubleGrads grid_sampler_2d_double_backward(const Tensor& grad_output, const Tensor& input,
+                                                      const Tensor& grid, const Tensor& gg_grid,
+                                                      int64_t interpolation_mode, int64_t padding_mode,
+                                                      bool align_corners, std::array<bool, 3> output_mask) {
+  return double_backward_impl("grid_sampler_2d_double_backward", grad_output, input, grid, gg_grid,
+                              interpolation_mode, padding_mode, align_corners, output_mask, 4);
+}
+
+GridSampleDoubleGrads grid_sampler_3d_double_backward(const Tensor& grad_output, const Tensor& input,
+                                                      const Tensor& grid, const Tensor& gg_grid,
+                                                      int64_t interpolation_mode, int64_t padding_mode,
+                                                      bool align_corners, std::array<bool, 3> output_mask) {
+  return double_backward_impl("grid_sampler_3d_double_backward", grad_output, input, grid, gg_grid,
+                              interpolation_mode, padding_mode, align_corners, output_mask, 5);
+}
+
 Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool align_corners) {
   const char* op = "affine_grid";
   TG_CHECK(theta.defined(), op, ": expected theta, got an undefined tensor");
   TG_CHECK(is_floating(theta.dtype()), op, ": expected theta of a floating dtype ", kFloatingDTypes, ", got ",
            dtype_name(theta.dtype()));
-  check_affine_size(op, size);
-  TG_CHECK(theta.dim() == 3 && theta.size(1) == 2 && theta.size(2) == 3, op,
-           ": expected theta to have shape [N, 2, 3] (2-D affine matrices), got ", format_shape(theta.shape()));
+  const Shape grid_shape = checked_affine_grid_shape(op, size);
+  const bool vol = size.size() == 5;
+  const int64_t rows = vol ? 3 : 2;
+  TG_CHECK(theta.dim() == 3 && theta.size(1) == rows && theta.size(2) == rows + 1, op,
+           ": expected theta to have shape ",
+           vol ? "[N, 3, 4] (3-D affine matrices, for a size of 5 values)" : "[N, 2, 3] (2-D affine matrices)",
+           ", got ", format_shape(theta.shape()));
   TG_CHECK(theta.size(0) == size[0], op, ": expected theta's batch size to match size[0] = ", size[0], ", got theta ",
            format_shape(theta.shape()));
-  const int64_t N = size[0], H = size[2], W = size[3];
   Tensor th = detail::widen(theta.detach()).contiguous();
-  Tensor grid = Tensor::empty({N, H, W, 2}, th.dtype());
+  Tensor grid = Tensor::empty(grid_shape, th.dtype());
   // N = 0: nothing to compute, and the kernel's per-row tables of H and W (which may be 2^40
   // for an empty grid) must not be built.
+  const int64_t N = size[0], D = vol ? size[2] : 1, H = size[vol ? 3 : 2], W = size[vol ? 4 : 3];
   if (grid.numel() > 0) dispatch_floating(th.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kernels::affine_grid_2d_forward<T>(th.data<T>(), grid.data<T>(), N, H, W, align_corners);
+    if (vol)
+      kernels::affine_grid_3d_forward<T>(th.data<T>(), grid.data<T>(), N, D, H, W, align_corners);
+    else
+      kernels::affine_grid_2d_forward<T>(th.data<T>(), grid.data<T>(), N, H, W, align_corners);
   });
   grid = round_result(grid, theta.dtype());
   if (Recorder rec{kAffineGridOp, {theta}}) {
@@ -471,19 +506,23 @@ Tensor affine_grid(const Tensor& theta, const std::vector<int64_t>& size, bool a
 
 Tensor affine_grid_generator_backward(const Tensor& grad_grid, const std::vector<int64_t>& size, bool align_corners) {
   const char* op = "affine_grid_generator_backward";
-  check_affine_size(op, size);
-  const int64_t N = size[0], H = size[2], W = size[3];
-  const Shape grid_shape{N, H, W, 2};
-  TG_CHECK(grad_grid.defined() && grad_grid.shape() == grid_shape, op, ": expected grad_grid of shape [N, H, W, 2] = ",
-           format_shape(grid_shape), ", got ", describe_shape(grad_grid));
+  const Shape grid_shape = checked_affine_grid_shape(op, size);
+  const bool vol = size.size() == 5;
+  TG_CHECK(grad_grid.defined() && grad_grid.shape() == grid_shape, op, ": expected grad_grid of shape ",
+           vol ? "[N, D, H, W, 3] = " : "[N, H, W, 2] = ", format_shape(grid_shape), ", got ",
+           describe_shape(grad_grid));
   TG_CHECK(is_floating(grad_grid.dtype()), op, ": expected grad_grid of a floating dtype ", kFloatingDTypes, ", got ",
            dtype_name(grad_grid.dtype()));
   Tensor g = detail::widen(grad_grid.detach()).contiguous();
-  Tensor grad_theta = Tensor::empty({N, 2, 3}, g.dtype());
+  const int64_t N = size[0], D = vol ? size[2] : 1, H = size[vol ? 3 : 2], W = size[vol ? 4 : 3];
+  Tensor grad_theta = Tensor::empty(vol ? Shape{N, 3, 4} : Shape{N, 2, 3}, g.dtype());
   // N = 0: as in affine_grid, no per-row tables for an empty grid.
   if (N > 0) dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kernels::affine_grid_2d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, H, W, align_corners);
+    if (vol)
+      kernels::affine_grid_3d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, D, H, W, align_corners);
+    else
+      kernels::affine_grid_2d_backward<T>(g.data<T>(), grad_theta.data<T>(), N, H, W, align_corners);
   });
   grad_theta = round_result(grad_theta, grad_grid.dtype());
   if (Recorder rec{kAffineGridGeneratorBackwardOp, {grad_grid}}) {  // under create_graph, say
@@ -497,6 +536,9 @@ void register_grid_sample_ops(Registry& r) {
   r.add(kGridSampleOp);
   r.add(kGridSampleBackwardOp);
   r.add(kGridSampleDoubleBackwardOp);
+  r.add(kGridSampler3dOp);
+  r.add(kGridSampler3dBackwardOp);
+  r.add(kGridSampler3dDoubleBackwardOp);
   r.add(kAffineGridOp);
   r.add(kAffineGridGeneratorBackwardOp);
 }

@@ -56,7 +56,7 @@
 #include "../../framework/half.h"
 #include "../../framework/parallel.h"
 #include "../internal/isa_dispatch.h"
-#include "internal/grid_sample_kernels_shared.h"
+#include "internal/grid_sample_drivers.h"
 
 // Compiler settings for this file, whatever the build flags:
 // * No implicit fused multiply-add contraction. The sampling position goes through
@@ -76,7 +76,7 @@
 namespace tg::kernels::TG_ISA_NS {
 namespace {
 
-using namespace gs_detail;  // Axis, tap_value, cubic coefficients, kBlock, acc_t
+using namespace gs_detail;  // Axis, tap_value, cubic coefficients, kBlock, acc_t, the drivers
 
 // ---------------------------------------------------------------------------------------
 // Samplers: one per interpolation mode. Each holds the tap table of one block of output
@@ -103,6 +103,7 @@ template <class TS, class Idx>
 struct BilinearSampler {
   using T = opmath_t<TS>;
   static constexpr bool kHasGridGrad = true;
+  static constexpr int kCoords = 2;
   static constexpr int kTaps = 4;
   using Acc = acc_t<T>;
 
@@ -116,9 +117,8 @@ struct BilinearSampler {
   std::vector<T> mult_x, mult_y;  // [B] d source / d grid (backward)
   std::vector<Acc> gx, gy;        // [B] grid-gradient sums (backward)
 
-  BilinearSampler(int64_t H, int64_t W_, int64_t P_, GridSamplePadding padding,
-                  bool align_corners)
-      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
+  BilinearSampler(const Extent& e, int64_t P_, GridSamplePadding padding, bool align_corners)
+      : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), W(e.W), HW(e.plane()),
         P(P_), base(kBlock), off(4 * kBlock), wt(4 * kBlock) {}
 
   template <class G>
@@ -242,61 +242,15 @@ struct BilinearSampler {
   }
 };
 
+// Nearest: NearestSampler in internal/grid_sample_drivers.h, shared with the 3-D kernels.
 template <class TS, class Idx>
-struct NearestSampler {
-  using T = opmath_t<TS>;
-  static constexpr bool kHasGridGrad = false;  // piecewise constant in the grid
-  static constexpr int kTaps = 1;
-
-  Axis<T> ax, ay;
-  int64_t W, HW, P;
-  std::vector<Idx> off;  // [B] offset of the nearest pixel, -1 = outside
-
-  NearestSampler(int64_t H, int64_t W_, int64_t P_, GridSamplePadding padding,
-                 bool align_corners)
-      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
-        P(P_), off(kBlock) {}
-
-  template <class G>
-  void prepare(const G* grid, int64_t len, bool /*backward*/) {
-    for (int64_t p = 0; p < len; ++p) {
-      // nearbyint rounds half to even in the default rounding mode, like PyTorch.
-      const int64_t ix = ax.index(std::nearbyint(ax.source(load_op(grid, 2 * p))));
-      const int64_t iy = ay.index(std::nearbyint(ay.source(load_op(grid, 2 * p + 1))));
-      off[p] = Idx(ix >= 0 && iy >= 0 ? iy * W + ix : -1);
-    }
-  }
-
-  template <int K>
-  void sample(const TS* in, TS* out, int64_t len) const {
-    for (int64_t p = 0; p < len; ++p) {
-      const Idx o = off[p];
-      for (int k = 0; k < K; ++k) store_op(out, k * P + p, tap_value(in + k * HW, o));
-    }
-  }
-
-  template <int K, bool kInput, bool kGrid>
-  void backward(const TS* /*in*/, const TS* gout, T* gin, int64_t len) {
-    if constexpr (kInput) {
-      for (int64_t p = 0; p < len; ++p) {
-        const Idx o = off[p];
-        if (o >= 0)
-          for (int k = 0; k < K; ++k) gin[k * HW + o] += load_op(gout, k * P + p);
-      }
-    }
-  }
-
-  void clear_sums(int64_t) {}
-  template <class G>
-  void finish(G* grad_grid, int64_t len) const {
-    std::fill(grad_grid, grad_grid + 2 * len, G(T(0)));
-  }
-};
+using Nearest2dSampler = NearestSampler<TS, Idx, 2>;
 
 template <class TS, class Idx>
 struct BicubicSampler {
   using T = opmath_t<TS>;
   static constexpr bool kHasGridGrad = true;
+  static constexpr int kCoords = 2;
   static constexpr int kTaps = 16;
   using Acc = acc_t<T>;
 
@@ -311,9 +265,8 @@ struct BicubicSampler {
   std::vector<T> gcx, gcy;   // [4][B] their derivatives (backward)
   std::vector<Acc> gx, gy;   // [B] grid-gradient sums (backward)
 
-  BicubicSampler(int64_t H, int64_t W_, int64_t P_, GridSamplePadding padding,
-                 bool align_corners)
-      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_), HW(H * W_),
+  BicubicSampler(const Extent& e, int64_t P_, GridSamplePadding padding, bool align_corners)
+      : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), W(e.W), HW(e.plane()),
         P(P_), base(kBlock), xo(4 * kBlock), yo(4 * kBlock), cx(4 * kBlock), cy(4 * kBlock) {}
 
   template <class G>
@@ -457,264 +410,6 @@ struct BicubicSampler {
   }
 };
 
-// ---------------------------------------------------------------------------------------
-// Drivers, generic over the sampler.
-// ---------------------------------------------------------------------------------------
-
-// Where a work item sums its grad_input planes (n planes from dst on, zeroed first): dst itself
-// for float and double; for the 16-bit types a float32 buffer of the thread's, rounded into
-// dst once the item has summed everything (end()), so each element is rounded once.
-template <class T>
-class PlaneSums {
- public:
-  using M = opmath_t<T>;
-  M* begin(T* dst, int64_t n) {
-    dst_ = dst;
-    n_ = n;
-    if constexpr (std::is_same_v<T, M>) {
-      std::fill(dst, dst + n, M(0));
-      return dst;
-    } else {
-      if (static_cast<int64_t>(buf_.size()) < n) buf_.resize(n);
-      std::fill(buf_.begin(), buf_.begin() + n, M(0));
-      return buf_.data();
-    }
-  }
-  void end() {
-    if constexpr (!std::is_same_v<T, M>) store_row(buf_.data(), n_, dst_);
-  }
-
- private:
-  T* dst_ = nullptr;
-  int64_t n_ = 0;
-  std::vector<M> buf_;
-};
-
-// A thread's float32 copies of 16-bit data for the samplers (which run in the arithmetic type):
-// k whole input planes, and k rows of len values (grad_output, or output before rounding)
-// kBlock apart, which is then the samplers' channel stride P. Widening a plane once per block
-// of positions costs far less than widening each of its values at every tap that reads it.
-template <class TS>
-class Widened {
- public:
-  using M = opmath_t<TS>;
-  const M* planes(const TS* src, int k, int64_t HW) {
-    if (static_cast<int64_t>(planes_.size()) < k * HW) planes_.resize(k * HW);
-    for (int j = 0; j < k; ++j) load_row(src + j * HW, HW, planes_.data() + j * HW);
-    return planes_.data();
-  }
-  M* rows(int k) {
-    if (static_cast<int64_t>(rows_.size()) < k * kBlock) rows_.resize(k * kBlock);
-    return rows_.data();
-  }
-  // k rows of len values, `stride` apart in src.
-  const M* rows_from(const TS* src, int k, int64_t stride, int64_t len) {
-    M* r = rows(k);
-    for (int j = 0; j < k; ++j) load_row(src + j * stride, len, r + j * kBlock);
-    return r;
-  }
-  // Rounds k rows of rows(k) into dst, `stride` apart.
-  void store_rows(int k, int64_t len, TS* dst, int64_t stride) const {
-    for (int j = 0; j < k; ++j) store_row(rows_.data() + j * kBlock, len, dst + j * stride);
-  }
-
- private:
-  std::vector<M> planes_, rows_;
-};
-
-// Calls step(K, c) over the channels [c0, c1), two at a time and the odd one alone,
-// with K a std::integral_constant.
-template <class Step>
-void for_channels(int64_t c0, int64_t c1, Step&& step) {
-  int64_t c = c0;
-  for (; c + 1 < c1; c += 2) step(std::integral_constant<int, 2>(), c);
-  if (c < c1) step(std::integral_constant<int, 1>(), c);
-}
-
-template <class Sampler, class T>
-void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t H,
-                  int64_t W, int64_t P, GridSamplePadding padding, bool align_corners) {
-  const int64_t nb = ceil_div(P, kBlock);
-  const int64_t items = N * nb;
-  const int64_t HW = H * W;
-  const bool parallel = items > 1 && N * C * P * Sampler::kTaps >= kParallelWork;
-  constexpr bool kNative = std::is_same_v<T, typename Sampler::T>;  // else 16-bit, widened
-  // Items are coarse (a block times all channels), so handing them out dynamically costs
-  // nothing and keeps both cores busy when one thread gets descheduled.
-#pragma omp parallel if (parallel)
-  {
-    Sampler s(H, W, kNative ? P : kBlock, padding, align_corners);
-    Widened<T> wide;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t n = it / nb, p0 = (it % nb) * kBlock;
-      const int64_t len = std::min(kBlock, P - p0);
-      s.prepare(grid + (n * P + p0) * 2, len, false);
-      for_channels(0, C, [&](auto K, int64_t c) {
-        constexpr int k = decltype(K)::value;
-        const T* in = input + (n * C + c) * HW;
-        T* out = output + (n * C + c) * P + p0;
-        if constexpr (kNative) {
-          s.template sample<k>(in, out, len);
-        } else {
-          s.template sample<k>(wide.planes(in, k, HW), wide.rows(k), len);
-          wide.store_rows(k, len, out, P);
-        }
-      });
-    }
-  }
-}
-
-template <class Sampler, class T>
-void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_input,
-                   T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
-                   GridSamplePadding padding, bool align_corners) {
-  const int64_t nb = ceil_div(P, kBlock);
-  const int64_t HW = H * W;
-  const bool need_input = grad_input != nullptr;
-  const bool need_grid = grad_grid != nullptr;
-  const bool parallel = N * C * P * Sampler::kTaps >= kParallelWork;
-  using M = typename Sampler::T;  // the arithmetic type, in which grad_input is summed
-  constexpr bool kNative = std::is_same_v<T, M>;  // else 16-bit: widened for the sampler
-  const int64_t threads = parallel ? max_threads() : 1;
-
-  // The grid gradient of one block of sample n: channels summed in order 0..C-1.
-  auto grid_block = [&](Sampler& s, Widened<T>& wide, int64_t n, int64_t b) {
-    const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
-    if (Sampler::kHasGridGrad) {
-      s.prepare(grid + (n * P + p0) * 2, len, true);
-      s.clear_sums(len);
-      for_channels(0, C, [&](auto K, int64_t c) {
-        constexpr int k = decltype(K)::value;
-        const T* in = input + (n * C + c) * HW;
-        const T* go = grad_output + (n * C + c) * P + p0;
-        if constexpr (kNative)
-          s.template backward<k, false, true>(in, go, nullptr, len);
-        else
-          s.template backward<k, false, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
-                                              nullptr, len);
-      });
-    }
-    s.finish(grad_grid + (n * P + p0) * 2, len);
-  };
-  // grad_input of sample n, channels [c0, c1): positions in order 0..P-1.
-  auto input_planes = [&](Sampler& s, PlaneSums<T>& sums, Widened<T>& wide, int64_t n, int64_t c0,
-                          int64_t c1) {
-    M* gin = sums.begin(grad_input + (n * C + c0) * HW, (c1 - c0) * HW);
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
-      s.prepare(grid + (n * P + p0) * 2, len, true);
-      for_channels(c0, c1, [&](auto K, int64_t c) {
-        constexpr int k = decltype(K)::value;
-        const T* go = grad_output + (n * C + c) * P + p0;
-        if constexpr (kNative)
-          s.template backward<k, true, false>(nullptr, go, gin + (c - c0) * HW, len);
-        else
-          s.template backward<k, true, false>(nullptr, wide.rows_from(go, k, P, len),
-                                              gin + (c - c0) * HW, len);
-      });
-    }
-    sums.end();
-  };
-
-  const bool fused = need_input && need_grid && Sampler::kHasGridGrad &&
-                     (N % threads == 0 || N >= 4 * threads);
-  if (fused) {
-    // Same additions in the same order as input_planes + grid_block, in one pass.
-#pragma omp parallel if (parallel && N > 1)
-    {
-      Sampler s(H, W, kNative ? P : kBlock, padding, align_corners);
-      PlaneSums<T> sums;
-      Widened<T> wide;
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t n = 0; n < N; ++n) {
-        M* gin = sums.begin(grad_input + n * C * HW, C * HW);
-        for (int64_t b = 0; b < nb; ++b) {
-          const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
-          s.prepare(grid + (n * P + p0) * 2, len, true);
-          s.clear_sums(len);
-          for_channels(0, C, [&](auto K, int64_t c) {
-            constexpr int k = decltype(K)::value;
-            const T* in = input + (n * C + c) * HW;
-            const T* go = grad_output + (n * C + c) * P + p0;
-            if constexpr (kNative)
-              s.template backward<k, true, true>(in, go, gin + c * HW, len);
-            else
-              s.template backward<k, true, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
-                                                 gin + c * HW, len);
-          });
-          s.finish(grad_grid + (n * P + p0) * 2, len);
-        }
-        sums.end();
-      }
-    }
-    return;
-  }
-
-  // Split passes. Channel ranges per sample for grad_input: enough for every thread.
-  const int64_t kc = need_input ? std::max<int64_t>(1, std::min(C, ceil_div(threads, N))) : 0;
-  const int64_t input_items = need_input ? N * kc : 0;
-  const int64_t grid_items = need_grid ? N * nb : 0;
-  const int64_t items = input_items + grid_items;
-  // The grad_input items are the long ones: they come first and are handed out
-  // dynamically, the grid blocks fill in around them.
-#pragma omp parallel if (parallel && items > 1)
-  {
-    Sampler s(H, W, kNative ? P : kBlock, padding, align_corners);
-    PlaneSums<T> sums;
-    Widened<T> wide;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; ++it) {
-      if (it < input_items) {
-        const int64_t n = it / kc, k = it % kc;
-        input_planes(s, sums, wide, n, C * k / kc, C * (k + 1) / kc);
-      } else {
-        const int64_t j = it - input_items;
-        grid_block(s, wide, j / nb, j % nb);
-      }
-    }
-  }
-}
-
-template <template <class, class> class Sampler, class T>
-void dispatch_forward(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t H,
-                      int64_t W, int64_t P, GridSamplePadding padding, bool align_corners) {
-  if (H * W <= std::numeric_limits<int32_t>::max())
-    forward_impl<Sampler<opmath_t<T>, int32_t>>(input, grid, output, N, C, H, W, P, padding,
-                                      align_corners);
-  else
-    forward_impl<Sampler<opmath_t<T>, int64_t>>(input, grid, output, N, C, H, W, P, padding,
-                                      align_corners);
-}
-
-template <template <class, class> class Sampler, class T>
-void dispatch_backward(const T* grad_output, const T* input, const T* grid, T* grad_input,
-                       T* grad_grid, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
-                       GridSamplePadding padding, bool align_corners) {
-  if (H * W <= std::numeric_limits<int32_t>::max())
-    backward_impl<Sampler<opmath_t<T>, int32_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
-                                       H, W, P, padding, align_corners);
-  else
-    backward_impl<Sampler<opmath_t<T>, int64_t>>(grad_output, input, grid, grad_input, grad_grid, N, C,
-                                       H, W, P, padding, align_corners);
-}
-
-// PyTorch's linspace_from_neg_one: torch.linspace(-1, 1, steps) (both halves anchored at
-// their own end), times (steps - 1) / steps when !align_corners; 0 for a single step.
-template <class T>
-std::vector<T> linspace_from_neg_one(int64_t steps, bool align_corners) {
-  std::vector<T> v(std::max<int64_t>(steps, 0));
-  if (steps == 1) v[0] = T(0);
-  if (steps <= 1) return v;
-  const T step = T(2) / T(steps - 1);
-  const int64_t halfway = steps / 2;
-  for (int64_t i = 0; i < steps; ++i) {
-    v[i] = i < halfway ? T(-1) + step * T(i) : T(1) - step * T(steps - i - 1);
-    if (!align_corners) v[i] = v[i] * T(steps - 1) / T(steps);
-  }
-  return v;
-}
-
 }  // namespace
 
 template <class T>
@@ -729,15 +424,15 @@ void grid_sample_2d_forward(const T* input, const T* grid, T* output, int64_t N,
   }
   switch (mode) {
     case GridSampleMode::Bilinear:
-      dispatch_forward<BilinearSampler>(input, grid, output, N, C, H, W, P, padding,
+      dispatch_forward<BilinearSampler>(input, grid, output, N, C, Extent{1, H, W}, P, padding,
                                         align_corners);
       break;
     case GridSampleMode::Nearest:
-      dispatch_forward<NearestSampler>(input, grid, output, N, C, H, W, P, padding,
+      dispatch_forward<Nearest2dSampler>(input, grid, output, N, C, Extent{1, H, W}, P, padding,
                                        align_corners);
       break;
     case GridSampleMode::Bicubic:
-      dispatch_forward<BicubicSampler>(input, grid, output, N, C, H, W, P, padding,
+      dispatch_forward<BicubicSampler>(input, grid, output, N, C, Extent{1, H, W}, P, padding,
                                        align_corners);
       break;
   }
@@ -758,16 +453,16 @@ void grid_sample_2d_backward(const T* grad_output, const T* input, const T* grid
   }
   switch (mode) {
     case GridSampleMode::Bilinear:
-      dispatch_backward<BilinearSampler>(grad_output, input, grid, grad_input, grad_grid, N, C, H,
-                                         W, P, padding, align_corners);
+      dispatch_backward<BilinearSampler>(grad_output, input, grid, grad_input, grad_grid, N, C,
+                                        Extent{1, H, W}, P, padding, align_corners);
       break;
     case GridSampleMode::Nearest:
-      dispatch_backward<NearestSampler>(grad_output, input, grid, grad_input, grad_grid, N, C, H,
-                                        W, P, padding, align_corners);
+      dispatch_backward<Nearest2dSampler>(grad_output, input, grid, grad_input, grad_grid, N, C,
+                                       Extent{1, H, W}, P, padding, align_corners);
       break;
     case GridSampleMode::Bicubic:
-      dispatch_backward<BicubicSampler>(grad_output, input, grid, grad_input, grad_grid, N, C, H,
-                                        W, P, padding, align_corners);
+      dispatch_backward<BicubicSampler>(grad_output, input, grid, grad_input, grad_grid, N, C,
+                                       Extent{1, H, W}, P, padding, align_corners);
       break;
   }
 }

@@ -1,4 +1,4 @@
-// Numeric kernels of grid_sample (2-D) and affine_grid (2-D), PyTorch semantics.
+// Numeric kernels of grid_sample and affine_grid (2-D and 3-D), PyTorch semantics.
 //
 // Shape legend
 //   N  = batch              C  = channels
@@ -9,6 +9,10 @@
 //                                normalised so that [-1, 1] spans the image
 //   output      (N, C, Ho, Wo)
 //   theta       (N, 2, 3)        affine matrix mapping output (x, y, 1) to grid (x, y)
+// 3-D (volumes), the same with a depth:
+//   D = input depth, Do = output depth
+//   input (N, C, D, H, W), grid (N, Do, Ho, Wo, 3) holding (x, y, z) (z indexes D),
+//   output (N, C, Do, Ho, Wo), theta (N, 3, 4)
 //
 // All buffers are contiguous C-order. The kernels know nothing of tensors or the tape and do
 // no validation (the Tensor layer does); they never read out of bounds for any shape,
@@ -35,8 +39,22 @@
 //     here the point is treated as clipped: it samples pixel 0 and its grid gradient
 //     multiplier is 0.
 //
+// The 3-D kernels follow PyTorch's 3-D CPU kernel (native/GridSampler.cpp), which computes the
+// coordinates with the scalar helpers of native/GridSampler.h rather than the vectorised 2-D
+// kernel's; the differences (all of them at NaN, huge or tie coordinates) are listed at Axis in
+// internal/grid_sample_kernels_shared.h:
+//   * unnormalisation ((x + 1) / 2) * (W - 1) or ((x + 1) * W - 1) / 2, unfused;
+//   * a NaN clips to the last voxel in the forward (border, reflection), while the backward
+//     keeps it NaN, so that point passes no gradient; with zeros padding, and for any point
+//     whose neighbours are all outside, output and gradients are 0 (never NaN);
+//   * reflection of a coordinate beyond 2^31 periods folds as if the count were even;
+//   * nearest rounds half away from zero (std::round), not half to even. (PyTorch 1.13; later
+//     versions changed the 3-D kernel to nearbyint.)
+//   * trilinear only (PyTorch has no 3-D bicubic): the 3-D kernels treat any mode other than
+//     Nearest as Bilinear; the Tensor layer refuses Bicubic.
+//
 // T is float or double for every kernel; grid_sample_2d_forward and grid_sample_2d_backward
-// also take BFloat16 and Float16 (framework/half.h): they read the 16-bit tensors as given
+// (and their 3-D counterparts) also take BFloat16 and Float16 (framework/half.h): they read the 16-bit tensors as given
 // (each thread widens the planes and rows in hand into small float32 buffers; no float32 copy of
 // a whole tensor), compute in float32 exactly as the float kernel does on the widened values,
 // sum grad_input in float32 and round each output element once, so the result is the float
@@ -96,6 +114,37 @@ void affine_grid_2d_forward(const T* theta, T* grid, int64_t N, int64_t H, int64
 // Overwrites grad_theta. Sums are accumulated in double.
 template <class T>
 void affine_grid_2d_backward(const T* grad_grid, T* grad_theta, int64_t N, int64_t H, int64_t W,
+                             bool align_corners);
+
+// 3-D: output (N, C, Do, Ho, Wo) = input (N, C, D, H, W) sampled at grid (N, Do, Ho, Wo, 3).
+template <class T>
+void grid_sample_3d_forward(const T* input, const T* grid, T* output, int64_t N, int64_t C, int64_t D,
+                            int64_t H, int64_t W, int64_t Do, int64_t Ho, int64_t Wo, GridSampleMode mode,
+                            GridSamplePadding padding, bool align_corners);
+
+// 3-D: grad_input (N, C, D, H, W) and grad_grid (N, Do, Ho, Wo, 3) from grad_output
+// (N, C, Do, Ho, Wo); nullptr for one not needed (not computed); both overwritten.
+template <class T>
+void grid_sample_3d_backward(const T* grad_output, const T* input, const T* grid, T* grad_input, T* grad_grid,
+                             int64_t N, int64_t C, int64_t D, int64_t H, int64_t W, int64_t Do, int64_t Ho,
+                             int64_t Wo, GridSampleMode mode, GridSamplePadding padding, bool align_corners);
+
+// 3-D: the second-order terms from gg_grid (N, Do, Ho, Wo, 3), as grid_sample_2d_double_backward.
+template <class T>
+void grid_sample_3d_double_backward(const T* grad_output, const T* input, const T* grid, const T* gg_grid,
+                                    T* grad_grad_output, T* grad_input, T* grad_grid, int64_t N, int64_t C,
+                                    int64_t D, int64_t H, int64_t W, int64_t Do, int64_t Ho, int64_t Wo,
+                                    GridSampleMode mode, GridSamplePadding padding, bool align_corners);
+
+// 3-D: grid (N, D, H, W, 3) = theta (N, 3, 4) applied to the base grid (x_w, y_h, z_d, 1).
+template <class T>
+void affine_grid_3d_forward(const T* theta, T* grid, int64_t N, int64_t D, int64_t H, int64_t W,
+                            bool align_corners);
+
+// 3-D: grad_theta (N, 3, 4) = sum over (d, h, w) of grad_grid[n, d, h, w, i] * (x_w, y_h, z_d, 1)[j],
+// accumulated in double.
+template <class T>
+void affine_grid_3d_backward(const T* grad_grid, T* grad_theta, int64_t N, int64_t D, int64_t H, int64_t W,
                              bool align_corners);
 
 }  // namespace tg::kernels

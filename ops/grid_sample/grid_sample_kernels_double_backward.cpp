@@ -1,4 +1,4 @@
-// The second-order kernel of grid_sample (2-D): the backward of its grid gradient. Read it
+// The second-order kernel of grid_sample (2-D and 3-D): the backward of its grid gradient. Read it
 // beside the first-order samplers in grid_sample_kernels.cpp; shapes as in grid_sample_kernels.h.
 //
 // Notation, for one output position p of sample n:
@@ -57,7 +57,7 @@
 #include "../../framework/parallel.h"
 #include "../internal/isa_dispatch.h"
 #include "grid_sample_kernels.h"
-#include "internal/grid_sample_kernels_shared.h"
+#include "internal/grid_sample_drivers.h"
 
 namespace tg::kernels::TG_ISA_NS {
 namespace {
@@ -87,31 +87,31 @@ inline void cubic_coefficients_d2(T t, T c[4]) {
   c[3] = T(6) * A * (T(2) - t) - T(10) * A;                    // f2''(2 - t)
 }
 
-// What one position needs, for K taps: where they are and the coefficients of the formulas
-// above (D_k, and the two rows of the Hessian contracted with (a, b)).
-template <class T, int K>
+// What one position needs, for K taps in R dimensions: where they are and the coefficients of
+// the formulas above (D_k, and the R rows of the Hessian contracted with (a, b) or (a, b, c)).
+template <class T, int K, int R>
 struct PointTerms {
   int64_t off[K];  // plane offset of tap k, -1 when outside (reads 0, receives nothing)
-  T d[K];          // D_k = a dw_k/du + b dw_k/dv
-  T hu[K];         // a d2w_k/du2 + b d2w_k/dudv
-  T hv[K];         // a d2w_k/dudv + b d2w_k/dv2
-  T mx, my;        // du/dgx, dv/dgy
+  T d[K];          // D_k = a dw_k/du + b dw_k/dv (+ c dw_k/dw in 3-D)
+  T h[R][K];       // row r: a d2w_k/dudr + b d2w_k/dvdr (+ c d2w_k/dwdr); r = u is hu, r = v hv
+  T m[R];          // du/dgx, dv/dgy (, dw/dgz): mx, my (, mz)
 };
 
 template <class T>
 struct BilinearTerms {
   static constexpr int kTaps = 4;
+  static constexpr int kDims = 2;
   Axis<T> ax, ay;
   int64_t W;
 
-  BilinearTerms(int64_t H, int64_t W_, GridSamplePadding padding, bool align_corners)
-      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_) {}
+  BilinearTerms(const Extent& e, GridSamplePadding padding, bool align_corners)
+      : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), W(e.W) {}
 
   // g: the grid point (gx, gy); gg: gg_grid there.
-  void compute(const T* g, const T* gg, PointTerms<T, 4>& t) const {
+  void compute(const T* g, const T* gg, PointTerms<T, 4, 2>& t) const {
     // The taps exactly as BilinearSampler::prepare(backward) takes them.
-    const T u = ax.source_grad(g[0], &t.mx);
-    const T v = ay.source_grad(g[1], &t.my);
+    const T u = ax.source_grad(g[0], &t.m[0]);
+    const T v = ay.source_grad(g[1], &t.m[1]);
     const T u0 = std::floor(u), v0 = std::floor(v);
     const T fx = u - u0, fy = v - v0;
     const bool zeros = ax.padding == GridSamplePadding::Zeros;
@@ -125,14 +125,14 @@ struct BilinearTerms {
     t.off[2] = in_s && in_w ? b0 + W : -1;
     t.off[3] = in_s && in_e ? b0 + W + 1 : -1;
 
-    const T a = gg[0] * t.mx, b = gg[1] * t.my;
+    const T a = gg[0] * t.m[0], b = gg[1] * t.m[1];
     const T dw_du[4] = {-(T(1) - fy), T(1) - fy, -fy, fy};
     const T dw_dv[4] = {-(T(1) - fx), -fx, T(1) - fx, fx};
     const T d2w_dudv[4] = {T(1), T(-1), T(-1), T(1)};  // d2w/du2 = d2w/dv2 = 0
     for (int k = 0; k < 4; ++k) {
       t.d[k] = a * dw_du[k] + b * dw_dv[k];
-      t.hu[k] = b * d2w_dudv[k];
-      t.hv[k] = a * d2w_dudv[k];
+      t.h[0][k] = b * d2w_dudv[k];
+      t.h[1][k] = a * d2w_dudv[k];
     }
   }
 };
@@ -140,19 +140,20 @@ struct BilinearTerms {
 template <class T>
 struct BicubicTerms {
   static constexpr int kTaps = 16;
+  static constexpr int kDims = 2;
   Axis<T> ax, ay;
   int64_t W;
 
-  BicubicTerms(int64_t H, int64_t W_, GridSamplePadding padding, bool align_corners)
-      : ax(W_, padding, align_corners), ay(H, padding, align_corners), W(W_) {}
+  BicubicTerms(const Extent& e, GridSamplePadding padding, bool align_corners)
+      : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), W(e.W) {}
 
-  void compute(const T* g, const T* gg, PointTerms<T, 16>& t) const {
+  void compute(const T* g, const T* gg, PointTerms<T, 16, 2>& t) const {
     // The taps exactly as BicubicSampler::prepare takes them: the point is not padded, each
     // tap is; tap (j, i) is row floor(v) - 1 + j, column floor(u) - 1 + i.
     const T u = ax.unnormalize(g[0]), v = ay.unnormalize(g[1]);
     const T u0 = std::floor(u), v0 = std::floor(v);
-    t.mx = ax.scale;
-    t.my = ay.scale;
+    t.m[0] = ax.scale;
+    t.m[1] = ay.scale;
     T cx[4], cy[4], dcx[4], dcy[4], d2cx[4], d2cy[4];
     cubic_coefficients(u - u0, cx);
     cubic_coefficients(v - v0, cy);
@@ -165,14 +166,59 @@ struct BicubicTerms {
       col[k] = ax.index(ax.pad(u0 + T(k - 1)));
       row[k] = ay.index(ay.pad(v0 + T(k - 1)));
     }
-    const T a = gg[0] * t.mx, b = gg[1] * t.my;
+    const T a = gg[0] * t.m[0], b = gg[1] * t.m[1];
     for (int j = 0; j < 4; ++j) {
       for (int i = 0; i < 4; ++i) {
         const int k = 4 * j + i;
         t.off[k] = row[j] >= 0 && col[i] >= 0 ? row[j] * W + col[i] : -1;
         t.d[k] = a * dcx[i] * cy[j] + b * cx[i] * dcy[j];
-        t.hu[k] = a * d2cx[i] * cy[j] + b * dcx[i] * dcy[j];
-        t.hv[k] = a * dcx[i] * dcy[j] + b * cx[i] * d2cy[j];
+        t.h[0][k] = a * d2cx[i] * cy[j] + b * dcx[i] * dcy[j];
+        t.h[1][k] = a * dcx[i] * dcy[j] + b * cx[i] * d2cy[j];
+      }
+    }
+  }
+};
+
+// Trilinear (3-D), taps and weights from TrilinearPoint (the first-order sampler's own):
+// w_k = X_dx(u) Y_dy(v) Z_dz(w), each factor linear in its coordinate with slope s(0) = -1,
+// s(1) = +1, so with (a, b, c) = gg_grid * (mx, my, mz) carried to source coordinates
+//   D_k = a s(dx) Y Z + b X s(dy) Z + c X Y s(dz)
+//   h[r][k] = the sum over the two axes i != r of (a, b, c)_i s(d_i) s(d_r) times the weight of
+//             the third axis (the second derivatives along one axis are 0).
+template <class T>
+struct TrilinearTerms {
+  static constexpr int kTaps = 8;
+  static constexpr int kDims = 3;
+  Axis<T, AxisForm::Scalar> ax, ay, az;
+  int64_t W, HW;
+
+  TrilinearTerms(const Extent& e, GridSamplePadding padding, bool align_corners)
+      : ax(e.W, padding, align_corners), ay(e.H, padding, align_corners), az(e.D, padding, align_corners),
+        W(e.W), HW(e.H * e.W) {}
+
+  void compute(const T* g, const T* gg, PointTerms<T, 8, 3>& t) const {
+    const Axis<T, AxisForm::Scalar>* const axes[3] = {&ax, &ay, &az};
+    TrilinearPoint<T> pt;
+    pt.locate(axes, g, /*backward=*/true, W, HW);
+    T a[3];
+    for (int i = 0; i < 3; ++i) {
+      t.m[i] = pt.m[i];
+      a[i] = gg[i] * pt.m[i];
+    }
+    for (int k = 0; k < 8; ++k) {
+      t.off[k] = pt.off[k];
+      const int d[3] = {k & 1, (k >> 1) & 1, k >> 2};
+      T f[3], sl[3];  // the factor of each axis and its slope
+      for (int i = 0; i < 3; ++i) {
+        f[i] = pt.w[d[i]][i];
+        sl[i] = d[i] ? T(1) : T(-1);
+      }
+      t.d[k] = a[0] * sl[0] * f[1] * f[2] + a[1] * f[0] * sl[1] * f[2] + a[2] * f[0] * f[1] * sl[2];
+      for (int r = 0; r < 3; ++r) {
+        T h = T(0);
+        for (int i = 0; i < 3; ++i)
+          if (i != r) h += a[i] * sl[i] * sl[r] * f[3 - i - r];
+        t.h[r][k] = h;
       }
     }
   }
@@ -181,62 +227,57 @@ struct BicubicTerms {
 template <class Terms, class T>
 void double_backward_impl(const T* grad_output, const T* input, const T* grid, const T* gg_grid,
                           T* grad_grad_output, T* grad_input, T* grad_grid, int64_t N, int64_t C,
-                          int64_t H, int64_t W, int64_t P, GridSamplePadding padding,
+                          const Extent& e, int64_t P, GridSamplePadding padding,
                           bool align_corners) {
-  constexpr int K = Terms::kTaps;
+  constexpr int K = Terms::kTaps, R = Terms::kDims;
   using Acc = acc_t<T>;
-  const int64_t HW = H * W;
+  using Terms_ = PointTerms<T, K, R>;
+  const int64_t HW = e.plane();
   const int64_t nb = ceil_div(P, kTermsBlock);
   const bool parallel = N * C * P * K >= kParallelWork;
   const int64_t threads = parallel ? max_threads() : 1;
 
   // The terms of positions [p0, p0 + len) of sample n.
-  auto tabulate = [&](const Terms& terms, std::vector<PointTerms<T, K>>& tab, int64_t n,
+  auto tabulate = [&](const Terms& terms, std::vector<Terms_>& tab, int64_t n,
                       int64_t p0, int64_t len) {
     for (int64_t p = 0; p < len; ++p) {
-      const int64_t q = (n * P + p0 + p) * 2;
+      const int64_t q = (n * P + p0 + p) * R;
       terms.compute(grid + q, gg_grid + q, tab[p]);
     }
   };
 
   // grad_grad_output and grad_grid of one block of positions: channels in order 0..C-1.
-  auto position_block = [&](const Terms& terms, std::vector<PointTerms<T, K>>& tab,
-                            std::vector<Acc>& su, std::vector<Acc>& sv, int64_t n, int64_t blk) {
+  auto position_block = [&](const Terms& terms, std::vector<Terms_>& tab,
+                            std::vector<Acc>& sums, int64_t n, int64_t blk) {
     const int64_t p0 = blk * kTermsBlock, len = std::min(kTermsBlock, P - p0);
     tabulate(terms, tab, n, p0, len);
-    std::fill(su.begin(), su.begin() + len, Acc(0));
-    std::fill(sv.begin(), sv.begin() + len, Acc(0));
+    std::fill(sums.begin(), sums.begin() + R * len, Acc(0));  // [p][r]
     for (int64_t c = 0; c < C; ++c) {
       const T* plane = input + (n * C + c) * HW;
       const T* go = grad_output + (n * C + c) * P + p0;
       T* ggo = grad_grad_output ? grad_grad_output + (n * C + c) * P + p0 : nullptr;
       for (int64_t p = 0; p < len; ++p) {
-        const PointTerms<T, K>& t = tab[p];
-        T sd = T(0), shu = T(0), shv = T(0);
+        const Terms_& t = tab[p];
+        T sd = T(0), sh[R] = {};
         for (int k = 0; k < K; ++k) {
           const T x = tap_value(plane, t.off[k]);
           sd += t.d[k] * x;
-          shu += t.hu[k] * x;
-          shv += t.hv[k] * x;
+          for (int r = 0; r < R; ++r) sh[r] += t.h[r][k] * x;
         }
         if (ggo) ggo[p] = sd;                 // sum_k D_k x_c[k]
-        if (grad_grid) {                      // sum_c go_c sum_k (hessian row) x_c[k]
-          su[p] += Acc(shu * go[p]);
-          sv[p] += Acc(shv * go[p]);
-        }
+        if (grad_grid)                        // sum_c go_c sum_k (hessian row) x_c[k]
+          for (int r = 0; r < R; ++r) sums[p * R + r] += Acc(sh[r] * go[p]);
       }
     }
     if (grad_grid) {
-      T* out = grad_grid + (n * P + p0) * 2;
-      for (int64_t p = 0; p < len; ++p) {
-        out[2 * p] = T(su[p] * Acc(tab[p].mx));
-        out[2 * p + 1] = T(sv[p] * Acc(tab[p].my));
-      }
+      T* out = grad_grid + (n * P + p0) * R;
+      for (int64_t p = 0; p < len; ++p)
+        for (int r = 0; r < R; ++r) out[R * p + r] = T(sums[p * R + r] * Acc(tab[p].m[r]));
     }
   };
 
   // grad_input of sample n, channels [c0, c1): x_c[k] receives go_c D_k, positions in order.
-  auto input_planes = [&](const Terms& terms, std::vector<PointTerms<T, K>>& tab, int64_t n,
+  auto input_planes = [&](const Terms& terms, std::vector<Terms_>& tab, int64_t n,
                           int64_t c0, int64_t c1) {
     std::fill(grad_input + (n * C + c0) * HW, grad_input + (n * C + c1) * HW, T(0));
     for (int64_t blk = 0; blk < nb; ++blk) {
@@ -246,7 +287,7 @@ void double_backward_impl(const T* grad_output, const T* input, const T* grid, c
         T* plane = grad_input + (n * C + c) * HW;
         const T* go = grad_output + (n * C + c) * P + p0;
         for (int64_t p = 0; p < len; ++p) {
-          const PointTerms<T, K>& t = tab[p];
+          const Terms_& t = tab[p];
           for (int k = 0; k < K; ++k)
             if (t.off[k] >= 0) plane[t.off[k]] += t.d[k] * go[p];
         }
@@ -261,9 +302,9 @@ void double_backward_impl(const T* grad_output, const T* input, const T* grid, c
   const int64_t items = input_items + position_items;
 #pragma omp parallel if (parallel && items > 1)
   {
-    const Terms terms(H, W, padding, align_corners);
-    std::vector<PointTerms<T, K>> tab(std::min(kTermsBlock, P));
-    std::vector<Acc> su(tab.size()), sv(tab.size());
+    const Terms terms(e, padding, align_corners);
+    std::vector<Terms_> tab(std::min(kTermsBlock, P));
+    std::vector<Acc> sums(R * tab.size());
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       if (it < input_items) {
@@ -271,7 +312,7 @@ void double_backward_impl(const T* grad_output, const T* input, const T* grid, c
         input_planes(terms, tab, n, C * k / kc, C * (k + 1) / kc);
       } else {
         const int64_t j = it - input_items;
-        position_block(terms, tab, su, sv, j / nb, j % nb);
+        position_block(terms, tab, sums, j / nb, j % nb);
       }
     }
   }
@@ -299,14 +340,39 @@ void grid_sample_2d_double_backward(const T* grad_output, const T* input, const 
   }
   if (mode == GridSampleMode::Bilinear)
     double_backward_impl<BilinearTerms<T>>(grad_output, input, grid, gg_grid, grad_grad_output,
-                                           grad_input, grad_grid, N, C, H, W, P, padding,
-                                           align_corners);
+                                           grad_input, grad_grid, N, C, Extent{1, H, W}, P,
+                                           padding, align_corners);
   else
     double_backward_impl<BicubicTerms<T>>(grad_output, input, grid, gg_grid, grad_grad_output,
-                                          grad_input, grad_grid, N, C, H, W, P, padding,
-                                          align_corners);
+                                          grad_input, grad_grid, N, C, Extent{1, H, W}, P,
+                                          padding, align_corners);
 }
 
+template <class T>
+void grid_sample_3d_double_backward(const T* grad_output, const T* input, const T* grid, const T* gg_grid,
+                                    T* grad_grad_output, T* grad_input, T* grad_grid, int64_t N, int64_t C,
+                                    int64_t D, int64_t H, int64_t W, int64_t Do, int64_t Ho, int64_t Wo,
+                                    GridSampleMode mode, GridSamplePadding padding, bool align_corners) {
+  const int64_t P = Do * Ho * Wo;
+  const Extent e{D, H, W};
+  if (mode == GridSampleMode::Nearest || N * P == 0 || e.plane() <= 0) {  // as in 2-D: all zero
+    if (grad_grad_output) std::fill(grad_grad_output, grad_grad_output + N * C * P, T(0));
+    if (grad_input) std::fill(grad_input, grad_input + N * C * std::max<int64_t>(e.plane(), 0), T(0));
+    if (grad_grid) std::fill(grad_grid, grad_grid + N * P * 3, T(0));
+    return;
+  }
+  double_backward_impl<TrilinearTerms<T>>(grad_output, input, grid, gg_grid, grad_grad_output, grad_input,
+                                          grad_grid, N, C, e, P, padding, align_corners);
+}
+
+template void grid_sample_3d_double_backward<float>(const float*, const float*, const float*, const float*,
+                                                    float*, float*, float*, int64_t, int64_t, int64_t,
+                                                    int64_t, int64_t, int64_t, int64_t, int64_t,
+                                                    GridSampleMode, GridSamplePadding, bool);
+template void grid_sample_3d_double_backward<double>(const double*, const double*, const double*,
+                                                     const double*, double*, double*, double*, int64_t,
+                                                     int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                                     int64_t, GridSampleMode, GridSamplePadding, bool);
 template void grid_sample_2d_double_backward<float>(const float*, const float*, const float*,
                                                     const float*, float*, float*, float*, int64_t,
                                                     int64_t, int64_t, int64_t, int64_t, int64_t,
