@@ -229,8 +229,6 @@ TEST(Interpolate, HostileSizesAreErrorsNotAllocations) {
             std::string::npos);
 }
 
-}  // namespace
-}  // namespace tg
 
 // The interpolating modes reach their kernels with PyTorch's arguments: the output size, the
 // user's scale factor unless recompute_scale_factor, and align_corners. (Their index and weight
@@ -262,3 +260,6 @@ TEST(Interpolate, InterpolatingModesCallTheirKernels) {
   same(interpolate(x5, InterpolateOptions().scale_factor({0.6, 1.7, 2.0}).mode(M::Trilinear).recompute_scale_factor(true)),
        upsample_trilinear3d(x5, {1, 6, 10}, false));
 }
+
+}  // namespace
+}  // namespace tg
