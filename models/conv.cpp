@@ -92,14 +92,17 @@ Tensor ConvNd::forward(const Tensor& input) {
   // nn.Conv's padding_mode: pad in that mode, then convolve without padding.
   const Tensor x = mode_pad_.empty() ? input : pad(input, mode_pad_, pad_mode_from_string(padding_mode));
   const IntList& padding = mode_pad_.empty() ? this->padding : IntList{0};
+  if (transposed) {
+    switch (dims_) {
+      case 1: return conv_transpose1d(x, weight, bias, stride, padding, output_padding, groups, dilation);
+      case 2: return conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation);
+      default: return conv_transpose3d(x, weight, bias, stride, padding, output_padding, groups, dilation);
+    }
+  }
   switch (dims_) {
-    case 1:
-      return conv1d(x, weight, bias, stride, padding, dilation, groups);
-    case 2:
-      return transposed ? conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation)
-                        : conv2d(x, weight, bias, stride, padding, dilation, groups);
-    default:
-      return conv3d(x, weight, bias, stride, padding, dilation, groups);
+    case 1: return conv1d(x, weight, bias, stride, padding, dilation, groups);
+    case 2: return conv2d(x, weight, bias, stride, padding, dilation, groups);
+    default: return conv3d(x, weight, bias, stride, padding, dilation, groups);
   }
 }
 
@@ -126,14 +129,5 @@ Conv3d::Conv3d(int64_t in, int64_t out, const IntOrList& k, const IntOrList& s, 
 Conv3d::Conv3d(int64_t in, int64_t out, const IntOrList& k, const IntOrList& s, const ConvPadding& p,
                const IntOrList& d, int64_t g, bool b, const std::string& padding_mode, DType dtype, Generator* gen)
     : ConvNd("Conv3d", 3, false, in, out, k, s, p, d, {0}, g, b, padding_mode, dtype, gen) {}
-
-ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, const IntOrList& k, const IntOrList& s, const IntOrList& p,
-                                 const IntOrList& op, int64_t g, bool b, const IntOrList& d, DType dtype, Generator* gen)
-    : ConvNd("ConvTranspose2d", 2, true, in, out, k, s, IntOrList(p), d, op, g, b, "zeros", dtype, gen) {}
-
-ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, const IntOrList& k, const IntOrList& s, const IntOrList& p,
-                                 const IntOrList& op, int64_t g, bool b, const IntOrList& d,
-                                 const std::string& padding_mode, DType dtype, Generator* gen)
-    : ConvNd("ConvTranspose2d", 2, true, in, out, k, s, IntOrList(p), d, op, g, b, padding_mode, dtype, gen) {}
 
 }  // namespace tg

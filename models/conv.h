@@ -1,5 +1,5 @@
 // Convolution layers with PyTorch's names, argument order, parameter layout and initialisation:
-// Conv1d, Conv2d, Conv3d and ConvTranspose2d. state_dict keys are "weight" and "bias", so a
+// Conv1d, Conv2d, Conv3d and ConvTranspose1d/2d/3d. state_dict keys are "weight" and "bias", so a
 // PyTorch checkpoint loads one to one.
 //
 // Weight: (out_channels, in_channels / groups, k...) and, transposed, (in_channels,
@@ -97,18 +97,40 @@ class Conv3d : public ConvNd {
          const std::string& padding_mode, DType dtype = DType::Float32, Generator* gen = nullptr);
 };
 
-// PyTorch's argument order: output_padding and groups come before bias and dilation.
-class ConvTranspose2d : public ConvNd {
+// Transposed layers, ConvTranspose1d/2d/3d. PyTorch's argument order: output_padding and groups
+// come before bias and dilation.
+template <int Dims>
+class ConvTransposeNd : public ConvNd {
  public:
-  ConvTranspose2d(int64_t in_channels, int64_t out_channels, const IntOrList& kernel_size, const IntOrList& stride = 1,
+  ConvTransposeNd(int64_t in_channels, int64_t out_channels, const IntOrList& kernel_size, const IntOrList& stride = 1,
                   const IntOrList& padding = 0, const IntOrList& output_padding = 0, int64_t groups = 1,
                   bool bias = true, const IntOrList& dilation = 1, DType dtype = DType::Float32,
-                  Generator* gen = nullptr);
+                  Generator* gen = nullptr)
+      : ConvTransposeNd(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias,
+                        dilation, "zeros", dtype, gen) {}
   // padding_mode: only "zeros", as PyTorch (any other is a tg::Error).
-  ConvTranspose2d(int64_t in_channels, int64_t out_channels, const IntOrList& kernel_size, const IntOrList& stride,
+  ConvTransposeNd(int64_t in_channels, int64_t out_channels, const IntOrList& kernel_size, const IntOrList& stride,
                   const IntOrList& padding, const IntOrList& output_padding, int64_t groups, bool bias,
                   const IntOrList& dilation, const std::string& padding_mode, DType dtype = DType::Float32,
-                  Generator* gen = nullptr);
+                  Generator* gen = nullptr)
+      : ConvNd(kNames[Dims - 1], Dims, true, in_channels, out_channels, kernel_size, stride, IntOrList(padding),
+               dilation, output_padding, groups, bias, padding_mode, dtype, gen) {}
+
+ private:
+  static constexpr const char* kNames[3] = {"ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"};
+};
+
+class ConvTranspose1d : public ConvTransposeNd<1> {
+ public:
+  using ConvTransposeNd<1>::ConvTransposeNd;
+};
+class ConvTranspose2d : public ConvTransposeNd<2> {
+ public:
+  using ConvTransposeNd<2>::ConvTransposeNd;
+};
+class ConvTranspose3d : public ConvTransposeNd<3> {
+ public:
+  using ConvTransposeNd<3>::ConvTransposeNd;
 };
 
 }  // namespace tg

@@ -65,6 +65,31 @@ TEST(ConvModules, OtherLayersLayoutAndInit) {
   EXPECT_EQ(t.weight.shape(), (Shape{8, 3, 4, 4}));
   EXPECT_EQ(t.bias.shape(), (Shape{6}));
   expect_pytorch_init(t, 3 * 16);
+  ConvTranspose1d t1(4, 6, 3, 2, 1, 1, 2, false);
+  EXPECT_EQ(t1.name(), "ConvTranspose1d");
+  EXPECT_EQ(t1.weight.shape(), (Shape{4, 3, 3}));
+  EXPECT_FALSE(t1.bias.defined());
+  ConvTranspose3d t3(2, 4, {3, 2, 2}, 1, 0, 0, 1, true, 1, DType::Float64);
+  EXPECT_EQ(t3.name(), "ConvTranspose3d");
+  EXPECT_EQ(t3.weight.shape(), (Shape{2, 4, 3, 2, 2}));
+  EXPECT_EQ(t3.weight.dtype(), DType::Float64);
+  expect_pytorch_init(t3, 4 * 12);
+}
+
+TEST(ConvModules, TransposedLayersOfEveryRankAreTheFunctionalOps) {
+  manual_seed(5);
+  ConvTranspose1d up1(4, 6, 3, 2, 1, 1, 2, true, 2);
+  Tensor x1 = randn({2, 4, 7});
+  EXPECT_EQ(up1(x1).to_vector<float>(),
+            conv_transpose1d(x1, up1.weight, up1.bias, {2}, {1}, {1}, 2, {2}).to_vector<float>());
+  ConvTranspose3d up3(3, 2, {2, 3, 2}, {2, 1, 2}, {0, 1, 0}, {1, 0, 0});
+  Tensor x3 = randn({1, 3, 3, 4, 3});
+  Tensor y3 = up3(x3);
+  EXPECT_EQ(y3.shape(), (Shape{1, 2, 7, 4, 6}));  // (3-1)*2+2+1, (4-1)*1-2+3, (3-1)*2+2
+  EXPECT_EQ(y3.to_vector<float>(),
+            conv_transpose3d(x3, up3.weight, up3.bias, {2, 1, 2}, {0, 1, 0}, {1, 0, 0}).to_vector<float>());
+  EXPECT_EQ(up1(x1.select(0, 1)).to_vector<float>(), up1(x1).select(0, 1).contiguous().to_vector<float>());
+  EXPECT_THROW(ConvTranspose3d(2, 2, 3, 1, 0, 0, 1, true, 1, "circular"), Error);
 }
 
 TEST(ConvModules, ForwardIsTheFunctionalOp) {
