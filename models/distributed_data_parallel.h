@@ -81,7 +81,8 @@ class DistributedDataParallel {
   double last_wait_seconds() const;
   // When that backward's own work ended (its callback started waiting). On one machine every
   // process reads the same steady clock, so comparing ranks' times tells which arrived last: the
-  // last to arrive waits only for communication, the others also for it (load imbalance).
+  // last to arrive waits only for communication, the others also for it (load imbalance). In a
+  // world of one process nothing is reduced: the clock's epoch, and a wait of 0.
   std::chrono::steady_clock::time_point last_backward_end() const;
   // The median time of reducing every bucket with nothing to overlap (blocking all_reduce calls
   // of the same sizes), over `repeats` rounds: what last_wait_seconds() would be if backward hid

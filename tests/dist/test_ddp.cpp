@@ -8,6 +8,7 @@
 // (a few float32 ulps per gradient element, amplified a little by the steps).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -154,6 +155,30 @@ TEST(DistributedDataParallel, NoSyncAccumulatesThenReducesTheSum) {
     for (size_t k = 0; k < g.size(); ++k)
       ASSERT_NEAR(g[k] * world, e[k], 1e-12 * (1 + std::abs(e[k]))) << pm[i].first << "[" << k << "]";
   }
+}
+
+// The timing a training log reads after each synchronised backward: when backward's own work
+// ended, between the start of backward and its return, and the wait that followed, never more
+// than backward's whole time. A world of one has nothing to reduce: no time, no wait.
+TEST(DistributedDataParallel, ReportsWhenBackwardEndedAndHowLongItWaited) {
+  dist::init();
+  Net model(DType::Float32, 4);
+  DistributedDataParallel ddp(model);
+  Generator data(5);
+  const Tensor x = randn({2, 3, 4, 4}, DType::Float32, &data), y = randn({2, 4}, DType::Float32, &data);
+  const Tensor loss = mse_loss(ddp.forward(x), y);
+  const auto before = std::chrono::steady_clock::now();
+  loss.backward();
+  const auto after = std::chrono::steady_clock::now();
+  if (dist::world_size() == 1) {
+    EXPECT_EQ(ddp.last_backward_end(), std::chrono::steady_clock::time_point{});
+    EXPECT_EQ(ddp.last_wait_seconds(), 0.0);
+    return;
+  }
+  EXPECT_GE(ddp.last_backward_end(), before);
+  EXPECT_LE(ddp.last_backward_end(), after);
+  EXPECT_GE(ddp.last_wait_seconds(), 0.0);
+  EXPECT_LE(ddp.last_wait_seconds(), std::chrono::duration<double>(after - before).count());
 }
 
 TEST(DistributedDataParallel, BucketsFollowTheCapAndTheReverseOrder) {
