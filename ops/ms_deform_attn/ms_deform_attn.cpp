@@ -1,5 +1,6 @@
-// Multi-scale deformable attention: validation, dtype dispatch and the tape. The kernels (and
-// the maths, forward beside backward) are in ms_deform_attn_kernels.cpp.
+// Multi-scale deformable attention: validation, dtype dispatch and the tape. The kernels: the
+// maths of both directions and the forward in ms_deform_attn_kernels.cpp, the backward in
+// ms_deform_attn_backward_kernels.cpp.
 #include "ms_deform_attn.h"
 #include "../../framework/autocast.h"
 

@@ -21,7 +21,7 @@
 //   d2s/dloc_x dloc_y = W * H * sum_k xy_k v_k = W * H * (v_nw - v_ne - v_sw + v_se).
 // (dfx/dloc_x = W, dfy/dloc_y = H, away from the kinks where x or y is an integer.)
 //
-// ---- The first-order backward (ms_deform_attn_kernels.cpp) ----
+// ---- The first-order backward (ms_deform_attn_backward_kernels.cpp) ----
 // With go the C channels of grad_output of the sample's (n, q, m), and d_k = <go, v_k>:
 //   grad_value[corner k]  += a * w_k * go                          (corners inside the level)
 //   grad_attn              = <go, s>          = sum_k w_k d_k
@@ -96,7 +96,7 @@ struct Footprint {
   bool inside[4];
 };
 
-// The arithmetic of query_footprints in ms_deform_attn_kernels.cpp, one sample at a time:
+// The arithmetic of query_footprints in internal/sampling.h, one sample at a time:
 // grid_sample's (2 * loc - 1 + 1) * W / 2 - 0.5 (so a point on a pixel border picks the same
 // corners as PyTorch), the coordinate clamped to [-2, min(W, 2^30)] (NaN to -2) before the floor,
 // and x - x added to the distance so that a NaN or infinite coordinate gives NaN weights.
