@@ -124,8 +124,8 @@ inline float vec_exp(float x) {
 //   |x| >= 3.93:         erf x = +-1 in float
 // The coefficients were fitted (weighted least squares on Chebyshev nodes) to keep the float
 // result within about an ulp.
-// vec_erf's first piece, erf x for |x| < 0.875 (gelu's derivative uses it alone).
-[[gnu::always_inline]] inline float erf_near_zero(float x) {
+inline float vec_erf(float x) {
+  const float a = std::fabs(x);
   const float u = x * x;
   float q = -6.239150534383953e-4f;
   q = q * u + 5.039692856371403e-3f;
@@ -133,12 +133,7 @@ inline float vec_exp(float x) {
   q = q * u + 1.1282627284526825e-1f;
   q = q * u + -3.76125693321228e-1f;
   q = q * u + 1.2837916612625122e-1f;
-  return x + x * q;
-}
-
-inline float vec_erf(float x) {
-  const float a = std::fabs(x);
-  const float small = erf_near_zero(x);
+  const float small = x + x * q;
 
   const float s = select_bits(3.93f < a, 3.93f, a);  // std::min(a, 3.93f); NaN passes
   float p = -7.441495313287305e-7f;
