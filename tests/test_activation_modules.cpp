@@ -1,6 +1,7 @@
-// silu and leaky_relu against PyTorch (tools/fixtures/activation.py), the activation modules and
-// Flatten, and the normal initialisers (kaiming_normal_, xavier_normal_, trunc_normal_): their
-// statistics within sampling error and their determinism from a generator (not PyTorch's bits).
+// silu and leaky_relu against PyTorch (tools/fixtures/activation.py), gelu's float backward
+// against float64, the activation modules and Flatten, and the normal initialisers
+// (kaiming_normal_, xavier_normal_, trunc_normal_): their statistics within sampling error and
+// their determinism from a generator (not PyTorch's bits).
 #include <gtest/gtest.h>
 
 #include <algorithm>
