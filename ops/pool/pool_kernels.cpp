@@ -99,16 +99,20 @@ void max_pool2d_forward(const T* x, T* y, int64_t* indices, const Pool2dParams& 
           yr[ow] = -std::numeric_limits<T>::infinity();
           ir[ow] = h0 * p.W + ow * p.sW - p.padW;
         }
+        // sW in a local: read through p inside the loop, it might alias the stores (as far as
+        // GCC knows), and the loop then ran scalar with a branch per tap (max_pool2d_fwd_bwd on
+        // 8x64x112x112: 64 ms at 1 thread, 23 ms vectorised).
+        const int64_t sW = p.sW;
         for (int64_t h = h0; h < h1; h += p.dH)
           for (int64_t kw = 0; kw < p.kW; ++kw) {
             const int64_t base = h * p.W + kw * p.dW - p.padW;  // + ow * sW: the tap's position
             const T* xt = xp + base;
 #pragma omp simd
             for (int64_t ow = in.lo; ow < in.hi; ++ow) {
-              const T v = xt[ow * p.sW];
+              const T v = xt[ow * sW];
               const bool take = v > yr[ow] || v != v;  // as below: strict, and a NaN always
               yr[ow] = take ? v : yr[ow];
-              ir[ow] = take ? base + ow * p.sW : ir[ow];
+              ir[ow] = take ? base + ow * sW : ir[ow];
             }
           }
       }
