@@ -84,8 +84,12 @@ struct FloatKernel {
       const int live = int(std::min<int64_t>(MR, rows - s));
       if (trans) {  // the MR values of one p are contiguous
         for (int64_t p = 0; p < kc; ++p) {
-          widen_run(A + (p0 + p) * lda + i0 + s, live, dst + p * MR);
-          std::fill(dst + p * MR + live, dst + (p + 1) * MR, T(0));
+          if (live == MR) {
+            widen_run(A + (p0 + p) * lda + i0 + s, MR, dst + p * MR);  // a constant size: inlined
+          } else {
+            widen_run(A + (p0 + p) * lda + i0 + s, live, dst + p * MR);
+            std::fill(dst + p * MR + live, dst + (p + 1) * MR, T(0));
+          }
         }
         continue;
       }
@@ -115,15 +119,23 @@ struct FloatKernel {
   static void pack_b(const Src* B, int64_t ldb, bool trans, int64_t p0, int64_t kc, int64_t j0, int64_t cols,
                      T* dst) {
     const int64_t full = cols / NR, tail = cols - full * NR;
-    if (!trans) {  // row by row of B, read contiguously; each row's NR-wide pieces go to their strips
-      for (int64_t p = 0; p < kc; ++p) {
-        const Src* src = B + (p0 + p) * ldb + j0;
-        T* d = dst + p * NR;
-        for (int64_t s = 0; s < full; ++s) widen_run(src + s * NR, NR, d + s * NR * kc);
-        if (tail) {
-          T* dt = d + full * NR * kc;
-          widen_run(src + full * NR, tail, dt);
-          std::fill(dt + tail, dt + NR, T(0));
+    if (!trans) {  // rows of B read contiguously, a few at a time, each row's NR-wide pieces to their strips
+      constexpr int64_t kRows = 8;
+      for (int64_t p1 = 0; p1 < kc; p1 += kRows) {
+        const int64_t p2 = std::min(kc, p1 + kRows);
+        for (int64_t s = 0; s <= full; ++s) {
+          const int64_t live = s < full ? NR : tail;
+          if (live == 0) break;
+          for (int64_t p = p1; p < p2; ++p) {
+            T* d = dst + s * NR * kc + p * NR;
+            const Src* src = B + (p0 + p) * ldb + j0 + s * NR;
+            if (live == NR) {
+              widen_run(src, NR, d);  // a constant size: inlined
+            } else {
+              widen_run(src, live, d);
+              std::fill(d + live, d + NR, T(0));
+            }
+          }
         }
       }
       return;
