@@ -25,7 +25,8 @@
 //
 // Each element of C is summed in one accumulator lane, in k order, block after block, by the
 // kernel's own arithmetic: the same wherever the element falls in a tile, a strip or a block.
-// So how C is cut among threads never changes a bit; the cut depends on the shape anyway.
+// So how C is cut among threads never changes a bit (the cut follows the shape and the
+// thread count).
 //
 // Threads: C is cut into one item per thread (more where B's columns are many), of whole
 // strips, dealt out statically (Plan below).
