@@ -64,6 +64,38 @@ inline void widen_run(const Src* src, int64_t n, T* dst) {
   }
 }
 
+// dst[p * L + l] = line l's element p, for L lines (line l at first + l * stride) and p < kc:
+// the lines side by side, as packing wants them. Blocks of 4 lines x 4 p are transposed in
+// registers (four 4-wide loads, eight shuffles, four 4-wide stores) instead of 16 scalar loads
+// and stores: packing (A and B) went from 9% of 1024^3's time to 5% (perf, 1 thread).
+template <int L, class T>
+inline void interleave_lines(const T* first, int64_t stride, int64_t kc, T* dst) {
+  typedef T v4 __attribute__((vector_size(4 * sizeof(T))));
+  int64_t p = 0;
+  for (; p + 4 <= kc; p += 4) {
+    int l = 0;
+#pragma GCC unroll 8
+    for (; l + 4 <= L; l += 4) {
+      const T* q = first + l * stride + p;
+      v4 r0, r1, r2, r3;  // lines l .. l + 3 at p .. p + 3
+      std::memcpy(&r0, q, sizeof(v4));
+      std::memcpy(&r1, q + stride, sizeof(v4));
+      std::memcpy(&r2, q + 2 * stride, sizeof(v4));
+      std::memcpy(&r3, q + 3 * stride, sizeof(v4));
+      const v4 t0 = __builtin_shufflevector(r0, r1, 0, 4, 1, 5), t1 = __builtin_shufflevector(r0, r1, 2, 6, 3, 7);
+      const v4 t2 = __builtin_shufflevector(r2, r3, 0, 4, 1, 5), t3 = __builtin_shufflevector(r2, r3, 2, 6, 3, 7);
+      const v4 out[4] = {__builtin_shufflevector(t0, t2, 0, 1, 4, 5), __builtin_shufflevector(t0, t2, 2, 3, 6, 7),
+                         __builtin_shufflevector(t1, t3, 0, 1, 4, 5), __builtin_shufflevector(t1, t3, 2, 3, 6, 7)};
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) std::memcpy(dst + (p + i) * L + l, &out[i], sizeof(v4));  // p + i's l .. l + 3
+    }
+    for (; l < L; ++l)
+      for (int i = 0; i < 4; ++i) dst[(p + i) * L + l] = first[l * stride + p + i];
+  }
+  for (; p < kc; ++p)
+    for (int l = 0; l < L; ++l) dst[p * L + l] = first[l * stride + p];
+}
+
 // The float / double kernel, reading operands of type Src (T itself, or a 16-bit type widened
 // to T = float as it packs).
 template <class SrcT, class T>
@@ -73,7 +105,11 @@ struct FloatKernel {
   using Acc = T;
   using Packed = T;
   static constexpr int MR = M::MR, NR = M::NR;
-  static constexpr int64_t kDepthBlock = 256;  // a k x NR strip of B (32 KB in float) stays in L1
+  // A k x NR strip of B (32 KB in float) stays in L1 (48 KB on the Xeon) while A's strips
+  // stream past it. Measured at 1 thread (1024^3, linear's shapes, 64 x 576 x 3136): 192 and
+  // 384 no better, 512 (a 64 KB strip, read from L2) 0-3% faster, within the noise; 256 kept
+  // for Zen 4's 32 KB L1.
+  static constexpr int64_t kDepthBlock = 256;
   static int64_t depth(int64_t kc) { return kc; }
 
   // Rows [i0, i0 + rows) x depth [p0, p0 + kc) of op(A) as strips of MR rows: strip s holds,
@@ -84,28 +120,32 @@ struct FloatKernel {
       const int live = int(std::min<int64_t>(MR, rows - s));
       if (trans) {  // the MR values of one p are contiguous
         for (int64_t p = 0; p < kc; ++p) {
-          widen_run(A + (p0 + p) * lda + i0 + s, live, dst + p * MR);
-          std::fill(dst + p * MR + live, dst + (p + 1) * MR, T(0));
+          if (live == MR) {
+            widen_run(A + (p0 + p) * lda + i0 + s, MR, dst + p * MR);  // a constant size: inlined
+          } else {
+            widen_run(A + (p0 + p) * lda + i0 + s, live, dst + p * MR);
+            std::fill(dst + p * MR + live, dst + (p + 1) * MR, T(0));
+          }
         }
         continue;
       }
-      // The MR rows side by side, each read in order (writes stay contiguous); 16-bit rows
-      // are widened into a buffer first.
-      const T* src[MR];
+      // The MR rows side by side; 16-bit rows are widened into a buffer first.
+      const T* first = nullptr;
+      int64_t stride = 0;
       if constexpr (std::is_same_v<Src, T>) {
-        for (int r = 0; r < MR; ++r) src[r] = A + (i0 + s + std::min(r, live - 1)) * lda + p0;
+        first = A + (i0 + s) * lda + p0;
+        stride = lda;
       } else {
         T* wide = scratch<T, 2>(MR * kc);
         for (int r = 0; r < live; ++r) widen_run(A + (i0 + s + r) * lda + p0, kc, wide + r * kc);
-        for (int r = 0; r < MR; ++r) src[r] = wide + std::min(r, live - 1) * kc;
+        first = wide;
+        stride = kc;
       }
       if (live == MR) {
-        for (int64_t p = 0; p < kc; ++p)
-#pragma GCC unroll 16
-          for (int r = 0; r < MR; ++r) dst[p * MR + r] = src[r][p];
+        interleave_lines<MR>(first, stride, kc, dst);
       } else {
         for (int64_t p = 0; p < kc; ++p)
-          for (int r = 0; r < MR; ++r) dst[p * MR + r] = r < live ? src[r][p] : T(0);
+          for (int r = 0; r < MR; ++r) dst[p * MR + r] = r < live ? first[r * stride + p] : T(0);
       }
     }
   }
@@ -115,15 +155,23 @@ struct FloatKernel {
   static void pack_b(const Src* B, int64_t ldb, bool trans, int64_t p0, int64_t kc, int64_t j0, int64_t cols,
                      T* dst) {
     const int64_t full = cols / NR, tail = cols - full * NR;
-    if (!trans) {  // row by row of B, read contiguously; each row's NR-wide pieces go to their strips
-      for (int64_t p = 0; p < kc; ++p) {
-        const Src* src = B + (p0 + p) * ldb + j0;
-        T* d = dst + p * NR;
-        for (int64_t s = 0; s < full; ++s) widen_run(src + s * NR, NR, d + s * NR * kc);
-        if (tail) {
-          T* dt = d + full * NR * kc;
-          widen_run(src + full * NR, tail, dt);
-          std::fill(dt + tail, dt + NR, T(0));
+    if (!trans) {  // rows of B read contiguously, a few at a time, each row's NR-wide pieces to their strips
+      constexpr int64_t kRows = 8;
+      for (int64_t p1 = 0; p1 < kc; p1 += kRows) {
+        const int64_t p2 = std::min(kc, p1 + kRows);
+        for (int64_t s = 0; s <= full; ++s) {
+          const int64_t live = s < full ? NR : tail;
+          if (live == 0) break;
+          for (int64_t p = p1; p < p2; ++p) {
+            T* d = dst + s * NR * kc + p * NR;
+            const Src* src = B + (p0 + p) * ldb + j0 + s * NR;
+            if (live == NR) {
+              widen_run(src, NR, d);  // a constant size: inlined
+            } else {
+              widen_run(src, live, d);
+              std::fill(d + live, d + NR, T(0));
+            }
+          }
         }
       }
       return;
@@ -132,6 +180,12 @@ struct FloatKernel {
     if constexpr (!std::is_same_v<Src, T>) wide = scratch<T, 2>(kc);
     for (int64_t s = 0; s < cols; s += NR, dst += NR * kc) {  // column j is stored as a row
       const int live = int(std::min<int64_t>(NR, cols - s));
+      if constexpr (std::is_same_v<Src, T>) {
+        if (live == NR) {
+          interleave_lines<NR>(B + (j0 + s) * ldb + p0, ldb, kc, dst);
+          continue;
+        }
+      }
       for (int c = 0; c < NR; ++c) {
         if (c >= live) {
           for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = T(0);
@@ -150,9 +204,24 @@ struct FloatKernel {
   }
 
   // C tile (rows x cols <= MR x NR, leading dimension ldc) = (add ? C : 0) + packed A strip x
-  // packed B strip over kc.
-  static void tile(int64_t kc, const T* __restrict pa, const T* __restrict pb, T* c, int64_t ldc, int rows, int cols,
-                   bool add) {
+  // packed B strip over kc. A strip with fewer rows than MR sums only the thirds of MR it
+  // needs: 64 rows end in a strip of 4, which summed as 12 made 11% of the work of the
+  // 64 x 576 x 3136 product (a convolution's) for nothing. Every element is summed in the same
+  // lane the same way whichever R sums it.
+  static void tile(int64_t kc, const T* pa, const T* pb, T* c, int64_t ldc, int rows, int cols, bool add) {
+    constexpr int third = MR / 3;
+    if (rows > 2 * third)
+      tile_rows<MR>(kc, pa, pb, c, ldc, rows, cols, add);
+    else if (rows > third)
+      tile_rows<2 * third>(kc, pa, pb, c, ldc, rows, cols, add);
+    else
+      tile_rows<third>(kc, pa, pb, c, ldc, rows, cols, add);
+  }
+
+  // The tile's first R rows (rows <= R <= MR) of the strip.
+  template <int R>
+  static void tile_rows(int64_t kc, const T* __restrict pa, const T* __restrict pb, T* c, int64_t ldc, int rows,
+                        int cols, bool add) {
     using vec = typename M::vec;
     constexpr int NV = M::NV, W = M::W;
     if (add)  // C's lines arrive while the tile is summed
@@ -160,9 +229,9 @@ struct FloatKernel {
         __builtin_prefetch(c + r * ldc);
         __builtin_prefetch(c + r * ldc + cols - 1);
       }
-    vec acc[MR][NV];
+    vec acc[R][NV];
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = vec{};
     for (int64_t p = 0; p < kc; ++p, pa += MR, pb += NR) {
@@ -170,15 +239,15 @@ struct FloatKernel {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) std::memcpy(&b[v], pb + v * W, sizeof(vec));
 #pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
+      for (int r = 0; r < R; ++r) {
         const T x = pa[r];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[r][v] += b[v] * x;  // one FMA where the ISA has it
       }
     }
-    if (rows == MR && cols == NR) {
+    if (rows == R && cols == NR) {
 #pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r)
+      for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
           T* dst = c + r * ldc + v * W;
@@ -192,7 +261,7 @@ struct FloatKernel {
         }
       return;
     }
-    alignas(64) T tile[MR][NR];
+    alignas(64) T tile[R][NR];
     std::memcpy(tile, acc, sizeof tile);
     for (int r = 0; r < rows; ++r)
       for (int j = 0; j < cols; ++j) c[r * ldc + j] = add ? c[r * ldc + j] + tile[r][j] : tile[r][j];
