@@ -209,6 +209,31 @@ TEST(ConvReduced, EveryOutputMask) {
   }
 }
 
+// Off the vdpbf16ps path, a 16-bit convolution other than a unit one (1x1, stride 1, no
+// padding) runs the float32 kernels on widened copies of its operands (conv_kernels_reduced.cpp's
+// widen_to_float32; the README's "converting" path): every result is, bit for bit, the float32
+// convolution of the widened tensors rounded once to the 16-bit dtype.
+TEST(ConvReduced, ConvertingPathIsTheFloat32KernelsOnWidenedOperands) {
+  for (Isa isa : paths()) {
+    IsaGuard guard(isa);
+    for (const Case& c : cases()) {
+      if (c.what == "1x1" || c.what == "transposed 1x1") continue;  // unit: im2col-free 16-bit GEMM
+      const int64_t C_out = c.transposed ? c.w[1] * c.groups : c.w[0];
+      for (DType dt : {DType::BFloat16, DType::Float16}) {
+        if (dt == DType::BFloat16 && isa == Isa::Avx512Bf16) continue;  // the vdpbf16ps GEMM instead
+        Tensor x = random_tensor(c.x, dt, 11), w = random_tensor(c.w, dt, 12), b = random_tensor({C_out}, dt, 13);
+        Tensor g = random_tensor(out_shape_of(c), dt, 14);
+        const ConvRun got = run(c, x, w, b, g);
+        auto f32 = [](const Tensor& t) { return t.to(DType::Float32); };
+        const ConvRun wide = run(c, f32(x), f32(w), f32(b), f32(g));
+        auto rounded = [dt](const Tensor& t) { return t.defined() ? t.to(dt) : t; };
+        const ConvRun want{rounded(wide.y), rounded(wide.gi), rounded(wide.gw), rounded(wide.gb)};
+        expect_same_run(got, want, c.what + " " + dtype_name(dt) + " path " + isa_name(isa));
+      }
+    }
+  }
+}
+
 TEST(ConvReduced, SameBitsForOneAndTwoThreads) {
   const int before = omp_get_max_threads();
   for (Isa isa : paths()) {
