@@ -50,7 +50,6 @@
 #include "../internal/half_access.h"
 #include "../matmul_kernels.h"
 #include "../../framework/isa.h"
-#include "../../framework/parallel.h"
 
 #include <omp.h>
 
@@ -74,18 +73,14 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Fallback: the operands widened to float32, then the float32 kernels.
 
-// n values of S widened to float32 (exact), in parallel blocks (each value has one writer); an
-// empty buffer for a null x (an operand no requested result needs).
+// n values of S widened to float32 (exact) in a fresh buffer; none for a null x (an operand no
+// requested result needs).
 using Widened = std::unique_ptr<float[]>;
 template <class S>
 Widened widened(const S* x, int64_t n) {
   if (!x) return nullptr;
-  Widened out(new float[size_t(n)]);  // every element written below
-  constexpr int64_t kBlock = int64_t{1} << 15;
-  const int64_t blocks = tg::ceil_div(n, kBlock);
-#pragma omp parallel for schedule(static) if (blocks > 1 && max_threads() > 1)
-  for (int64_t b = 0; b < blocks; ++b)
-    load_row(x + b * kBlock, std::min(kBlock, n - b * kBlock), out.get() + b * kBlock);
+  Widened out(new float[size_t(n)]);  // every element written by widen_all
+  widen_all(x, n, out.get());
   return out;
 }
 

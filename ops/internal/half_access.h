@@ -7,10 +7,12 @@
 // makes GCC copy each struct through a temporary, which it does not vectorise.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "../../framework/half.h"
+#include "../../framework/parallel.h"
 #include "isa_dispatch.h"
 
 namespace tg::kernels::TG_ISA_NS {
@@ -49,6 +51,23 @@ template <class T>
 inline void load_row(const T* src, int64_t n, opmath_t<T>* dst) {
 #pragma omp simd
   for (int64_t k = 0; k < n; ++k) dst[k] = load_op(src, k);
+}
+
+// n values of S widened to T = opmath_t<S> (widen_all), or T rounded to S (round_all), whole
+// arrays, in parallel blocks (each element has one writer, so any split gives the same bits).
+template <class S, class T>
+void widen_all(const S* from, int64_t n, T* to) {
+  constexpr int64_t kBlockElems = 1 << 14;
+#pragma omp parallel for schedule(static) if (n >= 4 * kBlockElems)
+  for (int64_t b = 0; b < ceil_div(n, kBlockElems); ++b)
+    load_row(from + b * kBlockElems, std::min(kBlockElems, n - b * kBlockElems), to + b * kBlockElems);
+}
+template <class T, class S>
+void round_all(const T* from, int64_t n, S* to) {
+  constexpr int64_t kBlockElems = 1 << 14;
+#pragma omp parallel for schedule(static) if (n >= 4 * kBlockElems)
+  for (int64_t b = 0; b < ceil_div(n, kBlockElems); ++b)
+    store_row(from + b * kBlockElems, std::min(kBlockElems, n - b * kBlockElems), to + b * kBlockElems);
 }
 
 }  // namespace tg::kernels::TG_ISA_NS

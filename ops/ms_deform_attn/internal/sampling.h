@@ -163,23 +163,6 @@ void scatter_rows(const T* src, int64_t K, int64_t C, S* dst, int64_t stride) {
   }
 }
 
-// n elements of S widened to T (to = from when S is T: not called then), or T rounded to S;
-// in parallel, in blocks (each element has one writer, so any split gives the same bits).
-template <class S, class T>
-void widen_all(const S* from, int64_t n, T* to) {
-  constexpr int64_t kBlockElems = 1 << 14;
-#pragma omp parallel for schedule(static) if (n >= 4 * kBlockElems)
-  for (int64_t b = 0; b < ceil_div(n, kBlockElems); ++b)
-    load_row(from + b * kBlockElems, std::min(kBlockElems, n - b * kBlockElems), to + b * kBlockElems);
-}
-template <class T, class S>
-void round_all(const T* from, int64_t n, S* to) {
-  constexpr int64_t kBlockElems = 1 << 14;
-#pragma omp parallel for schedule(static) if (n >= 4 * kBlockElems)
-  for (int64_t b = 0; b < ceil_div(n, kBlockElems); ++b)
-    store_row(from + b * kBlockElems, std::min(kBlockElems, n - b * kBlockElems), to + b * kBlockElems);
-}
-
 // Where the L*P sampling points of one query land, one entry per (level, point) i; corner
 // arrays are corner-major ([k * LP + i], corners k = nw, ne, sw, se).
 template <class T>
