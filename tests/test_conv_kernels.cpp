@@ -10,6 +10,8 @@
 #include <limits>
 #include <vector>
 
+#include <tapegrad/ops/conv/conv_kernels.h>
+
 #include "golden.h"
 #include "test_util.h"
 
@@ -96,6 +98,9 @@ std::vector<double> grad_weight_by_definition(const Tensor& x, const Tensor& g, 
 // definition, and the same bits for 1 and 2 threads (2 threads share the tiles out otherwise).
 TEST(Conv, DirectPathsSameBitsForAnyThreadCount) {
   const int saved = num_threads();
+  // the direct kernels: the float32 3x3 stride-1 shapes would take the Winograd path
+  // (test_conv_winograd.cpp checks its thread-count independence)
+  const bool winograd = kernels::set_conv_winograd(false);
   struct Shape3 {
     Shape x, w;
     int64_t groups, stride;
@@ -141,6 +146,7 @@ TEST(Conv, DirectPathsSameBitsForAnyThreadCount) {
     expect_close(r64.grad_weight, expected, 1e-10, 1e-10, "grad_weight float64");
   }
   set_num_threads(saved);
+  kernels::set_conv_winograd(winograd);
 }
 
 // ---- Inf and NaN ----

@@ -2,6 +2,8 @@
 // each register tiling (ops/conv/internal/conv_direct.h, conv_kernels_weight_grad.cpp): their
 // sizes follow the path's vector registers (kVecBytes, kAccRegs), so each path runs different
 // blocks. test_isa.cpp's IsaPaths.ConvolutionMatchesGeneric has the general cases.
+#include <tapegrad/ops/conv/conv_kernels.h>
+
 #include "isa_test_util.h"
 #include "test_util.h"
 
@@ -62,9 +64,13 @@ TEST(IsaPaths, ConvolutionRegisterTilingsMatchGeneric) {
       {"conv3d, 16 channels", {1, 16, 6, 10, 12}, {16, 16, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, false},
       {"transposed, stride 2", {2, 36, 9, 10}, {36, 20, 4, 4}, {2, 2}, {1, 1}, 1, true},
   };
+  // the direct tilings: the float32 3x3 stride-1 cases would take the Winograd path
+  // (test_conv_winograd.cpp has its own every-path test)
+  const bool winograd = kernels::set_conv_winograd(false);
   for (DType dt : {DType::Float32, DType::Float64}) {
     for (const Case& c : cases) expect_conv_same_on_every_isa(c, dt);
   }
+  kernels::set_conv_winograd(winograd);
 }
 
 // An infinite input value: the fast weight gradients meet it at garbage grid positions and

@@ -5,9 +5,17 @@
 
 #include "../internal/isa_dispatch.h"
 
+#include <atomic>
 #include <vector>
 
 namespace tg::kernels {
+
+namespace {
+std::atomic<bool> winograd_on{true};
+}  // namespace
+
+bool set_conv_winograd(bool on) { return winograd_on.exchange(on); }
+bool conv_winograd_enabled() { return winograd_on.load(std::memory_order_relaxed); }
 
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
                          int64_t pad_before, int64_t pad_after, bool transposed,

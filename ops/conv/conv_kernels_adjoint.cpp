@@ -182,6 +182,7 @@ void correlate_adjoint_depthwise(const T* y, const T* w, const T* bias, T* x, co
 template <class T>
 void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& g) {
   if (g.N == 0 || g.Ci == 0 || g.Li == 0) return;
+  if (winograd_correlate_adjoint(y, w, bias, x, g)) return;
   if (!g.unit && all_finite(w, g.Co * g.CKg)) {
     const AdjointPhases ap = adjoint_phases(g);
     if (ap.ok) {

@@ -105,6 +105,7 @@ void add_nonfinite_weight_taps(const T* x, const T* w, T* y, const Geom& g) {
 template <class T>
 void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   if (g.N == 0 || g.Co == 0 || g.Lo == 0) return;
+  if (winograd_correlate(x, w, bias, y, g)) return;
   if (!g.unit && !all_finite(w, g.Co * g.CKg)) {  // "Non-finite weights": conv_kernels_shared.h
     const std::vector<T> finite_w = finite_part(w, g.Co * g.CKg);
     correlate(x, finite_w.data(), bias, y, g);

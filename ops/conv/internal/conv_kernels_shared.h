@@ -632,6 +632,16 @@ void correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& 
 template <class T>
 void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact = false);
 
+// The Winograd path of correlate and correlate_adjoint for 3x3 kernels of stride 1 (float32
+// only); conv_kernels_winograd.cpp. They return false, having maybe written part of the result,
+// where the path does not apply (winograd_fits, any other type) or an input is not finite or too
+// large for it: the caller then runs its own kernels, which overwrite the whole result.
+bool winograd_fits(const Geom& g);
+template <class T>
+bool winograd_correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g);
+template <class T>
+bool winograd_correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& g);
+
 // db[c] = sum_n sum_o dy[n, c, o], in double; conv_kernels_weight_grad.cpp. R = T, or float for
 // 16-bit dy (the reduced kernels' float32 results).
 template <class T, class R = T>

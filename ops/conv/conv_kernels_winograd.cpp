@@ -1,0 +1,411 @@
+// Winograd F(4x4, 3x3): the float32 3x3 correlations of stride 1 (the forward of a 3x3
+// convolution and its input gradient) with 36 products per 4x4 block of outputs instead of 144.
+//
+// For one input channel c and one output channel o, a 6x6 tile d of the image gives the 4x4
+// block of outputs it covers (Lavin & Gray, "Fast Algorithms for Convolutional Neural
+// Networks", 2015):
+//
+//   y = A^T [ U ⊙ V ] A,   U = G w G^T (6x6, per (o, c)),   V = B^T d B (6x6, per tile and c)
+//
+// and the sum over input channels moves inside: y[o] = A^T [ sum_c U[o, c] ⊙ V[c] ] A. For each
+// of the 36 positions xi of the 6x6 transformed tile this sum is a matrix product
+// M[xi] (outputs x tiles) = U[xi] (outputs x inputs) . V[xi] (inputs x tiles), which is where
+// the time goes; the transforms are additions and small multiples.
+//
+//   B^T = [ 4  0 -5  0  1  0 ]    G = [  1/4     0     0  ]    A^T = [ 1  1  1  1  1  0 ]
+//         [ 0 -4 -4  1  1  0 ]        [ -1/6  -1/6  -1/6  ]          [ 0  1 -1  2 -2  0 ]
+//         [ 0  4 -4 -1  1  0 ]        [ -1/6   1/6  -1/6  ]          [ 0  1  1  4  4  0 ]
+//         [ 0 -2 -1  2  1  0 ]        [ 1/24  1/12   1/6  ]          [ 0  1 -1  8 -8  1 ]
+//         [ 0  2 -1 -2  1  0 ]        [ 1/24 -1/12   1/6  ]
+//         [ 0  4  0 -5  0  1 ]        [   0     0     1   ]
+//
+// Rounding: the result is not the direct sum's bits. The transforms scale values by up to
+// ~10 on the way in and ~8 on the way out, so the error is a few times the direct sum's (tests:
+// within 2e-5 relative to the sum of |products| against float64, ConvWinograd.*). U is computed
+// in double and rounded once.
+//
+// Non-finite and huge values: a tile mixes its 36 inputs, so one Inf or NaN would spread over
+// the whole 4x4 block (and Inf - Inf gives NaN where the definition has Inf). The path
+// therefore refuses, and the caller runs the direct kernels, when any weight or input value is
+// not finite or larger than kLimit in magnitude (so the transforms cannot overflow either). The
+// inputs are checked on the fly, as the tiles are transformed; then the whole output is
+// recomputed by the caller.
+//
+// Layout of the work: items (sample, group, block of tile rows), each owned by one thread,
+// with the block size chosen from the shape alone: every output is summed in the same order
+// whatever the thread count, so results are bit-identical for any thread count.
+#include "conv_kernels.h"
+#include "internal/conv_kernels_shared.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // see Lanes
+
+namespace tg::kernels::TG_ISA_NS::conv_detail {
+
+namespace {
+
+using L = Lanes<float>;
+using vec = L::vec;
+constexpr int kLanes = L::n;
+
+// Largest |value| the path accepts: products stay below 1e24, and 36 of them times the
+// transforms' factors times millions of channels stay far below float32's 3.4e38.
+constexpr float kLimit = 1e12f;
+
+// Tile geometry of one correlation: image (channels Cx per group, Hx x Wx) -> output (Cy per
+// group, Hy x Wy), y[o, i, j] = bias[o] + sum_{c, a, b} w[o, c, a, b] x[c, i - top + a, j - left + b].
+struct Problem {
+  int64_t N, G, Cx, Cy, Hx, Wx, Hy, Wy, top, left;
+  int64_t Th, Tw;        // tile rows and columns: ceil(Hy / 4), ceil(Wy / 4)
+  int64_t rows_per_item; // tile rows per work item (from the shape only)
+  int64_t n_blocks;      // items per (sample, group)
+};
+
+constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Tile rows per item: blocks of about 100-200 tiles whose lengths, rounded up to whole vectors,
+// waste the least.
+int64_t choose_rows_per_item(int64_t Th, int64_t Tw) {
+  const int64_t k_max = std::max<int64_t>(1, 192 / Tw);
+  int64_t best_k = 1, best_cost = INT64_MAX;
+  for (int64_t k = 1; k <= std::min(k_max, Th); ++k) {
+    const int64_t full = Th / k, rest = Th % k;
+    const int64_t cost = full * round_up(k * Tw, kLanes) + (rest ? round_up(rest * Tw, kLanes) : 0)
+                         + (full + (rest ? 1 : 0)) * 8 * kLanes;  // a little per item
+    if (cost <= best_cost) best_cost = cost, best_k = k;
+  }
+  return best_k;
+}
+
+// Output channels per register tile and vectors of tiles: OB x NV sums in registers.
+constexpr int kNV = 3;
+constexpr int kOB = kAccRegs / kNV;  // 8 with AVX-512's 32 registers, 4 with 16
+
+// U, packed for the products: Up[((xi * n_ob + ob) * Cx + c) * kOB + o'] = U[xi][ob*kOB + o'][c]
+// (zero for outputs past Cy), one group after another. wf(o, c, a, b) gives the weight.
+template <class WF>
+std::vector<float> transform_weights(const Problem& pb, WF&& wf) {
+  static const double Gm[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                  {-1.0 / 6, 1.0 / 6, -1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                  {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  const int64_t n_ob = (pb.Cy + kOB - 1) / kOB;
+  const int64_t per_group = 36 * n_ob * pb.Cx * kOB;
+  std::vector<float> Up(size_t(pb.G * per_group), 0.0f);
+  for (int64_t grp = 0; grp < pb.G; ++grp)
+    for (int64_t o = 0; o < pb.Cy; ++o)
+      for (int64_t c = 0; c < pb.Cx; ++c) {
+        double w[3][3], gw[6][3];
+        for (int a = 0; a < 3; ++a)
+          for (int b = 0; b < 3; ++b) w[a][b] = wf(grp, o, c, a, b);
+        for (int i = 0; i < 6; ++i)
+          for (int b = 0; b < 3; ++b) gw[i][b] = Gm[i][0] * w[0][b] + Gm[i][1] * w[1][b] + Gm[i][2] * w[2][b];
+        for (int i = 0; i < 6; ++i)
+          for (int j = 0; j < 6; ++j) {
+            const double u = gw[i][0] * Gm[j][0] + gw[i][1] * Gm[j][1] + gw[i][2] * Gm[j][2];
+            const int64_t xi = i * 6 + j;
+            Up[size_t(grp * per_group + ((xi * n_ob + o / kOB) * pb.Cx + c) * kOB + o % kOB)] = float(u);
+          }
+      }
+  return Up;
+}
+
+// Lane shuffles (constant indices, spelled out by pack expansion over the lanes K):
+//   zip(a, b, h):  a[h], b[h], a[h + 1], b[h + 1], ...  (h = 0: the low halves, n / 2: the high)
+//   unzip(a, b, p): a[p], a[p + 2], ..., b[p], b[p + 2], ...  (p = 0: the even lanes, 1: the odd)
+template <int... K>
+inline vec zip_lanes(vec a, vec b, std::integer_sequence<int, K...>, std::integral_constant<int, 0>) {
+  return __builtin_shufflevector(a, b, ((K % 2) * kLanes + K / 2)...);
+}
+template <int... K>
+inline vec zip_lanes(vec a, vec b, std::integer_sequence<int, K...>, std::integral_constant<int, 1>) {
+  return __builtin_shufflevector(a, b, ((K % 2) * kLanes + K / 2 + kLanes / 2)...);
+}
+template <int... K>
+inline vec unzip_lanes(vec a, vec b, std::integer_sequence<int, K...>, std::integral_constant<int, 0>) {
+  return __builtin_shufflevector(a, b, (2 * K)...);
+}
+template <int... K>
+inline vec unzip_lanes(vec a, vec b, std::integer_sequence<int, K...>, std::integral_constant<int, 1>) {
+  return __builtin_shufflevector(a, b, (2 * K + 1)...);
+}
+using LaneSeq = std::make_integer_sequence<int, kLanes>;
+inline vec zip_lo(vec a, vec b) { return zip_lanes(a, b, LaneSeq{}, std::integral_constant<int, 0>{}); }
+inline vec zip_hi(vec a, vec b) { return zip_lanes(a, b, LaneSeq{}, std::integral_constant<int, 1>{}); }
+inline vec even_lanes(vec a, vec b) { return unzip_lanes(a, b, LaneSeq{}, std::integral_constant<int, 0>{}); }
+inline vec odd_lanes(vec a, vec b) { return unzip_lanes(a, b, LaneSeq{}, std::integral_constant<int, 1>{}); }
+
+// p[k][t] = src[4 t + k] for t < n (a multiple of kLanes), k < 4: the four phases of a row.
+inline void split_phases(const float* src, int64_t n, float* p0, float* p1, float* p2, float* p3) {
+  for (int64_t t = 0; t < n; t += kLanes) {
+    const float* s = src + 4 * t;
+    const vec v0 = L::load(s), v1 = L::load(s + kLanes), v2 = L::load(s + 2 * kLanes), v3 = L::load(s + 3 * kLanes);
+    const vec e01 = even_lanes(v0, v1), o01 = odd_lanes(v0, v1), e23 = even_lanes(v2, v3), o23 = odd_lanes(v2, v3);
+    const vec q0 = even_lanes(e01, e23), q1 = even_lanes(o01, o23), q2 = odd_lanes(e01, e23), q3 = odd_lanes(o01, o23);
+    std::memcpy(p0 + t, &q0, sizeof(vec));
+    std::memcpy(p1 + t, &q1, sizeof(vec));
+    std::memcpy(p2 + t, &q2, sizeof(vec));
+    std::memcpy(p3 + t, &q3, sizeof(vec));
+  }
+}
+
+// dst[4 l + j] = y[j][l], l < kLanes: four phases of a row woven back together.
+inline void weave_phases(const vec* y, float* dst) {
+  const vec ac_lo = zip_lo(y[0], y[2]), ac_hi = zip_hi(y[0], y[2]);
+  const vec bd_lo = zip_lo(y[1], y[3]), bd_hi = zip_hi(y[1], y[3]);
+  const vec r[4] = {zip_lo(ac_lo, bd_lo), zip_hi(ac_lo, bd_lo), zip_lo(ac_hi, bd_hi), zip_hi(ac_hi, bd_hi)};
+  std::memcpy(dst, r, sizeof r);
+}
+
+// t = B^T d for six vectors d[0..5] (d[k * stride]).
+inline void input_rows(const vec* d, int stride, vec* t) {
+  const vec d0 = d[0], d1 = d[stride], d2 = d[2 * stride], d3 = d[3 * stride], d4 = d[4 * stride],
+            d5 = d[5 * stride];
+  const vec four = L::splat(4.0f), five = L::splat(5.0f), two = L::splat(2.0f);
+  t[0] = four * d0 - five * d2 + d4;
+  t[1] = (d3 + d4) - four * (d1 + d2);
+  t[2] = (d4 - d3) + four * (d1 - d2);
+  t[3] = (d4 - d2) + two * (d3 - d1);
+  t[4] = (d4 - d2) - two * (d3 - d1);
+  t[5] = four * d1 - five * d3 + d5;
+}
+
+// s = A^T m for six vectors m[0..5] (m[k * stride]).
+inline void output_rows(const vec* m, int stride, vec* s) {
+  const vec a = m[stride] + m[2 * stride], b = m[stride] - m[2 * stride];
+  const vec c = m[3 * stride] + m[4 * stride], d = m[3 * stride] - m[4 * stride];
+  s[0] = m[0] + a + c;
+  s[1] = b + L::splat(2.0f) * d;
+  s[2] = a + L::splat(4.0f) * c;
+  s[3] = b + L::splat(8.0f) * d + m[5 * stride];
+}
+
+// V for channel c of image plane xc and the tile rows [ty0, ty0 + rows): V[xi][c][t], t = tile
+// index in the item (row-major), row stride Ts. Each tile row is stored as whole vectors, in
+// order: the lanes past a row's last tile spill into the next row's place, which that row then
+// overwrites (and the last row's into the room past the item's tiles, which Ts leaves).
+// Three passes, so that no load meets a store still in flight (a vector load across two recent
+// stores stalls): the item's 4 rows + 2 image rows padded with zeros to 4 R columns (pad), their
+// four column phases (ph: row k, phase j at (k * 4 + j) * R), and the transform. Returns false
+// when a value is out of range (see kLimit).
+bool transform_input(const float* xc, const Problem& pb, int64_t ty0, int64_t rows, int64_t c,
+                     float* V, int64_t Ts, float* pad, float* ph, int64_t R) {
+  const int64_t n_rows = 4 * rows + 2, y0 = 4 * ty0 - pb.top;  // padded rows and the first's image row
+  // image columns that land in a padded row (position q holds column q - left)
+  const int64_t q0 = std::clamp<int64_t>(pb.left, 0, 4 * R), q1 = std::clamp<int64_t>(pb.left + pb.Wx, q0, 4 * R);
+  int bad = 0;
+  for (int64_t k = 0; k < n_rows; ++k) {
+    float* pk = pad + k * 4 * R;
+    const int64_t iy = y0 + k;
+    if (iy < 0 || iy >= pb.Hx) {
+      std::fill(pk, pk + 4 * R, 0.0f);
+      continue;
+    }
+    const float* row = xc + iy * pb.Wx + (q0 - pb.left);
+    std::fill(pk, pk + q0, 0.0f);
+    for (int64_t q = q0; q < q1; ++q) {
+      const float v = row[q - q0];
+      bad |= int(!(std::fabs(v) <= kLimit));
+      pk[q] = v;
+    }
+    std::fill(pk + q1, pk + 4 * R, 0.0f);
+  }
+  if (bad) return false;
+  for (int64_t k = 0; k < n_rows; ++k) {
+    float* p = ph + k * 4 * R;
+    split_phases(pad + k * 4 * R, R, p, p + R, p + 2 * R, p + 3 * R);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pr = ph + 4 * r * 4 * R;  // phases of padded row 4 r, the tile row's first
+    for (int64_t t0 = 0; t0 < pb.Tw; t0 += kLanes) {
+      vec d[6], e[6][6], v[6];
+      for (int j = 0; j < 6; ++j) {
+        const float* pj = pr + j * 4 * R + t0;
+        for (int k = 0; k < 4; ++k) d[k] = L::load(pj + k * R);
+        d[4] = L::load(pj + 1);  // columns 4 (t + 1) and 4 (t + 1) + 1
+        d[5] = L::load(pj + R + 1);
+        input_rows(d, 1, e[j]);  // e[j][kk] = (d B)[j][kk]: the columns' transform
+      }
+      float* dst0 = V + c * Ts + r * pb.Tw + t0;
+      for (int kk = 0; kk < 6; ++kk) {
+        input_rows(&e[0][kk], 6, v);  // v[i] = (B^T d B)[i][kk]
+        for (int i = 0; i < 6; ++i) std::memcpy(dst0 + (i * 6 + kk) * pb.Cx * Ts, &v[i], sizeof(vec));
+      }
+    }
+  }
+  return true;
+}
+
+// M[xi][o][t] = sum_c U[xi][o][c] V[xi][c][t] for outputs [ob * kOB, + kOB) and the NV vectors
+// of tiles from t0 (rows of V and M Ts apart).
+template <int NV>
+void product_tile(const float* Uxi, const float* Vxi, int64_t Cx, int64_t Tp, int64_t t0, float* Mxi) {
+  vec acc[kOB][NV];
+  for (int o = 0; o < kOB; ++o)
+    for (int q = 0; q < NV; ++q) acc[o][q] = vec{};
+  for (int64_t c = 0; c < Cx; ++c) {
+    vec v[NV];
+    for (int q = 0; q < NV; ++q) v[q] = L::load(Vxi + c * Tp + t0 + q * kLanes);
+    const float* u = Uxi + c * kOB;
+    for (int o = 0; o < kOB; ++o) {
+      const vec uo = L::splat(u[o]);
+      for (int q = 0; q < NV; ++q) acc[o][q] += uo * v[q];
+    }
+  }
+  for (int o = 0; o < kOB; ++o)
+    for (int q = 0; q < NV; ++q) std::memcpy(Mxi + o * Tp + t0 + q * kLanes, &acc[o][q], sizeof(vec));
+}
+
+// Output channel o's blocks of the item's tiles (from tile row ty0, T tiles), from M[xi][o][t]
+// (Mo = M[0][o], rows xi Mxi_stride apart), plus bias, into its plane yo.
+void transform_output(const float* Mo, int64_t Mxi_stride, float bias, const Problem& pb, int64_t ty0,
+                      int64_t T, float* yo) {
+  for (int64_t t0 = 0; t0 < T; t0 += kLanes) {
+    vec m[36], s[4][6], y[4][4];
+    for (int xi = 0; xi < 36; ++xi) m[xi] = L::load(Mo + xi * Mxi_stride + t0);
+    for (int kk = 0; kk < 6; ++kk) {
+      vec col[4];
+      output_rows(&m[kk], 6, col);  // rows of A^T M, column kk
+      for (int i = 0; i < 4; ++i) s[i][kk] = col[i];
+    }
+    const vec b = L::splat(bias);
+    for (int i = 0; i < 4; ++i) {
+      output_rows(s[i], 1, y[i]);
+      for (int j = 0; j < 4; ++j) y[i][j] += b;
+    }
+    // rows of outputs: out[i][4 l + j] = y[i][j][l], tile l's four columns side by side
+    float out[4][4 * kLanes];
+    for (int i = 0; i < 4; ++i) weave_phases(y[i], out[i]);
+    // runs of tiles in one tile row, each 4 output rows of 4 run columns (clipped to the plane)
+    const int64_t n = std::min<int64_t>(kLanes, T - t0);
+    for (int64_t l = 0; l < n;) {
+      const int64_t t = t0 + l, ty = ty0 + t / pb.Tw, tx = t % pb.Tw;
+      const int64_t run = std::min(n - l, pb.Tw - tx);
+      const int64_t ni = std::min<int64_t>(4, pb.Hy - 4 * ty), nc = std::min(4 * run, pb.Wy - 4 * tx);
+      for (int64_t i = 0; i < ni; ++i)
+        std::memcpy(yo + (4 * ty + i) * pb.Wy + 4 * tx, &out[i][4 * l], sizeof(float) * size_t(nc));
+      l += run;
+    }
+  }
+}
+
+// The correlation for every item; false (y partly written) when an input is out of range.
+bool run(const float* x, const std::vector<float>& Up, const float* bias, float* y, const Problem& pb) {
+  const int64_t n_ob = (pb.Cy + kOB - 1) / kOB;
+  const int64_t per_group_u = 36 * n_ob * pb.Cx * kOB;
+  const int64_t Tmax = pb.rows_per_item * pb.Tw, Ts_max = round_up(Tmax, kLanes) + kLanes;
+  const int64_t R = round_up(pb.Tw, kLanes) + kLanes;
+  const int64_t items = pb.N * pb.G * pb.n_blocks;
+  const bool big = double(items) * Tmax * 36 * pb.Cx * pb.Cy >= kParallelWork;
+  int ok = 1;
+#pragma omp parallel if (big && items > 1) reduction(& : ok)
+  {
+    const int64_t pad_rows = 4 * pb.rows_per_item + 2;
+    Scratch<float, 0> ph(2 * pad_rows * 4 * R);  // padded rows, then their phases
+    Scratch<float, 1> V(36 * pb.Cx * Ts_max);
+    Scratch<float, 2> M(36 * n_ob * kOB * Ts_max);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      if (!ok) continue;
+      const int64_t ng = it / pb.n_blocks, blk = it % pb.n_blocks, grp = ng % pb.G;
+      const int64_t ty0 = blk * pb.rows_per_item, rows = std::min(pb.rows_per_item, pb.Th - ty0);
+      // T tiles, whole vectors of them (Tp) in the products, rows of Ts in V and M
+      const int64_t T = rows * pb.Tw, Tp = round_up(T, kLanes), Ts = Tp + kLanes;
+      const float* xg = x + ng * pb.Cx * pb.Hx * pb.Wx;
+      for (int64_t c = 0; c < pb.Cx && ok; ++c) {
+        ok &= int(transform_input(xg + c * pb.Hx * pb.Wx, pb, ty0, rows, c, V.data(), Ts,
+                                  ph.data(), ph.data() + pad_rows * 4 * R, R));
+      }
+      if (!ok) continue;
+      // M[xi][o][t] (o over all n_ob * kOB rows), for every xi
+      const float* Ug = Up.data() + grp * per_group_u;
+      for (int64_t xi = 0; xi < 36; ++xi) {
+        const float* Vxi = V.data() + xi * pb.Cx * Ts;
+        for (int64_t ob = 0; ob < n_ob; ++ob) {
+          const float* Uxi = Ug + (xi * n_ob + ob) * pb.Cx * kOB;
+          float* Mxi = M.data() + (xi * n_ob + ob) * kOB * Ts;
+          int64_t t0 = 0;
+          for (; t0 + kNV * kLanes <= Tp; t0 += kNV * kLanes) product_tile<kNV>(Uxi, Vxi, pb.Cx, Ts, t0, Mxi);
+          if (Tp - t0 == 2 * kLanes) product_tile<2>(Uxi, Vxi, pb.Cx, Ts, t0, Mxi);
+          if (Tp - t0 == kLanes) product_tile<1>(Uxi, Vxi, pb.Cx, Ts, t0, Mxi);
+        }
+      }
+      float* yg = y + ng * pb.Cy * pb.Hy * pb.Wy;
+      const int64_t Mxi_stride = n_ob * kOB * Ts;
+      for (int64_t o = 0; o < pb.Cy; ++o) {
+        transform_output(M.data() + o * Ts, Mxi_stride, bias ? bias[grp * pb.Cy + o] : 0.0f, pb, ty0, T,
+                         yg + o * pb.Hy * pb.Wy);
+      }
+    }
+  }
+  return ok != 0;
+}
+
+Problem make_problem(int64_t N, int64_t G, int64_t Cx, int64_t Cy, int64_t Hx, int64_t Wx, int64_t Hy,
+                     int64_t Wy, int64_t top, int64_t left) {
+  Problem pb{N, G, Cx, Cy, Hx, Wx, Hy, Wy, top, left, (Hy + 3) / 4, (Wy + 3) / 4, 1, 1};
+  pb.rows_per_item = choose_rows_per_item(pb.Th, pb.Tw);
+  pb.n_blocks = (pb.Th + pb.rows_per_item - 1) / pb.rows_per_item;
+  return pb;
+}
+
+bool weights_in_range(const float* w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(std::fabs(w[i]) <= kLimit)) return false;
+  return true;
+}
+
+}  // namespace
+
+bool winograd_fits(const Geom& g) {
+  return conv_winograd_enabled() && g.Di == 1 && g.Do == 1 && g.kd == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 &&
+         g.dh == 1 && g.dw == 1 && g.Cig >= 8 && g.Cog >= 8 && g.Ho >= 4 && g.Wo >= 4 &&
+         g.Hi >= 4 && g.Wi >= 4 && g.Ho * g.Wo >= 64 && g.Hi * g.Wi >= 64;
+}
+
+template <>
+bool winograd_correlate<float>(const float* x, const float* w, const float* bias, float* y, const Geom& g) {
+  if (!winograd_fits(g) || !weights_in_range(w, g.Co * g.CKg)) return false;
+  const Problem pb = make_problem(g.N, g.G, g.Cig, g.Cog, g.Hi, g.Wi, g.Ho, g.Wo, g.ph, g.pw);
+  const std::vector<float> Up = transform_weights(pb, [&](int64_t grp, int64_t o, int64_t c, int a, int b) {
+    return double(w[((grp * g.Cog + o) * g.Cig + c) * 9 + a * 3 + b]);
+  });
+  return run(x, Up, bias, y, pb);
+}
+
+template <>
+bool winograd_correlate<double>(const double*, const double*, const double*, double*, const Geom&) {
+  return false;
+}
+
+// x[ci, i] = sum_{co, t} w[co, ci, t] y[co, i + pad - t]: the correlation of y with the flipped,
+// transposed kernel, padded by 2 - pad.
+template <>
+bool winograd_correlate_adjoint<float>(const float* y, const float* w, const float* bias, float* x,
+                                       const Geom& g) {
+  if (!winograd_fits(g) || !weights_in_range(w, g.Co * g.CKg)) return false;
+  const Problem pb = make_problem(g.N, g.G, g.Cog, g.Cig, g.Ho, g.Wo, g.Hi, g.Wi, 2 - g.ph, 2 - g.pw);
+  const std::vector<float> Up = transform_weights(pb, [&](int64_t grp, int64_t ci, int64_t co, int a, int b) {
+    return double(w[((grp * g.Cog + co) * g.Cig + ci) * 9 + (2 - a) * 3 + (2 - b)]);
+  });
+  return run(y, Up, bias, x, pb);
+}
+
+template <>
+bool winograd_correlate_adjoint<double>(const double*, const double*, const double*, double*, const Geom&) {
+  return false;
+}
+
+}  // namespace tg::kernels::TG_ISA_NS::conv_detail
+
+#pragma GCC diagnostic pop

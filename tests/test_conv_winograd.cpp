@@ -1,0 +1,195 @@
+// The Winograd path of the float32 3x3 stride-1 convolutions (ops/conv/conv_kernels_winograd.cpp):
+// forward and input gradient, normal and transposed, against the float64 convolution (which sums
+// directly) within 2e-5 of the sum of |products|; that the path really ran (its bits differ from
+// the direct sum's); the same bits for any thread count; and the fallback to the direct kernels
+// for non-finite and huge values, whose results are then the direct kernels' bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <tapegrad/ops/conv/conv_kernels.h>
+
+#include "isa_test_util.h"
+#include "test_util.h"
+
+namespace tg {
+namespace {
+
+struct Case {
+  const char* what;
+  Shape x, w;
+  int64_t pad, groups;
+  bool transposed;
+};
+
+// Shapes that reach the path: sizes that are and are not multiples of the 4x4 tiles, paddings
+// 0, 1 and 2, groups, channel counts around the register tiles (8 and 4 outputs), with and
+// without bias (each case runs both), one tile row per item and many.
+const std::vector<Case> kCases = {
+    {"ResNet-like 32 -> 32, 20 x 20", {2, 32, 20, 20}, {32, 32, 3, 3}, 1, 1, false},
+    {"odd sizes 13 x 11, 9 -> 13 channels", {2, 9, 13, 11}, {13, 9, 3, 3}, 1, 1, false},
+    {"no padding, 18 x 23", {1, 16, 18, 23}, {12, 16, 3, 3}, 0, 1, false},
+    {"padding 2, 10 x 30", {2, 8, 10, 30}, {8, 8, 3, 3}, 2, 1, false},
+    {"2 groups of 8 -> 12", {2, 16, 12, 12}, {24, 8, 3, 3}, 1, 2, false},
+    {"wide rows, 8 x 70", {1, 8, 8, 70}, {10, 8, 3, 3}, 1, 1, false},
+    {"transposed 16 -> 20, padding 1", {2, 16, 14, 17}, {16, 20, 3, 3}, 1, 1, true},
+};
+
+Tensor conv(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b) {
+  return convolution(x, w, b, {1, 1}, {c.pad, c.pad}, {1, 1}, c.transposed, {0, 0}, c.groups);
+}
+
+ConvolutionGrads conv_backward(const Case& c, const Tensor& g, const Tensor& x, const Tensor& w) {
+  return convolution_backward(g, x, w, {w.size(c.transposed ? 1 : 0) * (c.transposed ? c.groups : 1)}, {1, 1},
+                              {c.pad, c.pad}, {1, 1}, c.transposed, {0, 0}, c.groups);
+}
+
+// |got - want| <= 2e-5 * bound + 1e-30 everywhere (bound: the same map on |x| and |w|, in double).
+void expect_within(const Tensor& got, const Tensor& want, const Tensor& bound, const std::string& what) {
+  const std::vector<double> a = got.to(DType::Float64).to_vector<double>(), b = want.to_vector<double>(),
+                            s = bound.to_vector<double>();
+  ASSERT_EQ(a.size(), b.size());
+  size_t bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double err = std::fabs(a[i] - b[i]);
+    worst = std::max(worst, err / (s[i] + 1e-300));
+    if (!(err <= 2e-5 * s[i] + 1e-30)) ++bad;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": worst error " << worst << " x the sum of |products|";
+}
+
+// The same Inf and NaN entries, and the finite ones within 1e-4 relative of the largest.
+void expect_same_nonfinite_and_close(const Tensor& got, const Tensor& want) {
+  const std::vector<double> a = got.to(DType::Float64).to_vector<double>(),
+                            b = want.to(DType::Float64).to_vector<double>();
+  double scale = 0;
+  for (double v : b)
+    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+  size_t bad = 0, nonfinite = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(b[i])) {
+      ++nonfinite;
+      if (!(std::isnan(b[i]) ? std::isnan(a[i]) : a[i] == b[i])) ++bad;
+    } else if (!(std::fabs(a[i] - b[i]) <= 1e-4 * scale)) {
+      ++bad;
+    }
+  }
+  EXPECT_GT(nonfinite, 0u);
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(ConvWinograd, ForwardAndInputGradientWithinTheBoundOfFloat64) {
+  for (const Case& c : kCases) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(std::string(c.what) + (with_bias ? ", bias" : ", no bias"));
+      manual_seed(5);
+      const Tensor x = randn(c.x), w = randn(c.w);
+      const int64_t out_ch = c.transposed ? c.w[1] * c.groups : c.w[0];
+      const Tensor b = with_bias ? randn({out_ch}) : Tensor();
+      const Tensor y = conv(c, x, w, b);
+      const Tensor g = randn(y.shape());
+      const Tensor x64 = x.to(DType::Float64), w64 = w.to(DType::Float64);
+      const Tensor b64 = with_bias ? b.to(DType::Float64) : Tensor();
+      expect_within(y, conv(c, x64, w64, b64), conv(c, abs(x64), abs(w64), with_bias ? abs(b64) : Tensor()),
+                    "output");
+      const Tensor gx = conv_backward(c, g, x, w).grad_input;
+      const Tensor g64 = g.to(DType::Float64);
+      expect_within(gx, conv_backward(c, g64, x64, w64).grad_input,
+                    conv_backward(c, abs(g64), abs(x64), abs(w64)).grad_input, "grad_input");
+    }
+  }
+}
+
+// The path ran: its bits differ from the direct sum's (set_conv_winograd(false)) somewhere, in
+// the forward and in the input gradient. Without it the test above could pass on the direct
+// kernels alone.
+TEST(ConvWinograd, ThePathRunsAndCanBeTurnedOff) {
+  const Case& c = kCases[0];
+  manual_seed(6);
+  const Tensor x = randn(c.x), w = randn(c.w), b = randn({c.w[0]});
+  const Tensor y = conv(c, x, w, b), g = randn(y.shape());
+  const Tensor gx = conv_backward(c, g, x, w).grad_input;
+  EXPECT_TRUE(kernels::conv_winograd_enabled());
+  const bool was = kernels::set_conv_winograd(false);
+  EXPECT_TRUE(was);
+  const Tensor y_direct = conv(c, x, w, b), gx_direct = conv_backward(c, g, x, w).grad_input;
+  kernels::set_conv_winograd(true);
+  EXPECT_FALSE(same_bits(y, y_direct)) << "the forward did not take the Winograd path";
+  EXPECT_FALSE(same_bits(gx, gx_direct)) << "the input gradient did not take the Winograd path";
+  EXPECT_TRUE(same_bits(conv(c, x, w, b), y)) << "turned on again, the same bits";
+}
+
+TEST(ConvWinograd, SameBitsForAnyThreadCount) {
+  const int saved = num_threads();
+  const Case c{"big enough for every thread", {4, 16, 40, 36}, {24, 16, 3, 3}, 1, 1, false};
+  manual_seed(7);
+  const Tensor x = randn(c.x), w = randn(c.w), b = randn({24});
+  set_num_threads(2);
+  const Tensor y2 = conv(c, x, w, b), g = randn(y2.shape());
+  const Tensor gx2 = conv_backward(c, g, x, w).grad_input;
+  set_num_threads(1);
+  const Tensor y1 = conv(c, x, w, b), gx1 = conv_backward(c, g, x, w).grad_input;
+  set_num_threads(3);
+  const Tensor y3 = conv(c, x, w, b);
+  set_num_threads(saved);
+  EXPECT_TRUE(same_bits(y1, y2));
+  EXPECT_TRUE(same_bits(y1, y3));
+  EXPECT_TRUE(same_bits(gx1, gx2));
+}
+
+// Inf, NaN or a value beyond 1e12 in the input, the weights or grad_output: the direct kernels
+// run, so the result is theirs bit for bit (Inf and NaN only where the definition puts them);
+// except the forward with an Inf or NaN weight, which convolves the weights' finite part (on the
+// Winograd path) and adds the non-finite taps where they meet the image.
+TEST(ConvWinograd, NonFiniteAndHugeValuesTakeTheDirectKernels) {
+  const Case& c = kCases[1];
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (double bad : {inf, -inf, nan, 3e12, -1e30}) {
+    for (int where : {0, 1, 2}) {  // input, weight, grad_output
+      SCOPED_TRACE("value " + std::to_string(bad) + " in " + (where == 0 ? "input" : where == 1 ? "weight" : "grad"));
+      manual_seed(8);
+      std::vector<double> xv = randn(c.x).to(DType::Float64).to_vector<double>();
+      std::vector<double> wv = randn(c.w).to(DType::Float64).to_vector<double>();
+      const Tensor b = randn({c.w[0]});
+      std::vector<double> gv = randn(conv(c, randn(c.x), randn(c.w), b).shape()).to(DType::Float64).to_vector<double>();
+      (where == 0 ? xv : where == 1 ? wv : gv)[37] = bad;
+      const Tensor x = from_vector(xv, c.x).to(DType::Float32), w = from_vector(wv, c.w).to(DType::Float32);
+      const Tensor g = from_vector(gv, conv(c, x, w, b).shape()).to(DType::Float32);
+      const Tensor y = conv(c, x, w, b), gx = conv_backward(c, g, x, w).grad_input;
+      kernels::set_conv_winograd(false);
+      const Tensor y_direct = conv(c, x, w, b), gx_direct = conv_backward(c, g, x, w).grad_input;
+      kernels::set_conv_winograd(true);
+      if (where == 1 && !std::isfinite(bad)) {
+        // the forward adds the non-finite weights' taps to the convolution of the finite part,
+        // which takes the Winograd path: Inf and NaN where the direct sum has them, the rest close
+        expect_same_nonfinite_and_close(y, y_direct);
+      } else if (where == 0) {
+        EXPECT_TRUE(same_bits(y, y_direct)) << "forward";
+      }
+      if (where != 0) {
+        EXPECT_TRUE(same_bits(gx, gx_direct)) << "input gradient";
+      }
+    }
+  }
+}
+
+// Every instruction-set path runs its own copy of the transforms and products (vectors of 4, 8
+// or 16 tiles, register tiles of 4 or 8 outputs): each against the generic one.
+TEST(ConvWinograd, EveryInstructionSetPathMatchesGeneric) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.what);
+    manual_seed(9);
+    const Tensor x = randn(c.x), w = randn(c.w);
+    const Tensor b = randn({c.transposed ? c.w[1] * c.groups : c.w[0]});
+    const Tensor g = randn(conv(c, x, w, b).shape());
+    testing::expect_same_on_every_isa(
+        [&] { return std::vector<Tensor>{conv(c, x, w, b), conv_backward(c, g, x, w).grad_input}; }, 2e-5);
+  }
+}
+
+}  // namespace
+}  // namespace tg
