@@ -35,6 +35,7 @@ const std::vector<Case> kCases = {
     {"padding 2, 10 x 30", {2, 8, 10, 30}, {8, 8, 3, 3}, 2, 1, false},
     {"2 groups of 8 -> 12", {2, 16, 12, 12}, {24, 8, 3, 3}, 1, 2, false},
     {"wide rows, 8 x 70", {1, 8, 8, 70}, {10, 8, 3, 3}, 1, 1, false},
+    {"256 -> 16 channels: items of fewer tiles", {1, 256, 24, 24}, {16, 256, 3, 3}, 1, 1, false},
     {"transposed 16 -> 20, padding 1", {2, 16, 14, 17}, {16, 20, 3, 3}, 1, 1, true},
 };
 

@@ -74,10 +74,12 @@ struct Problem {
 
 constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// Tile rows per item: blocks of about 100-200 tiles whose lengths, rounded up to whole vectors,
-// waste the least.
-int64_t choose_rows_per_item(int64_t Th, int64_t Tw) {
-  const int64_t k_max = std::max<int64_t>(1, 192 / Tw);
+// Tile rows per item: blocks of at most about 192 tiles (fewer with many input channels, so that
+// one position's transformed inputs, Cx x tiles, stay near 48 KB: L1), whose lengths, rounded up
+// to whole vectors, waste the least.
+int64_t choose_rows_per_item(int64_t Th, int64_t Tw, int64_t Cx) {
+  const int64_t target = std::clamp<int64_t>(12288 / Cx, 2 * kLanes, 192);
+  const int64_t k_max = std::max<int64_t>(1, target / Tw);
   int64_t best_k = 1, best_cost = INT64_MAX;
   for (int64_t k = 1; k <= std::min(k_max, Th); ++k) {
     const int64_t full = Th / k, rest = Th % k;
@@ -354,9 +356,22 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
 Problem make_problem(int64_t N, int64_t G, int64_t Cx, int64_t Cy, int64_t Hx, int64_t Wx, int64_t Hy,
                      int64_t Wy, int64_t top, int64_t left) {
   Problem pb{N, G, Cx, Cy, Hx, Wx, Hy, Wy, top, left, (Hy + 3) / 4, (Wy + 3) / 4, 1, 1};
-  pb.rows_per_item = choose_rows_per_item(pb.Th, pb.Tw);
+  pb.rows_per_item = choose_rows_per_item(pb.Th, pb.Tw, Cx);
   pb.n_blocks = (pb.Th + pb.rows_per_item - 1) / pb.rows_per_item;
   return pb;
+}
+
+// Whether the path's memory stays reasonable: per thread its transformed inputs and products
+// (36 x channels x an item's tiles) and padded rows, and the transformed weights (4x the
+// weights). Very wide rows (an item is at least one row of tiles) or huge channel counts take
+// the direct kernels, which need far less.
+bool within_budget(const Problem& pb) {
+  const double Ts = double(round_up(pb.rows_per_item * pb.Tw, kLanes) + kLanes);
+  const double R = double(round_up(pb.Tw, kLanes) + kLanes);
+  const double n_o = double(round_up(pb.Cy, kOB));
+  const double per_thread = 4.0 * (36 * (double(pb.Cx) + n_o) * Ts + 2 * (4.0 * double(pb.rows_per_item) + 2) * 4 * R);
+  const double weights = 4.0 * 36 * n_o * double(pb.Cx) * double(pb.G);
+  return per_thread <= 64e6 && weights <= 256e6;
 }
 
 bool weights_in_range(const float* w, int64_t n) {
@@ -365,18 +380,21 @@ bool weights_in_range(const float* w, int64_t n) {
   return true;
 }
 
-}  // namespace
-
+// 2-D, 3x3, stride 1, dilation 1; at least 8 channels on each side and planes of at least 64
+// positions, 4 rows and 4 columns on each side (smaller ones gain little over the direct sums).
 bool winograd_fits(const Geom& g) {
-  return conv_winograd_enabled() && g.Di == 1 && g.Do == 1 && g.kd == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 &&
-         g.dh == 1 && g.dw == 1 && g.Cig >= 8 && g.Cog >= 8 && g.Ho >= 4 && g.Wo >= 4 &&
-         g.Hi >= 4 && g.Wi >= 4 && g.Ho * g.Wo >= 64 && g.Hi * g.Wi >= 64;
+  return conv_winograd_enabled() && g.Di == 1 && g.Do == 1 && g.kd == 1 && g.kh == 3 && g.kw == 3 &&
+         g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.Cig >= 8 && g.Cog >= 8 && g.Ho >= 4 &&
+         g.Wo >= 4 && g.Hi >= 4 && g.Wi >= 4 && g.Ho * g.Wo >= 64 && g.Hi * g.Wi >= 64;
 }
+
+}  // namespace
 
 template <>
 bool winograd_correlate<float>(const float* x, const float* w, const float* bias, float* y, const Geom& g) {
   if (!winograd_fits(g) || !weights_in_range(w, g.Co * g.CKg)) return false;
   const Problem pb = make_problem(g.N, g.G, g.Cig, g.Cog, g.Hi, g.Wi, g.Ho, g.Wo, g.ph, g.pw);
+  if (!within_budget(pb)) return false;
   const std::vector<float> Up = transform_weights(pb, [&](int64_t grp, int64_t o, int64_t c, int a, int b) {
     return double(w[((grp * g.Cog + o) * g.Cig + c) * 9 + a * 3 + b]);
   });
@@ -395,6 +413,7 @@ bool winograd_correlate_adjoint<float>(const float* y, const float* w, const flo
                                        const Geom& g) {
   if (!winograd_fits(g) || !weights_in_range(w, g.Co * g.CKg)) return false;
   const Problem pb = make_problem(g.N, g.G, g.Cog, g.Cig, g.Ho, g.Wo, g.Hi, g.Wi, 2 - g.ph, 2 - g.pw);
+  if (!within_budget(pb)) return false;
   const std::vector<float> Up = transform_weights(pb, [&](int64_t grp, int64_t ci, int64_t co, int a, int b) {
     return double(w[((grp * g.Cog + co) * g.Cig + ci) * 9 + (2 - a) * 3 + (2 - b)]);
   });

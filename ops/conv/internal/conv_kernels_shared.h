@@ -634,9 +634,9 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact = fals
 
 // The Winograd path of correlate and correlate_adjoint for 3x3 kernels of stride 1 (float32
 // only); conv_kernels_winograd.cpp. They return false, having maybe written part of the result,
-// where the path does not apply (winograd_fits, any other type) or an input is not finite or too
-// large for it: the caller then runs its own kernels, which overwrite the whole result.
-bool winograd_fits(const Geom& g);
+// where the path does not apply (see set_conv_winograd in conv_kernels.h; any other type) or an
+// input is not finite or too large for it: the caller then runs its own kernels, which overwrite
+// the whole result.
 template <class T>
 bool winograd_correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g);
 template <class T>
