@@ -1,5 +1,5 @@
 // The Winograd path of the float32 3x3 stride-1 convolutions (ops/conv/conv_kernels_winograd.cpp):
-// forward and input gradient, normal and transposed, against the float64 convolution (which sums
+// forward, input gradient and weight gradient, normal and transposed, against the float64 convolution (which sums
 // directly) within 2e-5 of the sum of |products|; that the path really ran (its bits differ from
 // the direct sum's); the same bits for any thread count; and the fallback to the direct kernels
 // for non-finite and huge values, whose results are then the direct kernels' bits.
@@ -83,7 +83,7 @@ void expect_same_nonfinite_and_close(const Tensor& got, const Tensor& want) {
   EXPECT_EQ(bad, 0u);
 }
 
-TEST(ConvWinograd, ForwardAndInputGradientWithinTheBoundOfFloat64) {
+TEST(ConvWinograd, ForwardAndGradientsWithinTheBoundOfFloat64) {
   for (const Case& c : kCases) {
     for (bool with_bias : {true, false}) {
       SCOPED_TRACE(std::string(c.what) + (with_bias ? ", bias" : ", no bias"));
@@ -97,10 +97,12 @@ TEST(ConvWinograd, ForwardAndInputGradientWithinTheBoundOfFloat64) {
       const Tensor b64 = with_bias ? b.to(DType::Float64) : Tensor();
       expect_within(y, conv(c, x64, w64, b64), conv(c, abs(x64), abs(w64), with_bias ? abs(b64) : Tensor()),
                     "output");
-      const Tensor gx = conv_backward(c, g, x, w).grad_input;
+      const ConvolutionGrads r = conv_backward(c, g, x, w);
       const Tensor g64 = g.to(DType::Float64);
-      expect_within(gx, conv_backward(c, g64, x64, w64).grad_input,
-                    conv_backward(c, abs(g64), abs(x64), abs(w64)).grad_input, "grad_input");
+      const ConvolutionGrads r64 = conv_backward(c, g64, x64, w64);
+      const ConvolutionGrads bound = conv_backward(c, abs(g64), abs(x64), abs(w64));
+      expect_within(r.grad_input, r64.grad_input, bound.grad_input, "grad_input");
+      expect_within(r.grad_weight, r64.grad_weight, bound.grad_weight, "grad_weight");
     }
   }
 }
@@ -113,14 +115,17 @@ TEST(ConvWinograd, ThePathRunsAndCanBeTurnedOff) {
   manual_seed(6);
   const Tensor x = randn(c.x), w = randn(c.w), b = randn({c.w[0]});
   const Tensor y = conv(c, x, w, b), g = randn(y.shape());
-  const Tensor gx = conv_backward(c, g, x, w).grad_input;
+  const ConvolutionGrads r = conv_backward(c, g, x, w);
   EXPECT_TRUE(kernels::conv_winograd_enabled());
   const bool was = kernels::set_conv_winograd(false);
   EXPECT_TRUE(was);
-  const Tensor y_direct = conv(c, x, w, b), gx_direct = conv_backward(c, g, x, w).grad_input;
+  const Tensor y_direct = conv(c, x, w, b);
+  const ConvolutionGrads r_direct = conv_backward(c, g, x, w);
   kernels::set_conv_winograd(true);
   EXPECT_FALSE(same_bits(y, y_direct)) << "the forward did not take the Winograd path";
-  EXPECT_FALSE(same_bits(gx, gx_direct)) << "the input gradient did not take the Winograd path";
+  EXPECT_FALSE(same_bits(r.grad_input, r_direct.grad_input)) << "the input gradient did not take the Winograd path";
+  EXPECT_FALSE(same_bits(r.grad_weight, r_direct.grad_weight)) << "the weight gradient did not take the Winograd path";
+  EXPECT_TRUE(same_bits(r.grad_bias, r_direct.grad_bias)) << "the bias gradient has no other path";
   EXPECT_TRUE(same_bits(conv(c, x, w, b), y)) << "turned on again, the same bits";
 }
 
@@ -131,15 +136,19 @@ TEST(ConvWinograd, SameBitsForAnyThreadCount) {
   const Tensor x = randn(c.x), w = randn(c.w), b = randn({24});
   set_num_threads(2);
   const Tensor y2 = conv(c, x, w, b), g = randn(y2.shape());
-  const Tensor gx2 = conv_backward(c, g, x, w).grad_input;
+  const ConvolutionGrads r2 = conv_backward(c, g, x, w);
   set_num_threads(1);
-  const Tensor y1 = conv(c, x, w, b), gx1 = conv_backward(c, g, x, w).grad_input;
+  const Tensor y1 = conv(c, x, w, b);
+  const ConvolutionGrads r1 = conv_backward(c, g, x, w);
   set_num_threads(3);
   const Tensor y3 = conv(c, x, w, b);
+  const ConvolutionGrads r3 = conv_backward(c, g, x, w);
   set_num_threads(saved);
   EXPECT_TRUE(same_bits(y1, y2));
   EXPECT_TRUE(same_bits(y1, y3));
-  EXPECT_TRUE(same_bits(gx1, gx2));
+  EXPECT_TRUE(same_bits(r1.grad_input, r2.grad_input));
+  EXPECT_TRUE(same_bits(r1.grad_weight, r2.grad_weight));
+  EXPECT_TRUE(same_bits(r1.grad_weight, r3.grad_weight));
 }
 
 // Inf, NaN or a value beyond 1e12 in the input, the weights or grad_output: the direct kernels
@@ -160,10 +169,16 @@ TEST(ConvWinograd, NonFiniteAndHugeValuesTakeTheDirectKernels) {
       (where == 0 ? xv : where == 1 ? wv : gv)[37] = bad;
       const Tensor x = from_vector(xv, c.x).to(DType::Float32), w = from_vector(wv, c.w).to(DType::Float32);
       const Tensor g = from_vector(gv, conv(c, x, w, b).shape()).to(DType::Float32);
-      const Tensor y = conv(c, x, w, b), gx = conv_backward(c, g, x, w).grad_input;
+      const Tensor y = conv(c, x, w, b);
+      const ConvolutionGrads r = conv_backward(c, g, x, w);
       kernels::set_conv_winograd(false);
-      const Tensor y_direct = conv(c, x, w, b), gx_direct = conv_backward(c, g, x, w).grad_input;
+      const Tensor y_direct = conv(c, x, w, b);
+      const ConvolutionGrads r_direct = conv_backward(c, g, x, w);
       kernels::set_conv_winograd(true);
+      const Tensor &gx = r.grad_input, &gx_direct = r_direct.grad_input;
+      if (where != 1) {
+        EXPECT_TRUE(same_bits(r.grad_weight, r_direct.grad_weight)) << "weight gradient";
+      }
       if (where == 1 && !std::isfinite(bad)) {
         // the forward adds the non-finite weights' taps to the convolution of the finite part,
         // which takes the Winograd path: Inf and NaN where the direct sum has them, the rest close
@@ -188,7 +203,11 @@ TEST(ConvWinograd, EveryInstructionSetPathMatchesGeneric) {
     const Tensor b = randn({c.transposed ? c.w[1] * c.groups : c.w[0]});
     const Tensor g = randn(conv(c, x, w, b).shape());
     testing::expect_same_on_every_isa(
-        [&] { return std::vector<Tensor>{conv(c, x, w, b), conv_backward(c, g, x, w).grad_input}; }, 2e-5);
+        [&] {
+          const ConvolutionGrads r = conv_backward(c, g, x, w);
+          return std::vector<Tensor>{conv(c, x, w, b), r.grad_input, r.grad_weight};
+        },
+        2e-5);
   }
 }
 

@@ -90,6 +90,10 @@ int64_t choose_rows_per_item(int64_t Th, int64_t Tw, int64_t Cx) {
   return best_k;
 }
 
+// G, the weights' transform (6x3).
+constexpr double kG[6][3] = {{1.0 / 4, 0, 0},          {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                             {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+
 // Output channels per register tile and vectors of tiles: OB x NV sums in registers.
 constexpr int kNV = 3;
 constexpr int kOB = kAccRegs / kNV;  // 8 with AVX-512's 32 registers, 4 with 16
@@ -98,9 +102,7 @@ constexpr int kOB = kAccRegs / kNV;  // 8 with AVX-512's 32 registers, 4 with 16
 // (zero for outputs past Cy), one group after another. wf(o, c, a, b) gives the weight.
 template <class WF>
 std::vector<float> transform_weights(const Problem& pb, WF&& wf) {
-  static const double Gm[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                  {-1.0 / 6, 1.0 / 6, -1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                  {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  const auto& Gm = kG;
   const int64_t n_ob = (pb.Cy + kOB - 1) / kOB;
   const int64_t per_group = 36 * n_ob * pb.Cx * kOB;
   std::vector<float> Up(size_t(pb.G * per_group), 0.0f);
@@ -192,28 +194,23 @@ inline void output_rows(const vec* m, int stride, vec* s) {
   s[3] = b + L::splat(8.0f) * d + m[5 * stride];
 }
 
-// V for channel c of image plane xc and the tile rows [ty0, ty0 + rows): V[xi][c][t], t = tile
-// index in the item (row-major), row stride Ts. Each tile row is stored as whole vectors, in
-// order: the lanes past a row's last tile spill into the next row's place, which that row then
-// overwrites (and the last row's into the room past the item's tiles, which Ts leaves).
-// Three passes, so that no load meets a store still in flight (a vector load across two recent
-// stores stalls): the item's 4 rows + 2 image rows padded with zeros to 4 R columns (pad), their
-// four column phases (ph: row k, phase j at (k * 4 + j) * R), and the transform. Returns false
-// when a value is out of range (see kLimit).
-bool transform_input(const float* xc, const Problem& pb, int64_t ty0, int64_t rows, int64_t c,
-                     float* V, int64_t Ts, float* pad, float* ph, int64_t R) {
-  const int64_t n_rows = 4 * rows + 2, y0 = 4 * ty0 - pb.top;  // padded rows and the first's image row
-  // image columns that land in a padded row (position q holds column q - left)
-  const int64_t q0 = std::clamp<int64_t>(pb.left, 0, 4 * R), q1 = std::clamp<int64_t>(pb.left + pb.Wx, q0, 4 * R);
+// Rows [y0, y0 + n_rows) of a plane (H x W), padded with zeros to 4 R columns (column q holds
+// the plane's column q - left; rows outside the plane are zeros), then split into their four
+// column phases: ph[(k * 4 + j) * R + t] = padded row k, column 4 t + j. Two passes over
+// scratch (pad: n_rows x 4 R), so that no load meets a store still in flight (a vector load
+// across two recent stores stalls). Returns false when a value is out of range (see kLimit).
+bool pad_and_split(const float* plane, int64_t H, int64_t W, int64_t y0, int64_t n_rows, int64_t left,
+                   int64_t R, float* pad, float* ph) {
+  const int64_t q0 = std::clamp<int64_t>(left, 0, 4 * R), q1 = std::clamp<int64_t>(left + W, q0, 4 * R);
   int bad = 0;
   for (int64_t k = 0; k < n_rows; ++k) {
     float* pk = pad + k * 4 * R;
     const int64_t iy = y0 + k;
-    if (iy < 0 || iy >= pb.Hx) {
+    if (iy < 0 || iy >= H) {
       std::fill(pk, pk + 4 * R, 0.0f);
       continue;
     }
-    const float* row = xc + iy * pb.Wx + (q0 - pb.left);
+    const float* row = plane + iy * W + (q0 - left);
     std::fill(pk, pk + q0, 0.0f);
     for (int64_t q = q0; q < q1; ++q) {
       const float v = row[q - q0];
@@ -227,6 +224,29 @@ bool transform_input(const float* xc, const Problem& pb, int64_t ty0, int64_t ro
     float* p = ph + k * 4 * R;
     split_phases(pad + k * 4 * R, R, p, p + R, p + 2 * R, p + 3 * R);
   }
+  return true;
+}
+
+// Asks for rows [y0, y0 + n_rows) of a plane (those inside it) to be brought into the caches: the
+// next channel's, while this one is transformed. Each channel's rows are a short run of its own
+// (a few KB), too short for the hardware's prefetchers to catch up with, and the transforms
+// otherwise wait on memory for a good part of their time.
+void prefetch_rows(const float* plane, int64_t H, int64_t W, int64_t y0, int64_t n_rows) {
+  const int64_t r0 = std::max<int64_t>(y0, 0), r1 = std::min(H, y0 + n_rows);
+  if (r1 <= r0) return;
+  const char* p = reinterpret_cast<const char*>(plane + r0 * W);
+  const int64_t bytes = (r1 - r0) * W * int64_t(sizeof(float));
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+}
+
+// V for channel c of image plane xc and the tile rows [ty0, ty0 + rows): V[xi][c][t], t = tile
+// index in the item (row-major), row stride Ts (rows of xi Cx * Ts apart). Each tile row is
+// stored as whole vectors, in order: the lanes past a row's last tile spill into the next row's
+// place, which that row then overwrites (and the last row's into the room past the item's
+// tiles, which Ts leaves). pad, ph: scratch of (4 rows + 2) x 4 R. False: a value out of range.
+bool transform_input(const float* xc, const Problem& pb, int64_t ty0, int64_t rows, int64_t c,
+                     float* V, int64_t Ts, float* pad, float* ph, int64_t R) {
+  if (!pad_and_split(xc, pb.Hx, pb.Wx, 4 * ty0 - pb.top, 4 * rows + 2, pb.left, R, pad, ph)) return false;
   for (int64_t r = 0; r < rows; ++r) {
     const float* pr = ph + 4 * r * 4 * R;  // phases of padded row 4 r, the tile row's first
     for (int64_t t0 = 0; t0 < pb.Tw; t0 += kLanes) {
@@ -325,6 +345,7 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
       const int64_t T = rows * pb.Tw, Tp = round_up(T, kLanes), Ts = Tp + kLanes;
       const float* xg = x + ng * pb.Cx * pb.Hx * pb.Wx;
       for (int64_t c = 0; c < pb.Cx && ok; ++c) {
+        if (c + 1 < pb.Cx) prefetch_rows(xg + (c + 1) * pb.Hx * pb.Wx, pb.Hx, pb.Wx, 4 * ty0 - pb.top, 4 * rows + 2);
         ok &= int(transform_input(xg + c * pb.Hx * pb.Wx, pb, ty0, rows, c, V.data(), Ts,
                                   ph.data(), ph.data() + pad_rows * 4 * R, R));
       }
@@ -353,6 +374,171 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
   return ok != 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The weight gradient, dw[o, c, a, b] = sum_{n, i, j} g[o, i, j] x[c, i - top + a, j - left + b]
+// (g = grad_output, x = the image, as in the forward): per 4x4 block of g and the 6x6 tile of x
+// under it this is a 3x3 correlation of the tile with the block, Winograd's F(3x3, 4x4), which
+// takes the same tiles and the same B:
+//
+//   dw_tile = G^T [ (A g A^T) ⊙ (B^T d B) ] G,   A = (A^T)^T (6x4),
+//
+// so dw[o, c] = G^T [ sum_tiles (A g A^T)[o] ⊙ V[c] ] G: per position xi a product summed over
+// every tile, S[xi][c][o] = sum_t V[xi][c][t] Gy[xi][t][o], then one small transform at the end.
+
+// u = A d for four vectors d[0..3] (d[k * stride]).
+inline void grad_rows(const vec* d, int stride, vec* u) {
+  const vec d0 = d[0], d1 = d[stride], d2 = d[2 * stride], d3 = d[3 * stride];
+  const vec even = d0 + d2, odd = d1 + d3;
+  const vec even4 = d0 + L::splat(4.0f) * d2, odd4 = L::splat(2.0f) * d1 + L::splat(8.0f) * d3;
+  u[0] = d0;
+  u[1] = even + odd;
+  u[2] = even - odd;
+  u[3] = even4 + odd4;
+  u[4] = even4 - odd4;
+  u[5] = d3;
+}
+
+// Gy[xi][o][t] = (A g A^T)[xi] for channel o of grad_output plane go and the item's tile rows,
+// rows of Ts (rows of xi Cyp * Ts apart), stored as transform_input stores V. Tiles past the
+// plane's edge read zeros. False: a value out of range.
+bool transform_grad(const float* go, const Problem& pb, int64_t ty0, int64_t rows, int64_t o, int64_t Cyp,
+                    float* Gy, int64_t Ts, float* pad, float* ph, int64_t R) {
+  if (!pad_and_split(go, pb.Hy, pb.Wy, 4 * ty0, 4 * rows, 0, R, pad, ph)) return false;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pr = ph + 4 * r * 4 * R;
+    for (int64_t t0 = 0; t0 < pb.Tw; t0 += kLanes) {
+      vec d[4][4], e[4][6], u[6];
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 4; ++j) d[i][j] = L::load(pr + (i * 4 + j) * R + t0);
+        grad_rows(d[i], 1, e[i]);  // e[i][kk] = (g A^T)[i][kk]
+      }
+      float* dst0 = Gy + o * Ts + r * pb.Tw + t0;
+      for (int kk = 0; kk < 6; ++kk) {
+        grad_rows(&e[0][kk], 6, u);  // u[i] = (A g A^T)[i][kk]
+        for (int i = 0; i < 6; ++i) std::memcpy(dst0 + (i * 6 + kk) * Cyp * Ts, &u[i], sizeof(vec));
+      }
+    }
+  }
+  return true;
+}
+
+// S[xi][c][o] += sum_{t < Tp} V[xi][c][t] GT[xi][t][o] for kOB image channels from c0 (nc of
+// them real) x NV vectors of column channels from o0: the image channels broadcast, the column
+// channels in the lanes, so the sums need no reduction across lanes.
+template <int NV>
+void weight_product_tile(const float* Vxi, int64_t Ts, const float* GTxi, int64_t Cyp, int64_t Tp, int64_t c0,
+                         int64_t nc, int64_t o0, float* Sxi) {
+  vec acc[kOB][NV];
+  const float* vrow[kOB];
+  for (int cb = 0; cb < kOB; ++cb) {
+    vrow[cb] = Vxi + (c0 + std::min<int64_t>(cb, nc - 1)) * Ts;  // past Cx: a copy, dropped
+    for (int q = 0; q < NV; ++q) acc[cb][q] = vec{};
+  }
+  for (int64_t t = 0; t < Tp; ++t) {
+    vec gq[NV];
+    for (int q = 0; q < NV; ++q) gq[q] = L::load(GTxi + t * Cyp + o0 + q * kLanes);
+    for (int cb = 0; cb < kOB; ++cb) {
+      const vec v = L::splat(vrow[cb][t]);
+      for (int q = 0; q < NV; ++q) acc[cb][q] += v * gq[q];
+    }
+  }
+  for (int64_t cb = 0; cb < nc; ++cb)
+    for (int q = 0; q < NV; ++q) {
+      float* dst = Sxi + (c0 + cb) * Cyp + o0 + q * kLanes;
+      const vec sum = L::load(dst) + acc[cb][q];
+      std::memcpy(dst, &sum, sizeof(vec));
+    }
+}
+
+// The weight gradient for every item, items summed in slots (kSplitTarget of them, cut by the
+// shape alone) that the threads share, each slot's items in order, the slots added in order:
+// the same bits for any thread count. False (dw untouched) when a value is out of range.
+bool run_weight_grad(const float* gy, const float* x, float* dw, const Problem& pb) {
+  const int64_t Cyp = round_up(pb.Cy, kLanes);
+  const int64_t Tmax = pb.rows_per_item * pb.Tw, Ts_max = round_up(Tmax, kLanes) + kLanes;
+  const int64_t R = round_up(pb.Tw, kLanes) + kLanes;
+  const int64_t items = pb.N * pb.G * pb.n_blocks;
+  const int64_t n_slots = std::min<int64_t>(kSplitTarget, items), per_slot = (items + n_slots - 1) / n_slots;
+  const int64_t S_size = pb.G * 36 * pb.Cx * Cyp;  // one slot: S[grp][xi][c][o]
+  std::vector<float> S(size_t(n_slots * S_size), 0.0f);
+  const bool big = double(items) * Tmax * 36 * pb.Cx * pb.Cy >= kParallelWork;
+  int ok = 1;
+#pragma omp parallel if (big && n_slots > 1) reduction(& : ok)
+  {
+    const int64_t pad_rows = 4 * pb.rows_per_item + 2;
+    Scratch<float, 0> ph(2 * pad_rows * 4 * R);
+    Scratch<float, 1> V(36 * pb.Cx * Ts_max);
+    Scratch<float, 2> Gy(36 * Cyp * Ts_max);
+    Scratch<float, 3> GT(36 * Ts_max * Cyp);
+#pragma omp for schedule(static)
+    for (int64_t slot = 0; slot < n_slots; ++slot) {
+      for (int64_t it = slot * per_slot; it < std::min(items, (slot + 1) * per_slot) && ok; ++it) {
+        const int64_t ng = it / pb.n_blocks, blk = it % pb.n_blocks, grp = ng % pb.G;
+        const int64_t ty0 = blk * pb.rows_per_item, rows = std::min(pb.rows_per_item, pb.Th - ty0);
+        const int64_t T = rows * pb.Tw, Tp = round_up(T, kLanes), Ts = Tp + kLanes;
+        float* pad = ph.data();
+        float* phases = ph.data() + pad_rows * 4 * R;
+        const float* xg = x + ng * pb.Cx * pb.Hx * pb.Wx;
+        const float* gg = gy + ng * pb.Cy * pb.Hy * pb.Wy;
+        for (int64_t c = 0; c < pb.Cx && ok; ++c) {
+          if (c + 1 < pb.Cx) prefetch_rows(xg + (c + 1) * pb.Hx * pb.Wx, pb.Hx, pb.Wx, 4 * ty0 - pb.top, 4 * rows + 2);
+          ok &= int(transform_input(xg + c * pb.Hx * pb.Wx, pb, ty0, rows, c, V.data(), Ts, pad, phases, R));
+        }
+        for (int64_t o = 0; o < pb.Cy && ok; ++o) {
+          if (o + 1 < pb.Cy) prefetch_rows(gg + (o + 1) * pb.Hy * pb.Wy, pb.Hy, pb.Wy, 4 * ty0, 4 * rows);
+          ok &= int(transform_grad(gg + o * pb.Hy * pb.Wy, pb, ty0, rows, o, Cyp, Gy.data(), Ts, pad, phases, R));
+        }
+        if (!ok) break;
+        // the lanes past the item's tiles enter these sums: zeros (the transforms leave them
+        // unwritten or holding the last row's spill), and zero rows for the padding channels
+        for (int64_t k = 0; k < 36 * pb.Cx; ++k) std::fill(V.data() + k * Ts + T, V.data() + k * Ts + Tp, 0.0f);
+        for (int64_t xi = 0; xi < 36; ++xi) {
+          float* Gxi = Gy.data() + xi * Cyp * Ts;
+          for (int64_t o = 0; o < pb.Cy; ++o) std::fill(Gxi + o * Ts + T, Gxi + o * Ts + Tp, 0.0f);
+          for (int64_t o = pb.Cy; o < Cyp; ++o) std::fill(Gxi + o * Ts, Gxi + o * Ts + Tp, 0.0f);
+          // GT[xi][t][o]: 16 x 16 (or 8 x 8, 4 x 4) blocks transposed
+          float* GTxi = GT.data() + xi * Tp * Cyp;
+          for (int64_t o0 = 0; o0 < Cyp; o0 += kLanes)
+            for (int64_t t0 = 0; t0 < Tp; t0 += kLanes) L::transpose(Gxi + o0 * Ts + t0, Ts, GTxi + t0 * Cyp + o0, Cyp);
+          const float* Vxi = V.data() + xi * pb.Cx * Ts;
+          float* Sxi = S.data() + slot * S_size + (grp * 36 + xi) * pb.Cx * Cyp;
+          for (int64_t c0 = 0; c0 < pb.Cx; c0 += kOB) {
+            const int64_t nc = std::min<int64_t>(kOB, pb.Cx - c0);
+            int64_t o0 = 0;
+            for (; o0 + kNV * kLanes <= Cyp; o0 += kNV * kLanes)
+              weight_product_tile<kNV>(Vxi, Ts, GTxi, Cyp, Tp, c0, nc, o0, Sxi);
+            if (Cyp - o0 == 2 * kLanes) weight_product_tile<2>(Vxi, Ts, GTxi, Cyp, Tp, c0, nc, o0, Sxi);
+            if (Cyp - o0 == kLanes) weight_product_tile<1>(Vxi, Ts, GTxi, Cyp, Tp, c0, nc, o0, Sxi);
+          }
+        }
+      }
+    }
+  }
+  if (!ok) return false;
+  for (int64_t slot = 1; slot < n_slots; ++slot)
+    for (int64_t k = 0; k < S_size; ++k) S[size_t(k)] += S[size_t(slot * S_size + k)];
+  // dw[o, c] = G^T S[.][c][o] G, in double
+  for (int64_t grp = 0; grp < pb.G; ++grp)
+    for (int64_t o = 0; o < pb.Cy; ++o)
+      for (int64_t c = 0; c < pb.Cx; ++c) {
+        double sg[6][3];  // S G
+        for (int i = 0; i < 6; ++i)
+          for (int b = 0; b < 3; ++b) {
+            double sum = 0;
+            for (int j = 0; j < 6; ++j) sum += double(S[size_t(((grp * 36 + i * 6 + j) * pb.Cx + c) * Cyp + o)]) * kG[j][b];
+            sg[i][b] = sum;
+          }
+        float* d = dw + ((grp * pb.Cy + o) * pb.Cx + c) * 9;
+        for (int a = 0; a < 3; ++a)
+          for (int b = 0; b < 3; ++b) {
+            double sum = 0;
+            for (int i = 0; i < 6; ++i) sum += kG[i][a] * sg[i][b];
+            d[a * 3 + b] = float(sum);
+          }
+      }
+  return true;
+}
+
 Problem make_problem(int64_t N, int64_t G, int64_t Cx, int64_t Cy, int64_t Hx, int64_t Wx, int64_t Hy,
                      int64_t Wy, int64_t top, int64_t left) {
   Problem pb{N, G, Cx, Cy, Hx, Wx, Hy, Wy, top, left, (Hy + 3) / 4, (Wy + 3) / 4, 1, 1};
@@ -372,6 +558,14 @@ bool within_budget(const Problem& pb) {
   const double per_thread = 4.0 * (36 * (double(pb.Cx) + n_o) * Ts + 2 * (4.0 * double(pb.rows_per_item) + 2) * 4 * R);
   const double weights = 4.0 * 36 * n_o * double(pb.Cx) * double(pb.G);
   return per_thread <= 64e6 && weights <= 256e6;
+}
+
+// The weight gradient's extra memory: per thread the transformed grad_output twice (Gy and its
+// transpose), and the slots' sums.
+bool weight_grad_within_budget(const Problem& pb) {
+  const double Ts = double(round_up(pb.rows_per_item * pb.Tw, kLanes) + kLanes);
+  const double Cyp = double(round_up(pb.Cy, kLanes));
+  return 4.0 * 2 * 36 * Cyp * Ts <= 64e6 && 4.0 * kSplitTarget * double(pb.G) * 36 * double(pb.Cx) * Cyp <= 256e6;
 }
 
 bool weights_in_range(const float* w, int64_t n) {
@@ -422,6 +616,21 @@ bool winograd_correlate_adjoint<float>(const float* y, const float* w, const flo
 
 template <>
 bool winograd_correlate_adjoint<double>(const double*, const double*, const double*, double*, const Geom&) {
+  return false;
+}
+
+// dw[co, ci, t] = sum_{n, o} y[n, co, o] x[n, ci, o - pad + t]: the columns y (grad_output of a
+// normal convolution) and the image x, as in the forward.
+template <>
+bool winograd_weight_grad<float>(const float* y, const float* x, float* dw, const Geom& g) {
+  if (!winograd_fits(g) || g.N == 0) return false;
+  const Problem pb = make_problem(g.N, g.G, g.Cig, g.Cog, g.Hi, g.Wi, g.Ho, g.Wo, g.ph, g.pw);
+  if (!within_budget(pb) || !weight_grad_within_budget(pb)) return false;
+  return run_weight_grad(y, x, dw, pb);
+}
+
+template <>
+bool winograd_weight_grad<double>(const double*, const double*, double*, const Geom&) {
   return false;
 }
 
