@@ -100,12 +100,13 @@ void convolution_backward(const T* grad_output, const T* input, const T* weight,
                           T* grad_weight, T* grad_bias, const ConvParams& p);
 
 // The float32 3x3 convolutions of stride 1 and dilation 1 (forward and input gradient, normal
-// and transposed, 2-D, at least 8 channels on each side, planes of at least 64 positions) run Winograd's
+// and transposed, 2-D, at least 16 channels and 16x16 positions on each side) run Winograd's
 // F(4x4, 3x3) algorithm (conv_kernels_winograd.cpp): 36 products per 4x4 block of outputs instead
 // of 144, with rounding a few times the direct sum's (tested within 2e-5 of the sum of |products|).
-// Inputs or weights that are not finite or exceed 1e12 in magnitude take the direct kernels,
-// which keep the definition's Inf and NaN. set_conv_winograd(false) turns the path off
-// process-wide (every convolution then sums directly); it returns the previous setting.
+// The weight gradient sums directly. Inputs or weights that are not finite or exceed 1e12 in
+// magnitude take the direct kernels, which keep the definition's Inf and NaN.
+// set_conv_winograd(false) turns the path off process-wide (every convolution then sums
+// directly); it returns the previous setting.
 bool set_conv_winograd(bool on);
 bool conv_winograd_enabled();
 

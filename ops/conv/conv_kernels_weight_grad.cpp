@@ -503,7 +503,6 @@ bool weight_grad_direct(const T* y, const T* x, T* dw, const Geom& g) {
 template <class T>
 void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact) {
   if (g.Co == 0 || g.CKg == 0) return;
-  if (!exact && winograd_weight_grad(y, x, dw, g)) return;
   // A non-finite dw may come from non-finite values meeting zeros where the definition has no
   // product: x's at garbage grid positions (meeting y's zeros), y's at the padding (see
   // "Non-finite weights and column values" in conv_kernels_shared.h). The rare case is

@@ -102,7 +102,6 @@ constexpr int kOB = kAccRegs / kNV;  // 8 with AVX-512's 32 registers, 4 with 16
 // (zero for outputs past Cy), one group after another. wf(o, c, a, b) gives the weight.
 template <class WF>
 std::vector<float> transform_weights(const Problem& pb, WF&& wf) {
-  const auto& Gm = kG;
   const int64_t n_ob = (pb.Cy + kOB - 1) / kOB;
   const int64_t per_group = 36 * n_ob * pb.Cx * kOB;
   std::vector<float> Up(size_t(pb.G * per_group), 0.0f);
@@ -113,10 +112,10 @@ std::vector<float> transform_weights(const Problem& pb, WF&& wf) {
         for (int a = 0; a < 3; ++a)
           for (int b = 0; b < 3; ++b) w[a][b] = wf(grp, o, c, a, b);
         for (int i = 0; i < 6; ++i)
-          for (int b = 0; b < 3; ++b) gw[i][b] = Gm[i][0] * w[0][b] + Gm[i][1] * w[1][b] + Gm[i][2] * w[2][b];
+          for (int b = 0; b < 3; ++b) gw[i][b] = kG[i][0] * w[0][b] + kG[i][1] * w[1][b] + kG[i][2] * w[2][b];
         for (int i = 0; i < 6; ++i)
           for (int j = 0; j < 6; ++j) {
-            const double u = gw[i][0] * Gm[j][0] + gw[i][1] * Gm[j][1] + gw[i][2] * Gm[j][2];
+            const double u = gw[i][0] * kG[j][0] + gw[i][1] * kG[j][1] + gw[i][2] * kG[j][2];
             const int64_t xi = i * 6 + j;
             Up[size_t(grp * per_group + ((xi * n_ob + o / kOB) * pb.Cx + c) * kOB + o % kOB)] = float(u);
           }
@@ -374,171 +373,6 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
   return ok != 0;
 }
 
-// ---------------------------------------------------------------------------------------------
-// The weight gradient, dw[o, c, a, b] = sum_{n, i, j} g[o, i, j] x[c, i - top + a, j - left + b]
-// (g = grad_output, x = the image, as in the forward): per 4x4 block of g and the 6x6 tile of x
-// under it this is a 3x3 correlation of the tile with the block, Winograd's F(3x3, 4x4), which
-// takes the same tiles and the same B:
-//
-//   dw_tile = G^T [ (A g A^T) ⊙ (B^T d B) ] G,   A = (A^T)^T (6x4),
-//
-// so dw[o, c] = G^T [ sum_tiles (A g A^T)[o] ⊙ V[c] ] G: per position xi a product summed over
-// every tile, S[xi][c][o] = sum_t V[xi][c][t] Gy[xi][t][o], then one small transform at the end.
-
-// u = A d for four vectors d[0..3] (d[k * stride]).
-inline void grad_rows(const vec* d, int stride, vec* u) {
-  const vec d0 = d[0], d1 = d[stride], d2 = d[2 * stride], d3 = d[3 * stride];
-  const vec even = d0 + d2, odd = d1 + d3;
-  const vec even4 = d0 + L::splat(4.0f) * d2, odd4 = L::splat(2.0f) * d1 + L::splat(8.0f) * d3;
-  u[0] = d0;
-  u[1] = even + odd;
-  u[2] = even - odd;
-  u[3] = even4 + odd4;
-  u[4] = even4 - odd4;
-  u[5] = d3;
-}
-
-// Gy[xi][o][t] = (A g A^T)[xi] for channel o of grad_output plane go and the item's tile rows,
-// rows of Ts (rows of xi Cyp * Ts apart), stored as transform_input stores V. Tiles past the
-// plane's edge read zeros. False: a value out of range.
-bool transform_grad(const float* go, const Problem& pb, int64_t ty0, int64_t rows, int64_t o, int64_t Cyp,
-                    float* Gy, int64_t Ts, float* pad, float* ph, int64_t R) {
-  if (!pad_and_split(go, pb.Hy, pb.Wy, 4 * ty0, 4 * rows, 0, R, pad, ph)) return false;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* pr = ph + 4 * r * 4 * R;
-    for (int64_t t0 = 0; t0 < pb.Tw; t0 += kLanes) {
-      vec d[4][4], e[4][6], u[6];
-      for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 4; ++j) d[i][j] = L::load(pr + (i * 4 + j) * R + t0);
-        grad_rows(d[i], 1, e[i]);  // e[i][kk] = (g A^T)[i][kk]
-      }
-      float* dst0 = Gy + o * Ts + r * pb.Tw + t0;
-      for (int kk = 0; kk < 6; ++kk) {
-        grad_rows(&e[0][kk], 6, u);  // u[i] = (A g A^T)[i][kk]
-        for (int i = 0; i < 6; ++i) std::memcpy(dst0 + (i * 6 + kk) * Cyp * Ts, &u[i], sizeof(vec));
-      }
-    }
-  }
-  return true;
-}
-
-// S[xi][c][o] += sum_{t < Tp} V[xi][c][t] GT[xi][t][o] for kOB image channels from c0 (nc of
-// them real) x NV vectors of column channels from o0: the image channels broadcast, the column
-// channels in the lanes, so the sums need no reduction across lanes.
-template <int NV>
-void weight_product_tile(const float* Vxi, int64_t Ts, const float* GTxi, int64_t Cyp, int64_t Tp, int64_t c0,
-                         int64_t nc, int64_t o0, float* Sxi) {
-  vec acc[kOB][NV];
-  const float* vrow[kOB];
-  for (int cb = 0; cb < kOB; ++cb) {
-    vrow[cb] = Vxi + (c0 + std::min<int64_t>(cb, nc - 1)) * Ts;  // past Cx: a copy, dropped
-    for (int q = 0; q < NV; ++q) acc[cb][q] = vec{};
-  }
-  for (int64_t t = 0; t < Tp; ++t) {
-    vec gq[NV];
-    for (int q = 0; q < NV; ++q) gq[q] = L::load(GTxi + t * Cyp + o0 + q * kLanes);
-    for (int cb = 0; cb < kOB; ++cb) {
-      const vec v = L::splat(vrow[cb][t]);
-      for (int q = 0; q < NV; ++q) acc[cb][q] += v * gq[q];
-    }
-  }
-  for (int64_t cb = 0; cb < nc; ++cb)
-    for (int q = 0; q < NV; ++q) {
-      float* dst = Sxi + (c0 + cb) * Cyp + o0 + q * kLanes;
-      const vec sum = L::load(dst) + acc[cb][q];
-      std::memcpy(dst, &sum, sizeof(vec));
-    }
-}
-
-// The weight gradient for every item, items summed in slots (kSplitTarget of them, cut by the
-// shape alone) that the threads share, each slot's items in order, the slots added in order:
-// the same bits for any thread count. False (dw untouched) when a value is out of range.
-bool run_weight_grad(const float* gy, const float* x, float* dw, const Problem& pb) {
-  const int64_t Cyp = round_up(pb.Cy, kLanes);
-  const int64_t Tmax = pb.rows_per_item * pb.Tw, Ts_max = round_up(Tmax, kLanes) + kLanes;
-  const int64_t R = round_up(pb.Tw, kLanes) + kLanes;
-  const int64_t items = pb.N * pb.G * pb.n_blocks;
-  const int64_t n_slots = std::min<int64_t>(kSplitTarget, items), per_slot = (items + n_slots - 1) / n_slots;
-  const int64_t S_size = pb.G * 36 * pb.Cx * Cyp;  // one slot: S[grp][xi][c][o]
-  std::vector<float> S(size_t(n_slots * S_size), 0.0f);
-  const bool big = double(items) * Tmax * 36 * pb.Cx * pb.Cy >= kParallelWork;
-  int ok = 1;
-#pragma omp parallel if (big && n_slots > 1) reduction(& : ok)
-  {
-    const int64_t pad_rows = 4 * pb.rows_per_item + 2;
-    Scratch<float, 0> ph(2 * pad_rows * 4 * R);
-    Scratch<float, 1> V(36 * pb.Cx * Ts_max);
-    Scratch<float, 2> Gy(36 * Cyp * Ts_max);
-    Scratch<float, 3> GT(36 * Ts_max * Cyp);
-#pragma omp for schedule(static)
-    for (int64_t slot = 0; slot < n_slots; ++slot) {
-      for (int64_t it = slot * per_slot; it < std::min(items, (slot + 1) * per_slot) && ok; ++it) {
-        const int64_t ng = it / pb.n_blocks, blk = it % pb.n_blocks, grp = ng % pb.G;
-        const int64_t ty0 = blk * pb.rows_per_item, rows = std::min(pb.rows_per_item, pb.Th - ty0);
-        const int64_t T = rows * pb.Tw, Tp = round_up(T, kLanes), Ts = Tp + kLanes;
-        float* pad = ph.data();
-        float* phases = ph.data() + pad_rows * 4 * R;
-        const float* xg = x + ng * pb.Cx * pb.Hx * pb.Wx;
-        const float* gg = gy + ng * pb.Cy * pb.Hy * pb.Wy;
-        for (int64_t c = 0; c < pb.Cx && ok; ++c) {
-          if (c + 1 < pb.Cx) prefetch_rows(xg + (c + 1) * pb.Hx * pb.Wx, pb.Hx, pb.Wx, 4 * ty0 - pb.top, 4 * rows + 2);
-          ok &= int(transform_input(xg + c * pb.Hx * pb.Wx, pb, ty0, rows, c, V.data(), Ts, pad, phases, R));
-        }
-        for (int64_t o = 0; o < pb.Cy && ok; ++o) {
-          if (o + 1 < pb.Cy) prefetch_rows(gg + (o + 1) * pb.Hy * pb.Wy, pb.Hy, pb.Wy, 4 * ty0, 4 * rows);
-          ok &= int(transform_grad(gg + o * pb.Hy * pb.Wy, pb, ty0, rows, o, Cyp, Gy.data(), Ts, pad, phases, R));
-        }
-        if (!ok) break;
-        // the lanes past the item's tiles enter these sums: zeros (the transforms leave them
-        // unwritten or holding the last row's spill), and zero rows for the padding channels
-        for (int64_t k = 0; k < 36 * pb.Cx; ++k) std::fill(V.data() + k * Ts + T, V.data() + k * Ts + Tp, 0.0f);
-        for (int64_t xi = 0; xi < 36; ++xi) {
-          float* Gxi = Gy.data() + xi * Cyp * Ts;
-          for (int64_t o = 0; o < pb.Cy; ++o) std::fill(Gxi + o * Ts + T, Gxi + o * Ts + Tp, 0.0f);
-          for (int64_t o = pb.Cy; o < Cyp; ++o) std::fill(Gxi + o * Ts, Gxi + o * Ts + Tp, 0.0f);
-          // GT[xi][t][o]: 16 x 16 (or 8 x 8, 4 x 4) blocks transposed
-          float* GTxi = GT.data() + xi * Tp * Cyp;
-          for (int64_t o0 = 0; o0 < Cyp; o0 += kLanes)
-            for (int64_t t0 = 0; t0 < Tp; t0 += kLanes) L::transpose(Gxi + o0 * Ts + t0, Ts, GTxi + t0 * Cyp + o0, Cyp);
-          const float* Vxi = V.data() + xi * pb.Cx * Ts;
-          float* Sxi = S.data() + slot * S_size + (grp * 36 + xi) * pb.Cx * Cyp;
-          for (int64_t c0 = 0; c0 < pb.Cx; c0 += kOB) {
-            const int64_t nc = std::min<int64_t>(kOB, pb.Cx - c0);
-            int64_t o0 = 0;
-            for (; o0 + kNV * kLanes <= Cyp; o0 += kNV * kLanes)
-              weight_product_tile<kNV>(Vxi, Ts, GTxi, Cyp, Tp, c0, nc, o0, Sxi);
-            if (Cyp - o0 == 2 * kLanes) weight_product_tile<2>(Vxi, Ts, GTxi, Cyp, Tp, c0, nc, o0, Sxi);
-            if (Cyp - o0 == kLanes) weight_product_tile<1>(Vxi, Ts, GTxi, Cyp, Tp, c0, nc, o0, Sxi);
-          }
-        }
-      }
-    }
-  }
-  if (!ok) return false;
-  for (int64_t slot = 1; slot < n_slots; ++slot)
-    for (int64_t k = 0; k < S_size; ++k) S[size_t(k)] += S[size_t(slot * S_size + k)];
-  // dw[o, c] = G^T S[.][c][o] G, in double
-  for (int64_t grp = 0; grp < pb.G; ++grp)
-    for (int64_t o = 0; o < pb.Cy; ++o)
-      for (int64_t c = 0; c < pb.Cx; ++c) {
-        double sg[6][3];  // S G
-        for (int i = 0; i < 6; ++i)
-          for (int b = 0; b < 3; ++b) {
-            double sum = 0;
-            for (int j = 0; j < 6; ++j) sum += double(S[size_t(((grp * 36 + i * 6 + j) * pb.Cx + c) * Cyp + o)]) * kG[j][b];
-            sg[i][b] = sum;
-          }
-        float* d = dw + ((grp * pb.Cy + o) * pb.Cx + c) * 9;
-        for (int a = 0; a < 3; ++a)
-          for (int b = 0; b < 3; ++b) {
-            double sum = 0;
-            for (int i = 0; i < 6; ++i) sum += kG[i][a] * sg[i][b];
-            d[a * 3 + b] = float(sum);
-          }
-      }
-  return true;
-}
-
 Problem make_problem(int64_t N, int64_t G, int64_t Cx, int64_t Cy, int64_t Hx, int64_t Wx, int64_t Hy,
                      int64_t Wy, int64_t top, int64_t left) {
   Problem pb{N, G, Cx, Cy, Hx, Wx, Hy, Wy, top, left, (Hy + 3) / 4, (Wy + 3) / 4, 1, 1};
@@ -560,26 +394,19 @@ bool within_budget(const Problem& pb) {
   return per_thread <= 64e6 && weights <= 256e6;
 }
 
-// The weight gradient's extra memory: per thread the transformed grad_output twice (Gy and its
-// transpose), and the slots' sums.
-bool weight_grad_within_budget(const Problem& pb) {
-  const double Ts = double(round_up(pb.rows_per_item * pb.Tw, kLanes) + kLanes);
-  const double Cyp = double(round_up(pb.Cy, kLanes));
-  return 4.0 * 2 * 36 * Cyp * Ts <= 64e6 && 4.0 * kSplitTarget * double(pb.G) * 36 * double(pb.Cx) * Cyp <= 256e6;
-}
-
 bool weights_in_range(const float* w, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     if (!(std::fabs(w[i]) <= kLimit)) return false;
   return true;
 }
 
-// 2-D, 3x3, stride 1, dilation 1; at least 8 channels on each side and planes of at least 64
-// positions, 4 rows and 4 columns on each side (smaller ones gain little over the direct sums).
+// 2-D, 3x3, stride 1, dilation 1; at least 16 channels and 16 rows and columns on each side. On
+// smaller planes or fewer channels the direct kernels were as fast or faster (Intel Xeon, 1
+// thread: 14x14 planes 1.1-1.5x slower with Winograd at 32-256 channels, 20x20 and up 0.45-0.8x).
 bool winograd_fits(const Geom& g) {
   return conv_winograd_enabled() && g.Di == 1 && g.Do == 1 && g.kd == 1 && g.kh == 3 && g.kw == 3 &&
-         g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.Cig >= 8 && g.Cog >= 8 && g.Ho >= 4 &&
-         g.Wo >= 4 && g.Hi >= 4 && g.Wi >= 4 && g.Ho * g.Wo >= 64 && g.Hi * g.Wi >= 64;
+         g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.Cig >= 16 && g.Cog >= 16 &&
+         std::min(g.Ho, g.Wo) >= 16 && std::min(g.Hi, g.Wi) >= 16;
 }
 
 }  // namespace
@@ -616,21 +443,6 @@ bool winograd_correlate_adjoint<float>(const float* y, const float* w, const flo
 
 template <>
 bool winograd_correlate_adjoint<double>(const double*, const double*, const double*, double*, const Geom&) {
-  return false;
-}
-
-// dw[co, ci, t] = sum_{n, o} y[n, co, o] x[n, ci, o - pad + t]: the columns y (grad_output of a
-// normal convolution) and the image x, as in the forward.
-template <>
-bool winograd_weight_grad<float>(const float* y, const float* x, float* dw, const Geom& g) {
-  if (!winograd_fits(g) || g.N == 0) return false;
-  const Problem pb = make_problem(g.N, g.G, g.Cig, g.Cog, g.Hi, g.Wi, g.Ho, g.Wo, g.ph, g.pw);
-  if (!within_budget(pb) || !weight_grad_within_budget(pb)) return false;
-  return run_weight_grad(y, x, dw, pb);
-}
-
-template <>
-bool winograd_weight_grad<double>(const double*, const double*, double*, const Geom&) {
   return false;
 }
 

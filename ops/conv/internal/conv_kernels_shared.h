@@ -641,9 +641,6 @@ template <class T>
 bool winograd_correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g);
 template <class T>
 bool winograd_correlate_adjoint(const T* y, const T* w, const T* bias, T* x, const Geom& g);
-// The weight gradient by Winograd's F(3x3, 4x4) (same conditions); false leaves dw untouched.
-template <class T>
-bool winograd_weight_grad(const T* y, const T* x, T* dw, const Geom& g);
 
 // db[c] = sum_n sum_o dy[n, c, o], in double; conv_kernels_weight_grad.cpp. R = T, or float for
 // 16-bit dy (the reduced kernels' float32 results).
