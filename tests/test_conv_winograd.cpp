@@ -26,7 +26,7 @@ struct Case {
 };
 
 // Shapes that reach the path: sizes that are and are not multiples of the 4x4 tiles, paddings
-// 0, 1 and 2, groups, channel counts around the register tiles (8 and 4 outputs), with and
+// 0, 1 and 2, groups, 3-D, channel counts around the register tiles (8 and 4 outputs), with and
 // without bias (each case runs both), one tile row per item and many.
 const std::vector<Case> kCases = {
     {"ResNet-like 32 -> 32, 20 x 20", {2, 32, 20, 20}, {32, 32, 3, 3}, 1, 1, false},
@@ -37,15 +37,23 @@ const std::vector<Case> kCases = {
     {"wide rows, 16 x 70", {1, 16, 16, 70}, {18, 16, 3, 3}, 1, 1, false},
     {"256 -> 16 channels: items of fewer tiles", {1, 256, 24, 24}, {16, 256, 3, 3}, 1, 1, false},
     {"transposed 16 -> 20, padding 1", {2, 16, 17, 17}, {16, 20, 3, 3}, 1, 1, true},
+    // 3-D: sums over the kernel's slices of 2-D ones, the slices past the volume's ends zeros
+    {"3-D 3x3x3, 16 -> 20, 5 slices", {2, 16, 5, 18, 17}, {20, 16, 3, 3, 3}, 1, 1, false},
+    {"3-D 2x3x3, no padding, 2 groups", {1, 32, 4, 18, 20}, {32, 16, 2, 3, 3}, 0, 2, false},
+    {"3-D transposed 3x3x3", {1, 16, 3, 16, 19}, {16, 18, 3, 3, 3}, 1, 1, true},
 };
 
+IntList ones(const Case& c) { return IntList(c.x.size() - 2, 1); }
+IntList zeros(const Case& c) { return IntList(c.x.size() - 2, 0); }
+IntList pads(const Case& c) { return IntList(c.x.size() - 2, c.pad); }
+
 Tensor conv(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b) {
-  return convolution(x, w, b, {1, 1}, {c.pad, c.pad}, {1, 1}, c.transposed, {0, 0}, c.groups);
+  return convolution(x, w, b, ones(c), pads(c), ones(c), c.transposed, zeros(c), c.groups);
 }
 
 ConvolutionGrads conv_backward(const Case& c, const Tensor& g, const Tensor& x, const Tensor& w) {
-  return convolution_backward(g, x, w, {w.size(c.transposed ? 1 : 0) * (c.transposed ? c.groups : 1)}, {1, 1},
-                              {c.pad, c.pad}, {1, 1}, c.transposed, {0, 0}, c.groups);
+  return convolution_backward(g, x, w, {w.size(c.transposed ? 1 : 0) * (c.transposed ? c.groups : 1)}, ones(c),
+                              pads(c), ones(c), c.transposed, zeros(c), c.groups);
 }
 
 // |got - want| <= 2e-5 * bound + 1e-30 everywhere (bound: the same map on |x| and |w|, in double).
@@ -110,21 +118,24 @@ TEST(ConvWinograd, ForwardAndInputGradientWithinTheBoundOfFloat64) {
 // the forward and in the input gradient. Without it the test above could pass on the direct
 // kernels alone.
 TEST(ConvWinograd, ThePathRunsAndCanBeTurnedOff) {
-  const Case& c = kCases[0];
-  manual_seed(6);
-  const Tensor x = randn(c.x), w = randn(c.w), b = randn({c.w[0]});
-  const Tensor y = conv(c, x, w, b), g = randn(y.shape());
-  const ConvolutionGrads r = conv_backward(c, g, x, w);
-  EXPECT_TRUE(kernels::conv_winograd_enabled());
-  const bool was = kernels::set_conv_winograd(false);
-  EXPECT_TRUE(was);
-  const Tensor y_direct = conv(c, x, w, b);
-  const ConvolutionGrads r_direct = conv_backward(c, g, x, w);
-  kernels::set_conv_winograd(true);
-  EXPECT_FALSE(same_bits(y, y_direct)) << "the forward did not take the Winograd path";
-  EXPECT_FALSE(same_bits(r.grad_input, r_direct.grad_input)) << "the input gradient did not take the Winograd path";
-  EXPECT_TRUE(same_bits(r.grad_weight, r_direct.grad_weight)) << "the weight gradient sums directly";
-  EXPECT_TRUE(same_bits(conv(c, x, w, b), y)) << "turned on again, the same bits";
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.what);
+    manual_seed(6);
+    const Tensor x = randn(c.x), w = randn(c.w);
+    const Tensor b = randn({c.transposed ? c.w[1] * c.groups : c.w[0]});
+    const Tensor y = conv(c, x, w, b), g = randn(y.shape());
+    const ConvolutionGrads r = conv_backward(c, g, x, w);
+    EXPECT_TRUE(kernels::conv_winograd_enabled());
+    const bool was = kernels::set_conv_winograd(false);
+    EXPECT_TRUE(was);
+    const Tensor y_direct = conv(c, x, w, b);
+    const ConvolutionGrads r_direct = conv_backward(c, g, x, w);
+    kernels::set_conv_winograd(true);
+    EXPECT_FALSE(same_bits(y, y_direct)) << "the forward did not take the Winograd path";
+    EXPECT_FALSE(same_bits(r.grad_input, r_direct.grad_input)) << "the input gradient did not take the Winograd path";
+    EXPECT_TRUE(same_bits(r.grad_weight, r_direct.grad_weight)) << "the weight gradient sums directly";
+    EXPECT_TRUE(same_bits(conv(c, x, w, b), y)) << "turned on again, the same bits";
+  }
 }
 
 // Below 16 channels or 16x16 positions (where it was not faster) the direct kernels run.

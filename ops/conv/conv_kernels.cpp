@@ -12,7 +12,7 @@
 //   conv_kernels_weight_grad.cpp    weight_grad: outer and dot tilings, depthwise, im2col + GEMM; and
 //                                   bias_grad
 //   conv_kernels_winograd.cpp       Winograd F(4x4, 3x3): correlate and correlate_adjoint of
-//                                   float32 3x3 kernels of stride 1, where it is faster
+//                                   float32 3x3 (3-D: kx3x3) kernels of stride 1, where it is faster
 //   conv_kernels_reduced.cpp        the three pieces with 16-bit operands (bf16 / fp16) and float32
 //                                   results: im2col in 16 bits + gemm_batched_reduced
 //   internal/conv_kernels_shared.h  what the kernels share: constants, Scratch, boxes (Box,
@@ -57,8 +57,9 @@
 // inside the image contribute (see "Non-finite weights and column values" in
 // internal/conv_kernels_shared.h).
 //
-// How each piece runs (float32 3x3 convolutions of stride 1 with at least 16 channels and 16x16
-// positions on each side take Winograd's F(4x4, 3x3) in correlate and correlate_adjoint first,
+// How each piece runs (float32 3x3 (or kx3x3) convolutions of stride 1 with at least 16 channels
+// and 16x16 positions on each side take Winograd's F(4x4, 3x3) in correlate and
+// correlate_adjoint first,
 // unless an input is not finite or too large: conv_kernels_winograd.cpp):
 //   correlate          flat grid: direct correlation (direct_blocks): a block of output channels
 //                      x positions is summed in registers over (ci, t) straight from the box,

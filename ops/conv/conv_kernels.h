@@ -99,9 +99,10 @@ template <class T>
 void convolution_backward(const T* grad_output, const T* input, const T* weight, T* grad_input,
                           T* grad_weight, T* grad_bias, const ConvParams& p);
 
-// The float32 3x3 convolutions of stride 1 and dilation 1 (forward and input gradient, normal
-// and transposed, 2-D, at least 16 channels and 16x16 positions on each side) run Winograd's
-// F(4x4, 3x3) algorithm (conv_kernels_winograd.cpp): 36 products per 4x4 block of outputs instead
+// The float32 convolutions of stride 1 and dilation 1 whose kernels are 3x3 (2-D) or kx3x3 with
+// k <= 4 (3-D), forward and input gradient, normal and transposed, with at least 16 channels and
+// 16x16 positions on each side, run Winograd's F(4x4, 3x3) algorithm (conv_kernels_winograd.cpp;
+// a 3-D kernel as a sum of its 3x3 slices): 36 products per 4x4 block of outputs instead
 // of 144, with rounding a few times the direct sum's (tested within 2e-5 of the sum of |products|).
 // The weight gradient sums directly. Inputs or weights that are not finite or exceed 1e12 in
 // magnitude take the direct kernels, which keep the definition's Inf and NaN.
