@@ -31,9 +31,12 @@
 // inputs are checked on the fly, as the tiles are transformed; then the whole output is
 // recomputed by the caller.
 //
-// Layout of the work: items (sample, group, block of tile rows), each owned by one thread,
-// with the block size chosen from the shape alone: every output is summed in the same order
-// whatever the thread count, so results are bit-identical for any thread count.
+// 3-D: a kx3x3 kernel (stride 1) is the sum over its k slices e of 3x3 correlations, output
+// slice z reading image slice z - front + e; the products run over (e, c) together.
+//
+// Layout of the work: items (sample, group, block of tile rows, run of output slices), each
+// owned by one thread, the tile blocks chosen from the shape alone: every output is summed in
+// the same order whatever the cut, so results are bit-identical for any thread count.
 #include "conv_kernels.h"
 #include "internal/conv_kernels_shared.h"
 
