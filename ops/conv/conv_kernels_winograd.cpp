@@ -73,21 +73,27 @@ constexpr float kLimit = 1e12f;
 struct Problem {
   int64_t N, G, Cx, Cy, Dx, Hx, Wx, Dy, Hy, Wy, front, top, left, KD, Cd;
   int64_t Th, Tw;        // tile rows and columns: ceil(Hy / 4), ceil(Wy / 4)
-  int64_t rows_per_item; // tile rows per work item (from the shape only)
-  int64_t n_blocks;      // items per (sample, group)
+  int64_t rows_per_item; // tile rows per work item (from the shape only), out of the N x Th
+                         // tile rows of the batch: an item may cover the end of one sample
+                         // and the start of the next, so small planes still fill vectors
+  int64_t n_blocks;      // blocks of rows_per_item tile rows per group
 };
 
 constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// Tile rows per item: blocks of at most about 192 tiles (fewer with many input channels, so that
-// one position's transformed inputs, Cx x tiles, stay near 48 KB: L1), whose lengths, rounded up
-// to whole vectors, waste the least.
-int64_t choose_rows_per_item(int64_t Th, int64_t Tw, int64_t Cx) {
+// A block of tile rows meets at most this many samples (its segments, see run).
+constexpr int kMaxSegments = 8;
+
+// Tile rows per item, out of the batch's `total` rows (Th per sample): blocks of at most about
+// 192 tiles (fewer with many input channels, so that one position's transformed inputs,
+// Cx x tiles, stay near 48 KB: L1), at most kMaxSegments samples, whose lengths, rounded up to
+// whole vectors, waste the least.
+int64_t choose_rows_per_item(int64_t total, int64_t Th, int64_t Tw, int64_t Cx) {
   const int64_t target = std::clamp<int64_t>(12288 / Cx, 2 * kLanes, 192);
-  const int64_t k_max = std::max<int64_t>(1, target / Tw);
+  const int64_t k_max = std::min(std::max<int64_t>(1, target / Tw), (kMaxSegments - 1) * Th + 1);
   int64_t best_k = 1, best_cost = INT64_MAX;
-  for (int64_t k = 1; k <= std::min(k_max, Th); ++k) {
-    const int64_t full = Th / k, rest = Th % k;
+  for (int64_t k = 1; k <= std::min(k_max, total); ++k) {
+    const int64_t full = total / k, rest = total % k;
     const int64_t cost = full * round_up(k * Tw, kLanes) + (rest ? round_up(rest * Tw, kLanes) : 0)
                          + (full + (rest ? 1 : 0)) * 8 * kLanes;  // a little per item
     if (cost <= best_cost) best_cost = cost, best_k = k;
@@ -341,16 +347,17 @@ void transform_output(const float* Mo, int64_t Mxi_stride, float bias, const Pro
 }
 
 // The correlation for every item; false (y partly written) when an input is out of range.
-// Items: (sample and group, block of tile rows, run of output slices). An item keeps the last
+// Items: (group, block of the batch's tile rows, run of output slices). An item keeps the last
 // KD image slices it transformed (slot iz mod KD), so that each slice is transformed once per
-// run, not once per output slice that reads it.
+// run, not once per output slice that reads it. Its tile rows fall in one or two (or more, on
+// small planes) samples: segments, each transformed from and written to its own sample.
 bool run(const float* x, const std::vector<float>& Up, const float* bias, float* y, const Problem& pb) {
   const int64_t n_ob = (pb.Cy + kOB - 1) / kOB;
   const int64_t per_group_u = 36 * n_ob * pb.Cd * kOB;
   const int64_t Tmax = pb.rows_per_item * pb.Tw, Ts_max = round_up(Tmax, kLanes) + kLanes;
   const int64_t R = round_up(pb.Tw, kLanes) + kLanes;
   const int64_t plane_x = pb.Hx * pb.Wx, plane_y = pb.Hy * pb.Wy;
-  const int64_t outer = pb.N * pb.G * pb.n_blocks;
+  const int64_t outer = pb.G * pb.n_blocks;
   const bool big = double(outer) * pb.Dy * Tmax * 36 * pb.Cd * pb.Cy >= kParallelWork;
   // runs of output slices: enough items for the threads (any cut gives the same bits)
   const int64_t n_runs = pieces_for(outer, pb.Dy, big ? max_threads() : 1);
@@ -367,11 +374,21 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       if (!ok) continue;
-      const int64_t run_i = it % n_runs, blk = (it / n_runs) % pb.n_blocks, ng = it / (n_runs * pb.n_blocks);
-      const int64_t grp = ng % pb.G;
-      const int64_t ty0 = blk * pb.rows_per_item, rows = std::min(pb.rows_per_item, pb.Th - ty0);
+      const int64_t run_i = it % n_runs, blk = (it / n_runs) % pb.n_blocks, grp = it / (n_runs * pb.n_blocks);
+      // the item's tile rows [gr0, gr1) of the batch, in segments of one sample each
+      const int64_t gr0 = blk * pb.rows_per_item, gr1 = std::min(pb.N * pb.Th, gr0 + pb.rows_per_item);
+      struct Segment {
+        int64_t n, ty0, rows, t_base;
+      };
+      Segment seg[kMaxSegments];
+      int n_seg = 0;
+      for (int64_t gr = gr0; gr < gr1;) {
+        const int64_t n = gr / pb.Th, ty = gr % pb.Th, rows = std::min(gr1 - gr, pb.Th - ty);
+        seg[n_seg++] = Segment{n, ty, rows, (gr - gr0) * pb.Tw};
+        gr += rows;
+      }
       // T tiles, whole vectors of them (Tp) in the products, rows of Ts in V and M
-      const int64_t T = rows * pb.Tw, Tp = round_up(T, kLanes), Ts = Tp + kLanes;
+      const int64_t T = (gr1 - gr0) * pb.Tw, Tp = round_up(T, kLanes), Ts = Tp + kLanes;
       int64_t held[kMaxKD];  // the image slice in each slot (none yet)
       std::fill(held, held + kMaxKD, INT64_MIN);
       const float* Ug = Up.data() + grp * per_group_u;
@@ -384,11 +401,18 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
           const int64_t slot = iz % pb.KD;
           if (held[slot] != iz) {
             held[slot] = iz;
-            const float* xs = x + (ng * pb.Cx * pb.Dx + iz) * plane_x;  // channel c at c * Dx * plane_x
-            for (int64_t c = 0; c < pb.Cx && ok; ++c) {
-              if (c + 1 < pb.Cx) prefetch_rows(xs + (c + 1) * pb.Dx * plane_x, pb.Hx, pb.Wx, 4 * ty0 - pb.top, 4 * rows + 2);
-              ok &= int(transform_input(xs + c * pb.Dx * plane_x, pb, ty0, rows, c, V.data() + slot * slice_v, Ts,
-                                        ph.data(), ph.data() + pad_rows * 4 * R, R));
+            for (int sg = 0; sg < n_seg && ok; ++sg) {
+              const Segment& S = seg[sg];
+              // channel c of sample n, slice iz at xs + c * Dx * plane_x
+              const float* xs = x + ((S.n * pb.G + grp) * pb.Cx * pb.Dx + iz) * plane_x;
+              for (int64_t c = 0; c < pb.Cx && ok; ++c) {
+                if (c + 1 < pb.Cx) {
+                  prefetch_rows(xs + (c + 1) * pb.Dx * plane_x, pb.Hx, pb.Wx, 4 * S.ty0 - pb.top, 4 * S.rows + 2);
+                }
+                ok &= int(transform_input(xs + c * pb.Dx * plane_x, pb, S.ty0, S.rows, c,
+                                          V.data() + slot * slice_v + S.t_base, Ts, ph.data(),
+                                          ph.data() + pad_rows * 4 * R, R));
+              }
             }
           }
           slot_of[n_terms] = slot, e_of[n_terms] = e, ++n_terms;
@@ -410,11 +434,14 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
             if (Tp - t0 == kLanes) product_tile<1>(terms, pb.Cx, Ts, t0, Mxi);
           }
         }
-        float* ys = y + (ng * pb.Cy * pb.Dy + oz) * plane_y;  // channel o at o * Dy * plane_y
         const int64_t Mxi_stride = n_ob * kOB * Ts;
-        for (int64_t o = 0; o < pb.Cy; ++o) {
-          transform_output(M.data() + o * Ts, Mxi_stride, bias ? bias[grp * pb.Cy + o] : 0.0f, pb, ty0, T,
-                           ys + o * pb.Dy * plane_y);
+        for (int sg = 0; sg < n_seg; ++sg) {
+          const Segment& S = seg[sg];
+          float* ys = y + ((S.n * pb.G + grp) * pb.Cy * pb.Dy + oz) * plane_y;  // channel o at o * Dy * plane_y
+          for (int64_t o = 0; o < pb.Cy; ++o) {
+            transform_output(M.data() + o * Ts + S.t_base, Mxi_stride, bias ? bias[grp * pb.Cy + o] : 0.0f, pb,
+                             S.ty0, S.rows * pb.Tw, ys + o * pb.Dy * plane_y);
+          }
         }
       }
     }
@@ -427,8 +454,8 @@ Problem make_problem(const Geom& g, int64_t Cx, int64_t Cy, std::array<int64_t, 
                      std::array<int64_t, 3> pad) {
   Problem pb{g.N, g.G, Cx, Cy, in[0], in[1], in[2], out[0], out[1], out[2], pad[0], pad[1], pad[2],
              g.kd, g.kd * Cx, (out[1] + 3) / 4, (out[2] + 3) / 4, 1, 1};
-  pb.rows_per_item = choose_rows_per_item(pb.Th, pb.Tw, pb.Cd);
-  pb.n_blocks = (pb.Th + pb.rows_per_item - 1) / pb.rows_per_item;
+  pb.rows_per_item = choose_rows_per_item(pb.N * pb.Th, pb.Th, pb.Tw, pb.Cd);
+  pb.n_blocks = (pb.N * pb.Th + pb.rows_per_item - 1) / pb.rows_per_item;
   return pb;
 }
 
