@@ -274,16 +274,21 @@ template <class T, class F>
 std::vector<T> repack(int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
   const int64_t n_ob = (n_out + OB - 1) / OB;
   std::vector<T> wr(n_ob * n_in * n_taps * OB, T(0));
-  auto one_output = [&](int64_t o) {
+  // written in order, block by block (its OB weight rows read side by side); written output by
+  // output, each (c, t) went to another cache line: 4% of the stride-2 forward
+  auto one_block = [&](int64_t ob) {
+    T* d = wr.data() + ob * n_in * n_taps * OB;
+    const int64_t o0 = ob * OB, o1 = std::min<int64_t>(n_out, o0 + OB);
     for (int64_t c = 0; c < n_in; ++c)
-      for (int64_t t = 0; t < n_taps; ++t) wr[(((o / OB) * n_in + c) * n_taps + t) * OB + o % OB] = weight(o, c, t);
+      for (int64_t t = 0; t < n_taps; ++t, d += OB)
+        for (int64_t o = o0; o < o1; ++o) d[o - o0] = weight(o, c, t);
   };
-  if (n_out * n_in * n_taps < kParallelWork || omp_in_parallel()) {  // (an `if` clause would still open a region)
-    for (int64_t o = 0; o < n_out; ++o) one_output(o);
+  if (n_out * n_in * n_taps < kParallelWork || omp_in_parallel() || n_ob == 1) {  // (an `if` clause would still open a region)
+    for (int64_t ob = 0; ob < n_ob; ++ob) one_block(ob);
     return wr;
   }
 #pragma omp parallel for schedule(static)  // before the kernel's parallel region: a large weight on all cores
-  for (int64_t o = 0; o < n_out; ++o) one_output(o);
+  for (int64_t ob = 0; ob < n_ob; ++ob) one_block(ob);
   return wr;
 }
 
