@@ -108,6 +108,7 @@ TEST(Conv, DirectPathsSameBitsForAnyThreadCount) {
   for (const Shape3& s : {Shape3{{3, 8, 24, 26}, {12, 4, 3, 3}, 2, 1}, Shape3{{2, 6, 30, 30}, {6, 1, 3, 3}, 6, 1},
                           Shape3{{2, 5, 9, 10, 12}, {7, 5, 3, 3, 3}, 1, 1}, Shape3{{2, 8, 14, 14}, {20, 8, 3, 3}, 1, 1},
                           Shape3{{3, 6, 12, 16}, {70, 6, 3, 3}, 1, 1}, Shape3{{2, 16, 28, 28}, {40, 16, 3, 3}, 1, 2},
+                          Shape3{{2, 16, 28, 28}, {64, 16, 3, 3}, 1, 2},  // row-block forward
                           // grouped column tiles (two per group, the second partial); image
                           // channels in two steps (their boxes exceed one step's budget)
                           Shape3{{2, 40, 20, 20}, {140, 20, 3, 3}, 2, 1}, Shape3{{1, 96, 64, 64}, {40, 96, 3, 3}, 1, 1}}) {
@@ -399,6 +400,9 @@ const std::vector<NonFiniteCase> kNonFiniteCases = {
     // stride 2, wide: the adjoint runs directly too, one correlation per phase of the image
     {"stride 2 wide: direct forward, direct adjoint by phases, GEMM grad_weight", {2, 8, 10, 40}, {6, 8, 3, 3}, {2},
      {1}, {1}, false, 1},
+    // stride 2, 64 channels (a multiple of the row blocks' channel vectors): row-block forward
+    // (positions broadcast, no garbage column computed), direct adjoint by phases
+    {"stride 2, 64 channels: row-block forward", {2, 8, 28, 28}, {64, 8, 3, 3}, {2}, {1}, {1}, false, 1},
     // width 5 with pad 1: too much garbage for a flat grid, everything im2col / col2im + GEMM
     {"narrow: GEMM forward, GEMM adjoint, GEMM grad_weight", {2, 7, 6, 5}, {5, 7, 3, 3}, {1}, {1}, {1}, false, 1},
     // groups == channels on a flat grid: direct forward and adjoint (depthwise scatter with the

@@ -94,12 +94,21 @@ void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const
                           g.Li, g.sd * g.Hi * g.Wi, g.sh * g.Wi, g.sw};
     out0[f] = ((P.first[0] * g.sd + pd_ - g.pd) * g.Hi + (P.first[1] * g.sh + ph_ - g.ph)) * g.Wi +
               (P.first[2] * g.sw + pw_ - g.pw);
-    const int64_t blocks = P.count[0] > 0 && P.count[1] > 0 && P.count[2] > 0
-                               ? P.count[0] * direct_blocks_per_slice(plans[f], QB) : 0;
+  }
+  // row blocks (conv_direct.h) where they pay on every phase's grid
+  bool rows = true;
+  for (int64_t f = 0; f < n_ph; ++f) {
+    const auto& P = ap.phases[f];
+    if (P.count[0] > 0 && P.count[1] > 0 && P.count[2] > 0) rows = rows && row_blocks_pay<T>(plans[f], g.Cig, QB);
+  }
+  for (int64_t f = 0; f < n_ph; ++f) {
+    const auto& P = ap.phases[f];
+    const int64_t per_slice = rows ? row_blocks_per_slice(plans[f]) : direct_blocks_per_slice(plans[f], QB);
+    const int64_t blocks = P.count[0] > 0 && P.count[1] > 0 && P.count[2] > 0 ? P.count[0] * per_slice : 0;
     first_blk[f + 1] = first_blk[f] + blocks;
     for (int64_t grp = 0; grp < g.G; ++grp) {
       const T* wg = w + grp * g.Cog * g.CKg;
-      wr[f * g.G + grp] = repack<T>(g.Cig, g.Cog, int64_t(P.taps.size()), OB,
+      wr[f * g.G + grp] = repack<T>(g.Cig, g.Cog, int64_t(P.taps.size()), rows ? kRowNV * Lanes<T>::n : OB,
                                     [&](int64_t ci, int64_t co, int64_t tt) {
                                       return wg[(co * g.Cig + ci) * g.K + P.taps[tt]];
                                     });
@@ -122,10 +131,14 @@ void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const
       for (int64_t f = 0; f < n_ph; ++f) {
         const int64_t lo = std::max(b0, first_blk[f]), hi = std::min(b1, first_blk[f + 1]);
         if (lo >= hi) continue;
-        direct_blocks<T, OB>(Y.data(), wr[f * g.G + grp].data(), g.Cig,
-                             bias ? bias + grp * g.Cig : nullptr,
-                             x + ng * g.Cig * g.Li + out0[f], plans[f], lo - first_blk[f],
-                             hi - first_blk[f]);
+        const T* b = bias ? bias + grp * g.Cig : nullptr;
+        T* xf = x + ng * g.Cig * g.Li + out0[f];
+        if (rows) {
+          direct_rows<T>(Y.data(), wr[f * g.G + grp].data(), g.Cig, b, xf, plans[f], lo - first_blk[f], hi - first_blk[f]);
+        } else {
+          direct_blocks<T, OB>(Y.data(), wr[f * g.G + grp].data(), g.Cig, b, xf, plans[f], lo - first_blk[f],
+                               hi - first_blk[f]);
+        }
       }
     }
   }

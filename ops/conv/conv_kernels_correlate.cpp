@@ -15,16 +15,16 @@ namespace {
 template <class T, int OB>
 void correlate_direct(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   constexpr int64_t QB = direct_q<T, OB>();
+  const DirectPlan pl{g.Cig, g.box.L, g.slice, g.off.data(), g.K, g.Do, g.Ho, g.Wg, g.Wo,
+                      g.Lo, g.Ho * g.Wo, g.Wo, 1};
+  const bool rows = row_blocks_pay<T>(pl, g.Cog, QB);  // else blocks of OB channels x QB positions
   std::vector<std::vector<T>> wr(g.G);
   for (int64_t grp = 0; grp < g.G; ++grp) {
     const T* wg = w + grp * g.Cog * g.CKg;
-    wr[grp] = repack<T>(g.Cog, g.Cig, g.K, OB, [&](int64_t o, int64_t c, int64_t t) {
-      return wg[(o * g.Cig + c) * g.K + t];
-    });
+    wr[grp] = repack<T>(g.Cog, g.Cig, g.K, rows ? kRowNV * Lanes<T>::n : OB,
+                        [&](int64_t o, int64_t c, int64_t t) { return wg[(o * g.Cig + c) * g.K + t]; });
   }
-  const DirectPlan pl{g.Cig, g.box.L, g.slice, g.off.data(), g.K, g.Do, g.Ho, g.Wg, g.Wo,
-                      g.Lo, g.Ho * g.Wo, g.Wo, 1};
-  const int64_t blocks = g.Do * direct_blocks_per_slice(pl, QB);
+  const int64_t blocks = g.Do * (rows ? row_blocks_per_slice(pl) : direct_blocks_per_slice(pl, QB));
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t n_parts = pieces_for(g.N * g.G, blocks, big ? max_threads() : 1);
   const int64_t per_part = (blocks + n_parts - 1) / n_parts;
@@ -37,9 +37,13 @@ void correlate_direct(const T* x, const T* w, const T* bias, T* y, const Geom& g
       const int64_t ng = it / n_parts, part = it % n_parts;  // ng = n * G + group
       const int64_t grp = ng % g.G;
       pad_image(x + ng * g.Cig * g.Li, g.Cig, g.Di, g.Hi, g.Wi, g.box, P.data(), &g.box_rows);
-      direct_blocks<T, OB>(P.data(), wr[grp].data(), g.Cog, bias ? bias + grp * g.Cog : nullptr,
-                           y + ng * g.Cog * g.Lo, pl, part * per_part,
-                           std::min(blocks, (part + 1) * per_part));
+      const T* b = bias ? bias + grp * g.Cog : nullptr;
+      const int64_t b0 = part * per_part, b1 = std::min(blocks, b0 + per_part);
+      if (rows) {
+        direct_rows<T>(P.data(), wr[grp].data(), g.Cog, b, y + ng * g.Cog * g.Lo, pl, b0, b1);
+      } else {
+        direct_blocks<T, OB>(P.data(), wr[grp].data(), g.Cog, b, y + ng * g.Cog * g.Lo, pl, b0, b1);
+      }
     }
   }
 }

@@ -178,6 +178,73 @@ void direct_blocks(const T* in, const T* wr, int64_t n_out, const T* bias, T* ou
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Row blocks: the same sums with the roles swapped, output channels in the vector lanes and
+// positions broadcast. A block is kRowP positions of one grid row x kRowNV vectors of output
+// channels, so it never computes a garbage column, and a row is cut into chunks of kRowP
+// instead of the flat grid into whole vectors: a 14 x 15 grid (3x3 stride 2 on 28 x 28) is
+// 2 x 7 positions per row, 196 in all, where direct_blocks computes 14 vectors (224). Each
+// output still sums bias, then (c, t) in order, one multiply-add each: the same bits.
+inline constexpr int kRowNV = kVecRegs == 32 ? 2 : 1;
+inline constexpr int kRowP = kVecRegs == 32 ? 14 : kAccRegs / 2;
+
+inline int64_t row_chunks(const DirectPlan& pl) { return (pl.cols + kRowP - 1) / kRowP; }
+inline int64_t row_blocks_per_slice(const DirectPlan& pl) { return pl.rows * row_chunks(pl); }
+
+// Whether row blocks pay: n_out fills their channel vectors, and they compute at least 1/16
+// fewer positions than direct_blocks with QB positions per block would.
+template <class T>
+bool row_blocks_pay(const DirectPlan& pl, int64_t n_out, int64_t QB) {
+  constexpr int64_t V = Lanes<T>::n, OB = kRowNV * V;
+  if (n_out % OB != 0 || pl.cols < kRowP) return false;
+  const int64_t len = pl.rows * pl.width, rest = len % QB;
+  const int64_t flat = len / QB * QB + (rest + V - 1) / V * V;
+  return row_blocks_per_slice(pl) * kRowP * 16 <= flat * 15;
+}
+
+// Row blocks [blk0, blk1) (slice, row, chunk) of all n_out output channels (a multiple of
+// kRowNV vectors); wr is repacked with OB = kRowNV * Lanes<T>::n.
+template <class T>
+void direct_rows(const T* in, const T* wr, int64_t n_out, const T* bias, T* out, const DirectPlan& pl,
+                 int64_t blk0, int64_t blk1) {
+  using L = Lanes<T>;
+  using vec = typename L::vec;
+  constexpr int P = kRowP, NV = kRowNV, OB = NV * L::n;
+  const int64_t n_ch = row_chunks(pl), n_ob = n_out / OB;
+  const int64_t wstep = pl.n_in * pl.n_taps * OB;
+  for (int64_t blk = blk0; blk < blk1; ++blk) {
+    const int64_t sl = blk / (pl.rows * n_ch), r = blk / n_ch % pl.rows, c0 = blk % n_ch * P;
+    const int64_t np = std::min<int64_t>(P, pl.cols - c0);
+    const T* in_q = in + sl * pl.in_slice + r * pl.width + c0;
+    for (int64_t ob = 0; ob < n_ob; ++ob) {
+      vec a[P][NV];
+      for (int v = 0; v < NV; ++v) {
+        const vec b = bias ? L::load(bias + ob * OB + v * L::n) : vec{};
+        for (int q = 0; q < P; ++q) a[q][v] = b;
+      }
+      const T* w_ct = wr + ob * wstep;
+      for (int64_t c = 0; c < pl.n_in; ++c) {
+        const T* ic = in_q + c * pl.in_cstride;
+        for (int64_t t = 0; t < pl.n_taps; ++t, w_ct += OB) {
+          const T* src = ic + pl.off[t];
+          vec wv[NV];
+          for (int v = 0; v < NV; ++v) wv[v] = L::load(w_ct + v * L::n);
+#pragma GCC unroll 16
+          for (int q = 0; q < P; ++q) {
+            const vec xs = L::splat(src[q]);
+            for (int v = 0; v < NV; ++v) a[q][v] += wv[v] * xs;
+          }
+        }
+      }
+      T sums[P][OB];
+      std::memcpy(sums, a, sizeof sums);
+      T* oc = out + sl * pl.out_slice + ob * OB * pl.out_cstride + r * pl.out_row + c0 * pl.out_col;
+      for (int o = 0; o < OB; ++o)
+        for (int64_t q = 0; q < np; ++q) oc[o * pl.out_cstride + q * pl.out_col] = sums[q][o];
+    }
+  }
+}
+
 // Output channels per register block: the fewest padded channels, then the most per block;
 // blocks of 12 or 8 where kAccRegs is 24 (two or three vectors of positions), of 6 or 4 where
 // it is 12.
@@ -207,16 +274,21 @@ template <class T, class F>
 std::vector<T> repack(int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
   const int64_t n_ob = (n_out + OB - 1) / OB;
   std::vector<T> wr(n_ob * n_in * n_taps * OB, T(0));
-  auto one_output = [&](int64_t o) {
+  // written in order, block by block (its OB weight rows read side by side); written output by
+  // output, each (c, t) went to another cache line: 4% of the stride-2 forward
+  auto one_block = [&](int64_t ob) {
+    T* d = wr.data() + ob * n_in * n_taps * OB;
+    const int64_t o0 = ob * OB, o1 = std::min<int64_t>(n_out, o0 + OB);
     for (int64_t c = 0; c < n_in; ++c)
-      for (int64_t t = 0; t < n_taps; ++t) wr[(((o / OB) * n_in + c) * n_taps + t) * OB + o % OB] = weight(o, c, t);
+      for (int64_t t = 0; t < n_taps; ++t, d += OB)
+        for (int64_t o = o0; o < o1; ++o) d[o - o0] = weight(o, c, t);
   };
-  if (n_out * n_in * n_taps < kParallelWork || omp_in_parallel()) {  // (an `if` clause would still open a region)
-    for (int64_t o = 0; o < n_out; ++o) one_output(o);
+  if (n_out * n_in * n_taps < kParallelWork || omp_in_parallel() || n_ob == 1) {  // (an `if` clause would still open a region)
+    for (int64_t ob = 0; ob < n_ob; ++ob) one_block(ob);
     return wr;
   }
 #pragma omp parallel for schedule(static)  // before the kernel's parallel region: a large weight on all cores
-  for (int64_t o = 0; o < n_out; ++o) one_output(o);
+  for (int64_t ob = 0; ob < n_ob; ++ob) one_block(ob);
   return wr;
 }
 
