@@ -367,11 +367,21 @@ void forward_rows(const T* xp, int64_t W, const Taps<opmath_t<T>, K>& th, const 
       wt[j] = th.w[j][oh];
     }
     Y* yr = yp + oh * Wo;
+    int64_t ow = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<Y, BFloat16>) {  // the same blend, rounded 16 lanes at a time
+      for (; ow + 16 <= Wo; ow += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(r[0] + ow), _mm512_set1_ps(wt[0]));
+        for (int j = 1; j < K; ++j) v = _mm512_fmadd_ps(_mm512_loadu_ps(r[j] + ow), _mm512_set1_ps(wt[j]), v);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(yr + ow), float_to_bf16_x16(v));
+      }
+    }
+#endif
 #pragma omp simd
-    for (int64_t ow = 0; ow < Wo; ++ow) {
-      O v = r[0][ow] * wt[0];
-      for (int j = 1; j < K; ++j) v += r[j][ow] * wt[j];
-      store_op(yr, ow, v);
+    for (int64_t c = ow; c < Wo; ++c) {
+      O v = r[0][c] * wt[0];
+      for (int j = 1; j < K; ++j) v += r[j][c] * wt[j];
+      store_op(yr, c, v);
     }
   }
 }
