@@ -116,20 +116,28 @@ struct Taps {
   // whole blocks). The AVX-512 copy then fetches a block's taps with two loads and one permute
   // per tap (vpermt2ps) instead of scalar loads: GCC emits no gathers for interp_row, and a
   // gather costs more than the permute. Empty when some block spans more (downsampling).
+  // win_mask[3 b .. 3 b + 2] are the block's lane masks: the window's two halves that lie in
+  // the row (x[base .. base + 16) and x[base + 16 .. base + 32) cut at `in`), and its outputs
+  // (cut at `out`); tables rather than branches, since they change from block to block.
   static constexpr int64_t kWindow = 16;
   std::vector<int32_t> win_base, win_rel[K];
+  std::vector<uint16_t> win_mask;
 
   void make_index32(int64_t in) {
     if (in > INT32_MAX) return;
     for (int j = 0; j < K; ++j) idx32[j].assign(idx[j].begin(), idx[j].end());
-    make_windows();
+    make_windows(in);
   }
 
  private:
-  void make_windows() {
+  static uint16_t first_lanes(int64_t n) {
+    return n >= kWindow ? uint16_t(0xffff) : n <= 0 ? uint16_t(0) : static_cast<uint16_t>((1u << n) - 1);
+  }
+  void make_windows(int64_t in) {
     const auto out = static_cast<int64_t>(idx[0].size());
     const int64_t blocks = (out + kWindow - 1) / kWindow;
     win_base.assign(blocks, 0);
+    win_mask.assign(3 * blocks, 0);
     for (int j = 0; j < K; ++j) win_rel[j].assign(blocks * kWindow, 0);
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t end = std::min(out, (b + 1) * kWindow);
@@ -141,6 +149,9 @@ struct Taps {
         return;
       }
       win_base[b] = static_cast<int32_t>(lo);
+      win_mask[3 * b] = first_lanes(in - lo);
+      win_mask[3 * b + 1] = first_lanes(in - lo - kWindow);
+      win_mask[3 * b + 2] = first_lanes(out - b * kWindow);
       for (int64_t d = b * kWindow; d < end; ++d)
         for (int j = 0; j < K; ++j) win_rel[j][d] = static_cast<int32_t>(idx[j][d] - lo);
     }
@@ -268,17 +279,17 @@ __m512 load16_as_float(const S* p, __mmask16 m) {
 
 // interp_row on a windowed tap table (Taps::win_base), 16 outputs a step, reading the row of S
 // itself (no widened copy): the block's window of the row in two registers (masked loads, so
-// never past the row's W elements), each tap's inputs picked by one vpermt2ps, then the same
+// never past the row's end), each tap's inputs picked by one vpermt2ps, then the same
 // products summed in the same order as the scalar loop, fused as GCC contracts it on this
 // copy, fma(x1, w1, x0 * w0): the bits are the scalar loop's.
 template <class S, int K>
-void interp_row_windowed(const S* xr, int64_t W, const Taps<float, K>& tw, int64_t Wo, float* out) {
+void interp_row_windowed(const S* xr, const Taps<float, K>& tw, int64_t Wo, float* out) {
   constexpr int64_t L = Taps<float, K>::kWindow;
-  auto first = [](int64_t n) { return n >= L ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1); };
+  const uint16_t* mask = tw.win_mask.data();
   for (int64_t b = 0, ow = 0; ow < Wo; ++b, ow += L) {
-    const int64_t base = tw.win_base[b], left = W - base;
-    const __m512 lo = load16_as_float(xr + base, first(left)), hi = load16_as_float(xr + base + L, first(left - L));
-    const __mmask16 m_out = first(Wo - ow);
+    const S* window = xr + tw.win_base[b];
+    const __m512 lo = load16_as_float(window, mask[3 * b]), hi = load16_as_float(window + L, mask[3 * b + 1]);
+    const __mmask16 m_out = mask[3 * b + 2];
     auto x = [&](int j) {  // tap j's inputs of the 16 outputs
       return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(tw.win_rel[j].data() + ow), hi);
     };
@@ -327,7 +338,7 @@ void interp_input_row(const T* xr, int64_t W, const Taps<opmath_t<T>, K>& tw, in
                       std::vector<opmath_t<T>>& wide) {
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<opmath_t<T>, float>) {
-    if (!tw.win_base.empty()) return interp_row_windowed<T, K>(xr, W, tw, Wo, out);
+    if (!tw.win_base.empty()) return interp_row_windowed<T, K>(xr, tw, Wo, out);
   }
 #endif
   interp_row<opmath_t<T>, K>(widened_row(xr, W, wide), tw, Wo, out);
