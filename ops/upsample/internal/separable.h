@@ -19,6 +19,10 @@
 #include "../../internal/half_access.h"
 #include "../../internal/isa_dispatch.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace tg::kernels::TG_ISA_NS::upsample {
 
 // Below this many output elements an OpenMP region costs more than it saves.
@@ -107,9 +111,50 @@ struct Taps {
       w[j].resize(out);
     }
   }
+  // The same taps per block of kWindow outputs as a window of the input row: the block reads
+  // only x[base[b] .. base[b] + 2 kWindow), and rel[j] holds idx[j] - base[b] (padded with 0 to
+  // whole blocks). The AVX-512 copy then fetches a block's taps with two loads and one permute
+  // per tap (vpermt2ps) instead of scalar loads: GCC emits no gathers for interp_row, and a
+  // gather costs more than the permute. Empty when some block spans more (downsampling).
+  // win_mask[3 b .. 3 b + 2] are the block's lane masks: the window's two halves that lie in
+  // the row (x[base .. base + 16) and x[base + 16 .. base + 32) cut at `in`), and its outputs
+  // (cut at `out`); tables rather than branches, since they change from block to block.
+  static constexpr int64_t kWindow = 16;
+  std::vector<int32_t> win_base, win_rel[K];
+  std::vector<uint16_t> win_mask;
+
   void make_index32(int64_t in) {
     if (in > INT32_MAX) return;
     for (int j = 0; j < K; ++j) idx32[j].assign(idx[j].begin(), idx[j].end());
+    make_windows(in);
+  }
+
+ private:
+  static uint16_t first_lanes(int64_t n) {
+    return n >= kWindow ? uint16_t(0xffff) : n <= 0 ? uint16_t(0) : static_cast<uint16_t>((1u << n) - 1);
+  }
+  void make_windows(int64_t in) {
+    const auto out = static_cast<int64_t>(idx[0].size());
+    const int64_t blocks = (out + kWindow - 1) / kWindow;
+    win_base.assign(blocks, 0);
+    win_mask.assign(3 * blocks, 0);
+    for (int j = 0; j < K; ++j) win_rel[j].assign(blocks * kWindow, 0);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t end = std::min(out, (b + 1) * kWindow);
+      int64_t lo = idx[0][b * kWindow], hi = lo;
+      for (int64_t d = b * kWindow; d < end; ++d)
+        for (int j = 0; j < K; ++j) lo = std::min(lo, idx[j][d]), hi = std::max(hi, idx[j][d]);
+      if (hi - lo >= 2 * kWindow) {
+        win_base.clear();
+        return;
+      }
+      win_base[b] = static_cast<int32_t>(lo);
+      win_mask[3 * b] = first_lanes(in - lo);
+      win_mask[3 * b + 1] = first_lanes(in - lo - kWindow);
+      win_mask[3 * b + 2] = first_lanes(out - b * kWindow);
+      for (int64_t d = b * kWindow; d < end; ++d)
+        for (int j = 0; j < K; ++j) win_rel[j][d] = static_cast<int32_t>(idx[j][d] - lo);
+    }
   }
 };
 
@@ -218,6 +263,44 @@ void interp_row(const T* xr, const I* const* idx, const T* const* w, int64_t Wo,
   }
 }
 
+#if defined(__AVX512F__)
+// 16 elements of a row of S = float, BFloat16 or Float16 as floats (exact), lanes outside `m`
+// zero and never read: a 16-bit value widens in the load (bf16: its bits shifted up by 16).
+template <class S>
+__m512 load16_as_float(const S* p, __mmask16 m) {
+  if constexpr (std::is_same_v<S, float>) {
+    return _mm512_maskz_loadu_ps(m, p);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    if constexpr (std::is_same_v<S, BFloat16>) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    else return _mm512_cvtph_ps(h);
+  }
+}
+
+// interp_row on a windowed tap table (Taps::win_base), 16 outputs a step, reading the row of S
+// itself (no widened copy): the block's window of the row in two registers (masked loads, so
+// never past the row's end), each tap's inputs picked by one vpermt2ps, then the same
+// products summed in the same order as the scalar loop, fused as GCC contracts it on this
+// copy, fma(x1, w1, x0 * w0): the bits are the scalar loop's.
+template <class S, int K>
+void interp_row_windowed(const S* xr, const Taps<float, K>& tw, int64_t Wo, float* out) {
+  constexpr int64_t L = Taps<float, K>::kWindow;
+  const uint16_t* mask = tw.win_mask.data();
+  for (int64_t b = 0, ow = 0; ow < Wo; ++b, ow += L) {
+    const S* window = xr + tw.win_base[b];
+    const __m512 lo = load16_as_float(window, mask[3 * b]), hi = load16_as_float(window + L, mask[3 * b + 1]);
+    const __mmask16 m_out = mask[3 * b + 2];
+    auto x = [&](int j) {  // tap j's inputs of the 16 outputs
+      return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(tw.win_rel[j].data() + ow), hi);
+    };
+    auto w = [&](int j) { return _mm512_maskz_loadu_ps(m_out, tw.w[j].data() + ow); };
+    __m512 v = _mm512_mul_ps(x(0), w(0));
+    for (int j = 1; j < K; ++j) v = _mm512_fmadd_ps(x(j), w(j), v);
+    _mm512_mask_storeu_ps(out + ow, m_out, v);
+  }
+}
+#endif
+
 template <class T, int K>
 void interp_row(const T* xr, const Taps<T, K>& tw, int64_t Wo, T* out) {
   const T* w[K];
@@ -247,6 +330,20 @@ const O* widened_row(const T* xr, int64_t W, std::vector<O>& buf) {
   }
 }
 
+// Input row xr (W elements of T) interpolated along W into out (Wo floats, or doubles for T =
+// double): on the AVX-512 copy straight from the row for float and the 16-bit types when the
+// taps fit windows, else through the widened row and the scalar loop.
+template <class T, int K>
+void interp_input_row(const T* xr, int64_t W, const Taps<opmath_t<T>, K>& tw, int64_t Wo, opmath_t<T>* out,
+                      std::vector<opmath_t<T>>& wide) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<opmath_t<T>, float>) {
+    if (!tw.win_base.empty()) return interp_row_windowed<T, K>(xr, tw, Wo, out);
+  }
+#endif
+  interp_row<opmath_t<T>, K>(widened_row(xr, W, wide), tw, Wo, out);
+}
+
 // A thread's scratch for the 2-d forward: K input rows interpolated along W (input row ih in
 // slot ih % K: the K taps of one output row are consecutive rows, clamped, so they never share
 // a slot), and a 16-bit input row widened to float.
@@ -274,18 +371,28 @@ void forward_rows(const T* xp, int64_t W, const Taps<opmath_t<T>, K>& th, const 
       const int64_t ih = th.idx[j][oh];
       const int slot = static_cast<int>(ih % K);
       if (s.held[slot] != ih) {
-        interp_row<O, K>(widened_row(xp + ih * W, W, s.wide), tw, Wo, s.rows.row(slot));
+        interp_input_row<T, K>(xp + ih * W, W, tw, Wo, s.rows.row(slot), s.wide);
         s.held[slot] = ih;
       }
       r[j] = s.rows.row(slot);
       wt[j] = th.w[j][oh];
     }
     Y* yr = yp + oh * Wo;
+    int64_t ow = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<Y, BFloat16>) {  // the same blend, rounded 16 lanes at a time
+      for (; ow + 16 <= Wo; ow += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(r[0] + ow), _mm512_set1_ps(wt[0]));
+        for (int j = 1; j < K; ++j) v = _mm512_fmadd_ps(_mm512_loadu_ps(r[j] + ow), _mm512_set1_ps(wt[j]), v);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(yr + ow), float_to_bf16_x16(v));
+      }
+    }
+#endif
 #pragma omp simd
-    for (int64_t ow = 0; ow < Wo; ++ow) {
-      O v = r[0][ow] * wt[0];
-      for (int j = 1; j < K; ++j) v += r[j][ow] * wt[j];
-      store_op(yr, ow, v);
+    for (int64_t c = ow; c < Wo; ++c) {
+      O v = r[0][c] * wt[0];
+      for (int j = 1; j < K; ++j) v += r[j][c] * wt[j];
+      store_op(yr, c, v);
     }
   }
 }
