@@ -30,15 +30,15 @@ struct Case {
 // without bias (each case runs both), one tile row per item and many.
 const std::vector<Case> kCases = {
     {"ResNet-like 32 -> 32, 20 x 20", {2, 32, 20, 20}, {32, 32, 3, 3}, 1, 1, false},
-    {"odd sizes 17 x 19, 17 -> 21 channels", {2, 17, 17, 19}, {21, 17, 3, 3}, 1, 1, false},
-    {"no padding, 18 x 23", {1, 16, 18, 23}, {20, 16, 3, 3}, 0, 1, false},
-    {"padding 2, 16 x 30", {2, 16, 16, 30}, {16, 16, 3, 3}, 2, 1, false},
-    {"2 groups of 16 -> 24", {2, 32, 18, 18}, {48, 16, 3, 3}, 1, 2, false},
-    {"wide rows, 16 x 70", {1, 16, 16, 70}, {18, 16, 3, 3}, 1, 1, false},
-    {"256 -> 16 channels: items of fewer tiles", {1, 256, 24, 24}, {16, 256, 3, 3}, 1, 1, false},
-    {"transposed 16 -> 20, padding 1", {2, 16, 17, 17}, {16, 20, 3, 3}, 1, 1, true},
+    {"odd sizes 17 x 19, 25 -> 29 channels", {2, 25, 17, 19}, {29, 25, 3, 3}, 1, 1, false},
+    {"no padding, 18 x 23", {1, 24, 18, 23}, {28, 24, 3, 3}, 0, 1, false},
+    {"padding 2, 16 x 30", {2, 24, 16, 30}, {24, 24, 3, 3}, 2, 1, false},
+    {"2 groups of 24 -> 28", {2, 48, 18, 18}, {56, 24, 3, 3}, 1, 2, false},
+    {"wide rows, 16 x 70", {1, 24, 16, 70}, {26, 24, 3, 3}, 1, 1, false},
+    {"256 -> 24 channels: items of fewer tiles", {1, 256, 24, 24}, {24, 256, 3, 3}, 1, 1, false},
+    {"transposed 24 -> 30, padding 1", {2, 24, 17, 17}, {24, 30, 3, 3}, 1, 1, true},
     // 3-D: sums over the kernel's slices of 2-D ones, the slices past the volume's ends zeros
-    {"3-D 3x3x3, 16 -> 20, 5 slices", {2, 16, 5, 18, 17}, {20, 16, 3, 3, 3}, 1, 1, false},
+    {"3-D 3x3x3, 16 -> 20 (48 terms per product), 5 slices", {2, 16, 5, 18, 17}, {20, 16, 3, 3, 3}, 1, 1, false},
     {"3-D 2x3x3, no padding, 2 groups", {1, 32, 4, 18, 20}, {32, 16, 2, 3, 3}, 0, 2, false},
     {"3-D transposed 3x3x3", {1, 16, 3, 16, 19}, {16, 18, 3, 3, 3}, 1, 1, true},
 };
@@ -138,12 +138,14 @@ TEST(ConvWinograd, ThePathRunsAndCanBeTurnedOff) {
   }
 }
 
-// Below 16 channels or 16x16 positions (where it was not faster) the direct kernels run.
+// Below 16 channels, 24 terms per product or 16x16 positions (where it was not faster) the direct
+// kernels run.
 TEST(ConvWinograd, SmallPlanesAndFewChannelsSumDirectly) {
   const std::vector<Case> small = {
       {"14 x 14 planes", {2, 32, 14, 14}, {32, 32, 3, 3}, 1, 1, false},
       {"8 input channels", {2, 8, 24, 24}, {32, 8, 3, 3}, 1, 1, false},
       {"8 output channels", {2, 32, 24, 24}, {8, 32, 3, 3}, 1, 1, false},
+      {"16 channels in 2-D (16 terms per product)", {2, 16, 24, 24}, {16, 16, 3, 3}, 1, 1, false},
   };
   for (const Case& c : small) {
     SCOPED_TRACE(c.what);
@@ -164,9 +166,9 @@ TEST(ConvWinograd, SmallPlanesAndFewChannelsSumDirectly) {
 
 TEST(ConvWinograd, SameBitsForAnyThreadCount) {
   const int saved = num_threads();
-  const Case c{"big enough for every thread", {4, 16, 40, 36}, {24, 16, 3, 3}, 1, 1, false};
+  const Case c{"big enough for every thread", {4, 24, 40, 36}, {32, 24, 3, 3}, 1, 1, false};
   manual_seed(7);
-  const Tensor x = randn(c.x), w = randn(c.w), b = randn({24});
+  const Tensor x = randn(c.x), w = randn(c.w), b = randn({32});
   set_num_threads(2);
   const Tensor y2 = conv(c, x, w, b), g = randn(y2.shape());
   const ConvolutionGrads r2 = conv_backward(c, g, x, w);

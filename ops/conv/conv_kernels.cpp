@@ -58,7 +58,7 @@
 // internal/conv_kernels_shared.h).
 //
 // How each piece runs (float32 3x3 (or kx3x3) convolutions of stride 1 with at least 16 channels
-// and 16x16 positions on each side take Winograd's F(4x4, 3x3) in correlate and
+// (24 in 2-D) and 16x16 positions on each side take Winograd's F(4x4, 3x3) in correlate and
 // correlate_adjoint first,
 // unless an input is not finite or too large: conv_kernels_winograd.cpp):
 //   correlate          flat grid: direct correlation (direct_blocks): a block of output channels
