@@ -18,9 +18,11 @@
 // AVX2 and AVX-512 copies fuse the blends' multiply-adds (an ulp from the generic copy).
 //
 // 16-bit storage (BFloat16, Float16): the forward widens each input row it interpolates to float
-// (widened_row) and rounds each output once as it stores the blend; the backward reads grad_y
-// widened (load_op, ../internal/half_access.h) and rounds each grad_x once. All arithmetic is
-// the float kernel's, so the result is its result on the widened input, rounded once.
+// (widened_row) and rounds each output once as it stores the blend: the float kernel's result
+// on the widened input, rounded once. The backward reads grad_y widened in its loads and sums
+// in float where the float kernel sums in double (16 lanes a vector instead of 8; the AVX-512
+// copy gathers the horizontal sums 16 inputs at a time), then rounds each grad_x once: within
+// an ulp of the float kernel's result rounded (tests/test_half_kernels.cpp), in 0.45x its time.
 #include "upsample_kernels.h"
 
 #include <algorithm>

@@ -48,23 +48,25 @@ class AlignedRows {
   T* base_;
 };
 
-// The backward's row of vertical sums, placed anew for each input row 2 KB away (modulo 4 KB)
-// from the first grad_y row it reads. A load whose address matches a pending store's in its
-// low 12 bits waits for that store ("4K aliasing"): with the buffer at whatever address the
-// heap gave, the vertical pass ran up to 1.3x slower on one path, in one build and not in
-// another. Reads run at 4 bytes per element (float) and writes at 8, so the distance moves by
-// 4 * Wo over a row; starting at 2 KB it stays clear for rows under ~500 elements.
+// The backward's row of vertical sums (A = double, or float for the 16-bit types), placed anew
+// for each input row 2 KB away (modulo 4 KB) from the first grad_y row it reads. A load whose
+// address matches a pending store's in its low 12 bits waits for that store ("4K aliasing"):
+// with the buffer at whatever address the heap gave, the vertical pass ran up to 1.3x slower on
+// one path, in one build and not in another. The distance moves by the difference of the read
+// and write widths per element over a row (4 bytes for float reads and double sums); starting at
+// 2 KB it stays clear for rows under ~500 elements.
+template <class A>
 class SumRow {
  public:
-  explicit SumRow(int64_t n) : buf_(n + 4096 / sizeof(double)) {}
-  double* away_from(const void* row) {
+  explicit SumRow(int64_t n) : buf_(n + 4096 / sizeof(A)) {}
+  A* away_from(const void* row) {
     const auto base = reinterpret_cast<std::uintptr_t>(buf_.data());
     const std::uintptr_t want = (reinterpret_cast<std::uintptr_t>(row) + 2048) % 4096 / 64 * 64;
-    return buf_.data() + (want + 4096 - base % 4096) % 4096 / sizeof(double);
+    return buf_.data() + (want + 4096 - base % 4096) % 4096 / sizeof(A);
   }
 
  private:
-  std::vector<double> buf_;
+  std::vector<A> buf_;
 };
 
 // Blocks of rows per plane: one when the planes alone keep every thread busy, else enough
@@ -397,55 +399,149 @@ void forward_rows(const T* xp, int64_t W, const Taps<opmath_t<T>, K>& th, const 
   }
 }
 
-// A thread's scratch for the 2-d backward: the vertical sums (double) and a 16-bit grad_x row in
-// float, rounded in one vectorised pass (a scalar rounding per element in the horizontal loop
-// cost 10% of the backward).
+// The sums' type of the backward for gradients of type G: double for float and double (exact to
+// the last ulp of a float result, however long the sums: every output row for H = 1), float for
+// the 16-bit types, whose results keep 8 or 11 bits (float sums are also what PyTorch's
+// reduced-precision kernels use) and whose vectors then hold 16 sums instead of 8.
+template <class G>
+using SumType = std::conditional_t<std::is_same_v<opmath_t<G>, G>, double, float>;
+
+// The horizontal adjoint of a row as a table for gathers, 16 input indices a block: entry
+// (block b, slot j, lane l) is the j-th output (in the adjoint's order) that input b * 16 + l
+// receives from, with its weight, and bit l of mask[b * slots + j] says whether it has a j-th.
+// Built for the AVX-512 copy's 16-bit backward, where the scalar loop over the adjoint lists
+// took most of the time; empty (slots == 0) when some input index is read by so many outputs
+// (far upsampling) that padding every input to that count would cost more than it saves.
+struct GatherAdjoint {
+  static constexpr int64_t kLanes = 16;
+  int64_t slots = 0;
+  std::vector<int32_t> out;
+  std::vector<float> w;
+  std::vector<uint16_t> mask;
+};
+
+inline GatherAdjoint make_gather_adjoint(const AdjointTaps<float>& a, int64_t in, int64_t out_size) {
+  constexpr int64_t L = GatherAdjoint::kLanes;
+  GatherAdjoint g;
+  int64_t slots = 0;
+  for (int64_t i = 0; i < in; ++i) slots = std::max(slots, a.start[i + 1] - a.start[i]);
+  const int64_t blocks = ceil_div(in, L);
+  if (slots == 0 || out_size > INT32_MAX || blocks * L * slots > 4 * (out_size + in) + 1024) return g;
+  g.slots = slots;
+  g.out.assign(blocks * slots * L, 0);
+  g.w.assign(blocks * slots * L, 0.0f);
+  g.mask.assign(blocks * slots, 0);
+  for (int64_t i = 0; i < in; ++i) {
+    const int64_t b = i / L, l = i % L;
+    for (int64_t j = 0; j < a.start[i + 1] - a.start[i]; ++j) {
+      const int64_t e = (b * slots + j) * L + l, k = a.start[i] + j;
+      g.out[e] = static_cast<int32_t>(a.out[k]);
+      g.w[e] = a.w[k];
+      g.mask[b * slots + j] |= static_cast<uint16_t>(1u << l);
+    }
+  }
+  return g;
+}
+
+#if defined(__AVX512F__)
+// out[i] = sum over the adjoint list of i of w * acc[output], 16 inputs a step: slot by slot, a
+// masked gather of the outputs' sums and a masked multiply-add, so each input adds its terms in
+// the list's order, as the scalar loop does.
+inline void gather_adjoint_row(const float* acc, const GatherAdjoint& g, int64_t in, float* out) {
+  constexpr int64_t L = GatherAdjoint::kLanes;
+  for (int64_t b = 0, i = 0; i < in; ++b, i += L) {
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < g.slots; ++j) {
+      const int64_t e = (b * g.slots + j) * L;
+      const __mmask16 m = g.mask[b * g.slots + j];
+      if (m == 0) break;  // later slots have no more inputs than this one
+      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, _mm512_loadu_si512(g.out.data() + e), acc, 4);
+      sum = _mm512_mask3_fmadd_ps(_mm512_loadu_ps(g.w.data() + e), v, sum, m);
+    }
+    _mm512_mask_storeu_ps(out + i, static_cast<__mmask16>(in - i >= L ? 0xffff : (1u << (in - i)) - 1), sum);
+  }
+}
+#endif
+
+// A thread's scratch for the 2-d backward: the vertical sums (double, or float for 16-bit
+// gradients) and a 16-bit grad_x row in float, rounded in one vectorised pass (a scalar
+// rounding per element in the horizontal loop cost 10% of the backward).
 template <class T>
 struct BackwardScratch {
-  SumRow sums;
+  SumRow<double> sums;
+  SumRow<float> sums16;
   std::vector<opmath_t<T>> row;
-  BackwardScratch(int64_t W, int64_t Wo) : sums(Wo), row(std::is_same_v<T, opmath_t<T>> ? 0 : W) {}
+  BackwardScratch(int64_t W, int64_t Wo)
+      : sums(Wo), sums16(std::is_same_v<T, opmath_t<T>> ? 0 : Wo), row(std::is_same_v<T, opmath_t<T>> ? 0 : W) {}
+  template <class A>
+  A* sum_row(const void* near) {
+    if constexpr (std::is_same_v<A, double>) return sums.away_from(near); else return sums16.away_from(near);
+  }
 };
 
 // Input rows [ih_begin, ih_end) of one plane's gradient: gyp (Ho, Wo) of G = T or double ->
 // gxp (H, W) of T. Each input row sums the gradient rows that read it (vertical, vectorised, in
-// double: the sums can be long, every output row for H = 1, and double keeps float results
-// exact to the last ulp), then each input pixel sums the columns that read it (horizontal).
+// SumType<G>), then each input pixel sums the columns that read it (horizontal; with gathers
+// when `gather` holds a table).
 template <class T, class G>
 void backward_rows(const G* gyp, int64_t Wo, const AdjointTaps<opmath_t<T>>& ah,
                    const AdjointTaps<opmath_t<T>>& aw, int64_t W, int64_t ih_begin, int64_t ih_end, T* gxp,
-                   BackwardScratch<T>& s) {
+                   BackwardScratch<T>& s, [[maybe_unused]] const GatherAdjoint* gather = nullptr) {
   using O = opmath_t<T>;
+  using A = SumType<G>;
   for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
     // acc = sum over the adjoint list of w * grad_y[oh, :], two rows per pass over acc (half
     // its loads and stores); the first pass assigns, which also clears acc.
     int64_t k = ah.start[ih];
     const int64_t k_end = ah.start[ih + 1];
-    double* acc = s.sums.away_from(gyp + (k < k_end ? ah.out[k] * Wo : 0));
-    double* a = acc;
-    if (k == k_end) std::fill(acc, acc + Wo, 0.0);
+    A* acc = s.template sum_row<A>(gyp + (k < k_end ? ah.out[k] * Wo : 0));
+    A* a = acc;
+    if (k == k_end) std::fill(acc, acc + Wo, A(0));
     for (bool first = true; k < k_end; k += 2, first = false) {
       const G* g0 = gyp + ah.out[k] * Wo;
-      const double w0 = static_cast<double>(ah.w[k]);
+      const A w0 = static_cast<A>(ah.w[k]);
       // an odd list ends with a zero-weight repeat of its last row
       const G* g1 = k + 1 < k_end ? gyp + ah.out[k + 1] * Wo : g0;
-      const double w1 = k + 1 < k_end ? static_cast<double>(ah.w[k + 1]) : 0.0;
+      const A w1 = k + 1 < k_end ? static_cast<A>(ah.w[k + 1]) : A(0);
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<A, float> && !std::is_same_v<G, float>) {
+        // 16-bit rows widened in the loads (GCC leaves float16's widening scalar in the loop
+        // below); the same expression on vectors, so the same contraction
+        const __m512 v0 = _mm512_set1_ps(w0), v1 = _mm512_set1_ps(w1);
+        for (int64_t ow = 0; ow < Wo; ow += 16) {
+          const auto m = static_cast<__mmask16>(Wo - ow >= 16 ? 0xffff : (1u << (Wo - ow)) - 1);
+          __m512 t = v0 * load16_as_float(g0 + ow, m) + v1 * load16_as_float(g1 + ow, m);
+          if (!first) t = _mm512_maskz_loadu_ps(m, a + ow) + t;
+          _mm512_mask_storeu_ps(a + ow, m, t);
+        }
+        continue;
+      }
+#endif
       if (first) {
 #pragma omp simd
         for (int64_t ow = 0; ow < Wo; ++ow)
-          a[ow] = w0 * static_cast<double>(load_op(g0, ow)) + w1 * static_cast<double>(load_op(g1, ow));
+          a[ow] = w0 * static_cast<A>(load_op(g0, ow)) + w1 * static_cast<A>(load_op(g1, ow));
       } else {
 #pragma omp simd
         for (int64_t ow = 0; ow < Wo; ++ow)
-          a[ow] += w0 * static_cast<double>(load_op(g0, ow)) + w1 * static_cast<double>(load_op(g1, ow));
+          a[ow] += w0 * static_cast<A>(load_op(g0, ow)) + w1 * static_cast<A>(load_op(g1, ow));
       }
     }
     T* gx = gxp + ih * W;
     O* out;  // 16-bit: via float, as the float kernel's, then rounded once
     if constexpr (std::is_same_v<T, O>) out = gx; else out = s.row.data();
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<A, float>) {
+      if (gather && gather->slots > 0) {
+        gather_adjoint_row(acc, *gather, W, out);
+        store_row(out, W, gx);
+        continue;
+      }
+    }
+#endif
     for (int64_t iw = 0; iw < W; ++iw) {
-      double sum = 0.0;
-      for (int64_t j = aw.start[iw]; j < aw.start[iw + 1]; ++j) sum += static_cast<double>(aw.w[j]) * acc[aw.out[j]];
+      A sum = 0;
+      for (int64_t j = aw.start[iw]; j < aw.start[iw + 1]; ++j) sum += static_cast<A>(aw.w[j]) * acc[aw.out[j]];
       out[iw] = static_cast<O>(sum);
     }
     if constexpr (!std::is_same_v<T, O>) store_row(out, W, gx);
@@ -475,6 +571,10 @@ template <class T>
 void separable_backward_2d(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo,
                            const AdjointTaps<opmath_t<T>>& ah, const AdjointTaps<opmath_t<T>>& aw) {
   const int64_t blocks = row_blocks(NC, H), rows_per_block = ceil_div(H, blocks);
+  GatherAdjoint gather;
+#if defined(__AVX512F__)
+  if constexpr (!std::is_same_v<T, opmath_t<T>>) gather = make_gather_adjoint(aw, W, Wo);
+#endif
 #pragma omp parallel if (NC * Ho * Wo >= kParallelMin)
   {
     BackwardScratch<T> s(W, Wo);
@@ -482,7 +582,7 @@ void separable_backward_2d(const T* grad_y, T* grad_x, int64_t NC, int64_t H, in
     for (int64_t item = 0; item < NC * blocks; ++item) {
       const int64_t p = item / blocks, b = item % blocks;
       backward_rows<T>(grad_y + p * Ho * Wo, Wo, ah, aw, W, b * rows_per_block, std::min(H, (b + 1) * rows_per_block),
-                       grad_x + p * H * W, s);
+                       grad_x + p * H * W, s, &gather);
     }
   }
 }
