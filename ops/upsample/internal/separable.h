@@ -287,15 +287,21 @@ __m512 load16_as_float(const S* p, __mmask16 m) {
 template <class S, int K>
 void interp_row_windowed(const S* xr, const Taps<float, K>& tw, int64_t Wo, float* out) {
   constexpr int64_t L = Taps<float, K>::kWindow;
+  // The tables' addresses in locals: read through tw, GCC reloaded them after every store to
+  // out (which might alias them), a load waiting on each store.
   const uint16_t* mask = tw.win_mask.data();
+  const int32_t* base = tw.win_base.data();
+  const int32_t* rel[K];
+  const float* wt[K];
+  for (int j = 0; j < K; ++j) rel[j] = tw.win_rel[j].data(), wt[j] = tw.w[j].data();
   for (int64_t b = 0, ow = 0; ow < Wo; ++b, ow += L) {
-    const S* window = xr + tw.win_base[b];
+    const S* window = xr + base[b];
     const __m512 lo = load16_as_float(window, mask[3 * b]), hi = load16_as_float(window + L, mask[3 * b + 1]);
     const __mmask16 m_out = mask[3 * b + 2];
     auto x = [&](int j) {  // tap j's inputs of the 16 outputs
-      return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(tw.win_rel[j].data() + ow), hi);
+      return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(rel[j] + ow), hi);
     };
-    auto w = [&](int j) { return _mm512_maskz_loadu_ps(m_out, tw.w[j].data() + ow); };
+    auto w = [&](int j) { return _mm512_maskz_loadu_ps(m_out, wt[j] + ow); };
     __m512 v = _mm512_mul_ps(x(0), w(0));
     for (int j = 1; j < K; ++j) v = _mm512_fmadd_ps(x(j), w(j), v);
     _mm512_mask_storeu_ps(out + ow, m_out, v);
