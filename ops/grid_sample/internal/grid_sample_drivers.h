@@ -161,6 +161,14 @@ void for_channels(int64_t c0, int64_t c1, Step&& step) {
   if (c < c1) step(std::integral_constant<int, 1>(), c);
 }
 
+// Whether Sampler reads bfloat16 planes in place (sample_bf16, pair_taps) rather than through
+// Widened's float32 copies.
+template <class Sampler, class = void>
+struct ReadsBFloat16 : std::false_type {};
+template <class Sampler>
+struct ReadsBFloat16<Sampler, std::void_t<decltype(Sampler::kReadsBFloat16)>>
+    : std::bool_constant<Sampler::kReadsBFloat16> {};
+
 template <class Sampler, class T>
 void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C, const Extent& e,
                   int64_t P, GridSamplePadding padding, bool align_corners) {
@@ -170,23 +178,31 @@ void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C
   constexpr int64_t kCoords = Sampler::kCoords;
   const bool parallel = items > 1 && N * C * P * Sampler::kTaps >= kParallelWork;
   constexpr bool kNative = std::is_same_v<T, typename Sampler::T>;  // else 16-bit, widened
+  // bfloat16 read in place (see the sampler), when the plane holds a 32-bit word.
+  constexpr bool kInPlace = std::is_same_v<T, BFloat16> && ReadsBFloat16<Sampler>::value;
+  const bool in_place = kInPlace && HW >= 2;
   // Items are coarse (a block times all channels), so handing them out dynamically costs
   // nothing and keeps both cores busy when one thread gets descheduled.
 #pragma omp parallel if (parallel)
   {
-    Sampler s(e, kNative ? P : kBlock, padding, align_corners);
+    Sampler s(e, kNative || in_place ? P : kBlock, padding, align_corners);
     Widened<T> wide;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t n = it / nb, p0 = (it % nb) * kBlock;
       const int64_t len = std::min(kBlock, P - p0);
       s.prepare(grid + (n * P + p0) * kCoords, len, false);
+      if constexpr (kInPlace) {
+        if (in_place) s.pair_taps(len);
+      }
       for_channels(0, C, [&](auto K, int64_t c) {
         constexpr int k = decltype(K)::value;
         const T* in = input + (n * C + c) * HW;
         T* out = output + (n * C + c) * P + p0;
         if constexpr (kNative) {
           s.template sample<k>(in, out, len);
+        } else if (kInPlace && in_place) {
+          if constexpr (kInPlace) s.template sample_bf16<k>(in, out, len);
         } else {
           s.template sample<k>(wide.planes(in, k, HW), wide.rows(k), len);
           wide.store_rows(k, len, out, P);
@@ -209,22 +225,35 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
   using M = typename Sampler::T;  // the arithmetic type, in which grad_input is summed
   constexpr bool kNative = std::is_same_v<T, M>;  // else 16-bit: widened for the sampler
   const int64_t threads = parallel ? max_threads() : 1;
+  // bfloat16 planes read in place by the grid gradient (see the sampler); grad_output is still
+  // widened a block row at a time, which also feeds the grad_input scatter.
+  constexpr bool kInPlace = std::is_same_v<T, BFloat16> && ReadsBFloat16<Sampler>::value;
+  const bool in_place = kInPlace && HW >= 2;
+  auto prepare = [&](Sampler& s, int64_t n, int64_t p0, int64_t len) {
+    s.prepare(grid + (n * P + p0) * kCoords, len, true);
+    if constexpr (kInPlace) {
+      if (in_place) s.pair_taps(len);
+    }
+  };
 
   // The grid gradient of one block of sample n: channels summed in order 0..C-1.
   auto grid_block = [&](Sampler& s, Widened<T>& wide, int64_t n, int64_t b) {
     const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
     if (Sampler::kHasGridGrad) {
-      s.prepare(grid + (n * P + p0) * kCoords, len, true);
+      prepare(s, n, p0, len);
       s.clear_sums(len);
       for_channels(0, C, [&](auto K, int64_t c) {
         constexpr int k = decltype(K)::value;
         const T* in = input + (n * C + c) * HW;
         const T* go = grad_output + (n * C + c) * P + p0;
-        if constexpr (kNative)
+        if constexpr (kNative) {
           s.template backward<k, false, true>(in, go, nullptr, len);
-        else
+        } else if (kInPlace && in_place) {
+          if constexpr (kInPlace) s.template grid_grad_bf16<k>(in, wide.rows_from(go, k, P, len), len);
+        } else {
           s.template backward<k, false, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
                                               nullptr, len);
+        }
       });
     }
     s.finish(grad_grid + (n * P + p0) * kCoords, len);
@@ -263,17 +292,22 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
         M* gin = sums.begin(grad_input + n * C * HW, C * HW);
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
-          s.prepare(grid + (n * P + p0) * kCoords, len, true);
+          prepare(s, n, p0, len);
           s.clear_sums(len);
           for_channels(0, C, [&](auto K, int64_t c) {
             constexpr int k = decltype(K)::value;
             const T* in = input + (n * C + c) * HW;
             const T* go = grad_output + (n * C + c) * P + p0;
-            if constexpr (kNative)
+            if constexpr (kNative) {
               s.template backward<k, true, true>(in, go, gin + c * HW, len);
-            else
+            } else if (kInPlace && in_place) {  // the two gradients are independent: one after the other
+              const M* rows = wide.rows_from(go, k, P, len);
+              s.template backward<k, true, false>(nullptr, rows, gin + c * HW, len);
+              if constexpr (kInPlace) s.template grid_grad_bf16<k>(in, rows, len);
+            } else {
               s.template backward<k, true, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
                                                  gin + c * HW, len);
+            }
           });
           s.finish(grad_grid + (n * P + p0) * kCoords, len);
         }
