@@ -99,6 +99,38 @@ using namespace gs_detail;  // Axis, tap_value, cubic coefficients, kBlock, acc_
 // Idx is int32_t when a plane has fewer than 2^31 pixels, to halve the offset tables.
 // ---------------------------------------------------------------------------------------
 
+#if defined(__AVX512F__)
+// Where the bilinear sampler's bfloat16 path (BilinearSampler::sample_bf16) finds the two taps of
+// each row: per position and row (north, south), where the row's 32-bit word starts (at), and
+// per group of 16 positions and tap (nw, ne, sw, se), which lanes take the word's low half (lo)
+// or its high half (hi); a tap outside is in neither and reads 0. The word always lies in the
+// plane (of at least 2 pixels): it starts at the west tap when both taps are inside, else one
+// element before the inside tap (or at 0). Kept apart from the sampler, and owned by the driver
+// for bfloat16 tensors only, so that the float32 code is untouched.
+struct RowPairs {
+  std::vector<int32_t> at = std::vector<int32_t>(2 * kBlock);     // [2][B]
+  std::vector<uint16_t> lo = std::vector<uint16_t>(4 * kBlock / 16);  // [4][B / 16]
+  std::vector<uint16_t> hi = std::vector<uint16_t>(4 * kBlock / 16);  // [4][B / 16]
+
+  // off: the sampler's [4][B] tap offsets (-1 outside) of len positions.
+  void fill(const int32_t* off, int64_t len) {
+    std::fill(lo.begin(), lo.end(), 0);
+    std::fill(hi.begin(), hi.end(), 0);
+    for (int64_t p = 0; p < ceil_div(len, int64_t(16)) * 16; ++p) {  // lanes past len: at 0, no tap
+      for (int r = 0; r < 2; ++r) {
+        const int32_t ow = p < len ? off[2 * r * kBlock + p] : -1;
+        const int32_t oe = p < len ? off[(2 * r + 1) * kBlock + p] : -1;
+        const int32_t a = ow >= 0 && oe >= 0 ? ow : std::max((ow >= 0 ? ow : oe) - 1, 0);
+        at[r * kBlock + p] = a;
+        const int32_t o[2] = {ow, oe};
+        for (int t = 0; t < 2; ++t)
+          if (o[t] >= 0) (o[t] == a ? lo : hi)[(2 * r + t) * kBlock / 16 + p / 16] |= uint16_t(1u << (p % 16));
+      }
+    }
+  }
+};
+#endif
+
 template <class TS, class Idx>
 struct BilinearSampler {
   using T = opmath_t<TS>;
@@ -192,7 +224,8 @@ struct BilinearSampler {
 
 #if defined(__AVX512F__)
   // bfloat16 planes read in place, 16 positions at a time (AVX-512, 32-bit offsets; the driver
-  // uses it when a plane has at least 2 pixels). A row's two taps (x0, x0 + 1) are neighbours
+  // uses it when a plane has at least 2 pixels, with the RowPairs that pair_taps() fills from
+  // the block's tap offsets after prepare()). A row's two taps (x0, x0 + 1) are neighbours
   // in memory, so one 32-bit gather lane fetches both: two gathers per 16 outputs instead of
   // 64 scalar loads, and no float32 copy of the planes. A bfloat16 widens exactly to its bits
   // shifted up by 16: the element at the lane's offset is the word's low half (shift left 16),
@@ -200,42 +233,21 @@ struct BilinearSampler {
   // operation ((nw + ne) + sw) + se, each rounded once to bfloat16: the same bits.
   static constexpr bool kReadsBFloat16 = std::is_same_v<Idx, int32_t>;
 
-  // Per position and row (north, south): where the row's 32-bit word starts (pair_at), and per
-  // group of 16 positions and tap, which lanes take the low half (lo) or the high half (hi); a
-  // tap outside is in neither and reads 0. The word always lies in the plane: it starts at the
-  // west tap when both taps are inside, else one element before the inside tap (or at 0).
-  std::vector<int32_t> pair_at = std::vector<int32_t>(2 * kBlock);  // [2][B]
-  std::vector<uint16_t> lo = std::vector<uint16_t>(4 * kBlock / 16);  // [4][B / 16]
-  std::vector<uint16_t> hi = std::vector<uint16_t>(4 * kBlock / 16);  // [4][B / 16]
-
-  void pair_taps(int64_t len) {
-    std::fill(lo.begin(), lo.end(), 0);
-    std::fill(hi.begin(), hi.end(), 0);
-    for (int64_t p = 0; p < ceil_div(len, int64_t(16)) * 16; ++p) {
-      for (int r = 0; r < 2; ++r) {
-        const int32_t ow = p < len ? off[2 * r * kBlock + p] : -1;
-        const int32_t oe = p < len ? off[(2 * r + 1) * kBlock + p] : -1;
-        const int32_t at = ow >= 0 && oe >= 0 ? ow : std::max((ow >= 0 ? ow : oe) - 1, 0);
-        pair_at[r * kBlock + p] = at;
-        const int32_t o[2] = {ow, oe};
-        for (int t = 0; t < 2; ++t)
-          if (o[t] >= 0) (o[t] == at ? lo : hi)[(2 * r + t) * kBlock / 16 + p / 16] |= uint16_t(1u << (p % 16));
-      }
-    }
-  }
+  using Pairs = RowPairs;
+  void pair_taps(int64_t len, RowPairs& q) const { q.fill(off.data(), len); }
 
   template <int K>
-  void sample_bf16(const BFloat16* in, BFloat16* out, int64_t len) const {
+  void sample_bf16(const RowPairs& q, const BFloat16* in, BFloat16* out, int64_t len) const {
     const __m512i high = _mm512_set1_epi32(int32_t(0xffff0000u));
     for (int64_t p = 0; p < len; p += 16) {
       const __mmask16 lanes = len - p >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - p)) - 1);
-      const __m512i at_n = _mm512_loadu_si512(&pair_at[p]), at_s = _mm512_loadu_si512(&pair_at[kBlock + p]);
+      const __m512i at_n = _mm512_loadu_si512(&q.at[p]), at_s = _mm512_loadu_si512(&q.at[kBlock + p]);
       __m512 w[4];
       __mmask16 l[4], h[4];
       for (int t = 0; t < 4; ++t) {
         w[t] = _mm512_loadu_ps(&wt[t * kBlock + p]);
-        l[t] = lo[t * kBlock / 16 + p / 16];
-        h[t] = hi[t * kBlock / 16 + p / 16];
+        l[t] = q.lo[t * kBlock / 16 + p / 16];
+        h[t] = q.hi[t * kBlock / 16 + p / 16];
       }
       auto tap = [&](__m512i word, int t) {
         return _mm512_castsi512_ps(_mm512_mask_and_epi32(_mm512_maskz_slli_epi32(l[t], word, 16), h[t], word, high));
@@ -256,17 +268,17 @@ struct BilinearSampler {
   // float32 rows), 16 positions at a time: the same float products per channel, each widened to
   // double and added to the position's sums in channel order.
   template <int K>
-  void grid_grad_bf16(const BFloat16* in, const T* gout, int64_t len) {
+  void grid_grad_bf16(const RowPairs& q, const BFloat16* in, const T* gout, int64_t len) {
     static_assert(std::is_same_v<Acc, double>);
     const __m512i high = _mm512_set1_epi32(int32_t(0xffff0000u));
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t p = 0; p < len; p += 16) {
       const __mmask16 lanes = len - p >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - p)) - 1);
-      const __m512i at_n = _mm512_loadu_si512(&pair_at[p]), at_s = _mm512_loadu_si512(&pair_at[kBlock + p]);
+      const __m512i at_n = _mm512_loadu_si512(&q.at[p]), at_s = _mm512_loadu_si512(&q.at[kBlock + p]);
       __mmask16 l[4], h[4];
       for (int t = 0; t < 4; ++t) {
-        l[t] = lo[t * kBlock / 16 + p / 16];
-        h[t] = hi[t * kBlock / 16 + p / 16];
+        l[t] = q.lo[t * kBlock / 16 + p / 16];
+        h[t] = q.hi[t * kBlock / 16 + p / 16];
       }
       auto tap = [&](__m512i word, int t) {
         return _mm512_castsi512_ps(_mm512_mask_and_epi32(_mm512_maskz_slli_epi32(l[t], word, 16), h[t], word, high));
