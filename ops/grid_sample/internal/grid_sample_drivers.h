@@ -1,7 +1,8 @@
 // The drivers of the grid_sample kernels, generic over the sampler and the number of spatial
 // dimensions (grid_sample_kernels.cpp, 2-D; grid_sample3d_kernels.cpp, 3-D): how the work is cut
 // among threads without atomics (the comment at the top of grid_sample_kernels.cpp), the 16-bit
-// staging buffers, and affine_grid's base coordinates. Only the kernel files include this; it
+// staging buffers (and when a sampler reads bfloat16 in place instead), and affine_grid's base
+// coordinates. Only the kernel files include this; it
 // is not installed.
 //
 // A sampler (one per interpolation mode and rank; nearest's, the same for both ranks, is below)
