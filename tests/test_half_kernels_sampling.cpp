@@ -24,6 +24,7 @@
 #include <tapegrad/ops/ms_deform_attn/ms_deform_attn_kernels.h>
 
 #include <array>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -127,6 +128,42 @@ void check_grid_sample() {
 
 TEST(HalfKernels, GridSampleBFloat16MatchesFloat32RoundedOnce) { check_grid_sample<BFloat16>(); }
 TEST(HalfKernels, GridSampleFloat16MatchesFloat32RoundedOnce) { check_grid_sample<Float16>(); }
+
+// Bilinear in bfloat16 is exactly the float32 kernels rounded once, bit for bit: the AVX-512
+// path reads the bfloat16 planes in place (two taps per 32-bit gather lane) for the output and
+// the grid gradient, and must do the float32 arithmetic operation for operation. Shapes:
+// one-pixel-wide and one-pixel planes (a row's word starts one element before its only inside
+// tap, or the plane is too small for a word and takes the float32 copies), position counts
+// that are not a multiple of 16 and more than one block, fused and split backward passes,
+// every padding; inputs with infinities, subnormals and zeros of both signs, grid points far
+// outside.
+TEST(HalfKernels, GridSampleBilinearBFloat16IsFloat32RoundedOnceBitForBit) {
+  const std::vector<GsCase> cases = {{2, 3, 5, 1, 7, 9},  {1, 2, 1, 1, 3, 5},   {2, 3, 1, 2, 6, 5},
+                                     {1, 3, 1, 9, 4, 13}, {3, 5, 7, 6, 11, 10}, {2, 3, 33, 17, 50, 47}};
+  auto rounded = [](const std::vector<float>& f) { return bits_of(std::vector<BFloat16>(f.begin(), f.end())); };
+  for (const GsCase& c : cases) {
+    auto x = random_half<BFloat16>(c.N * c.C * c.H * c.W, 31);
+    const float special[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                             1e-39f, -1e-39f, 0.0f, -0.0f, 3e38f};
+    for (size_t k = 0; k < x.size(); k += 7) x[k] = BFloat16(special[(k / 7) % 7]);
+    const auto grid = random_half<BFloat16>(c.N * c.Ho * c.Wo * 2, 32, 0.8);
+    const auto gy = random_half<BFloat16>(c.N * c.C * c.Ho * c.Wo, 33);
+    for (int p = 0; p < 3; ++p)
+      for (bool ac : {false, true})
+        for (int want : {0, 2}) {
+          SCOPED_TRACE("N" + std::to_string(c.N) + " H" + std::to_string(c.H) + " W" + std::to_string(c.W) +
+                       " padding " + std::to_string(p) + (ac ? " align_corners" : "") + " want " +
+                       std::to_string(want));
+          const auto pad = static_cast<GridSamplePadding>(p);
+          const auto h = at_one_and_two_threads(
+              [&] { return run_gs<BFloat16>(c, GridSampleMode::Bilinear, pad, ac, want, x, grid, gy); });
+          const auto f = run_gs<float>(c, GridSampleMode::Bilinear, pad, ac, want, widen(x), widen(grid), widen(gy));
+          EXPECT_EQ(bits_of(h.out), rounded(f.out));
+          EXPECT_EQ(bits_of(h.grad_input), rounded(f.grad_input));
+          EXPECT_EQ(bits_of(h.grad_grid), rounded(f.grad_grid));
+        }
+  }
+}
 
 template <class H>
 void check_grid_sample_on_every_isa() {

@@ -1,7 +1,8 @@
 // The drivers of the grid_sample kernels, generic over the sampler and the number of spatial
 // dimensions (grid_sample_kernels.cpp, 2-D; grid_sample3d_kernels.cpp, 3-D): how the work is cut
 // among threads without atomics (the comment at the top of grid_sample_kernels.cpp), the 16-bit
-// staging buffers, and affine_grid's base coordinates. Only the kernel files include this; it
+// staging buffers (and when a sampler reads bfloat16 in place instead), and affine_grid's base
+// coordinates. Only the kernel files include this; it
 // is not installed.
 //
 // A sampler (one per interpolation mode and rank; nearest's, the same for both ranks, is below)
@@ -161,6 +162,24 @@ void for_channels(int64_t c0, int64_t c1, Step&& step) {
   if (c < c1) step(std::integral_constant<int, 1>(), c);
 }
 
+// Whether Sampler reads bfloat16 planes in place (sample_bf16, pair_taps) rather than through
+// Widened's float32 copies.
+template <class Sampler, class = void>
+struct ReadsBFloat16 : std::false_type {};
+template <class Sampler>
+struct ReadsBFloat16<Sampler, std::void_t<decltype(Sampler::kReadsBFloat16)>>
+    : std::bool_constant<Sampler::kReadsBFloat16> {};
+
+// The tables such a sampler reads them through (Sampler::Pairs), for bfloat16 tensors only.
+template <class Sampler, class T, bool = std::is_same_v<T, BFloat16> && ReadsBFloat16<Sampler>::value>
+struct PairsFor {
+  struct type {};
+};
+template <class Sampler, class T>
+struct PairsFor<Sampler, T, true> {
+  using type = typename Sampler::Pairs;
+};
+
 template <class Sampler, class T>
 void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C, const Extent& e,
                   int64_t P, GridSamplePadding padding, bool align_corners) {
@@ -170,23 +189,32 @@ void forward_impl(const T* input, const T* grid, T* output, int64_t N, int64_t C
   constexpr int64_t kCoords = Sampler::kCoords;
   const bool parallel = items > 1 && N * C * P * Sampler::kTaps >= kParallelWork;
   constexpr bool kNative = std::is_same_v<T, typename Sampler::T>;  // else 16-bit, widened
+  // bfloat16 read in place (see the sampler) when a plane holds a 32-bit word (HW >= 2). The
+  // float32 code is left exactly as it was: no variable of the bfloat16 path reaches it.
+  constexpr bool kInPlace = std::is_same_v<T, BFloat16> && ReadsBFloat16<Sampler>::value;
   // Items are coarse (a block times all channels), so handing them out dynamically costs
   // nothing and keeps both cores busy when one thread gets descheduled.
 #pragma omp parallel if (parallel)
   {
-    Sampler s(e, kNative ? P : kBlock, padding, align_corners);
+    Sampler s(e, kNative || (kInPlace && HW >= 2) ? P : kBlock, padding, align_corners);
     Widened<T> wide;
+    typename PairsFor<Sampler, T>::type pairs;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t n = it / nb, p0 = (it % nb) * kBlock;
       const int64_t len = std::min(kBlock, P - p0);
       s.prepare(grid + (n * P + p0) * kCoords, len, false);
+      if constexpr (kInPlace) {
+        if (HW >= 2) s.pair_taps(len, pairs);
+      }
       for_channels(0, C, [&](auto K, int64_t c) {
         constexpr int k = decltype(K)::value;
         const T* in = input + (n * C + c) * HW;
         T* out = output + (n * C + c) * P + p0;
         if constexpr (kNative) {
           s.template sample<k>(in, out, len);
+        } else if (kInPlace && HW >= 2) {
+          if constexpr (kInPlace) s.template sample_bf16<k>(pairs, in, out, len);
         } else {
           s.template sample<k>(wide.planes(in, k, HW), wide.rows(k), len);
           wide.store_rows(k, len, out, P);
@@ -209,22 +237,33 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
   using M = typename Sampler::T;  // the arithmetic type, in which grad_input is summed
   constexpr bool kNative = std::is_same_v<T, M>;  // else 16-bit: widened for the sampler
   const int64_t threads = parallel ? max_threads() : 1;
+  // bfloat16 planes read in place by the grid gradient (see the sampler; HW >= 2, as in the
+  // forward); grad_output is still widened a block row at a time, which also feeds the
+  // grad_input scatter. As in the forward, the float32 code is left exactly as it was.
+  constexpr bool kInPlace = std::is_same_v<T, BFloat16> && ReadsBFloat16<Sampler>::value;
 
   // The grid gradient of one block of sample n: channels summed in order 0..C-1.
-  auto grid_block = [&](Sampler& s, Widened<T>& wide, int64_t n, int64_t b) {
+  using Pairs = typename PairsFor<Sampler, T>::type;
+  auto grid_block = [&](Sampler& s, Widened<T>& wide, Pairs& pairs, int64_t n, int64_t b) {
     const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
     if (Sampler::kHasGridGrad) {
       s.prepare(grid + (n * P + p0) * kCoords, len, true);
+      if constexpr (kInPlace) {
+        if (HW >= 2) s.pair_taps(len, pairs);
+      }
       s.clear_sums(len);
       for_channels(0, C, [&](auto K, int64_t c) {
         constexpr int k = decltype(K)::value;
         const T* in = input + (n * C + c) * HW;
         const T* go = grad_output + (n * C + c) * P + p0;
-        if constexpr (kNative)
+        if constexpr (kNative) {
           s.template backward<k, false, true>(in, go, nullptr, len);
-        else
+        } else if (kInPlace && HW >= 2) {
+          if constexpr (kInPlace) s.template grid_grad_bf16<k>(pairs, in, wide.rows_from(go, k, P, len), len);
+        } else {
           s.template backward<k, false, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
                                               nullptr, len);
+        }
       });
     }
     s.finish(grad_grid + (n * P + p0) * kCoords, len);
@@ -258,22 +297,31 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
       Sampler s(e, kNative ? P : kBlock, padding, align_corners);
       PlaneSums<T> sums;
       Widened<T> wide;
+      Pairs pairs;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t n = 0; n < N; ++n) {
         M* gin = sums.begin(grad_input + n * C * HW, C * HW);
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t p0 = b * kBlock, len = std::min(kBlock, P - p0);
           s.prepare(grid + (n * P + p0) * kCoords, len, true);
+          if constexpr (kInPlace) {
+            if (HW >= 2) s.pair_taps(len, pairs);
+          }
           s.clear_sums(len);
           for_channels(0, C, [&](auto K, int64_t c) {
             constexpr int k = decltype(K)::value;
             const T* in = input + (n * C + c) * HW;
             const T* go = grad_output + (n * C + c) * P + p0;
-            if constexpr (kNative)
+            if constexpr (kNative) {
               s.template backward<k, true, true>(in, go, gin + c * HW, len);
-            else
+            } else if (kInPlace && HW >= 2) {  // the two gradients are independent: one after the other
+              const M* rows = wide.rows_from(go, k, P, len);
+              s.template backward<k, true, false>(nullptr, rows, gin + c * HW, len);
+              if constexpr (kInPlace) s.template grid_grad_bf16<k>(pairs, in, rows, len);
+            } else {
               s.template backward<k, true, true>(wide.planes(in, k, HW), wide.rows_from(go, k, P, len),
                                                  gin + c * HW, len);
+            }
           });
           s.finish(grad_grid + (n * P + p0) * kCoords, len);
         }
@@ -295,6 +343,7 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
     Sampler s(e, kNative ? P : kBlock, padding, align_corners);
     PlaneSums<T> sums;
     Widened<T> wide;
+    Pairs pairs;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       if (it < input_items) {
@@ -302,7 +351,7 @@ void backward_impl(const T* grad_output, const T* input, const T* grid, T* grad_
         input_planes(s, sums, wide, n, C * k / kc, C * (k + 1) / kc);
       } else {
         const int64_t j = it - input_items;
-        grid_block(s, wide, j / nb, j % nb);
+        grid_block(s, wide, pairs, j / nb, j % nb);
       }
     }
   }
