@@ -27,7 +27,7 @@
 #include "../../internal/isa_dispatch.h"
 #include "../../internal/simd_width.h"
 
-#if defined(__F16C__)
+#if defined(__SSE4_1__)
 #include <immintrin.h>
 #endif
 
@@ -135,6 +135,18 @@ inline typename Simd<T>::Vec load_vec(const R* p) {
   if constexpr (std::is_same_v<R, T>) {
     return Simd<T>::load(p);
   } else if constexpr (std::is_same_v<R, BFloat16>) {
+    // (Intrinsics where there are: GCC 12 makes two half-width zero-extensions and an insert of
+    // __builtin_convertvector's 16 lanes.)
+#if defined(__AVX512F__)
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return reinterpret_cast<Vec>(_mm512_slli_epi32(u, 16));
+#elif defined(__AVX2__)
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return reinterpret_cast<Vec>(_mm256_slli_epi32(u, 16));
+#elif defined(__SSE4_1__)
+    const __m128i u = _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return reinterpret_cast<Vec>(_mm_slli_epi32(u, 16));
+#else
     typedef uint16_t Halves __attribute__((vector_size(kSimdBytes / 2)));
     typedef uint32_t Words __attribute__((vector_size(kSimdBytes)));
     Halves h;
@@ -143,6 +155,7 @@ inline typename Simd<T>::Vec load_vec(const R* p) {
     Vec v;
     std::memcpy(&v, &u, sizeof v);
     return v;
+#endif
   } else {
     static_assert(std::is_same_v<R, Float16>, "rows are T, bfloat16 or float16");
 #if defined(__F16C__)
