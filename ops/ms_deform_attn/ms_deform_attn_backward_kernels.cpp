@@ -10,9 +10,10 @@ namespace {
 
 // Backward for queries [q0, q1) of a slice. kGradValue: scatter into the slice's gradient rows.
 // kDots: the channel dots d_k, needed by the gradients of the locations and attention weights.
-template <class TS, bool kGradValue, bool kDots, int kVectors, class T = opmath_t<TS>>
-void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<T>& sl,
-                      TS* grad_loc, TS* grad_attn, int64_t q0, int64_t q1, Scratch<T>& sc) {
+template <class TS, bool kGradValue, bool kDots, int kVectors, class T = opmath_t<TS>,
+          class R = row_t<TS>>
+void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<T, R>& sl,
+                      TS* grad_loc, TS* grad_attn, int64_t q0, int64_t q1, Scratch<T, R>& sc) {
   using S = Simd<T>;
   using Vec = typename S::Vec;
   const int64_t C = pb.C, LP = pb.L * pb.P;
@@ -22,7 +23,7 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
   if (q0 < q1) prepare_query<TS, kGradValue>(pb, grad_output, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
     if (q + 1 < q1) prepare_query<TS, kGradValue>(pb, grad_output, sl, q + 1, q1, sc);
-    const Footprints<T>& f = sc.fp[q % 2];
+    const Footprints<T, R>& f = sc.fp[q % 2];
     const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* attn = f.a.data();
     const T* g;  // a 16-bit query's grad_output is widened once, one query ahead (as in prepare_query)
@@ -39,12 +40,12 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
       if (q + 1 < q1) widen(q + 1);
       g = sc.g_wide[q % 2].data;
     }
-    const T* const* rows = f.rows.data();
+    const R* const* rows = f.rows.data();
     T* const* grad_rows = f.grad_rows.data();
     const T* aw = f.aw.data();
     T* dots = sc.dots.data();
     for (int64_t i = 0; i < LP; ++i) {
-      const T *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
+      const R *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
       T *gv0 = grad_rows[i], *gv1 = grad_rows[LP + i], *gv2 = grad_rows[2 * LP + i],
         *gv3 = grad_rows[3 * LP + i];
       const T aw0 = aw[i], aw1 = aw[LP + i], aw2 = aw[2 * LP + i], aw3 = aw[3 * LP + i];
@@ -54,10 +55,10 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
       for (; c < whole; c += S::kLanes) {
         const Vec gc = S::load(g + c);
         if (kDots) {
-          acc0 += gc * S::load(v0 + c);
-          acc1 += gc * S::load(v1 + c);
-          acc2 += gc * S::load(v2 + c);
-          acc3 += gc * S::load(v3 + c);
+          acc0 += gc * load_vec<T>(v0 + c);
+          acc1 += gc * load_vec<T>(v1 + c);
+          acc2 += gc * load_vec<T>(v2 + c);
+          acc3 += gc * load_vec<T>(v3 + c);
         }
         if (kGradValue) {
           S::store(gv0 + c, S::load(gv0 + c) + aw0 * gc);
@@ -71,10 +72,10 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
       for (; c < C; ++c) {
         const T gc = g[c];
         if (kDots) {
-          d[0] += gc * v0[c];
-          d[1] += gc * v1[c];
-          d[2] += gc * v2[c];
-          d[3] += gc * v3[c];
+          d[0] += gc * load_elem<T>(v0, c);
+          d[1] += gc * load_elem<T>(v1, c);
+          d[2] += gc * load_elem<T>(v2, c);
+          d[3] += gc * load_elem<T>(v3, c);
         }
         if (kGradValue) {
           gv0[c] += aw0 * gc;
@@ -110,13 +111,14 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
         if (std::isfinite(attn[i])) continue;
         // PyTorch multiplies a into every channel's term before summing; with an infinite a
         // that order decides between +-Inf and NaN, so follow it here (rare, scalar).
-        const T *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
+        const R *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
         const T a = attn[i], e = 1 - fx[i], s = 1 - fy[i];
         T gx = 0, gy = 0;
         for (int64_t c = 0; c < C; ++c) {
           const T ga = g[c] * a;
-          gx += ((v1[c] - v0[c]) * s + (v3[c] - v2[c]) * fy[i]) * ga;
-          gy += ((v2[c] - v0[c]) * e + (v3[c] - v1[c]) * fx[i]) * ga;
+          const T u0 = load_elem<T>(v0, c), u1 = load_elem<T>(v1, c), u2 = load_elem<T>(v2, c), u3 = load_elem<T>(v3, c);
+          gx += ((u1 - u0) * s + (u3 - u2) * fy[i]) * ga;
+          gy += ((u2 - u0) * e + (u3 - u1) * fx[i]) * ga;
         }
         store_op(gl, 2 * i, gx * (2 * half_W[i]));
         store_op(gl, 2 * i + 1, gy * (2 * half_H[i]));
@@ -125,9 +127,9 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
   }
 }
 
-template <class S, class T = opmath_t<S>>
-using BackwardFn = void (*)(const Problem<S>&, const S*, const Slice<T>&, S*, S*, int64_t,
-                            int64_t, Scratch<T>&);
+template <class S, class T = opmath_t<S>, class R = row_t<S>>
+using BackwardFn = void (*)(const Problem<S>&, const S*, const Slice<T, R>&, S*, S*, int64_t,
+                            int64_t, Scratch<T, R>&);
 
 }  // namespace
 
@@ -139,6 +141,7 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
                              int64_t num_keys, int64_t heads, int64_t channels, int64_t levels,
                              int64_t queries, int64_t points) {
   using T = opmath_t<S>;  // the arithmetic type: float for the 16-bit types
+  using R = row_t<S>;     // the type the value rows are read in
   constexpr bool kNative = std::is_same_v<S, T>;
   const Problem<S> pb{value,    spatial_shapes, level_start_index, sampling_locations,
                       attention_weights, bs, num_keys, heads, channels, levels, queries, points};
@@ -207,18 +210,22 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
   }
   // Copy the slice's rows when the chunk samples them often enough (see worth_copying).
   const bool copy = worth_copying(heads, K, chunk, samples);
-  // 16-bit tensors: value's rows are read widened (per slice when copied, else all at once
-  // here) and grad_value is summed in float32, rounded once: straight from a slice's copy when
-  // that holds the whole sum (one chunk), else in a float32 grad_value rounded at the end.
-  std::vector<T> wide, grad_wide;
-  const T* value_t = nullptr;
+  // 16-bit tensors: value's rows are read as R (as stored, widened in registers; float16
+  // without F16C widened per slice when copied, else all at once here) and grad_value is summed
+  // in float32, rounded once: straight from a slice's copy when that holds the whole sum (one
+  // chunk), else in a float32 grad_value rounded at the end.
+  std::vector<R> wide;
+  std::vector<T> grad_wide;
+  const R* value_t = nullptr;
   T* grad_t = nullptr;
   if constexpr (kNative) {
     value_t = value;
     grad_t = grad_value;
   } else {
     const int64_t n = bs * K * row_stride;
-    if (!copy) {
+    if constexpr (std::is_same_v<S, R>) {
+      value_t = value;
+    } else if (!copy) {
       wide.resize(static_cast<size_t>(n));
       widen_all(value, n, wide.data());
       value_t = wide.data();
@@ -231,7 +238,7 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
 
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
-    Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, C);
+    Scratch<T, R> scratch(spatial_shapes, level_start_index, levels, points, C);
     if (copy) {
       scratch.value_copy.resize(K * C);
       if (grad_value) scratch.grad_copy.resize(K * C);
@@ -246,7 +253,7 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
       const int64_t s = task / chunks, c = task % chunks;
       const int64_t q0 = c * chunk, q1 = std::min(queries, q0 + chunk);
       const int64_t offset = (s / heads * K * heads + s % heads) * C;  // slice s's rows
-      Slice<T> sl{s / heads, s % heads, value_t ? value_t + offset : nullptr, row_stride,
+      Slice<T, R> sl{s / heads, s % heads, value_t ? value_t + offset : nullptr, row_stride,
                   grad_t ? grad_t + offset : nullptr, row_stride};
       if (copy) {
         gather_rows(value + offset, row_stride, K, C, scratch.value_copy.data);

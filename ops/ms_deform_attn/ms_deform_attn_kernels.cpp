@@ -36,8 +36,10 @@
 //
 // 16-bit storage S (BFloat16, Float16; forward and first-order backward): everything below runs
 // in T = opmath_t<S> = float. The per-query inputs (locations, attention weights, grad_output)
-// are widened as they are read; value's rows are widened into the slice's per-thread copy, or,
-// when the slices are not copied, into one float32 copy of value up front. grad_value is summed
+// are widened as they are read; value's rows stay 16 bits (in the slice's per-thread copy, or
+// where they are) and are widened in registers by the channel loops (row_t, load_vec), so that
+// a corner costs half the bytes of a float32 one; only float16 on a path without F16C widens
+// them into the slice's copy, or one float32 copy of value up front. grad_value is summed
 // in float32 (the slice's copy, the chunk buffers, or a float32 grad_value when chunks or
 // uncopied slices need one) and rounded once at the end; every other output is rounded as it
 // is stored.
@@ -50,19 +52,19 @@ namespace {
 // one pass over its samples (so each sample's pointers and weights are read once per pass).
 // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf rather
 // than Inf - Inf between corners.
-template <class T, int kVectors>
-inline void sum_samples(const Footprints<T>& f, const T* a, int64_t LP, int64_t c, T* out) {
+template <class T, class R, int kVectors>
+inline void sum_samples(const Footprints<T, R>& f, const T* a, int64_t LP, int64_t c, T* out) {
   using S = Simd<T>;
   typename S::Vec acc[kVectors] = {};
-  const T* const* r = f.rows.data();
+  const R* const* r = f.rows.data();
   const T* w = f.w.data();
   for (int64_t i = 0; i < LP; ++i) {
-    const T *p0 = r[i] + c, *p1 = r[LP + i] + c, *p2 = r[2 * LP + i] + c, *p3 = r[3 * LP + i] + c;
+    const R *p0 = r[i] + c, *p1 = r[LP + i] + c, *p2 = r[2 * LP + i] + c, *p3 = r[3 * LP + i] + c;
     const T w0 = w[i], w1 = w[LP + i], w2 = w[2 * LP + i], w3 = w[3 * LP + i];
     for (int v = 0; v < kVectors; ++v) {
       const int64_t o = v * S::kLanes;
-      acc[v] += a[i] * (w0 * S::load(p0 + o) + w1 * S::load(p1 + o) + w2 * S::load(p2 + o) +
-                        w3 * S::load(p3 + o));
+      acc[v] += a[i] * (w0 * load_vec<T>(p0 + o) + w1 * load_vec<T>(p1 + o) +
+                        w2 * load_vec<T>(p2 + o) + w3 * load_vec<T>(p3 + o));
     }
   }
   for (int v = 0; v < kVectors; ++v) S::store(out + c + v * S::kLanes, acc[v]);
@@ -70,38 +72,39 @@ inline void sum_samples(const Footprints<T>& f, const T* a, int64_t LP, int64_t 
 
 // Forward for queries [q0, q1) of a slice: per query, the footprints of its L*P samples, then
 // its output, up to four vectors of channels per pass over the samples.
-template <class S, class T = opmath_t<S>>
-void forward_queries(const Problem<S>& pb, S* output, const Slice<T>& sl, int64_t q0,
-                     int64_t q1, Scratch<T>& sc) {
+template <class S, class T, class R>
+void forward_queries(const Problem<S>& pb, S* output, const Slice<T, R>& sl, int64_t q0,
+                     int64_t q1, Scratch<T, R>& sc) {
   constexpr int64_t V = Simd<T>::kLanes;
   constexpr bool kNative = std::is_same_v<S, T>;
   const int64_t C = pb.C, LP = pb.L * pb.P;
   if (q0 < q1) prepare_query<S, false>(pb, nullptr, sl, q0, q1, sc);
   for (int64_t q = q0; q < q1; ++q) {
     if (q + 1 < q1) prepare_query<S, false>(pb, nullptr, sl, q + 1, q1, sc);
-    const Footprints<T>& f = sc.fp[q % 2];
+    const Footprints<T, R>& f = sc.fp[q % 2];
     const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* a = f.a.data();
     // A 16-bit query's output is summed into a float row, then rounded once.
     T* out;
     if constexpr (kNative) out = output + nqm * C; else out = sc.row.data();
     int64_t c = 0;
-    for (; c + 4 * V <= C; c += 4 * V) sum_samples<T, 4>(f, a, LP, c, out);
+    for (; c + 4 * V <= C; c += 4 * V) sum_samples<T, R, 4>(f, a, LP, c, out);
     if (c + 2 * V <= C) {
-      sum_samples<T, 2>(f, a, LP, c, out);
+      sum_samples<T, R, 2>(f, a, LP, c, out);
       c += 2 * V;
     }
     if (c + V <= C) {
-      sum_samples<T, 1>(f, a, LP, c, out);
+      sum_samples<T, R, 1>(f, a, LP, c, out);
       c += V;
     }
-    const T* const* r = f.rows.data();
+    const R* const* r = f.rows.data();
     const T* w = f.w.data();
     for (; c < C; ++c) {
       T acc = 0;
       for (int64_t i = 0; i < LP; ++i)
-        acc += a[i] * (w[i] * r[i][c] + w[LP + i] * r[LP + i][c] +
-                       w[2 * LP + i] * r[2 * LP + i][c] + w[3 * LP + i] * r[3 * LP + i][c]);
+        acc += a[i] * (w[i] * load_elem<T>(r[i], c) + w[LP + i] * load_elem<T>(r[LP + i], c) +
+                       w[2 * LP + i] * load_elem<T>(r[2 * LP + i], c) +
+                       w[3 * LP + i] * load_elem<T>(r[3 * LP + i], c));
       out[c] = acc;
     }
     if constexpr (!kNative) store_row(out, C, output + nqm * C);
@@ -117,6 +120,7 @@ void ms_deform_attn_forward(const S* value, const int64_t* spatial_shapes,
                             int64_t heads, int64_t channels, int64_t levels, int64_t queries,
                             int64_t points) {
   using T = opmath_t<S>;  // the arithmetic type: float for the 16-bit types
+  using R = row_t<S>;     // the type the value rows are read in
   const Problem<S> pb{value,    spatial_shapes, level_start_index, sampling_locations,
                       attention_weights, bs, num_keys, heads, channels, levels, queries, points};
   const int64_t slices = bs * heads, K = num_keys, C = channels, row_stride = heads * C;
@@ -131,11 +135,11 @@ void ms_deform_attn_forward(const S* value, const int64_t* spatial_shapes,
   const int64_t block = whole ? queries : kQueryBlock;
   const int64_t blocks = block > 0 ? (queries + block - 1) / block : 0, tasks = slices * blocks;
   const bool copy = whole && worth_copying(heads, K, queries, levels * points);
-  // The value rows the loops read, in T: a 16-bit value is widened per slice when copied, else
-  // all at once here.
-  std::vector<T> wide;
-  const T* value_t = nullptr;
-  if constexpr (std::is_same_v<S, T>) {
+  // The value rows the loops read, as R: value itself, or (float16 without F16C) widened per
+  // slice when copied, else all at once here.
+  std::vector<R> wide;
+  const R* value_t = nullptr;
+  if constexpr (std::is_same_v<S, R>) {
     value_t = value;
   } else if (!copy) {
     wide.resize(static_cast<size_t>(bs * K * row_stride));
@@ -144,13 +148,13 @@ void ms_deform_attn_forward(const S* value, const int64_t* spatial_shapes,
   }
 #pragma omp parallel num_threads(max_threads) if (max_threads > 1)
   {
-    Scratch<T> scratch(spatial_shapes, level_start_index, levels, points, channels);
+    Scratch<T, R> scratch(spatial_shapes, level_start_index, levels, points, channels);
     if (copy) scratch.value_copy.resize(K * C);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t s = task / blocks, q0 = task % blocks * block;
       const int64_t offset = (s / heads * K * heads + s % heads) * C;  // slice s's rows
-      Slice<T> sl{s / heads, s % heads, value_t ? value_t + offset : nullptr, row_stride, nullptr, 0};
+      Slice<T, R> sl{s / heads, s % heads, value_t ? value_t + offset : nullptr, row_stride, nullptr, 0};
       if (copy) {
         gather_rows(value + offset, row_stride, K, C, scratch.value_copy.data);
         sl.value = scratch.value_copy.data;

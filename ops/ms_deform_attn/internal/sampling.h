@@ -27,6 +27,10 @@
 #include "../../internal/isa_dispatch.h"
 #include "../../internal/simd_width.h"
 
+#if defined(__SSE4_1__)
+#include <immintrin.h>
+#endif
+
 // The SIMD helpers below pass vectors by value between inline functions of the two kernel files only; GCC's
 // note that such an ABI depends on -mavx is irrelevant here.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -105,6 +109,80 @@ inline void lane_sums4(const typename Simd<T>::Vec& a0, const typename Simd<T>::
   }
 }
 
+// The type the sampling loops read value's rows in: a 16-bit row as stored, widened to float in
+// registers as it is loaded (load_vec), so that a corner costs half the cache lines of a float32
+// one (C = 32: 64 bytes instead of 128); float16 only where the path widens a vector in one
+// instruction (F16C), else its rows are widened to float32 up front (the generic x86-64-v2 copy).
+template <class S>
+struct RowType {
+  using type = S;
+};
+#if !defined(__F16C__)
+template <>
+struct RowType<Float16> {
+  using type = float;
+};
+#endif
+template <class S>
+using row_t = typename RowType<S>::type;
+
+// Simd<T>::kLanes consecutive values of a row stored as R, as one vector of T. Widening is exact:
+// a bfloat16 is the top half of its float32 (zero-extend, shift left 16), and F16C's conversion
+// is exact too, so the loops compute the same bits as on rows widened beforehand.
+template <class T, class R>
+inline typename Simd<T>::Vec load_vec(const R* p) {
+  using Vec = typename Simd<T>::Vec;
+  if constexpr (std::is_same_v<R, T>) {
+    return Simd<T>::load(p);
+  } else if constexpr (std::is_same_v<R, BFloat16>) {
+    // (Intrinsics where there are: GCC 12 makes two half-width zero-extensions and an insert of
+    // __builtin_convertvector's 16 lanes.)
+#if defined(__AVX512F__)
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return reinterpret_cast<Vec>(_mm512_slli_epi32(u, 16));
+#elif defined(__AVX2__)
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return reinterpret_cast<Vec>(_mm256_slli_epi32(u, 16));
+#elif defined(__SSE4_1__)
+    const __m128i u = _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return reinterpret_cast<Vec>(_mm_slli_epi32(u, 16));
+#else
+    typedef uint16_t Halves __attribute__((vector_size(kSimdBytes / 2)));
+    typedef uint32_t Words __attribute__((vector_size(kSimdBytes)));
+    Halves h;
+    std::memcpy(&h, p, sizeof h);
+    const Words u = __builtin_convertvector(h, Words) << 16;
+    Vec v;
+    std::memcpy(&v, &u, sizeof v);
+    return v;
+#endif
+  } else {
+    static_assert(std::is_same_v<R, Float16>, "rows are T, bfloat16 or float16");
+#if defined(__F16C__)
+#if defined(__AVX512F__)
+    return reinterpret_cast<Vec>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+#elif defined(__AVX__)
+    return reinterpret_cast<Vec>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#else
+    return reinterpret_cast<Vec>(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#endif
+#endif
+  }
+}
+
+// Element k of a row stored as R, as T (exact, like load_vec). Float16 uses F16C's scalar
+// conversion where load_vec uses its vector one: half_bits' integer widening is long enough that
+// GCC vectorises a tail's four corners together, which leaves its products unfused (other bits).
+template <class T, class R>
+inline T load_elem(const R* p, int64_t k) {
+#if defined(__F16C__)
+  if constexpr (std::is_same_v<R, Float16>)
+    return _cvtsh_ss(reinterpret_cast<const uint16_t*>(p)[k]);
+  else
+#endif
+    return load_op(p, k);
+}
+
 inline void prefetch_range(const void* p, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
 }
@@ -120,12 +198,12 @@ struct Problem {
   int64_t N, K, M, C, L, Q, P;
 };
 
-// Where one slice's rows are: key k of the slice at value + k * value_stride, its gradient at
-// grad + k * grad_stride (grad null when grad_value is not asked for).
-template <class T>
+// Where one slice's rows are: key k of the slice at value + k * value_stride (stored as R, see
+// row_t), its gradient at grad + k * grad_stride (grad null when grad_value is not asked for).
+template <class T, class R = T>
 struct Slice {
   int64_t n, m;
-  const T* value;
+  const R* value;
   int64_t value_stride;
   T* grad;
   int64_t grad_stride;
@@ -142,8 +220,8 @@ inline bool worth_copying(int64_t M, int64_t K, int64_t queries, int64_t samples
   return M > 1 && queries * samples * 4 >= kCopyReads * K;
 }
 
-// Copies a slice's K rows (C each, stride apart) to or from a contiguous buffer of the
-// arithmetic type T: 16-bit rows (S) are widened on the way in and rounded on the way out.
+// Copies a slice's K rows (C each, stride apart) to or from a contiguous buffer of type T:
+// copied as they are when S is T, else widened on the way in and rounded on the way out.
 template <class S, class T>
 void gather_rows(const S* src, int64_t stride, int64_t K, int64_t C, T* dst) {
   for (int64_t k = 0; k < K; ++k) {
@@ -164,12 +242,12 @@ void scatter_rows(const T* src, int64_t K, int64_t C, S* dst, int64_t stride) {
 }
 
 // Where the L*P sampling points of one query land, one entry per (level, point) i; corner
-// arrays are corner-major ([k * LP + i], corners k = nw, ne, sw, se).
-template <class T>
+// arrays are corner-major ([k * LP + i], corners k = nw, ne, sw, se). Value rows are read as R.
+template <class T, class R = T>
 struct Footprints {
   std::vector<T> fx, fy;       // distances to the west / north corners (PyTorch's "w", "n")
   std::vector<T> w;            // bilinear weights
-  std::vector<const T*> rows;  // value rows of the corners (or the zero row)
+  std::vector<const R*> rows;  // value rows of the corners (or the zero row)
   std::vector<T*> grad_rows;   // gradient rows of the corners (or the sink rows)
   std::vector<T> aw;           // attention weight times bilinear weight
   std::vector<T> a;            // the attention weights (widened when stored in 16 bits)
@@ -194,12 +272,12 @@ struct AlignedBuffer {
   }
 };
 
-// Per-thread scratch.
-template <class T>
+// Per-thread scratch (value rows read as R, see row_t).
+template <class T, class R = T>
 struct Scratch {
   int64_t LP;
   int64_t C;
-  AlignedBuffer<T> zeros;  // C zeros: what a corner outside the map reads
+  AlignedBuffer<R> zeros;  // C zeros: what a corner outside the map reads
   AlignedBuffer<T> sinks;  // 4 x C: where a corner outside the map's gradient goes
   // Constant over the call, per sample i = (level, point): its level's size and first key.
   std::vector<int64_t> level_W, level_H, level_start;
@@ -208,7 +286,7 @@ struct Scratch {
   // Two queries' footprints: the next query's are computed before the current one is summed,
   // so that its row pointers, written as vectors, have left the store buffer when read one by
   // one, and its rows are being fetched meanwhile.
-  Footprints<T> fp[2];
+  Footprints<T, R> fp[2];
   std::vector<T> dots;  // d_k = sum_c g[c] v_k[c], 4 per sample (sample-major)
   std::vector<T> row;   // C: a 16-bit query's output before rounding
   AlignedBuffer<T> g_wide[2];  // C: a 16-bit query's grad_output widened, for two queries
@@ -218,11 +296,12 @@ struct Scratch {
   AlignedBuffer<T> loc_wide[2], attn_wide[2];
   int64_t wide_id[2] = {-1, -1};
   // Contiguous copies of one slice's value rows and grad_value rows (see Slice), K x C each.
-  AlignedBuffer<T> value_copy, grad_copy;
+  AlignedBuffer<R> value_copy;
+  AlignedBuffer<T> grad_copy;
 
   Scratch(const int64_t* spatial_shapes, const int64_t* level_start_index, int64_t L, int64_t P,
           int64_t channels)
-      : LP(L * P), C(channels), fp{Footprints<T>(L * P), Footprints<T>(L * P)},
+      : LP(L * P), C(channels), fp{Footprints<T, R>(L * P), Footprints<T, R>(L * P)},
         dots(static_cast<size_t>(4 * L * P)), row(static_cast<size_t>(channels)) {
     for (int b = 0; b < 2; ++b) {
       g_wide[b].resize(C);
@@ -250,10 +329,10 @@ struct Scratch {
 // each, as pointers into value (rows row_stride apart from v_slice) and, if kGrad, into
 // grad_value (grad_stride apart) together with the scatter weights a * w_k. One branch-free
 // loop, vectorised across the samples (written so that GCC 12 does; check with -fopt-info-vec).
-template <class S, bool kGrad, class T = opmath_t<S>>
-void query_footprints(const S* __restrict loc, const S* __restrict attn, const T* v_slice,
-                      int64_t row_stride, T* grad_slice, int64_t grad_stride, Scratch<T>& sc,
-                      Footprints<T>& f) {
+template <class S, bool kGrad, class T, class R>
+void query_footprints(const S* __restrict loc, const S* __restrict attn, const R* v_slice,
+                      int64_t row_stride, T* grad_slice, int64_t grad_stride, Scratch<T, R>& sc,
+                      Footprints<T, R>& f) {
   const int64_t LP = sc.LP;
   const int64_t *__restrict Wi = sc.level_W.data(), *__restrict Hi = sc.level_H.data();
   const int64_t* __restrict start = sc.level_start.data();
@@ -263,9 +342,9 @@ void query_footprints(const S* __restrict loc, const S* __restrict attn, const T
   T* __restrict aw = f.aw.data();
   T* __restrict a = f.a.data();
   int32_t *__restrict x0s = f.x0.data(), *__restrict y0s = f.y0.data();
-  const T** __restrict rows = f.rows.data();
+  const R** __restrict rows = f.rows.data();
   T** __restrict grad_rows = f.grad_rows.data();
-  const T* zeros = sc.zeros.data;
+  const R* zeros = sc.zeros.data;
   T* sinks = sc.sinks.data;
   const int64_t C = sc.C;
 #pragma omp simd
@@ -324,9 +403,9 @@ void query_footprints(const S* __restrict loc, const S* __restrict attn, const T
 
 // The footprints of query q of a slice into sc.fp[q % 2], and prefetches of the inputs of a
 // query further on (a slice's queries are M apart in the inputs, too far for the hardware).
-template <class S, bool kGrad, class T = opmath_t<S>>
-void prepare_query(const Problem<S>& pb, const S* grad_output, const Slice<T>& sl, int64_t q,
-                   int64_t q1, Scratch<T>& sc) {
+template <class S, bool kGrad, class T, class R>
+void prepare_query(const Problem<S>& pb, const S* grad_output, const Slice<T, R>& sl, int64_t q,
+                   int64_t q1, Scratch<T, R>& sc) {
   const int64_t LP = pb.L * pb.P, nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
   const S* loc = pb.sampling_locations + nqm * LP * 2;
   const S* attn = pb.attention_weights + nqm * LP;
