@@ -198,11 +198,18 @@ TEST_P(HalfKernelApi, NativeGroupNormAndItsBackwardMatchTheTape) {
     expect_same(f.output, tape.at("output"), "output");
     EXPECT_EQ(f.mean.dtype(), DType::Float32);  // the statistics stay float32 (PyTorch 1.13 rounds them)
     EXPECT_EQ(f.rstd.dtype(), DType::Float32);
-    // mean and rstd: the float32 kernel's statistics, bit for bit
+    // mean and rstd: the float32 kernel's statistics (summed in double lanes) within 1e-6 of
+    // their size; the 16-bit kernel sums in float lanes over runs of 8 terms (each within a few
+    // float ulps), then in double
     GroupNormResult f32 = native_group_norm(x.to(DType::Float32), w.defined() ? w.to(DType::Float32) : w,
                                             b.defined() ? b.to(DType::Float32) : b, N, C, HxW, G, 1e-5);
-    expect_same(f.mean, f32.mean, "mean");
-    expect_same(f.rstd, f32.rstd, "rstd");
+    for (const char* what : {"mean", "rstd"}) {
+      const std::vector<double> got = values(std::string(what) == "mean" ? f.mean : f.rstd);
+      const std::vector<double> ref = values(std::string(what) == "mean" ? f32.mean : f32.rstd);
+      ASSERT_EQ(got.size(), ref.size()) << what;
+      for (size_t k = 0; k < got.size(); ++k)
+        EXPECT_LE(std::fabs(got[k] - ref[k]), 1e-6 * std::fabs(ref[k])) << what << " at " << k;
+    }
     GroupNormGrads g = native_group_norm_backward(half_tensor(c, "grad_output"), x, f.mean, f.rstd, w, N, C, HxW, G);
     expect_same(g.grad_input, tape.at("grad_input"), "grad_input");
     if (w.defined()) {

@@ -4,12 +4,12 @@
 // exact) with each output rounded once to the 16-bit type.
 //
 // Tolerance: 1 ulp of the 16-bit type, elementwise. The 16-bit kernels run the float32
-// algorithm itself (the same lanes, the same order of summation) on the widened values, so today
-// they give the rounded float32 result bit for bit; the ulp leaves room for the compiler to
-// contract a multiply-add differently in the two instantiations, or for a 16-bit kernel that
-// sums in another order (a float result a few float ulps away can round to the neighbouring
-// 16-bit value, never further). The statistics mean and rstd are float32 in both kernels: the
-// same bits expected, checked to 1e-6 relative for the same reason.
+// algorithm on the widened values, except where they sum in float what the float32 kernel sums
+// in double (group norm's forward statistics, upsampling's backward): a float result a few
+// float ulps away can round to the neighbouring 16-bit value, never further, and the ulp also
+// leaves room for the compiler to contract a multiply-add differently in the two
+// instantiations. The statistics mean and rstd are float32 in both kernels, checked to 1e-6
+// relative.
 //
 // Cross-path (expect_same_on_every_isa): the AVX2 and AVX-512 copies contract multiply-adds, so
 // a float result moves by a float ulp or two, which can move the rounded 16-bit value by one
