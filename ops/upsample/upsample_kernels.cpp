@@ -22,7 +22,7 @@
 // on the widened input, rounded once. The backward reads grad_y widened in its loads and sums
 // in float where the float kernel sums in double (16 lanes a vector instead of 8; the AVX-512
 // copy gathers the horizontal sums 16 inputs at a time), then rounds each grad_x once: within
-// an ulp of the float kernel's result rounded (tests/test_half_kernels.cpp), in 0.45x its time.
+// an ulp of the float kernel's result rounded (tests/test_half_kernels.cpp), in about half its time.
 #include "upsample_kernels.h"
 
 #include <algorithm>
