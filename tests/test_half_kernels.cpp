@@ -23,6 +23,7 @@
 #include <tapegrad/ops/upsample/upsample_kernels.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -227,6 +228,60 @@ void check_upsample() {
 
 TEST(HalfKernels, UpsampleBFloat16MatchesFloat32RoundedOnce) { check_upsample<BFloat16>(); }
 TEST(HalfKernels, UpsampleFloat16MatchesFloat32RoundedOnce) { check_upsample<Float16>(); }
+
+// The forward's vector rounding (16 or 32 lanes at a time on AVX-512, a scalar tail) against
+// the scalar rule, bit for bit: the 16-bit forward is the float kernel's result rounded once.
+// The inputs are the values where a rounding shortcut would go wrong: blends of bf16 values with
+// the weights 1/4 and 3/4 land on ties at bit 16 (all of them even-odd cases), bf16 subnormals
+// (which vcvtneps2bf16 would flush), the largest finite values (which round up to inf), inf and
+// NaN (the lane-wise rule takes over for a whole register). Widths cover 32-lane steps, a
+// 16-lane step and a scalar tail.
+TEST(HalfKernels, UpsampleBFloat16ForwardRoundsAsTheScalarRule) {
+  const float kSpecial[] = {0.0f,
+                            -0.0f,
+                            1.0f + 1.0f / 128,  // odd last bit: neighbours' blends tie
+                            3.0f,
+                            -5.0f / 1024,
+                            half_bits::bits_float(0x00010000u),  // the smallest bf16 subnormal
+                            half_bits::bits_float(0x00550000u),
+                            -half_bits::bits_float(0x007f0000u),  // the largest bf16 subnormal
+                            half_bits::bits_float(0x00800000u),   // FLT_MIN
+                            half_bits::bits_float(0x7f7f0000u),   // the largest finite bf16
+                            -half_bits::bits_float(0x7f7f0000u),
+                            INFINITY,
+                            -INFINITY};
+  for (int64_t W : {16, 23, 24, 40}) {  // Wo = 2 W: 32, 46, 48, 80
+    SCOPED_TRACE("W = " + std::to_string(W));
+    for (bool with_nan : {false, true}) {
+      const int64_t NC = 3, H = 5, Ho = 2 * H, Wo = 2 * W;
+      std::vector<BFloat16> x(NC * H * W);
+      // Planes 0 and 1: two in three values are 1 + j / 128 (j < 8: consecutive bf16 values),
+      // whose blends tie often, the others special; plane 2: bf16 subnormals only, whose blends
+      // are float subnormals.
+      for (size_t k = 0; k < x.size(); ++k) {
+        const auto j = static_cast<uint32_t>(k * 5 + k / 7);
+        x[k] = static_cast<int64_t>(k) >= 2 * H * W ? BFloat16::from_bits(static_cast<uint16_t>(j % 0x80 | (j & 0x100) << 7))
+               : k % 3 == 2 ? BFloat16(kSpecial[(k * 7 + k / 5) % std::size(kSpecial)])
+                            : BFloat16(1.0f + static_cast<float>(j % 8) / 128);
+      }
+      if (with_nan) x[W + 3] = BFloat16(NAN);
+      std::vector<BFloat16> y(NC * Ho * Wo);
+      std::vector<float> xf = widen(x), yf(y.size());
+      kernels::upsample_bilinear2d_forward<BFloat16>(x.data(), y.data(), NC, H, W, Ho, Wo, false, -1, -1);
+      kernels::upsample_bilinear2d_forward<float>(xf.data(), yf.data(), NC, H, W, Ho, Wo, false, -1, -1);
+      int ties_down = 0, ties_up = 0, subnormal = 0;  // ties: the nearest even lies below / above
+      for (size_t k = 0; k < y.size(); ++k) {
+        ASSERT_EQ(y[k].bits, half_bits::float_to_bf16(yf[k])) << "output " << k << " of " << yf[k];
+        const uint32_t u = half_bits::float_bits(yf[k]);
+        if ((u & 0xffffu) == 0x8000u) ++((u & 0x10000u) ? ties_up : ties_down);
+        if (yf[k] != 0.0f && std::fabs(yf[k]) < FLT_MIN) ++subnormal;
+      }
+      EXPECT_GE(ties_down, 10);  // the test does meet what it is about
+      EXPECT_GE(ties_up, 10);
+      EXPECT_GE(subnormal, 5);
+    }
+  }
+}
 
 template <class H>
 void check_upsample_on_every_isa() {

@@ -48,10 +48,20 @@ inline void store_op(T* p, int64_t k, opmath_t<T> v) {
 // a narrowing, about half of what GCC makes of the scalar rule's selects. (AVX512-BF16's
 // vcvtneps2bf16 would be one instruction but flushes subnormals, and the default path on Intel
 // CPUs is the plain AVX-512 one.)
-inline __m256i float_to_bf16_x16(__m512 v) {
+//
+// bf16_in_high_words leaves each lane's bfloat16 in its high 16 bits, without the NaN fix-up
+// (the callers check for NaN first); float_to_bf16_x16 narrows 16 lanes, float_to_bf16_x32
+// packs two registers' high words into one (a word permute instead of two shifts and
+// narrowings, and one NaN test for both).
+inline __m512i bf16_in_high_words(__m512 v) {
   const __m512i u = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+  return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+}
+
+inline __m256i float_to_bf16_x16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  __m512i r = bf16_in_high_words(v);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   if (nan) {
     const __mmask16 no_mantissa = _mm512_mask_testn_epi32_mask(nan, u, _mm512_set1_epi32(0x7f0000));
@@ -59,6 +69,17 @@ inline __m256i float_to_bf16_x16(__m512 v) {
     r = _mm512_mask_or_epi32(r, no_mantissa, r, _mm512_set1_epi32(0x400000));
   }
   return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+// 32 floats (lo's 16, then hi's) rounded as float_to_bf16_x16 rounds them, in one register.
+inline __m512i float_to_bf16_x32(__m512 lo, __m512 hi) {
+  if (_mm512_cmp_ps_mask(lo, hi, _CMP_UNORD_Q))  // a NaN in either: the lane-wise rule
+    return _mm512_inserti64x4(_mm512_castsi256_si512(float_to_bf16_x16(lo)), float_to_bf16_x16(hi), 1);
+  // Word k of the result is word 2k + 1 (a lane's high half) of lo:hi taken as 64 words.
+  alignas(64) static constexpr uint16_t kHighWords[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                          23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                          45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  return _mm512_permutex2var_epi16(bf16_in_high_words(lo), _mm512_load_si512(kHighWords), bf16_in_high_words(hi));
 }
 #endif
 

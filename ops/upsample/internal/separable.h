@@ -279,14 +279,38 @@ __m512 load16_as_float(const S* p, __mmask16 m) {
   }
 }
 
+// A block's window of an input row, x[base .. base + 32) (lanes past the row's end zero, never
+// read), and pick(rel): the 16 inputs x[base + rel[l]] of one tap as floats. float and float16
+// keep the window as two registers of floats (float16 widened in the load) and pick with one
+// vpermt2ps; bfloat16 keeps its 32 words in one register and picks each lane's word straight
+// into the lane's high half, the low half zeroed (vpermw with a zeroing mask): the permute is
+// the widening.
+template <class S>
+struct RowWindow {
+  __m512 lo, hi;
+  RowWindow(const S* p, __mmask16 m_lo, __mmask16 m_hi)
+      : lo(load16_as_float(p, m_lo)), hi(load16_as_float(p + 16, m_hi)) {}
+  __m512 pick(__m512i rel) const { return _mm512_permutex2var_ps(lo, rel, hi); }
+};
+template <>
+struct RowWindow<BFloat16> {
+  __m512i words;
+  RowWindow(const BFloat16* p, __mmask16 m_lo, __mmask16 m_hi)
+      : words(_mm512_maskz_loadu_epi16(m_lo | (static_cast<__mmask32>(m_hi) << 16), p)) {}
+  __m512 pick(__m512i rel) const {
+    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaa, _mm512_slli_epi32(rel, 16), words));
+  }
+};
+
 // interp_row on a windowed tap table (Taps::win_base), 16 outputs a step, reading the row of S
-// itself (no widened copy): the block's window of the row in two registers (masked loads, so
-// never past the row's end), each tap's inputs picked by one vpermt2ps, then the same
-// products summed in the same order as the scalar loop, fused as GCC contracts it on this
-// copy, fma(x1, w1, x0 * w0): the bits are the scalar loop's.
+// itself (no widened copy): the block's window of the row in registers (masked loads, so never
+// past the row's end), each tap's inputs picked by one permute, then the same products summed
+// in the same order as the scalar loop, fused as GCC contracts it on this copy,
+// fma(x1, w1, x0 * w0): the bits are the scalar loop's.
 template <class S, int K>
 void interp_row_windowed(const S* xr, const Taps<float, K>& tw, int64_t Wo, float* out) {
   constexpr int64_t L = Taps<float, K>::kWindow;
+  static_assert(L == 16, "a window is 32 elements: two registers of floats, or one of 16-bit words");
   // The tables' addresses in locals: read through tw, GCC reloaded them after every store to
   // out (which might alias them), a load waiting on each store.
   const uint16_t* mask = tw.win_mask.data();
@@ -295,12 +319,9 @@ void interp_row_windowed(const S* xr, const Taps<float, K>& tw, int64_t Wo, floa
   const float* wt[K];
   for (int j = 0; j < K; ++j) rel[j] = tw.win_rel[j].data(), wt[j] = tw.w[j].data();
   for (int64_t b = 0, ow = 0; ow < Wo; ++b, ow += L) {
-    const S* window = xr + base[b];
-    const __m512 lo = load16_as_float(window, mask[3 * b]), hi = load16_as_float(window + L, mask[3 * b + 1]);
+    const RowWindow<S> window(xr + base[b], mask[3 * b], mask[3 * b + 1]);
     const __mmask16 m_out = mask[3 * b + 2];
-    auto x = [&](int j) {  // tap j's inputs of the 16 outputs
-      return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(rel[j] + ow), hi);
-    };
+    auto x = [&](int j) { return window.pick(_mm512_loadu_si512(rel[j] + ow)); };  // tap j's inputs
     auto w = [&](int j) { return _mm512_maskz_loadu_ps(m_out, wt[j] + ow); };
     __m512 v = _mm512_mul_ps(x(0), w(0));
     for (int j = 1; j < K; ++j) v = _mm512_fmadd_ps(x(j), w(j), v);
@@ -388,11 +409,17 @@ void forward_rows(const T* xp, int64_t W, const Taps<opmath_t<T>, K>& th, const 
     Y* yr = yp + oh * Wo;
     int64_t ow = 0;
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<Y, BFloat16>) {  // the same blend, rounded 16 lanes at a time
-      for (; ow + 16 <= Wo; ow += 16) {
-        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(r[0] + ow), _mm512_set1_ps(wt[0]));
-        for (int j = 1; j < K; ++j) v = _mm512_fmadd_ps(_mm512_loadu_ps(r[j] + ow), _mm512_set1_ps(wt[j]), v);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(yr + ow), float_to_bf16_x16(v));
+    if constexpr (std::is_same_v<Y, BFloat16>) {  // the same blend, rounded 32 lanes at a time
+      auto blend = [&](int64_t c) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(r[0] + c), _mm512_set1_ps(wt[0]));
+        for (int j = 1; j < K; ++j) v = _mm512_fmadd_ps(_mm512_loadu_ps(r[j] + c), _mm512_set1_ps(wt[j]), v);
+        return v;
+      };
+      for (; ow + 32 <= Wo; ow += 32)
+        _mm512_storeu_si512(yr + ow, float_to_bf16_x32(blend(ow), blend(ow + 16)));
+      if (ow + 16 <= Wo) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(yr + ow), float_to_bf16_x16(blend(ow)));
+        ow += 16;
       }
     }
 #endif
