@@ -403,6 +403,11 @@ const std::vector<NonFiniteCase> kNonFiniteCases = {
     // stride 2, 64 channels (a multiple of the row blocks' channel vectors): row-block forward
     // (positions broadcast, no garbage column computed), direct adjoint by phases
     {"stride 2, 64 channels: row-block forward", {2, 8, 28, 28}, {64, 8, 3, 3}, {2}, {1}, {1}, false, 1},
+    // stride 2, 32 image channels: the adjoint's phases in row blocks too, each writing every
+    // other column of the image: 14 columns per phase (one chunk of AVX-512's 14 positions), and
+    // 12 (two of the 6 of AVX2 and the baseline)
+    {"stride 2, 32 channels: row-block forward and adjoint", {1, 32, 28, 28}, {32, 32, 3, 3}, {2}, {1}, {1}, false, 1},
+    {"stride 2, 32 channels, 12 columns: row blocks of 6", {1, 32, 24, 24}, {32, 32, 3, 3}, {2}, {1}, {1}, false, 1},
     // width 5 with pad 1: too much garbage for a flat grid, everything im2col / col2im + GEMM
     {"narrow: GEMM forward, GEMM adjoint, GEMM grad_weight", {2, 7, 6, 5}, {5, 7, 3, 3}, {1}, {1}, {1}, false, 1},
     // groups == channels on a flat grid: direct forward and adjoint (depthwise scatter with the

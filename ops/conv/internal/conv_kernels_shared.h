@@ -536,9 +536,11 @@ struct Lanes {
     vec r[n];
 #pragma GCC unroll 16
     for (int j = 0; j < n; ++j) r[j] = load(src + j * ld_src);
-    transpose_stages(r, std::make_integer_sequence<int, n>{});
+    transpose(r);
     for (int j = 0; j < rows; ++j) std::memcpy(dst + j * ld_dst, &r[j], sizeof(vec));
   }
+  // The same n x n transpose on registers: lane k of r[j] trades places with lane j of r[k].
+  static void transpose(vec (&r)[n]) { transpose_stages(r, std::make_integer_sequence<int, n>{}); }
   // The sum of the lanes by a fixed tree (halves, then quarters, ...): the same order always.
   static T sum(vec v) {
     T a[n];
