@@ -8,6 +8,13 @@
 namespace tg::kernels::TG_ISA_NS {
 namespace {
 
+// The even and odd lanes of the 2n values lo, hi (lo first): e = lo0 lo2 ... hi0 hi2 ...
+template <class Vec, int... J>
+inline void even_odd_of(const Vec& lo, const Vec& hi, Vec* e, Vec* o, std::integer_sequence<int, J...>) {
+  *e = __builtin_shufflevector(lo, hi, (2 * J)...);
+  *o = __builtin_shufflevector(lo, hi, (2 * J + 1)...);
+}
+
 // Backward for queries [q0, q1) of a slice. kGradValue: scatter into the slice's gradient rows.
 // kDots: the channel dots d_k, needed by the gradients of the locations and attention weights.
 template <class TS, bool kGradValue, bool kDots, int kVectors, class T = opmath_t<TS>,
@@ -44,6 +51,18 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
     T* const* grad_rows = f.grad_rows.data();
     const T* aw = f.aw.data();
     T* dots = sc.dots.data();
+    // bfloat16 rows of whole pairs of vectors: the dots read them two channels per word
+    // (load_even_odd), against grad_output's even and odd channels (ge, go, split once per
+    // query), lane j summing channels 2j, 2j + 1, 2j + 2 kLanes, ... (another order of the same
+    // products than float32's, so bits within rounding of its dots; the results are rounded to
+    // 16 bits).
+    constexpr bool kPairDots = std::is_same_v<R, BFloat16> && kDots && kVectors >= 2 && kVectors % 2 == 0;
+    constexpr int kPairs = kPairDots ? kVectors / 2 : 1;
+    Vec ge[kPairs], go[kPairs];
+    if constexpr (kPairDots)
+      for (int b = 0; b < kPairs; ++b)
+        even_odd_of(S::load(g + 2 * b * S::kLanes), S::load(g + (2 * b + 1) * S::kLanes), &ge[b], &go[b],
+                    std::make_integer_sequence<int, static_cast<int>(S::kLanes)>{});
     for (int64_t i = 0; i < LP; ++i) {
       const R *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
       T *gv0 = grad_rows[i], *gv1 = grad_rows[LP + i], *gv2 = grad_rows[2 * LP + i],
@@ -51,10 +70,28 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
       const T aw0 = aw[i], aw1 = aw[LP + i], aw2 = aw[2 * LP + i], aw3 = aw[3 * LP + i];
       // Lane j of acc_k sums the products of channels j, j + kLanes, ...
       Vec acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
+      if constexpr (kPairDots) {
+        for (int b = 0; b < kPairs; ++b) {
+          const int64_t o = 2 * b * S::kLanes;
+          Vec e, d;
+          load_even_odd<T>(v0 + o, &e, &d);
+          acc0 += ge[b] * e;
+          acc0 += go[b] * d;
+          load_even_odd<T>(v1 + o, &e, &d);
+          acc1 += ge[b] * e;
+          acc1 += go[b] * d;
+          load_even_odd<T>(v2 + o, &e, &d);
+          acc2 += ge[b] * e;
+          acc2 += go[b] * d;
+          load_even_odd<T>(v3 + o, &e, &d);
+          acc3 += ge[b] * e;
+          acc3 += go[b] * d;
+        }
+      }
       int64_t c = 0;
       for (; c < whole; c += S::kLanes) {
         const Vec gc = S::load(g + c);
-        if (kDots) {
+        if (kDots && !kPairDots) {
           acc0 += gc * load_vec<T>(v0 + c);
           acc1 += gc * load_vec<T>(v1 + c);
           acc2 += gc * load_vec<T>(v2 + c);

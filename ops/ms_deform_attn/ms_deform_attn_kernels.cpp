@@ -79,25 +79,16 @@ inline void sum_samples(const Footprints<T, R>& f, const T* a, int64_t LP, int64
 }
 
 // bfloat16 rows, channels [c, c + kBlocks * 2 * kLanes): the same sums as sum_samples, with the
-// rows widened two channels per 32-bit word. A word holds channels 2j (low half) and 2j + 1 (high
-// half), so one load and two integer operations (shift left 16, mask the low half off) give the
-// even and the odd channels of 2 * kLanes channels as two float vectors, where load_vec needs a
-// zero-extending load and a shift per vector: a third fewer instructions per corner in the loop
-// that takes the time. Every lane does exactly sum_samples' arithmetic on its channel (same
-// expression, same contraction), so the bits are the same; only the lanes' order differs, and the
-// even and odd vectors are interleaved back as they are stored.
+// rows widened two channels per 32-bit word (load_even_odd). Every lane does exactly
+// sum_samples' arithmetic on its channel (same expression, same contraction), so the bits are the
+// same; only the lanes' order differs, and the even and odd vectors are interleaved back as they
+// are stored.
 template <class T, int kBlocks>
 inline void sum_sample_pairs(const Footprints<T, BFloat16>& f, const T* a, int64_t LP, int64_t c, T* out) {
   using S = Simd<T>;
   using Vec = typename S::Vec;
-  typedef uint32_t Words __attribute__((vector_size(sizeof(Vec))));
   constexpr int64_t V = S::kLanes;
-  auto even_odd = [](const BFloat16* p, Vec* even, Vec* odd) {
-    Words u;
-    std::memcpy(&u, p, sizeof u);
-    *even = reinterpret_cast<Vec>(u << 16);
-    *odd = reinterpret_cast<Vec>(u & 0xffff0000u);
-  };
+  auto even_odd = [](const BFloat16* p, Vec* even, Vec* odd) { load_even_odd<T>(p, even, odd); };
   Vec acc_e[kBlocks] = {}, acc_o[kBlocks] = {};
   const BFloat16* const* r = f.rows.data();
   const T* w = f.w.data();
