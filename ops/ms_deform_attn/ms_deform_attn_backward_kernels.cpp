@@ -252,7 +252,8 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
   // in float32, rounded once: straight from a slice's copy when that holds the whole sum (one
   // chunk), else in a float32 grad_value rounded at the end.
   std::vector<R> wide;
-  std::vector<T> grad_wide;
+  // Uninitialised: every slice's rows are zeroed by the task of its chunk 0 (zero_rows).
+  std::unique_ptr<T[]> grad_wide;
   const R* value_t = nullptr;
   T* grad_t = nullptr;
   if constexpr (kNative) {
@@ -268,8 +269,8 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
       value_t = wide.data();
     }
     if (grad_value && (!copy || chunks > 1)) {
-      grad_wide.resize(static_cast<size_t>(n));
-      grad_t = grad_wide.data();
+      grad_wide.reset(new T[static_cast<size_t>(n)]);
+      grad_t = grad_wide.get();
     }
   }
 
@@ -281,6 +282,10 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
       if (grad_value) scratch.grad_copy.resize(K * C);
     }
     auto zero_rows = [&](T* rows, int64_t stride) {
+      if (stride == C) {  // contiguous (a copy, a chunk's buffer, or one head): one fill, not K
+        std::fill_n(rows, K * C, T(0));
+        return;
+      }
       for (int64_t k = 0; k < K; ++k) std::fill_n(rows + k * stride, C, T(0));
     };
     // Tasks handed out dynamically: which thread runs a task changes no sum, and a thread that
@@ -337,7 +342,7 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
       }
     }
   }  if constexpr (!kNative)
-    if (!grad_wide.empty()) round_all(grad_t, bs * K * row_stride, grad_value);
+    if (grad_wide) round_all(grad_t, bs * K * row_stride, grad_value);
 }
 
 #define TG_INSTANTIATE(T) \
