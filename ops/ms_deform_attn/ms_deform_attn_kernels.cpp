@@ -83,8 +83,12 @@ inline void sum_samples(const Footprints<T, R>& f, const T* a, int64_t LP, int64
 // sum_samples' arithmetic on its channel (same expression, same contraction), so the bits are the
 // same; only the lanes' order differs, and the even and odd vectors are interleaved back as they
 // are stored.
+// With `rounded` (AVX-512, 16 lanes), the sums are rounded straight into rounded[c, ...) from the
+// even and odd vectors (float_to_bf16_even_odd_x32, store_op's rule: the same bits as rounding
+// out) and out is not written.
 template <class T, int kBlocks>
-inline void sum_sample_pairs(const Footprints<T, BFloat16>& f, const T* a, int64_t LP, int64_t c, T* out) {
+inline void sum_sample_pairs(const Footprints<T, BFloat16>& f, const T* a, int64_t LP, int64_t c, T* out,
+                             [[maybe_unused]] BFloat16* rounded = nullptr) {
   using S = Simd<T>;
   using Vec = typename S::Vec;
   constexpr int64_t V = S::kLanes;
@@ -106,6 +110,16 @@ inline void sum_sample_pairs(const Footprints<T, BFloat16>& f, const T* a, int64
       acc_o[b] += a[i] * (w0 * o0 + w1 * o1 + w2 * o2 + w3 * o3);
     }
   }
+#if defined(__AVX512F__)
+  if constexpr (V == 16 && std::is_same_v<T, float>) {
+    if (rounded) {
+      for (int b = 0; b < kBlocks; ++b)
+        _mm512_storeu_si512(rounded + c + 2 * V * b, float_to_bf16_even_odd_x32(reinterpret_cast<__m512>(acc_e[b]),
+                                                                                reinterpret_cast<__m512>(acc_o[b])));
+      return;
+    }
+  }
+#endif
   for (int b = 0; b < kBlocks; ++b) {
     Vec lo, hi;
     interleave(acc_e[b], acc_o[b], &lo, &hi, std::make_integer_sequence<int, static_cast<int>(V)>{});
@@ -128,10 +142,22 @@ void forward_queries(const Problem<S>& pb, S* output, const Slice<T, R>& sl, int
     const Footprints<T, R>& f = sc.fp[q % 2];
     const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* a = f.a.data();
-    // A 16-bit query's output is summed into a float row, then rounded once.
+    // A 16-bit query's output is summed into a float row, then rounded once (bfloat16 channels
+    // in whole pairs of AVX-512 vectors: rounded as they are summed, sum_sample_pairs).
     T* out;
     if constexpr (kNative) out = output + nqm * C; else out = sc.row.data();
     int64_t c = 0;
+    if constexpr (std::is_same_v<R, BFloat16> && std::is_same_v<S, BFloat16>) {
+#if defined(__AVX512F__)
+      // Channels of whole pairs of vectors only (C = 32, 64, ...): each rounded as summed.
+      if (C % (2 * V) == 0) {
+        BFloat16* y = output + nqm * C;
+        for (; c + 4 * V <= C; c += 4 * V) sum_sample_pairs<T, 2>(f, a, LP, c, out, y);
+        if (c < C) sum_sample_pairs<T, 1>(f, a, LP, c, out, y);
+        continue;
+      }
+#endif
+    }
     if constexpr (std::is_same_v<R, BFloat16>) {
       for (; c + 4 * V <= C; c += 4 * V) sum_sample_pairs<T, 2>(f, a, LP, c, out);
       if (c + 2 * V <= C) {
