@@ -112,17 +112,7 @@ class PlaneSums {
     }
   }
   void end() {
-    if constexpr (!std::is_same_v<T, M>) {
-      int64_t k = 0;
-#if defined(__AVX512F__)
-      // bfloat16 16 at a time by store_op's rule (float_to_bf16_x16: the same bits, about half
-      // the instructions of GCC's vectorisation of the scalar rule).
-      if constexpr (std::is_same_v<T, BFloat16>)
-        for (; k + 16 <= n_; k += 16)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst_ + k), float_to_bf16_x16(_mm512_loadu_ps(buf_.data() + k)));
-#endif
-      store_row(buf_.data() + k, n_ - k, dst_ + k);
-    }
+    if constexpr (!std::is_same_v<T, M>) store_row(buf_.data(), n_, dst_);
   }
 
  private:
