@@ -269,6 +269,25 @@ inline F16 load16(const BFloat16* p) {
 #endif
   return v;
 }
+// Elements [0, 32) of p as two blocks of 16 float lanes, for the sums below, which add the two
+// blocks lane by lane: elements 0-15 and 16-31, or for bfloat16 on AVX-512 the even and the odd
+// elements (bf16_even_odd_x32: two instructions widen 32 values, where load16 takes two per 16).
+// Which element goes to which lane changes the order of the sums, not their accuracy.
+template <class T>
+inline void load_pair(const T* p, F16* a, F16* b) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    __m512 e, o;
+    bf16_even_odd_x32(p, &e, &o);
+    a->p[0] = reinterpret_cast<fv>(e);
+    b->p[0] = reinterpret_cast<fv>(o);
+    return;
+  }
+#endif
+  *a = load16(p);
+  *b = load16(p + 16);
+}
+
 // Adds the 16 float lanes of v into the 16 double lanes a[0], a[1] (float lane i to double
 // lane i: register f's halves are double registers 2f and 2f + 1 of the pair).
 inline void add_to_double(D8 (&a)[2], const F16& v) {
@@ -319,12 +338,15 @@ void grad_sums_float_lanes(const T* dy, const T* x, int64_t n, double m, double*
   int64_t j = 0;
   while (j + 16 <= n) {
     F16 g1[2] = {}, g2[2] = {};  // float partials, two per sum for throughput
-    for (int step = 0; step < 4 && j + 32 <= n; ++step, j += 32)
+    for (int step = 0; step < 4 && j + 32 <= n; ++step, j += 32) {
+      F16 g[2], xv[2];
+      load_pair(dy + j, &g[0], &g[1]);
+      load_pair(x + j, &xv[0], &xv[1]);
       for (int q = 0; q < 2; ++q) {
-        const F16 g = load16(dy + j + 16 * q);
-        g1[q] += g;
-        g2[q] += g * (load16(x + j + 16 * q) - mf);
+        g1[q] += g[q];
+        g2[q] += g[q] * (xv[q] - mf);
       }
+    }
     if (j + 32 > n && j + 16 <= n) {  // one last half step
       const F16 g = load16(dy + j);
       g1[0] += g;
@@ -359,15 +381,20 @@ void grad_sums(const T* dy, const T* x, int64_t n, double m, double* sdy, double
 // value widens to float exactly, so each partial is within a few float ulps of exact and the
 // statistics stay well inside float32 accuracy (PyTorch sums them in float); the double lanes of
 // the float32 kernel cost one widening to double per element, which made the 16-bit forward no
-// faster than float32's. term(j) gives elements j .. j + 15 as float lanes, scalar(j) element j.
-template <class Term, class Scalar>
-double float_lanes_sum(int64_t n, Term term, Scalar scalar) {
+// faster than float32's. pair(j, a, b) gives elements j .. j + 31 as two blocks of float lanes
+// (load_pair), term(j) elements j .. j + 15, scalar(j) element j.
+template <class Pair, class Term, class Scalar>
+double float_lanes_sum(int64_t n, Pair pair, Term term, Scalar scalar) {
   D8 a[2] = {};
   int64_t j = 0;
   while (j + 16 <= n) {
     F16 g[2] = {};  // two partials for throughput
-    for (int step = 0; step < 4 && j + 32 <= n; ++step, j += 32)
-      for (int q = 0; q < 2; ++q) g[q] += term(j + 16 * q);
+    for (int step = 0; step < 4 && j + 32 <= n; ++step, j += 32) {
+      F16 u, v;
+      pair(j, &u, &v);
+      g[0] += u;
+      g[1] += v;
+    }
     if (j + 32 > n && j + 16 <= n) {  // one last half step
       g[0] += term(j);
       j += 16;
@@ -386,7 +413,8 @@ constexpr bool kSixteenBit = std::is_same_v<opmath_t<T>, float> && !std::is_same
 template <class T>
 double sum_of(const T* x, int64_t n) {
   if constexpr (kSixteenBit<T>)
-    return float_lanes_sum(n, [&](int64_t k) { return load16(x + k); },
+    return float_lanes_sum(n, [&](int64_t k, F16* u, F16* v) { load_pair(x + k, u, v); },
+                           [&](int64_t k) { return load16(x + k); },
                            [&](int64_t k) { return static_cast<double>(static_cast<float>(x[k])); });
   D8 acc[4] = {};
   int64_t j = for_blocks(n, [&](int q, int64_t k) { acc[q] += load8(x + k); });
@@ -403,6 +431,12 @@ double centred_sq_sum(const T* x, int64_t n, double m) {
     const float mf = static_cast<float>(m);
     return float_lanes_sum(
         n,
+        [&](int64_t k, F16* u, F16* v) {
+          load_pair(x + k, u, v);
+          const F16 du = *u - mf, dv = *v - mf;
+          *u = du * du;
+          *v = dv * dv;
+        },
         [&](int64_t k) {
           const F16 d = load16(x + k) - mf;
           return d * d;
@@ -458,6 +492,15 @@ void normalize_range(const T* x, const T* gamma, const T* beta, int64_t G, int64
       // 16 at a time: the same expression on vectors (so the same contraction) and the same
       // rounding rule (float_to_bf16_x16, about half of what GCC makes of the scalar rule).
       const fv vh = fv{} + mean_hi, vl = fv{} + mean_lo, vs = fv{} + scale, vb = fv{} + shift;
+      // 32 at a time as even and odd elements (bf16_even_odd_x32): fewer widening and
+      // narrowing instructions, the same expression per element.
+      for (; k + 32 <= end; k += 32) {
+        __m512 e, o;
+        bf16_even_odd_x32(xp + k, &e, &o);
+        const fv ye = ((reinterpret_cast<fv>(e) - vh) - vl) * vs + vb;
+        const fv yo = ((reinterpret_cast<fv>(o) - vh) - vl) * vs + vb;
+        _mm512_storeu_si512(yp + k, float_to_bf16_even_odd_x32(reinterpret_cast<__m512>(ye), reinterpret_cast<__m512>(yo)));
+      }
       for (; k + 16 <= end; k += 16) {
         const fv v = ((load16(xp + k).p[0] - vh) - vl) * vs + vb;
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(yp + k), float_to_bf16_x16(reinterpret_cast<__m512>(v)));
@@ -583,6 +626,14 @@ void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, O mean, O c
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, BFloat16>) {  // as normalize_range: 16 at a time, the same bits
     const fv v1 = fv{} + c1, v2 = fv{} + c2, v3 = fv{} + c3, vm = fv{} + mean;
+    for (; k + 32 <= b; k += 32) {  // as even and odd elements, as normalize_range
+      __m512 ge, go, xe, xo;
+      bf16_even_odd_x32(dy + k, &ge, &go);
+      bf16_even_odd_x32(x + k, &xe, &xo);
+      const fv ve = v1 * reinterpret_cast<fv>(ge) + (v2 * (reinterpret_cast<fv>(xe) - vm) + v3);
+      const fv vo = v1 * reinterpret_cast<fv>(go) + (v2 * (reinterpret_cast<fv>(xo) - vm) + v3);
+      _mm512_storeu_si512(dx + k, float_to_bf16_even_odd_x32(reinterpret_cast<__m512>(ve), reinterpret_cast<__m512>(vo)));
+    }
     for (; k + 16 <= b; k += 16) {
       const fv v = v1 * load16(dy + k).p[0] + (v2 * (load16(x + k).p[0] - vm) + v3);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dx + k), float_to_bf16_x16(reinterpret_cast<__m512>(v)));

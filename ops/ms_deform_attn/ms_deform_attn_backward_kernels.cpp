@@ -8,6 +8,13 @@
 namespace tg::kernels::TG_ISA_NS {
 namespace {
 
+// The even and odd lanes of the 2n values lo, hi (lo first): e = lo0 lo2 ... hi0 hi2 ...
+template <class Vec, int... J>
+inline void even_odd_of(const Vec& lo, const Vec& hi, Vec* e, Vec* o, std::integer_sequence<int, J...>) {
+  *e = __builtin_shufflevector(lo, hi, (2 * J)...);
+  *o = __builtin_shufflevector(lo, hi, (2 * J + 1)...);
+}
+
 // Backward for queries [q0, q1) of a slice. kGradValue: scatter into the slice's gradient rows.
 // kDots: the channel dots d_k, needed by the gradients of the locations and attention weights.
 template <class TS, bool kGradValue, bool kDots, int kVectors, class T = opmath_t<TS>,
@@ -44,6 +51,18 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
     T* const* grad_rows = f.grad_rows.data();
     const T* aw = f.aw.data();
     T* dots = sc.dots.data();
+    // bfloat16 rows of whole pairs of vectors: the dots read them two channels per word
+    // (load_even_odd), against grad_output's even and odd channels (ge, go, split once per
+    // query), lane j summing channels 2j, 2j + 1, 2j + 2 kLanes, ... (another order of the same
+    // products than float32's, so bits within rounding of its dots; the results are rounded to
+    // 16 bits).
+    constexpr bool kPairDots = std::is_same_v<R, BFloat16> && kDots && kVectors >= 2 && kVectors % 2 == 0;
+    constexpr int kPairs = kPairDots ? kVectors / 2 : 1;
+    Vec ge[kPairs], go[kPairs];
+    if constexpr (kPairDots)
+      for (int b = 0; b < kPairs; ++b)
+        even_odd_of(S::load(g + 2 * b * S::kLanes), S::load(g + (2 * b + 1) * S::kLanes), &ge[b], &go[b],
+                    std::make_integer_sequence<int, static_cast<int>(S::kLanes)>{});
     for (int64_t i = 0; i < LP; ++i) {
       const R *v0 = rows[i], *v1 = rows[LP + i], *v2 = rows[2 * LP + i], *v3 = rows[3 * LP + i];
       T *gv0 = grad_rows[i], *gv1 = grad_rows[LP + i], *gv2 = grad_rows[2 * LP + i],
@@ -51,10 +70,28 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
       const T aw0 = aw[i], aw1 = aw[LP + i], aw2 = aw[2 * LP + i], aw3 = aw[3 * LP + i];
       // Lane j of acc_k sums the products of channels j, j + kLanes, ...
       Vec acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
+      if constexpr (kPairDots) {
+        for (int b = 0; b < kPairs; ++b) {
+          const int64_t o = 2 * b * S::kLanes;
+          Vec e, d;
+          load_even_odd<T>(v0 + o, &e, &d);
+          acc0 += ge[b] * e;
+          acc0 += go[b] * d;
+          load_even_odd<T>(v1 + o, &e, &d);
+          acc1 += ge[b] * e;
+          acc1 += go[b] * d;
+          load_even_odd<T>(v2 + o, &e, &d);
+          acc2 += ge[b] * e;
+          acc2 += go[b] * d;
+          load_even_odd<T>(v3 + o, &e, &d);
+          acc3 += ge[b] * e;
+          acc3 += go[b] * d;
+        }
+      }
       int64_t c = 0;
       for (; c < whole; c += S::kLanes) {
         const Vec gc = S::load(g + c);
-        if (kDots) {
+        if (kDots && !kPairDots) {
           acc0 += gc * load_vec<T>(v0 + c);
           acc1 += gc * load_vec<T>(v1 + c);
           acc2 += gc * load_vec<T>(v2 + c);
@@ -215,7 +252,8 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
   // in float32, rounded once: straight from a slice's copy when that holds the whole sum (one
   // chunk), else in a float32 grad_value rounded at the end.
   std::vector<R> wide;
-  std::vector<T> grad_wide;
+  // Uninitialised: every slice's rows are zeroed by the task of its chunk 0 (zero_rows).
+  std::unique_ptr<T[]> grad_wide;
   const R* value_t = nullptr;
   T* grad_t = nullptr;
   if constexpr (kNative) {
@@ -231,8 +269,8 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
       value_t = wide.data();
     }
     if (grad_value && (!copy || chunks > 1)) {
-      grad_wide.resize(static_cast<size_t>(n));
-      grad_t = grad_wide.data();
+      grad_wide.reset(new T[static_cast<size_t>(n)]);
+      grad_t = grad_wide.get();
     }
   }
 
@@ -244,6 +282,10 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
       if (grad_value) scratch.grad_copy.resize(K * C);
     }
     auto zero_rows = [&](T* rows, int64_t stride) {
+      if (stride == C) {  // contiguous (a copy, a chunk's buffer, or one head): one fill, not K
+        std::fill_n(rows, K * C, T(0));
+        return;
+      }
       for (int64_t k = 0; k < K; ++k) std::fill_n(rows + k * stride, C, T(0));
     };
     // Tasks handed out dynamically: which thread runs a task changes no sum, and a thread that
@@ -300,7 +342,7 @@ void ms_deform_attn_backward(const S* value, const int64_t* spatial_shapes,
       }
     }
   }  if constexpr (!kNative)
-    if (!grad_wide.empty()) round_all(grad_t, bs * K * row_stride, grad_value);
+    if (grad_wide) round_all(grad_t, bs * K * row_stride, grad_value);
 }
 
 #define TG_INSTANTIATE(T) \

@@ -48,6 +48,14 @@
 namespace tg::kernels::TG_ISA_NS {
 namespace {
 
+// lo, hi = the lanes of e and o alternated: e0 o0 e1 o1 ... (lo the first half, hi the second).
+template <class Vec, int... J>
+inline void interleave(const Vec& e, const Vec& o, Vec* lo, Vec* hi, std::integer_sequence<int, J...>) {
+  constexpr int n = sizeof...(J);
+  *lo = __builtin_shufflevector(e, o, (J % 2 ? n + J / 2 : J / 2)...);
+  *hi = __builtin_shufflevector(e, o, (J % 2 ? n + (n + J) / 2 : (n + J) / 2)...);
+}
+
 // Output channels [c, c + kVectors * kLanes) of one query, accumulated in kVectors registers in
 // one pass over its samples (so each sample's pointers and weights are read once per pass).
 // a multiplies the interpolated value, as in PyTorch, so an infinite weight gives +-Inf rather
@@ -70,6 +78,56 @@ inline void sum_samples(const Footprints<T, R>& f, const T* a, int64_t LP, int64
   for (int v = 0; v < kVectors; ++v) S::store(out + c + v * S::kLanes, acc[v]);
 }
 
+// bfloat16 rows, channels [c, c + kBlocks * 2 * kLanes): the same sums as sum_samples, with the
+// rows widened two channels per 32-bit word (load_even_odd). Every lane does exactly
+// sum_samples' arithmetic on its channel (same expression, same contraction), so the bits are the
+// same; only the lanes' order differs, and the even and odd vectors are interleaved back as they
+// are stored.
+// With `rounded` (AVX-512, 16 lanes), the sums are rounded straight into rounded[c, ...) from the
+// even and odd vectors (float_to_bf16_even_odd_x32, store_op's rule: the same bits as rounding
+// out) and out is not written.
+template <class T, int kBlocks>
+inline void sum_sample_pairs(const Footprints<T, BFloat16>& f, const T* a, int64_t LP, int64_t c, T* out,
+                             [[maybe_unused]] BFloat16* rounded = nullptr) {
+  using S = Simd<T>;
+  using Vec = typename S::Vec;
+  constexpr int64_t V = S::kLanes;
+  auto even_odd = [](const BFloat16* p, Vec* even, Vec* odd) { load_even_odd<T>(p, even, odd); };
+  Vec acc_e[kBlocks] = {}, acc_o[kBlocks] = {};
+  const BFloat16* const* r = f.rows.data();
+  const T* w = f.w.data();
+  for (int64_t i = 0; i < LP; ++i) {
+    const BFloat16 *p0 = r[i] + c, *p1 = r[LP + i] + c, *p2 = r[2 * LP + i] + c, *p3 = r[3 * LP + i] + c;
+    const T w0 = w[i], w1 = w[LP + i], w2 = w[2 * LP + i], w3 = w[3 * LP + i];
+    for (int b = 0; b < kBlocks; ++b) {
+      const int64_t o = 2 * V * b;
+      Vec e0, o0, e1, o1, e2, o2, e3, o3;
+      even_odd(p0 + o, &e0, &o0);
+      even_odd(p1 + o, &e1, &o1);
+      even_odd(p2 + o, &e2, &o2);
+      even_odd(p3 + o, &e3, &o3);
+      acc_e[b] += a[i] * (w0 * e0 + w1 * e1 + w2 * e2 + w3 * e3);
+      acc_o[b] += a[i] * (w0 * o0 + w1 * o1 + w2 * o2 + w3 * o3);
+    }
+  }
+#if defined(__AVX512F__)
+  if constexpr (V == 16 && std::is_same_v<T, float>) {
+    if (rounded) {
+      for (int b = 0; b < kBlocks; ++b)
+        _mm512_storeu_si512(rounded + c + 2 * V * b, float_to_bf16_even_odd_x32(reinterpret_cast<__m512>(acc_e[b]),
+                                                                                reinterpret_cast<__m512>(acc_o[b])));
+      return;
+    }
+  }
+#endif
+  for (int b = 0; b < kBlocks; ++b) {
+    Vec lo, hi;
+    interleave(acc_e[b], acc_o[b], &lo, &hi, std::make_integer_sequence<int, static_cast<int>(V)>{});
+    S::store(out + c + 2 * V * b, lo);
+    S::store(out + c + 2 * V * b + V, hi);
+  }
+}
+
 // Forward for queries [q0, q1) of a slice: per query, the footprints of its L*P samples, then
 // its output, up to four vectors of channels per pass over the samples.
 template <class S, class T, class R>
@@ -84,10 +142,29 @@ void forward_queries(const Problem<S>& pb, S* output, const Slice<T, R>& sl, int
     const Footprints<T, R>& f = sc.fp[q % 2];
     const int64_t nqm = (sl.n * pb.Q + q) * pb.M + sl.m;
     const T* a = f.a.data();
-    // A 16-bit query's output is summed into a float row, then rounded once.
+    // A 16-bit query's output is summed into a float row, then rounded once (bfloat16 channels
+    // in whole pairs of AVX-512 vectors: rounded as they are summed, sum_sample_pairs).
     T* out;
     if constexpr (kNative) out = output + nqm * C; else out = sc.row.data();
     int64_t c = 0;
+    if constexpr (std::is_same_v<R, BFloat16> && std::is_same_v<S, BFloat16>) {
+#if defined(__AVX512F__)
+      // Channels of whole pairs of vectors only (C = 32, 64, ...): each rounded as summed.
+      if (C % (2 * V) == 0) {
+        BFloat16* y = output + nqm * C;
+        for (; c + 4 * V <= C; c += 4 * V) sum_sample_pairs<T, 2>(f, a, LP, c, out, y);
+        if (c < C) sum_sample_pairs<T, 1>(f, a, LP, c, out, y);
+        continue;
+      }
+#endif
+    }
+    if constexpr (std::is_same_v<R, BFloat16>) {
+      for (; c + 4 * V <= C; c += 4 * V) sum_sample_pairs<T, 2>(f, a, LP, c, out);
+      if (c + 2 * V <= C) {
+        sum_sample_pairs<T, 1>(f, a, LP, c, out);
+        c += 2 * V;
+      }
+    }
     for (; c + 4 * V <= C; c += 4 * V) sum_samples<T, R, 4>(f, a, LP, c, out);
     if (c + 2 * V <= C) {
       sum_samples<T, R, 2>(f, a, LP, c, out);
