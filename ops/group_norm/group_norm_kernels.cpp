@@ -271,16 +271,13 @@ inline F16 load16(const BFloat16* p) {
 }
 // Elements [0, 32) of p as two blocks of 16 float lanes, for the sums below, which add the two
 // blocks lane by lane: elements 0-15 and 16-31, or for bfloat16 on AVX-512 the even and the odd
-// elements (bf16_even_odd_x32: two instructions widen 32 values, where load16 takes two per 16).
+// elements (bf16_even_odd: two instructions widen 32 values, where load16 takes two per 16).
 // Which element goes to which lane changes the order of the sums, not their accuracy.
 template <class T>
 inline void load_pair(const T* p, F16* a, F16* b) {
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, BFloat16>) {
-    __m512 e, o;
-    bf16_even_odd_x32(p, &e, &o);
-    a->p[0] = reinterpret_cast<fv>(e);
-    b->p[0] = reinterpret_cast<fv>(o);
+    bf16_even_odd(p, &a->p[0], &b->p[0]);
     return;
   }
 #endif
@@ -492,13 +489,13 @@ void normalize_range(const T* x, const T* gamma, const T* beta, int64_t G, int64
       // 16 at a time: the same expression on vectors (so the same contraction) and the same
       // rounding rule (float_to_bf16_x16, about half of what GCC makes of the scalar rule).
       const fv vh = fv{} + mean_hi, vl = fv{} + mean_lo, vs = fv{} + scale, vb = fv{} + shift;
-      // 32 at a time as even and odd elements (bf16_even_odd_x32): fewer widening and
+      // 32 at a time as even and odd elements (bf16_even_odd): fewer widening and
       // narrowing instructions, the same expression per element.
       for (; k + 32 <= end; k += 32) {
-        __m512 e, o;
-        bf16_even_odd_x32(xp + k, &e, &o);
-        const fv ye = ((reinterpret_cast<fv>(e) - vh) - vl) * vs + vb;
-        const fv yo = ((reinterpret_cast<fv>(o) - vh) - vl) * vs + vb;
+        fv e, o;
+        bf16_even_odd(xp + k, &e, &o);
+        const fv ye = ((e - vh) - vl) * vs + vb;
+        const fv yo = ((o - vh) - vl) * vs + vb;
         _mm512_storeu_si512(yp + k, float_to_bf16_even_odd_x32(reinterpret_cast<__m512>(ye), reinterpret_cast<__m512>(yo)));
       }
       for (; k + 16 <= end; k += 16) {
@@ -627,11 +624,11 @@ void input_grad_range(const T* dy, const T* x, int64_t a, int64_t b, O mean, O c
   if constexpr (std::is_same_v<T, BFloat16>) {  // as normalize_range: 16 at a time, the same bits
     const fv v1 = fv{} + c1, v2 = fv{} + c2, v3 = fv{} + c3, vm = fv{} + mean;
     for (; k + 32 <= b; k += 32) {  // as even and odd elements, as normalize_range
-      __m512 ge, go, xe, xo;
-      bf16_even_odd_x32(dy + k, &ge, &go);
-      bf16_even_odd_x32(x + k, &xe, &xo);
-      const fv ve = v1 * reinterpret_cast<fv>(ge) + (v2 * (reinterpret_cast<fv>(xe) - vm) + v3);
-      const fv vo = v1 * reinterpret_cast<fv>(go) + (v2 * (reinterpret_cast<fv>(xo) - vm) + v3);
+      fv ge, go, xe, xo;
+      bf16_even_odd(dy + k, &ge, &go);
+      bf16_even_odd(x + k, &xe, &xo);
+      const fv ve = v1 * ge + (v2 * (xe - vm) + v3);
+      const fv vo = v1 * go + (v2 * (xo - vm) + v3);
       _mm512_storeu_si512(dx + k, float_to_bf16_even_odd_x32(reinterpret_cast<__m512>(ve), reinterpret_cast<__m512>(vo)));
     }
     for (; k + 16 <= b; k += 16) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "../../framework/half.h"
@@ -41,6 +42,22 @@ inline void store_op(T* p, int64_t k, opmath_t<T> v) {
     p[k] = v;
 }
 
+// 2 * lanes consecutive bfloat16 values split into their even elements (0, 2, ...) and odd ones
+// (1, 3, ...) as two float vectors of type Vec (any GCC float vector, __m512 included), exactly:
+// a 32-bit word holds an even element in its low half and the next odd one in its high half, so
+// a shift left by 16 and a mask of the low half widen both, two instructions for 2 * lanes values
+// where zero-extending loads take four. A kernel computes on the two vectors as on any others
+// (the same expression per element, the same bits) and interleaves or rounds them back
+// (float_to_bf16_even_odd_x32).
+template <class Vec>
+inline void bf16_even_odd(const BFloat16* p, Vec* even, Vec* odd) {
+  typedef uint32_t Words __attribute__((vector_size(sizeof(Vec))));
+  Words u;
+  std::memcpy(&u, p, sizeof u);
+  *even = reinterpret_cast<Vec>(u << 16);
+  *odd = reinterpret_cast<Vec>(u & 0xffff0000u);
+}
+
 #if defined(__AVX512F__)
 // 16 floats rounded to bfloat16 with exactly half_bits::float_to_bf16's rule (nearest even on
 // the raw bits, so subnormals round like any other value; NaN truncated and kept a NaN). The
@@ -71,16 +88,6 @@ inline __m256i float_to_bf16_x16(__m512 v) {
   return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
 }
 
-// 32 consecutive bfloat16 values split into their even elements (0, 2, ..., 30) and odd ones
-// (1, 3, ..., 31) as floats, exactly: a 32-bit word holds an even element in its low half and the
-// next odd one in its high half, so a shift left by 16 and a mask of the low half widen both,
-// two instructions for 32 values where zero-extending loads take four. An elementwise kernel
-// computes on the two vectors as on any others (the same expression per element, the same bits).
-inline void bf16_even_odd_x32(const void* p, __m512* even, __m512* odd) {
-  const __m512i u = _mm512_loadu_si512(p);
-  *even = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
-  *odd = _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-}
 // The way back: 32 bfloat16 values from the even and odd elements' floats, each rounded by
 // float_to_bf16_x16's rule; the odd element's rounded high half and the even one's shifted down
 // make each word (no narrowing shuffles; one NaN test for both, as float_to_bf16_x32).

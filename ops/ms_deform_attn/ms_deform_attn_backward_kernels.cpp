@@ -52,7 +52,7 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
     const T* aw = f.aw.data();
     T* dots = sc.dots.data();
     // bfloat16 rows of whole pairs of vectors: the dots read them two channels per word
-    // (load_even_odd), against grad_output's even and odd channels (ge, go, split once per
+    // (bf16_even_odd), against grad_output's even and odd channels (ge, go, split once per
     // query), lane j summing channels 2j, 2j + 1, 2j + 2 kLanes, ... (another order of the same
     // products than float32's, so bits within rounding of its dots; the results are rounded to
     // 16 bits).
@@ -74,16 +74,16 @@ void backward_queries(const Problem<TS>& pb, const TS* grad_output, const Slice<
         for (int b = 0; b < kPairs; ++b) {
           const int64_t o = 2 * b * S::kLanes;
           Vec e, d;
-          load_even_odd<T>(v0 + o, &e, &d);
+          bf16_even_odd(v0 + o, &e, &d);
           acc0 += ge[b] * e;
           acc0 += go[b] * d;
-          load_even_odd<T>(v1 + o, &e, &d);
+          bf16_even_odd(v1 + o, &e, &d);
           acc1 += ge[b] * e;
           acc1 += go[b] * d;
-          load_even_odd<T>(v2 + o, &e, &d);
+          bf16_even_odd(v2 + o, &e, &d);
           acc2 += ge[b] * e;
           acc2 += go[b] * d;
-          load_even_odd<T>(v3 + o, &e, &d);
+          bf16_even_odd(v3 + o, &e, &d);
           acc3 += ge[b] * e;
           acc3 += go[b] * d;
         }

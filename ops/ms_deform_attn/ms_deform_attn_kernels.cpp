@@ -79,7 +79,7 @@ inline void sum_samples(const Footprints<T, R>& f, const T* a, int64_t LP, int64
 }
 
 // bfloat16 rows, channels [c, c + kBlocks * 2 * kLanes): the same sums as sum_samples, with the
-// rows widened two channels per 32-bit word (load_even_odd). Every lane does exactly
+// rows widened two channels per 32-bit word (bf16_even_odd). Every lane does exactly
 // sum_samples' arithmetic on its channel (same expression, same contraction), so the bits are the
 // same; only the lanes' order differs, and the even and odd vectors are interleaved back as they
 // are stored.
@@ -92,7 +92,6 @@ inline void sum_sample_pairs(const Footprints<T, BFloat16>& f, const T* a, int64
   using S = Simd<T>;
   using Vec = typename S::Vec;
   constexpr int64_t V = S::kLanes;
-  auto even_odd = [](const BFloat16* p, Vec* even, Vec* odd) { load_even_odd<T>(p, even, odd); };
   Vec acc_e[kBlocks] = {}, acc_o[kBlocks] = {};
   const BFloat16* const* r = f.rows.data();
   const T* w = f.w.data();
@@ -102,10 +101,10 @@ inline void sum_sample_pairs(const Footprints<T, BFloat16>& f, const T* a, int64
     for (int b = 0; b < kBlocks; ++b) {
       const int64_t o = 2 * V * b;
       Vec e0, o0, e1, o1, e2, o2, e3, o3;
-      even_odd(p0 + o, &e0, &o0);
-      even_odd(p1 + o, &e1, &o1);
-      even_odd(p2 + o, &e2, &o2);
-      even_odd(p3 + o, &e3, &o3);
+      bf16_even_odd(p0 + o, &e0, &o0);
+      bf16_even_odd(p1 + o, &e1, &o1);
+      bf16_even_odd(p2 + o, &e2, &o2);
+      bf16_even_odd(p3 + o, &e3, &o3);
       acc_e[b] += a[i] * (w0 * e0 + w1 * e1 + w2 * e2 + w3 * e3);
       acc_o[b] += a[i] * (w0 * o0 + w1 * o1 + w2 * o2 + w3 * o3);
     }

@@ -170,20 +170,6 @@ inline typename Simd<T>::Vec load_vec(const R* p) {
   }
 }
 
-// 2 * kLanes consecutive bfloat16 values as their even and odd channels, two float vectors: a
-// 32-bit word holds channels 2j (low half) and 2j + 1 (high half), so one load, a shift left by
-// 16 and a mask of the low half give both, where load_vec needs a zero-extending load and a shift
-// per vector (a third fewer instructions in the loops that take the time). Exact, as load_vec.
-template <class T>
-inline void load_even_odd(const BFloat16* p, typename Simd<T>::Vec* even, typename Simd<T>::Vec* odd) {
-  using Vec = typename Simd<T>::Vec;
-  typedef uint32_t Words __attribute__((vector_size(sizeof(Vec))));
-  Words u;
-  std::memcpy(&u, p, sizeof u);
-  *even = reinterpret_cast<Vec>(u << 16);
-  *odd = reinterpret_cast<Vec>(u & 0xffff0000u);
-}
-
 // Element k of a row stored as R, as T (exact, like load_vec). Float16 uses F16C's scalar
 // conversion where load_vec uses its vector one: half_bits' integer widening is long enough that
 // GCC vectorises a tail's four corners together, which leaves its products unfused (other bits).
