@@ -329,27 +329,38 @@ decltype(auto) with_ob(int64_t n_out, F&& f) {
   return f(std::integral_constant<int, 1>{});
 }
 
-// wr[ob][c][t][o] = weight(ob * OB + o, c, t), zero past n_out.
+// Repacked weights live in this Scratch slot of the calling thread, kept from call to call:
+// as a fresh zeroed vector per call (0.6 MB for 128 x 128 x 3 x 3) they came back from the
+// system with page faults and a memset every time, ~4% of the stride-2 input gradient.
+inline constexpr int kRepackSlot = 7;
+
+inline int64_t repacked_size(int64_t n_out, int64_t n_in, int64_t n_taps, int OB) {
+  return (n_out + OB - 1) / OB * n_in * n_taps * OB;
+}
+
+// wr[ob][c][t][o] = weight(ob * OB + o, c, t), zero past n_out (sums never stored, but the
+// kept buffer's old contents could be subnormal, which slows the multiply-adds); repacked_size
+// elements.
 template <class T, class F>
-std::vector<T> repack(int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
+void repack(T* wr, int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
   const int64_t n_ob = (n_out + OB - 1) / OB;
-  std::vector<T> wr(n_ob * n_in * n_taps * OB, T(0));
   // written in order, block by block (its OB weight rows read side by side); written output by
   // output, each (c, t) went to another cache line: 4% of the stride-2 forward
   auto one_block = [&](int64_t ob) {
-    T* d = wr.data() + ob * n_in * n_taps * OB;
+    T* d = wr + ob * n_in * n_taps * OB;
     const int64_t o0 = ob * OB, o1 = std::min<int64_t>(n_out, o0 + OB);
     for (int64_t c = 0; c < n_in; ++c)
-      for (int64_t t = 0; t < n_taps; ++t, d += OB)
+      for (int64_t t = 0; t < n_taps; ++t, d += OB) {
         for (int64_t o = o0; o < o1; ++o) d[o - o0] = weight(o, c, t);
+        for (int64_t o = o1; o < o0 + OB; ++o) d[o - o0] = T(0);
+      }
   };
   if (n_out * n_in * n_taps < kParallelWork || omp_in_parallel() || n_ob == 1) {  // (an `if` clause would still open a region)
     for (int64_t ob = 0; ob < n_ob; ++ob) one_block(ob);
-    return wr;
+    return;
   }
 #pragma omp parallel for schedule(static)  // before the kernel's parallel region: a large weight on all cores
   for (int64_t ob = 0; ob < n_ob; ++ob) one_block(ob);
-  return wr;
 }
 
 }  // namespace tg::kernels::TG_ISA_NS::conv_detail
