@@ -82,10 +82,9 @@ void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const
   constexpr int64_t QB = direct_q<T, OB>();
   const Box& yb = ap.ybox;
   const int64_t n_ph = int64_t(ap.phases.size());
-  // per phase: its plan, where its outputs start in x, and its weights per group
+  // per phase: its plan and where its outputs start in x
   std::vector<DirectPlan> plans(n_ph);
   std::vector<int64_t> out0(n_ph), first_blk(n_ph + 1, 0);
-  std::vector<std::vector<T>> wr(n_ph * g.G);
   for (int64_t f = 0; f < n_ph; ++f) {
     const auto& P = ap.phases[f];
     const int64_t pd_ = f / (g.sh * g.sw), ph_ = (f / g.sw) % g.sh, pw_ = f % g.sw;
@@ -101,6 +100,13 @@ void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const
     const auto& P = ap.phases[f];
     if (P.count[0] > 0 && P.count[1] > 0 && P.count[2] > 0) rows = rows && row_blocks_pay<T>(plans[f], g.Cig, QB);
   }
+  // every phase's repacked weights per group, one after another: wr + w0[f * G + grp]
+  const int wob = rows ? kRowNV * Lanes<T>::n : OB;
+  std::vector<int64_t> w0(n_ph * g.G + 1, 0);
+  for (int64_t f = 0; f < n_ph; ++f)
+    for (int64_t grp = 0; grp < g.G; ++grp)
+      w0[f * g.G + grp + 1] = w0[f * g.G + grp] + repacked_size(g.Cig, g.Cog, int64_t(ap.phases[f].taps.size()), wob);
+  Scratch<T, kRepackSlot> wr(w0.back());
   for (int64_t f = 0; f < n_ph; ++f) {
     const auto& P = ap.phases[f];
     const int64_t per_slice = rows ? row_blocks_per_slice(plans[f]) : direct_blocks_per_slice(plans[f], QB);
@@ -108,10 +114,8 @@ void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const
     first_blk[f + 1] = first_blk[f] + blocks;
     for (int64_t grp = 0; grp < g.G; ++grp) {
       const T* wg = w + grp * g.Cog * g.CKg;
-      wr[f * g.G + grp] = repack<T>(g.Cig, g.Cog, int64_t(P.taps.size()), rows ? kRowNV * Lanes<T>::n : OB,
-                                    [&](int64_t ci, int64_t co, int64_t tt) {
-                                      return wg[(co * g.Cig + ci) * g.K + P.taps[tt]];
-                                    });
+      repack<T>(wr.data() + w0[f * g.G + grp], g.Cig, g.Cog, int64_t(P.taps.size()), wob,
+                [&](int64_t ci, int64_t co, int64_t tt) { return wg[(co * g.Cig + ci) * g.K + P.taps[tt]]; });
     }
   }
   const int64_t blocks = first_blk[n_ph];
@@ -134,9 +138,9 @@ void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const
         const T* b = bias ? bias + grp * g.Cig : nullptr;
         T* xf = x + ng * g.Cig * g.Li + out0[f];
         if (rows) {
-          direct_rows<T>(Y.data(), wr[f * g.G + grp].data(), g.Cig, b, xf, plans[f], lo - first_blk[f], hi - first_blk[f]);
+          direct_rows<T>(Y.data(), wr.data() + w0[f * g.G + grp], g.Cig, b, xf, plans[f], lo - first_blk[f], hi - first_blk[f]);
         } else {
-          direct_blocks<T, OB>(Y.data(), wr[f * g.G + grp].data(), g.Cig, b, xf, plans[f], lo - first_blk[f],
+          direct_blocks<T, OB>(Y.data(), wr.data() + w0[f * g.G + grp], g.Cig, b, xf, plans[f], lo - first_blk[f],
                                hi - first_blk[f]);
         }
       }

@@ -18,11 +18,13 @@ void correlate_direct(const T* x, const T* w, const T* bias, T* y, const Geom& g
   const DirectPlan pl{g.Cig, g.box.L, g.slice, g.off.data(), g.K, g.Do, g.Ho, g.Wg, g.Wo,
                       g.Lo, g.Ho * g.Wo, g.Wo, 1};
   const bool rows = row_blocks_pay<T>(pl, g.Cog, QB);  // else blocks of OB channels x QB positions
-  std::vector<std::vector<T>> wr(g.G);
+  const int wob = rows ? kRowNV * Lanes<T>::n : OB;
+  const int64_t wsize = repacked_size(g.Cog, g.Cig, g.K, wob);  // per group
+  Scratch<T, kRepackSlot> wr(g.G * wsize);
   for (int64_t grp = 0; grp < g.G; ++grp) {
     const T* wg = w + grp * g.Cog * g.CKg;
-    wr[grp] = repack<T>(g.Cog, g.Cig, g.K, rows ? kRowNV * Lanes<T>::n : OB,
-                        [&](int64_t o, int64_t c, int64_t t) { return wg[(o * g.Cig + c) * g.K + t]; });
+    repack<T>(wr.data() + grp * wsize, g.Cog, g.Cig, g.K, wob,
+              [&](int64_t o, int64_t c, int64_t t) { return wg[(o * g.Cig + c) * g.K + t]; });
   }
   const int64_t blocks = g.Do * (rows ? row_blocks_per_slice(pl) : direct_blocks_per_slice(pl, QB));
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
@@ -40,9 +42,9 @@ void correlate_direct(const T* x, const T* w, const T* bias, T* y, const Geom& g
       const T* b = bias ? bias + grp * g.Cog : nullptr;
       const int64_t b0 = part * per_part, b1 = std::min(blocks, b0 + per_part);
       if (rows) {
-        direct_rows<T>(P.data(), wr[grp].data(), g.Cog, b, y + ng * g.Cog * g.Lo, pl, b0, b1);
+        direct_rows<T>(P.data(), wr.data() + grp * wsize, g.Cog, b, y + ng * g.Cog * g.Lo, pl, b0, b1);
       } else {
-        direct_blocks<T, OB>(P.data(), wr[grp].data(), g.Cog, b, y + ng * g.Cog * g.Lo, pl, b0, b1);
+        direct_blocks<T, OB>(P.data(), wr.data() + grp * wsize, g.Cog, b, y + ng * g.Cog * g.Lo, pl, b0, b1);
       }
     }
   }

@@ -257,6 +257,13 @@ void direct_rows(const T* in, const T* wr, int64_t n_out, const T* bias, T* out,
   constexpr int P = kRowP, NV = kRowNV, OB = NV * L::n;
   const int64_t n_ch = row_chunks(pl), n_ob = n_out / OB;
   const int64_t wstep = pl.n_in * pl.n_taps * OB;
+  // (c, t) as one loop over a table of offsets: nested, GCC copied some of the sums between
+  // registers on every channel (entering and leaving the tap loop), which with the 1, 2 or 4
+  // taps of a stride-2 adjoint's phases cost 3-10% of the input gradient
+  const int64_t n_k = pl.n_in * pl.n_taps;
+  std::vector<int64_t> in_off(n_k);
+  for (int64_t c = 0; c < pl.n_in; ++c)
+    for (int64_t t = 0; t < pl.n_taps; ++t) in_off[c * pl.n_taps + t] = c * pl.in_cstride + pl.off[t];
   for (int64_t blk = blk0; blk < blk1; ++blk) {
     const int64_t sl = blk / (pl.rows * n_ch), r = blk / n_ch % pl.rows, c0 = blk % n_ch * P;
     const int64_t np = std::min<int64_t>(P, pl.cols - c0);
@@ -268,17 +275,14 @@ void direct_rows(const T* in, const T* wr, int64_t n_out, const T* bias, T* out,
         for (int q = 0; q < P; ++q) a[q][v] = b;
       }
       const T* w_ct = wr + ob * wstep;
-      for (int64_t c = 0; c < pl.n_in; ++c) {
-        const T* ic = in_q + c * pl.in_cstride;
-        for (int64_t t = 0; t < pl.n_taps; ++t, w_ct += OB) {
-          const T* src = ic + pl.off[t];
-          vec wv[NV];
-          for (int v = 0; v < NV; ++v) wv[v] = L::load(w_ct + v * L::n);
+      for (int64_t k = 0; k < n_k; ++k, w_ct += OB) {
+        const T* src = in_q + in_off[k];
+        vec wv[NV];
+        for (int v = 0; v < NV; ++v) wv[v] = L::load(w_ct + v * L::n);
 #pragma GCC unroll 16
-          for (int q = 0; q < P; ++q) {
-            const vec xs = L::splat(src[q]);
-            for (int v = 0; v < NV; ++v) a[q][v] += wv[v] * xs;
-          }
+        for (int q = 0; q < P; ++q) {
+          const vec xs = L::splat(src[q]);
+          for (int v = 0; v < NV; ++v) a[q][v] += wv[v] * xs;
         }
       }
       // each vector of channels transposed in registers, n positions at a time (rows past P
@@ -325,27 +329,38 @@ decltype(auto) with_ob(int64_t n_out, F&& f) {
   return f(std::integral_constant<int, 1>{});
 }
 
-// wr[ob][c][t][o] = weight(ob * OB + o, c, t), zero past n_out.
+// Repacked weights live in this Scratch slot of the calling thread, kept from call to call:
+// as a fresh zeroed vector per call (0.6 MB for 128 x 128 x 3 x 3) they came back from the
+// system with page faults and a memset every time, ~4% of the stride-2 input gradient.
+inline constexpr int kRepackSlot = 7;
+
+inline int64_t repacked_size(int64_t n_out, int64_t n_in, int64_t n_taps, int OB) {
+  return (n_out + OB - 1) / OB * n_in * n_taps * OB;
+}
+
+// wr[ob][c][t][o] = weight(ob * OB + o, c, t), zero past n_out (sums never stored, but the
+// kept buffer's old contents could be subnormal, which slows the multiply-adds); repacked_size
+// elements.
 template <class T, class F>
-std::vector<T> repack(int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
+void repack(T* wr, int64_t n_out, int64_t n_in, int64_t n_taps, int OB, F&& weight) {
   const int64_t n_ob = (n_out + OB - 1) / OB;
-  std::vector<T> wr(n_ob * n_in * n_taps * OB, T(0));
   // written in order, block by block (its OB weight rows read side by side); written output by
   // output, each (c, t) went to another cache line: 4% of the stride-2 forward
   auto one_block = [&](int64_t ob) {
-    T* d = wr.data() + ob * n_in * n_taps * OB;
+    T* d = wr + ob * n_in * n_taps * OB;
     const int64_t o0 = ob * OB, o1 = std::min<int64_t>(n_out, o0 + OB);
     for (int64_t c = 0; c < n_in; ++c)
-      for (int64_t t = 0; t < n_taps; ++t, d += OB)
+      for (int64_t t = 0; t < n_taps; ++t, d += OB) {
         for (int64_t o = o0; o < o1; ++o) d[o - o0] = weight(o, c, t);
+        for (int64_t o = o1; o < o0 + OB; ++o) d[o - o0] = T(0);
+      }
   };
   if (n_out * n_in * n_taps < kParallelWork || omp_in_parallel() || n_ob == 1) {  // (an `if` clause would still open a region)
     for (int64_t ob = 0; ob < n_ob; ++ob) one_block(ob);
-    return wr;
+    return;
   }
 #pragma omp parallel for schedule(static)  // before the kernel's parallel region: a large weight on all cores
   for (int64_t ob = 0; ob < n_ob; ++ob) one_block(ob);
-  return wr;
 }
 
 }  // namespace tg::kernels::TG_ISA_NS::conv_detail

@@ -176,6 +176,25 @@ void split_even_odd(const T* src, int64_t n, T* even, T* odd) {
   if (i < n) even[i / 2] = src[i];
 }
 
+// dst[i] = src[i] for i < n (not overlapping). Rows of a few dozen bytes are copied inline, 32
+// bytes a step and the last 32 overlapping: through a memcpy call each, the 14-column rows of
+// the stride-2 input gradient's padded y cost ~3% of it (perf).
+template <class T>
+inline void copy_row(T* dst, const T* src, int64_t n) {
+  constexpr int64_t k = int64_t(32 / sizeof(T));
+  if (n > 16 * k) {
+    std::memcpy(dst, src, sizeof(T) * n);
+    return;
+  }
+  if (n < k) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+    return;
+  }
+  int64_t i = 0;
+  for (; i + k <= n; i += k) std::memcpy(dst + i, src + i, 32);
+  if (i < n) std::memcpy(dst + n - k, src + n - k, 32);
+}
+
 // P = nc image channels (Di, Hi, Wi) in boxes b (nc * L elements; see pad_image for the slack).
 // rows: box_rows(b, Di, Hi, Wi) if the caller has it (Geom keeps its image box's), else null.
 template <class T>
@@ -194,7 +213,7 @@ void pad_channels(const T* im, int64_t nc, int64_t Di, int64_t Hi, int64_t Wi, c
             continue;
           }
           std::fill(row, row + a, T(0));
-          std::memcpy(row + a, im + ((c * Di + iz) * Hi + iy) * Wi + ix0, sizeof(T) * n);
+          copy_row(row + a, im + ((c * Di + iz) * Hi + iy) * Wi + ix0, n);
           std::fill(row + a + n, row + b.W, T(0));
         }
     return;
