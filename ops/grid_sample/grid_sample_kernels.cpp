@@ -120,19 +120,28 @@ struct RowPairs {
   std::vector<uint16_t> lo = std::vector<uint16_t>(4 * kBlock / 16);  // [4][B / 16]
   std::vector<uint16_t> hi = std::vector<uint16_t>(4 * kBlock / 16);  // [4][B / 16]
 
-  // off: the sampler's [4][B] tap offsets (-1 outside) of len positions.
+  // off: the sampler's [4][B] tap offsets (-1 outside) of len positions. 16 positions at a time;
+  // lanes past len: at 0, no tap.
   void fill(const int32_t* off, int64_t len) {
-    std::fill(lo.begin(), lo.end(), 0);
-    std::fill(hi.begin(), hi.end(), 0);
-    for (int64_t p = 0; p < ceil_div(len, int64_t(16)) * 16; ++p) {  // lanes past len: at 0, no tap
+    const __m512i minus_one = _mm512_set1_epi32(-1), zero = _mm512_setzero_si512();
+    for (int64_t p = 0; p < len; p += 16) {
+      const __mmask16 lanes = len - p >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - p)) - 1);
       for (int r = 0; r < 2; ++r) {
-        const int32_t ow = p < len ? off[2 * r * kBlock + p] : -1;
-        const int32_t oe = p < len ? off[(2 * r + 1) * kBlock + p] : -1;
-        const int32_t a = ow >= 0 && oe >= 0 ? ow : std::max((ow >= 0 ? ow : oe) - 1, 0);
-        at[r * kBlock + p] = a;
-        const int32_t o[2] = {ow, oe};
-        for (int t = 0; t < 2; ++t)
-          if (o[t] >= 0) (o[t] == a ? lo : hi)[(2 * r + t) * kBlock / 16 + p / 16] |= uint16_t(1u << (p % 16));
+        const __m512i ow = _mm512_mask_loadu_epi32(minus_one, lanes, &off[2 * r * kBlock + p]);
+        const __m512i oe = _mm512_mask_loadu_epi32(minus_one, lanes, &off[(2 * r + 1) * kBlock + p]);
+        const __mmask16 in_w = _mm512_cmpge_epi32_mask(ow, zero), in_e = _mm512_cmpge_epi32_mask(oe, zero);
+        // Both inside: the west tap; else one before the inside one (or at 0).
+        const __m512i one_in = _mm512_mask_mov_epi32(oe, in_w, ow);
+        const __m512i a = _mm512_mask_mov_epi32(_mm512_max_epi32(_mm512_sub_epi32(one_in, _mm512_set1_epi32(1)), zero),
+                                                in_w & in_e, ow);
+        _mm512_storeu_si512(&at[r * kBlock + p], a);
+        const __m512i o[2] = {ow, oe};
+        const __mmask16 in[2] = {in_w, in_e};
+        for (int t = 0; t < 2; ++t) {
+          const __mmask16 low = in[t] & _mm512_cmpeq_epi32_mask(o[t], a);
+          lo[(2 * r + t) * kBlock / 16 + p / 16] = low;
+          hi[(2 * r + t) * kBlock / 16 + p / 16] = in[t] & ~low;
+        }
       }
     }
   }
