@@ -47,9 +47,12 @@
 // Except bilinear bfloat16 in the AVX-512 copy: its output and grid gradient read the bfloat16
 // planes in place, 16 positions at a time, one 32-bit gather lane fetching both taps of a row
 // (BilinearSampler::sample_bf16, RowPairs), with the same float arithmetic, so the same bits;
-// grad_output is still widened a row at a time and grad_input summed in PlaneSums. Measured on
-// the bench's 8x32x64x64 case (1 thread, noisy host): forward about 0.55x and backward about
-// 0.65x float32's time, against 1.0-1.1x with the float32 copies of the planes.
+// grad_output is still widened a row at a time and grad_input summed in PlaneSums. Its tap tables
+// are computed 16 positions at a time from the bfloat16 grid under zeros and border padding
+// (BilinearSampler::prepare_bf16, the scalar steps as vector operations; same tables). Measured on
+// the bench's 8x32x64x64 case (1 thread, noisy host, CPU time): forward about 0.55x and backward
+// about 0.65x float32's time with the planes read in place (1.0-1.1x with the float32 copies of
+// the planes), about 0.32x and 0.51x once the tap tables were vectors too.
 #include "grid_sample_kernels.h"
 
 #include <algorithm>
@@ -118,19 +121,28 @@ struct RowPairs {
   std::vector<uint16_t> lo = std::vector<uint16_t>(4 * kBlock / 16);  // [4][B / 16]
   std::vector<uint16_t> hi = std::vector<uint16_t>(4 * kBlock / 16);  // [4][B / 16]
 
-  // off: the sampler's [4][B] tap offsets (-1 outside) of len positions.
+  // off: the sampler's [4][B] tap offsets (-1 outside) of len positions. 16 positions at a time;
+  // lanes past len: at 0, no tap.
   void fill(const int32_t* off, int64_t len) {
-    std::fill(lo.begin(), lo.end(), 0);
-    std::fill(hi.begin(), hi.end(), 0);
-    for (int64_t p = 0; p < ceil_div(len, int64_t(16)) * 16; ++p) {  // lanes past len: at 0, no tap
+    const __m512i minus_one = _mm512_set1_epi32(-1), zero = _mm512_setzero_si512();
+    for (int64_t p = 0; p < len; p += 16) {
+      const __mmask16 lanes = len - p >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - p)) - 1);
       for (int r = 0; r < 2; ++r) {
-        const int32_t ow = p < len ? off[2 * r * kBlock + p] : -1;
-        const int32_t oe = p < len ? off[(2 * r + 1) * kBlock + p] : -1;
-        const int32_t a = ow >= 0 && oe >= 0 ? ow : std::max((ow >= 0 ? ow : oe) - 1, 0);
-        at[r * kBlock + p] = a;
-        const int32_t o[2] = {ow, oe};
-        for (int t = 0; t < 2; ++t)
-          if (o[t] >= 0) (o[t] == a ? lo : hi)[(2 * r + t) * kBlock / 16 + p / 16] |= uint16_t(1u << (p % 16));
+        const __m512i ow = _mm512_mask_loadu_epi32(minus_one, lanes, &off[2 * r * kBlock + p]);
+        const __m512i oe = _mm512_mask_loadu_epi32(minus_one, lanes, &off[(2 * r + 1) * kBlock + p]);
+        const __mmask16 in_w = _mm512_cmpge_epi32_mask(ow, zero), in_e = _mm512_cmpge_epi32_mask(oe, zero);
+        // Both inside: the west tap; else one before the inside one (or at 0).
+        const __m512i one_in = _mm512_mask_mov_epi32(oe, in_w, ow);
+        const __m512i a = _mm512_mask_mov_epi32(_mm512_max_epi32(_mm512_sub_epi32(one_in, _mm512_set1_epi32(1)), zero),
+                                                in_w & in_e, ow);
+        _mm512_storeu_si512(&at[r * kBlock + p], a);
+        const __m512i o[2] = {ow, oe};
+        const __mmask16 in[2] = {in_w, in_e};
+        for (int t = 0; t < 2; ++t) {
+          const __mmask16 low = in[t] & _mm512_cmpeq_epi32_mask(o[t], a);
+          lo[(2 * r + t) * kBlock / 16 + p / 16] = low;
+          hi[(2 * r + t) * kBlock / 16 + p / 16] = in[t] & ~low;
+        }
       }
     }
   }
@@ -166,6 +178,14 @@ struct BilinearSampler {
       gx.resize(kBlock);
       gy.resize(kBlock);
     }
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<G, BFloat16> && kReadsBFloat16) {
+      if (ax.padding != GridSamplePadding::Reflection && (ay.size + 2) * W + 2 <= std::numeric_limits<int32_t>::max()) {
+        prepare_bf16(grid, len, backward);
+        return;
+      }
+    }
+#endif
     const bool zeros = ax.padding == GridSamplePadding::Zeros;
     for (int64_t p = 0; p < len; ++p) {
       T x, y;
@@ -201,6 +221,82 @@ struct BilinearSampler {
       off[3 * kBlock + p] = Idx(in_s && in_e ? b + W + 1 : -1);
     }
   }
+
+#if defined(__AVX512F__)
+  // prepare() for a bfloat16 grid under zeros or border padding, 16 positions at a time: the
+  // grid's x and y are a word's low and high halves (widened by a shift and a mask), and every
+  // step is the scalar one as a vector operation (the fused unnormalisation, the clip and its
+  // derivative, floor, the weights' products, floor_index's bounds, the offsets in int32, which
+  // the caller has checked cannot overflow), so the same tables bit for bit.
+  void prepare_bf16(const BFloat16* grid, int64_t len, bool backward) {
+    const bool zeros = ax.padding == GridSamplePadding::Zeros;
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    const __m512i minus_one = _mm512_set1_epi32(-1), width = _mm512_set1_epi32(static_cast<int32_t>(W));
+    // One axis: the source coordinate c, its derivative d (backward) and floor(c)'s index i,
+    // floor(c) in f and whether the lower (lo) and upper (hi) neighbours are inside.
+    struct AxisTaps {
+      __m512 c, d, f;
+      __mmask16 lo, hi;
+      __m512i i;
+    };
+    auto axis = [&](const Axis<T>& a, __m512 g) {
+      AxisTaps r;
+      const __m512 scale = _mm512_set1_ps(a.scale), max_val = _mm512_set1_ps(a.max_val);
+      const __m512 t = _mm512_add_ps(g, one);
+      __m512 x = a.align_corners ? _mm512_mul_ps(t, scale) : _mm512_fmadd_ps(t, scale, _mm512_set1_ps(-0.5f));
+      if (zeros) {
+        r.d = scale;
+      } else {  // border: clip_grad (a NaN fails both tests: clipped to 0, derivative 0)
+        const __mmask16 inside = _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ) & _mm512_cmp_ps_mask(x, max_val, _CMP_LT_OQ);
+        r.d = _mm512_maskz_mov_ps(inside, scale);
+        x = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), x);
+        x = _mm512_mask_mov_ps(max_val, _mm512_cmp_ps_mask(x, max_val, _CMP_LT_OQ), x);
+      }
+      r.c = x;
+      r.f = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+      const __m512i i = _mm512_cvttps_epi32(r.f);  // only lanes within floor_index's bounds are kept
+      r.i = zeros ? _mm512_mask_mov_epi32(_mm512_set1_epi32(-2),
+                                          _mm512_cmp_ps_mask(r.f, _mm512_set1_ps(-1.0f), _CMP_GE_OQ) &
+                                              _mm512_cmp_ps_mask(r.f, max_val, _CMP_LE_OQ),
+                                          i)
+                  : i;
+      const __m512i size = _mm512_set1_epi32(static_cast<int32_t>(a.size));
+      const __m512i i1 = _mm512_add_epi32(r.i, _mm512_set1_epi32(1));
+      r.lo = _mm512_cmpgt_epi32_mask(r.i, minus_one) & _mm512_cmplt_epi32_mask(r.i, size);
+      r.hi = _mm512_cmpgt_epi32_mask(i1, minus_one) & _mm512_cmplt_epi32_mask(i1, size);
+      return r;
+    };
+    for (int64_t p = 0; p < len; p += 16) {
+      const int64_t m = std::min<int64_t>(16, len - p);
+      const __mmask16 lanes = __mmask16((1u << m) - 1);
+      const __m512i u = _mm512_maskz_loadu_epi16(__mmask32((uint64_t(1) << (2 * m)) - 1), grid + 2 * p);
+      const AxisTaps tx = axis(ax, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
+      const AxisTaps ty = axis(ay, _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(int32_t(0xffff0000u)))));
+      const __m512 w = _mm512_sub_ps(tx.c, tx.f), e = _mm512_sub_ps(one, w);
+      const __m512 n = _mm512_sub_ps(ty.c, ty.f), s = _mm512_sub_ps(one, n);
+      _mm512_mask_storeu_ps(&wt[p], lanes, _mm512_mul_ps(s, e));
+      _mm512_mask_storeu_ps(&wt[kBlock + p], lanes, _mm512_mul_ps(s, w));
+      _mm512_mask_storeu_ps(&wt[2 * kBlock + p], lanes, _mm512_mul_ps(n, e));
+      _mm512_mask_storeu_ps(&wt[3 * kBlock + p], lanes, _mm512_mul_ps(n, w));
+      if (backward) {
+        _mm512_mask_storeu_ps(&fx[p], lanes, w);
+        _mm512_mask_storeu_ps(&fy[p], lanes, n);
+        _mm512_mask_storeu_ps(&mult_x[p], lanes, tx.d);
+        _mm512_mask_storeu_ps(&mult_y[p], lanes, ty.d);
+      }
+      const __m512i b = _mm512_add_epi32(_mm512_mullo_epi32(ty.i, width), tx.i);
+      const __m512i bs = _mm512_add_epi32(b, width);
+      const __m512i one_i = _mm512_set1_epi32(1);
+      _mm512_mask_storeu_epi32(&base[p], lanes, _mm512_mask_mov_epi32(minus_one, ty.lo & ty.hi & tx.lo & tx.hi, b));
+      _mm512_mask_storeu_epi32(&off[p], lanes, _mm512_mask_mov_epi32(minus_one, ty.lo & tx.lo, b));
+      _mm512_mask_storeu_epi32(&off[kBlock + p], lanes,
+                               _mm512_mask_mov_epi32(minus_one, ty.lo & tx.hi, _mm512_add_epi32(b, one_i)));
+      _mm512_mask_storeu_epi32(&off[2 * kBlock + p], lanes, _mm512_mask_mov_epi32(minus_one, ty.hi & tx.lo, bs));
+      _mm512_mask_storeu_epi32(&off[3 * kBlock + p], lanes,
+                               _mm512_mask_mov_epi32(minus_one, ty.hi & tx.hi, _mm512_add_epi32(bs, one_i)));
+    }
+  }
+#endif
 
   // The 2x2 neighbourhood (nw, ne, sw, se) of position p, base b, in one plane.
   void load(const TS* plane, Idx b, int64_t p, T v[4]) const {
@@ -241,7 +337,6 @@ struct BilinearSampler {
 
   using Pairs = RowPairs;
   void pair_taps(int64_t len, RowPairs& q) const { q.fill(off.data(), len); }
-
   template <int K>
   void sample_bf16(const RowPairs& q, const BFloat16* in, BFloat16* out, int64_t len) const {
     const __m512i high = _mm512_set1_epi32(int32_t(0xffff0000u));
