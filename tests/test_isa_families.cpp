@@ -29,6 +29,7 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,28 @@ TEST(IsaFamilies, GridSampleEveryModeAndPaddingMatchesGeneric) {
                                             0.0);
         }
       }
+    }
+  }
+}
+
+// Bilinear float32 on AVX-512 builds its tap tables 16 grid points at a time (a vector copy of
+// the scalar steps): grid points that are NaN, infinite, far outside, exactly on the borders or
+// on a pixel centre must be placed as the generic path's scalar code places them, in every
+// padding mode, on position counts that end in a partial vector (9 x 13 = 117 per sample).
+TEST(IsaFamilies, GridSampleBilinearOddGridPointsMatchGeneric) {
+  const float odd_points[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(), 1e30f, -1e30f, 1.0f, -1.0f, 0.0f};
+  for (int padding = 0; padding < 3; ++padding) {
+    for (bool align : {false, true}) {
+      SCOPED_TRACE("padding " + std::to_string(padding) + (align ? " align_corners" : ""));
+      manual_seed(12);
+      Tensor x = randn({2, 3, 6, 10}), r = randn({2, 3, 9, 13});
+      std::vector<float> g = (randn({2, 9, 13, 2}) * 0.8).to_vector<float>();
+      for (size_t k = 5; k < g.size(); k += 11) g[k] = odd_points[(k / 11) % 8];
+      Tensor grid = from_vector(g, {2, 9, 13, 2});
+      std::vector<Tensor> v = randn_like_all({x, grid});
+      auto f = [&](const std::vector<Tensor>& a) { return grid_sampler_2d(a[0], a[1], 0, padding, align); };
+      testing::expect_same_on_every_isa([&] { return first_and_second(f, {x, grid}, r, v, false); }, 0.0);
     }
   }
 }
