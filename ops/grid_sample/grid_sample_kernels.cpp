@@ -47,13 +47,11 @@
 // Except bilinear bfloat16 in the AVX-512 copy: its output and grid gradient read the bfloat16
 // planes in place, 16 positions at a time, one 32-bit gather lane fetching both taps of a row
 // (BilinearSampler::sample_bf16, RowPairs), with the same float arithmetic, so the same bits;
-// grad_output is still widened a row at a time and grad_input summed in PlaneSums. Its tap tables
-// are computed 16 positions at a time from the bfloat16 grid under zeros and border padding
-// (BilinearSampler::prepare_x16, the scalar steps as vector operations; same tables; float32
-// grids too). Measured on
-// the bench's 8x32x64x64 case (1 thread, noisy host, CPU time): forward about 0.55x and backward
-// about 0.65x float32's time with the planes read in place (1.0-1.1x with the float32 copies of
-// the planes), about 0.32x and 0.51x once the tap tables were vectors too.
+// grad_output is still widened a row at a time and grad_input summed in PlaneSums.
+// Bilinear tap tables from a float32 or bfloat16 grid under zeros and border padding are
+// computed 16 grid points at a time in the AVX-512 copy (BilinearSampler::prepare_x16, the
+// scalar steps as vector operations: the same tables). Measured on the bench's 8x32x64x64 case
+// (bench/README.md, 2026-11-27): bf16 about 0.4x float32's time forward and 0.55-0.67x backward.
 #include "grid_sample_kernels.h"
 
 #include <algorithm>
