@@ -151,7 +151,7 @@ TEST(HalfKernels, GridSampleBilinearBFloat16IsFloat32RoundedOnceBitForBit) {
     // them 16 at a time): NaN, infinities, far outside, exactly on the borders and a pixel centre.
     const float odd_points[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                                 -std::numeric_limits<float>::infinity(), 1e30f, -1e30f, 1.0f, -1.0f, 0.0f};
-    for (size_t k = 5; k < grid.size(); k += 11) grid[k] = BFloat16(odd_points[(k / 11) % 8]);
+    for (size_t k = 5; k < grid.size(); k += 11) grid[k] = BFloat16(odd_points[(k / 22) % 8]);  // each kind in x and in y
     const auto gy = random_half<BFloat16>(c.N * c.C * c.Ho * c.Wo, 33);
     for (int p = 0; p < 3; ++p)
       for (bool ac : {false, true})

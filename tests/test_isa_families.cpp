@@ -111,7 +111,7 @@ TEST(IsaFamilies, GridSampleBilinearOddGridPointsMatchGeneric) {
       manual_seed(12);
       Tensor x = randn({2, 3, 6, 10}), r = randn({2, 3, 9, 13});
       std::vector<float> g = (randn({2, 9, 13, 2}) * 0.8).to_vector<float>();
-      for (size_t k = 5; k < g.size(); k += 11) g[k] = odd_points[(k / 11) % 8];
+      for (size_t k = 5; k < g.size(); k += 11) g[k] = odd_points[(k / 22) % 8];  // each kind in x and in y
       Tensor grid = from_vector(g, {2, 9, 13, 2});
       std::vector<Tensor> v = randn_like_all({x, grid});
       auto f = [&](const std::vector<Tensor>& a) { return grid_sampler_2d(a[0], a[1], 0, padding, align); };
