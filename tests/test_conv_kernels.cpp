@@ -446,5 +446,48 @@ TEST(ConvNonFinite, NonFiniteWeightOrColumnsAtThePadding) {
   for (const NonFiniteCase& c : kNonFiniteCases) check_nonfinite_case(c, true);
 }
 
+// The stride-2 input gradient's row blocks take an image row's two column phases together
+// (direct_rows_pair) where row blocks pay (conv_direct.h): even and odd widths (the phases'
+// columns equal, or one apart), paddings that start a row on either phase, two chunks per
+// row, 2 groups, a 4x4 kernel. grad_input against its definition (summed in double),
+// and the same bits for 1 and 2 threads.
+TEST(Conv, StrideTwoInputGradientPhasePairsMatchDefinition) {
+  const int saved = num_threads();
+  struct Case {
+    Shape x, w;
+    int64_t groups, pad;
+  };
+  // (which ones pair depends on the row blocks' size: those on 28 and 56 columns, 2 groups and
+  // the 4x4 kernel on AVX-512; those on 23 (odd: 12 and 11 columns) and 48 on AVX2)
+  for (const Case& c : {Case{{2, 32, 28, 28}, {8, 32, 3, 3}, 1, 1}, Case{{1, 32, 28, 28}, {8, 32, 3, 3}, 1, 0},
+                        Case{{1, 32, 28, 28}, {8, 32, 3, 3}, 1, 2}, Case{{1, 32, 28, 56}, {8, 32, 3, 3}, 1, 1},
+                        Case{{1, 64, 28, 28}, {16, 32, 3, 3}, 2, 1}, Case{{1, 32, 20, 60}, {8, 32, 4, 4}, 1, 1},
+                        Case{{1, 32, 24, 23}, {8, 32, 3, 3}, 1, 0}, Case{{1, 32, 24, 23}, {8, 32, 3, 3}, 1, 1},
+                        Case{{1, 32, 24, 23}, {8, 32, 3, 3}, 1, 2}, Case{{1, 32, 24, 48}, {8, 32, 3, 3}, 1, 1}}) {
+    SCOPED_TRACE(format_shape(c.x) + " pad " + std::to_string(c.pad) + " kernel " + std::to_string(c.w[2]));
+    manual_seed(9);
+    Tensor x = randn(c.x), w = randn(c.w);
+    const IntList stride{2}, pad{c.pad};
+    Tensor g = randn(convolution(x, w, Tensor(), stride, pad, {1}, false, {0}, c.groups).shape());
+    auto grad_input = [&] {
+      return convolution_backward(g, x, w, {}, stride, pad, {1}, false, {0}, c.groups, {true, false, false})
+          .grad_input;
+    };
+    set_num_threads(1);
+    const Tensor one = grad_input();
+    set_num_threads(2);
+    const Tensor two = grad_input();
+    EXPECT_TRUE(same_bits(one, two)) << "1 vs 2 threads";
+    const RefGeom r{c.x[0], c.x[1], c.w[0], c.groups, {1, c.x[2], c.x[3]}, {1, g.size(2), g.size(3)},
+                    {1, c.w[2], c.w[3]}, {1, 2, 2}, {0, c.pad, c.pad}, {1, 1, 1}};
+    const RefResults ref = conv_reference(r, x.to(DType::Float64).to_vector<double>(),
+                                          g.to(DType::Float64).to_vector<double>(),
+                                          w.to(DType::Float64).to_vector<double>());
+    // float32 sums of at most 4 taps x 64 channels of unit normals
+    expect_close(one, from_vector(ref.image, c.x), 1e-4, 1e-4, "grad_input");
+  }
+  set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace tg

@@ -84,7 +84,7 @@ void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const
   const int64_t n_ph = int64_t(ap.phases.size());
   // per phase: its plan and where its outputs start in x
   std::vector<DirectPlan> plans(n_ph);
-  std::vector<int64_t> out0(n_ph), first_blk(n_ph + 1, 0);
+  std::vector<int64_t> out0(n_ph);
   for (int64_t f = 0; f < n_ph; ++f) {
     const auto& P = ap.phases[f];
     const int64_t pd_ = f / (g.sh * g.sw), ph_ = (f / g.sw) % g.sh, pw_ = f % g.sw;
@@ -107,18 +107,42 @@ void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const
     for (int64_t grp = 0; grp < g.G; ++grp)
       w0[f * g.G + grp + 1] = w0[f * g.G + grp] + repacked_size(g.Cig, g.Cog, int64_t(ap.phases[f].taps.size()), wob);
   Scratch<T, kRepackSlot> wr(w0.back());
+  // The units of work: a phase, or with row blocks the two W phases of a stride-2 image row
+  // together (direct_rows_pair; a is the one whose columns start first). A unit's blocks are
+  // a's.
+  struct Unit {
+    int64_t a, b;  // phases; b < 0: a alone
+  };
+  std::vector<Unit> units;
+  for (int64_t f = 0; f < n_ph; ++f) {
+    if (rows && g.sw == 2 && f % 2 == 0) {
+      const int64_t a = out0[f] < out0[f + 1] ? f : f + 1, b = 2 * f + 1 - a;
+      if (out0[b] == out0[a] + 1 && rows_pair_fits(plans[a], plans[b])) {
+        units.push_back({a, b});
+        ++f;
+        continue;
+      }
+    }
+    units.push_back({f, -1});
+  }
+  const int64_t n_units = int64_t(units.size());
+  std::vector<int64_t> first_blk(n_units + 1, 0);
+  for (int64_t u = 0; u < n_units; ++u) {
+    const auto& P = ap.phases[units[u].a];
+    const DirectPlan& pl = plans[units[u].a];
+    const int64_t per_slice = rows ? row_blocks_per_slice(pl) : direct_blocks_per_slice(pl, QB);
+    const int64_t blocks = P.count[0] > 0 && P.count[1] > 0 && P.count[2] > 0 ? P.count[0] * per_slice : 0;
+    first_blk[u + 1] = first_blk[u] + blocks;
+  }
   for (int64_t f = 0; f < n_ph; ++f) {
     const auto& P = ap.phases[f];
-    const int64_t per_slice = rows ? row_blocks_per_slice(plans[f]) : direct_blocks_per_slice(plans[f], QB);
-    const int64_t blocks = P.count[0] > 0 && P.count[1] > 0 && P.count[2] > 0 ? P.count[0] * per_slice : 0;
-    first_blk[f + 1] = first_blk[f] + blocks;
     for (int64_t grp = 0; grp < g.G; ++grp) {
       const T* wg = w + grp * g.Cog * g.CKg;
       repack<T>(wr.data() + w0[f * g.G + grp], g.Cig, g.Cog, int64_t(P.taps.size()), wob,
                 [&](int64_t ci, int64_t co, int64_t tt) { return wg[(co * g.Cig + ci) * g.K + P.taps[tt]]; });
     }
   }
-  const int64_t blocks = first_blk[n_ph];
+  const int64_t blocks = first_blk[n_units];
   const bool big = double(g.N) * g.Co * g.CKg * g.Lo >= kParallelWork;
   const int64_t n_parts = pieces_for(g.N * g.G, blocks, big ? max_threads() : 1);
   const int64_t per_part = (blocks + n_parts - 1) / n_parts;
@@ -132,16 +156,20 @@ void correlate_adjoint_direct(const T* y, const T* w, const T* bias, T* x, const
       const int64_t grp = ng % g.G;
       pad_image(y + ng * g.Cog * g.Lo, g.Cog, g.Do, g.Ho, g.Wo, yb, Y.data());
       const int64_t b0 = part * per_part, b1 = std::min(blocks, b0 + per_part);
-      for (int64_t f = 0; f < n_ph; ++f) {
-        const int64_t lo = std::max(b0, first_blk[f]), hi = std::min(b1, first_blk[f + 1]);
+      for (int64_t u = 0; u < n_units; ++u) {
+        const int64_t lo = std::max(b0, first_blk[u]) - first_blk[u];
+        const int64_t hi = std::min(b1, first_blk[u + 1]) - first_blk[u];
         if (lo >= hi) continue;
+        const int64_t f = units[u].a, fb = units[u].b;
         const T* b = bias ? bias + grp * g.Cig : nullptr;
         T* xf = x + ng * g.Cig * g.Li + out0[f];
-        if (rows) {
-          direct_rows<T>(Y.data(), wr.data() + w0[f * g.G + grp], g.Cig, b, xf, plans[f], lo - first_blk[f], hi - first_blk[f]);
+        const T* wf = wr.data() + w0[f * g.G + grp];
+        if (fb >= 0) {
+          direct_rows_pair<T>(Y.data(), wf, wr.data() + w0[fb * g.G + grp], g.Cig, b, xf, plans[f], plans[fb], lo, hi);
+        } else if (rows) {
+          direct_rows<T>(Y.data(), wf, g.Cig, b, xf, plans[f], lo, hi);
         } else {
-          direct_blocks<T, OB>(Y.data(), wr.data() + w0[f * g.G + grp], g.Cig, b, xf, plans[f], lo - first_blk[f],
-                               hi - first_blk[f]);
+          direct_blocks<T, OB>(Y.data(), wf, g.Cig, b, xf, plans[f], lo, hi);
         }
       }
     }

@@ -247,6 +247,48 @@ bool row_blocks_pay(const DirectPlan& pl, int64_t n_out, int64_t QB) {
   return row_blocks_per_slice(pl) * kRowP * 16 <= flat * 15;
 }
 
+// (c, t) of a plan as one list of offsets into the input: nested loops over c and t made GCC
+// copy some of a row block's sums between registers on every channel (entering and leaving
+// the tap loop), which with the 1, 2 or 4 taps of a stride-2 adjoint's phases cost 3-10% of
+// the input gradient.
+inline std::vector<int64_t> step_offsets(const DirectPlan& pl) {
+  std::vector<int64_t> in_off(pl.n_in * pl.n_taps);
+  for (int64_t c = 0; c < pl.n_in; ++c)
+    for (int64_t t = 0; t < pl.n_taps; ++t) in_off[c * pl.n_taps + t] = c * pl.in_cstride + pl.off[t];
+  return in_off;
+}
+
+// A row block's sums: a[q][v] = bias + sum over the steps k of w_ct[k][v] * in_q[in_off[k] + q],
+// kRowP positions q x kRowNV vectors of output channels. Not inlined: with two blocks' sums
+// alive in direct_rows_pair, GCC kept some of the second block's in memory through its whole
+// loop (a load and a store per step); here the loop has the registers to itself.
+template <class T>
+[[gnu::noinline]] void sum_row_block(const T* in_q, const T* w_ct, const std::vector<int64_t>& in_off,
+                                     const T* bias_ob, typename Lanes<T>::vec (&out)[kRowP][kRowNV]) {
+  using L = Lanes<T>;
+  using vec = typename L::vec;
+  constexpr int P = kRowP, NV = kRowNV, OB = NV * L::n;
+  vec a[P][NV];  // (summed here, copied out at the end: summed in `out`, they stayed in memory)
+  for (int v = 0; v < NV; ++v) {
+    const vec b = bias_ob ? L::load(bias_ob + v * L::n) : vec{};
+    for (int q = 0; q < P; ++q) a[q][v] = b;
+  }
+  const int64_t n_k = int64_t(in_off.size());
+  for (int64_t k = 0; k < n_k; ++k, w_ct += OB) {
+    const T* src = in_q + in_off[k];
+    vec wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = L::load(w_ct + v * L::n);
+#pragma GCC unroll 16
+    for (int q = 0; q < P; ++q) {
+      const vec xs = L::splat(src[q]);
+      for (int v = 0; v < NV; ++v) a[q][v] += wv[v] * xs;
+    }
+  }
+#pragma GCC unroll 16
+  for (int q = 0; q < P; ++q)
+    for (int v = 0; v < NV; ++v) out[q][v] = a[q][v];
+}
+
 // Row blocks [blk0, blk1) (slice, row, chunk) of all n_out output channels (a multiple of
 // kRowNV vectors); wr is repacked with OB = kRowNV * Lanes<T>::n.
 template <class T>
@@ -257,34 +299,14 @@ void direct_rows(const T* in, const T* wr, int64_t n_out, const T* bias, T* out,
   constexpr int P = kRowP, NV = kRowNV, OB = NV * L::n;
   const int64_t n_ch = row_chunks(pl), n_ob = n_out / OB;
   const int64_t wstep = pl.n_in * pl.n_taps * OB;
-  // (c, t) as one loop over a table of offsets: nested, GCC copied some of the sums between
-  // registers on every channel (entering and leaving the tap loop), which with the 1, 2 or 4
-  // taps of a stride-2 adjoint's phases cost 3-10% of the input gradient
-  const int64_t n_k = pl.n_in * pl.n_taps;
-  std::vector<int64_t> in_off(n_k);
-  for (int64_t c = 0; c < pl.n_in; ++c)
-    for (int64_t t = 0; t < pl.n_taps; ++t) in_off[c * pl.n_taps + t] = c * pl.in_cstride + pl.off[t];
+  const std::vector<int64_t> in_off = step_offsets(pl);
   for (int64_t blk = blk0; blk < blk1; ++blk) {
     const int64_t sl = blk / (pl.rows * n_ch), r = blk / n_ch % pl.rows, c0 = blk % n_ch * P;
     const int64_t np = std::min<int64_t>(P, pl.cols - c0);
     const T* in_q = in + sl * pl.in_slice + r * pl.width + c0;
     for (int64_t ob = 0; ob < n_ob; ++ob) {
       vec a[P][NV];
-      for (int v = 0; v < NV; ++v) {
-        const vec b = bias ? L::load(bias + ob * OB + v * L::n) : vec{};
-        for (int q = 0; q < P; ++q) a[q][v] = b;
-      }
-      const T* w_ct = wr + ob * wstep;
-      for (int64_t k = 0; k < n_k; ++k, w_ct += OB) {
-        const T* src = in_q + in_off[k];
-        vec wv[NV];
-        for (int v = 0; v < NV; ++v) wv[v] = L::load(w_ct + v * L::n);
-#pragma GCC unroll 16
-        for (int q = 0; q < P; ++q) {
-          const vec xs = L::splat(src[q]);
-          for (int v = 0; v < NV; ++v) a[q][v] += wv[v] * xs;
-        }
-      }
+      sum_row_block<T>(in_q, wr + ob * wstep, in_off, bias ? bias + ob * OB : nullptr, a);
       // each vector of channels transposed in registers, n positions at a time (rows past P
       // zero), so that a channel's positions sit in one register and go out as one run
       T* oc = out + sl * pl.out_slice + ob * OB * pl.out_cstride + r * pl.out_row + c0 * pl.out_col;
@@ -300,6 +322,65 @@ void direct_rows(const T* in, const T* wr, int64_t n_out, const T* bias, T* out,
           const int m = int(std::min<int64_t>(L::n, np - q0));
           T* oq = oc + v * L::n * pl.out_cstride + q0 * pl.out_col;
           for (int o = 0; o < L::n; ++o) store_lanes<T>(oq + o * pl.out_cstride, pl.out_col, t[o], m);
+        }
+    }
+  }
+}
+
+// Whether direct_rows_pair can take phases A and B of a stride-2 adjoint (plans as
+// correlate_adjoint_direct makes them): the same input, slices and rows, output columns two
+// apart, and B's columns right after A's, as many or one fewer (no hole in the image row).
+inline bool rows_pair_fits(const DirectPlan& A, const DirectPlan& B) {
+  return A.out_col == 2 && B.out_col == 2 && A.in_cstride == B.in_cstride && A.in_slice == B.in_slice &&
+         A.width == B.width && A.slices == B.slices && A.rows == B.rows && A.out_cstride == B.out_cstride &&
+         A.out_slice == B.out_slice && A.out_row == B.out_row && B.cols <= A.cols && B.cols >= A.cols - 1;
+}
+
+// Row blocks [blk0, blk1) of A's grid for the two W phases of a stride-2 adjoint at once (see
+// rows_pair_fits; `out` points at A's first output): each block sums A's positions, then B's
+// (each as direct_rows would: the same bits), and writes the 2 kRowP image columns they make,
+// interleaved in registers, as contiguous runs. Phase by phase, every image row went out as
+// two halves of masked stores into every other element, each cache line written twice: 12-20%
+// of the 3x3 stride-2 input gradient, where the forward's contiguous runs cost nothing
+// measurable.
+template <class T>
+void direct_rows_pair(const T* in, const T* wrA, const T* wrB, int64_t n_out, const T* bias, T* out,
+                      const DirectPlan& A, const DirectPlan& B, int64_t blk0, int64_t blk1) {
+  using L = Lanes<T>;
+  using vec = typename L::vec;
+  constexpr int P = kRowP, NV = kRowNV, OB = NV * L::n;
+  const int64_t n_ch = row_chunks(A), n_ob = n_out / OB;
+  const int64_t wstepA = A.n_in * A.n_taps * OB, wstepB = B.n_in * B.n_taps * OB;
+  const std::vector<int64_t> offA = step_offsets(A), offB = step_offsets(B);
+  for (int64_t blk = blk0; blk < blk1; ++blk) {
+    const int64_t sl = blk / (A.rows * n_ch), r = blk / n_ch % A.rows, c0 = blk % n_ch * P;
+    const int64_t cols = std::min<int64_t>(P, A.cols - c0) + std::clamp<int64_t>(B.cols - c0, 0, P);
+    const int64_t in_at = sl * A.in_slice + r * A.width + c0;
+    for (int64_t ob = 0; ob < n_ob; ++ob) {
+      const T* b = bias ? bias + ob * OB : nullptr;
+      T* oc = out + sl * A.out_slice + ob * OB * A.out_cstride + r * A.out_row + c0 * 2;
+      for (int o = 0; o < OB; ++o) {
+        __builtin_prefetch(oc + o * A.out_cstride, 1);
+        __builtin_prefetch(oc + o * A.out_cstride + cols - 1, 1);
+      }
+      vec a[P][NV], e[P][NV];
+      sum_row_block<T>(in + in_at, wrA + ob * wstepA, offA, b, a);
+      sum_row_block<T>(in + in_at, wrB + ob * wstepB, offB, b, e);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v)
+#pragma GCC unroll 4
+        for (int q0 = 0; q0 < 2 * P; q0 += L::n) {  // image columns: A's, B's, A's, ...
+          if (q0 >= cols) break;
+          vec t[L::n];
+#pragma GCC unroll 16
+          for (int j = 0; j < L::n; ++j) {
+            const int q = q0 + j;
+            t[j] = q >= 2 * P ? vec{} : q % 2 == 0 ? a[q / 2][v] : e[q / 2][v];
+          }
+          L::transpose(t);
+          const int m = int(std::min<int64_t>(L::n, cols - q0));
+          T* oq = oc + v * L::n * A.out_cstride + q0;
+          for (int o = 0; o < L::n; ++o) store_lanes<T>(oq + o * A.out_cstride, 1, t[o], m);
         }
     }
   }
