@@ -27,6 +27,9 @@ void linear_fwd_bwd(benchmark::State& state, int64_t rows, int64_t in, int64_t o
   for (auto _ : state) {
     Tensor y = linear(x, w, b);
     y.backward(g);
+    x.zero_grad();  // as the PyTorch side (grad = None) and a training loop: each step's
+    w.zero_grad();  // gradients are fresh tensors, not added into the last step's
+    b.zero_grad();
   }
   state.counters["GFLOP/s"] = benchmark::Counter(6.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);

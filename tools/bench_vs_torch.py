@@ -84,7 +84,7 @@ def linear_fwd_bwd(rows, i, o, dtype=torch.float32):
 
     def step():
         F.linear(x, w, b).backward(g)
-        x.grad = w.grad = b.grad = None  # tapegrad accumulates in place; PyTorch's first write allocates
+        x.grad = w.grad = b.grad = None  # as bench_core.cpp's zero_grad: fresh gradients each step
     return step
 
 
