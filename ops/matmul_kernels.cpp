@@ -112,23 +112,42 @@ struct FloatKernel {
   static constexpr int64_t kDepthBlock = 256;
   static int64_t depth(int64_t kc) { return kc; }
 
+  // Lines p < kc of `width` values (line p at src + p * ld) cut into strips of L values, each
+  // strip k-major (strip s holds line p's values s * L .. s * L + L - 1 at dst + s * L * kc +
+  // p * L, zeros past the width): how op(A)^T's rows and op(B)'s rows are both packed. The
+  // lines are read in order, a few at a time, each line's L-wide pieces sent to their strips.
+  template <int L>
+  static void cut_lines(const Src* src, int64_t ld, int64_t kc, int64_t width, T* dst) {
+    constexpr int64_t kLines = 8;
+    const int64_t strips = ceil_div(width, int64_t{L});
+    for (int64_t p1 = 0; p1 < kc; p1 += kLines) {
+      const int64_t p2 = std::min(kc, p1 + kLines);
+      for (int64_t s = 0; s < strips; ++s) {
+        const int64_t live = std::min<int64_t>(L, width - s * L);
+        for (int64_t p = p1; p < p2; ++p) {
+          T* d = dst + s * L * kc + p * L;
+          const Src* line = src + p * ld + s * L;
+          if (live == L) {
+            widen_run(line, L, d);  // a constant size: inlined
+          } else {
+            widen_run(line, live, d);
+            std::fill(d + live, d + L, T(0));
+          }
+        }
+      }
+    }
+  }
+
   // Rows [i0, i0 + rows) x depth [p0, p0 + kc) of op(A) as strips of MR rows: strip s holds,
   // for each p, the MR values of rows i0 + s * MR + r side by side (zeros past the last row).
   static void pack_a(const Src* A, int64_t lda, bool trans, int64_t i0, int64_t rows, int64_t p0, int64_t kc,
                      T* dst) {
+    if (trans) {  // the MR values of one p are contiguous
+      cut_lines<MR>(A + p0 * lda + i0, lda, kc, rows, dst);
+      return;
+    }
     for (int64_t s = 0; s < rows; s += MR, dst += MR * kc) {
       const int live = int(std::min<int64_t>(MR, rows - s));
-      if (trans) {  // the MR values of one p are contiguous
-        for (int64_t p = 0; p < kc; ++p) {
-          if (live == MR) {
-            widen_run(A + (p0 + p) * lda + i0 + s, MR, dst + p * MR);  // a constant size: inlined
-          } else {
-            widen_run(A + (p0 + p) * lda + i0 + s, live, dst + p * MR);
-            std::fill(dst + p * MR + live, dst + (p + 1) * MR, T(0));
-          }
-        }
-        continue;
-      }
       // The MR rows side by side; 16-bit rows are widened into a buffer first.
       const T* first = nullptr;
       int64_t stride = 0;
@@ -154,26 +173,8 @@ struct FloatKernel {
   // k-major.
   static void pack_b(const Src* B, int64_t ldb, bool trans, int64_t p0, int64_t kc, int64_t j0, int64_t cols,
                      T* dst) {
-    const int64_t full = cols / NR, tail = cols - full * NR;
-    if (!trans) {  // rows of B read contiguously, a few at a time, each row's NR-wide pieces to their strips
-      constexpr int64_t kRows = 8;
-      for (int64_t p1 = 0; p1 < kc; p1 += kRows) {
-        const int64_t p2 = std::min(kc, p1 + kRows);
-        for (int64_t s = 0; s <= full; ++s) {
-          const int64_t live = s < full ? NR : tail;
-          if (live == 0) break;
-          for (int64_t p = p1; p < p2; ++p) {
-            T* d = dst + s * NR * kc + p * NR;
-            const Src* src = B + (p0 + p) * ldb + j0 + s * NR;
-            if (live == NR) {
-              widen_run(src, NR, d);  // a constant size: inlined
-            } else {
-              widen_run(src, live, d);
-              std::fill(d + live, d + NR, T(0));
-            }
-          }
-        }
-      }
+    if (!trans) {
+      cut_lines<NR>(B + p0 * ldb + j0, ldb, kc, cols, dst);
       return;
     }
     T* wide = nullptr;  // one column of 16-bit B, widened
