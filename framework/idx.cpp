@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -77,18 +78,22 @@ IdxBytes read_idx(const std::string& path) {
   uint8_t raw_dims[16];
   TG_CHECK(read_some(f.get(), raw_dims, 4 * ndim, path) == 4 * ndim, "read_idx: ", path,
            ": truncated header (expected ", ndim, " dims)");
-  int64_t numel = 1;
   for (int d = 0; d < ndim; ++d) {
     const uint8_t* b = raw_dims + 4 * d;
-    const int64_t v = (int64_t(b[0]) << 24) | (int64_t(b[1]) << 16) | (int64_t(b[2]) << 8) | int64_t(b[3]);
-    out.dims.push_back(v);
-    // v < 2^32 and numel <= bound < 2^60 before the multiply, so the product cannot overflow.
-    numel *= v;
-    TG_CHECK(numel <= bound, "read_idx: ", path, ": dims ", format_shape(out.dims), "... need more bytes than ",
+    out.dims.push_back((int64_t(b[0]) << 24) | (int64_t(b[1]) << 16) | (int64_t(b[2]) << 8) | int64_t(b[3]));
+  }
+  // Dims with a zero hold no bytes whatever the others say; any others are checked against the
+  // bound as they multiply.
+  const bool empty = std::find(out.dims.begin(), out.dims.end(), int64_t{0}) != out.dims.end();
+  int64_t numel = empty ? 0 : 1;
+  for (int d = 0; d < ndim && !empty; ++d) {
+    // dims < 2^32 and numel <= bound < 2^60 before the multiply, so the product cannot overflow.
+    numel *= out.dims[d];
+    TG_CHECK(numel <= bound, "read_idx: ", path, ": dims ", format_shape(out.dims), " need more bytes than ",
              gz ? "a gzip file of this size can inflate to" : "the file holds", " (", file_size, " bytes)");
   }
-  // A zero dim keeps numel at 0 whatever the others say; their product must still fit (it is a
-  // stride), or [0, 0xfffc0000, 0xe7ffffff] overflows contiguous_strides.
+  // An empty shape's other dims must still multiply within int64 (their product is a stride),
+  // or [0, 0xfffc0000, 0xe7ffffff] overflows contiguous_strides.
   checked_numel(out.dims, "read_idx", (path + ": dims").c_str());
 
   // The header's dims are only a claim: a gzip file of 1 MB may say 1 GB. The payload is read in

@@ -269,15 +269,18 @@ Tensor read_npy(std::istream& in, int64_t file_size, const std::string& path) {
            npy_dtype_hint(h.descr), ")");
   const int64_t item = static_cast<int64_t>(dtype_size(dtype));
 
-  // numel is bounded by the file size at every step, so it cannot overflow.
-  int64_t numel = 1;
-  for (int64_t d : h.shape) {
-    TG_CHECK(d == 0 || numel <= file_size / d, "load_npy: ", path, ": shape ", format_shape(h.shape),
-             " is larger than the file");
-    numel *= d;
-  }
-  // A zero dim keeps numel at 0, but the product of the others must still fit, or the strides
-  // would overflow: (0, 2^40-1, 2^40-1) holds no data and is refused.
+  // A shape with a zero dim holds no data whatever its other dims ((200, 0) is a 128-byte file).
+  // Any other shape's numel is bounded by the file size at every step, so it cannot overflow.
+  const bool empty = std::find(h.shape.begin(), h.shape.end(), int64_t{0}) != h.shape.end();
+  int64_t numel = empty ? 0 : 1;
+  if (!empty)
+    for (int64_t d : h.shape) {
+      TG_CHECK(numel <= file_size / d, "load_npy: ", path, ": shape ", format_shape(h.shape),
+               " is larger than the file");
+      numel *= d;
+    }
+  // An empty shape's other dims must still multiply within int64, or the strides would
+  // overflow: (0, 2^40-1, 2^40-1) holds no data and is refused.
   checked_numel(h.shape, "load_npy", (path + ": shape").c_str());
   const int64_t data_bytes = numel * item;
   TG_CHECK(prefix + header_len + data_bytes <= file_size, "load_npy: ", path, ": truncated: shape ",

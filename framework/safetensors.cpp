@@ -213,21 +213,25 @@ Entry read_entry(const std::string& name, const ordered_json& v, uint64_t data_s
   e.name = name;
   const std::string dt = v["dtype"].get<std::string>();
   TG_CHECK(parse_st_dtype(dt, e.dtype), t, "unsupported dtype \"", dt, "\" (expected F32, F64, I64, BF16, F16 or I32)");
-  // numel is bounded by the data size at every step, so it cannot overflow.
-  uint64_t numel = 1;
   for (const auto& d : v["shape"]) {
     uint64_t dim = 0;
     TG_CHECK(as_size(d, dim), t, "shape ", v["shape"].dump(), " has an invalid dimension ", d.dump());
     e.shape.push_back(static_cast<int64_t>(dim));
-    if (dim == 0) numel = 0;
-    else if (numel != 0) {
+  }
+  // A shape with a zero dim holds no data whatever its other dims: [1, 0] in a file with no data
+  // section at all is valid. Any other shape's numel is bounded by the data size at every step,
+  // so it cannot overflow.
+  const bool empty = std::find(e.shape.begin(), e.shape.end(), int64_t{0}) != e.shape.end();
+  uint64_t numel = empty ? 0 : 1;
+  if (!empty)
+    for (int64_t d : e.shape) {
+      const uint64_t dim = static_cast<uint64_t>(d);
       TG_CHECK(numel <= data_size / dim, t, "shape ", v["shape"].dump(), " is larger than the file's ", data_size,
                " bytes of data");
       numel *= dim;
     }
-  }
-  // A zero dim keeps numel at 0, but the product of the others must still fit, or the strides
-  // would overflow: [0, 2^40, 2^40, 2^40] holds no data and is refused.
+  // An empty shape's other dims must still multiply within int64, or the strides would
+  // overflow: [0, 2^40, 2^40, 2^40] holds no data and is refused.
   checked_numel(e.shape, t.substr(0, t.size() - 2).c_str(), "shape");
   TG_CHECK(as_size(v["data_offsets"][0], e.begin) && as_size(v["data_offsets"][1], e.end), t,
            "data_offsets ", v["data_offsets"].dump(), " must be non-negative integers");

@@ -105,6 +105,21 @@ TEST(Idx, RawAndGzipReadTheSame) {
   fs::remove_all(dir);
 }
 
+// A zero dim holds no bytes whatever the other dims say, raw or gzip: the header's bound on the
+// other dims (their product against the file's bytes) does not apply.
+TEST(Idx, EmptyDimsReadWhateverTheOtherDims) {
+  const std::string dir = fresh_temp_dir("idx_empty");
+  const std::string bytes = idx_bytes(0x08, {60000, 0, 28}, {});
+  write_bytes(dir + "/raw.idx", bytes);
+  write_gzip(dir + "/packed.idx.gz", bytes);
+  for (const std::string name : {"raw.idx", "packed.idx.gz"}) {
+    IdxBytes idx = read_idx(dir + "/" + name);
+    EXPECT_EQ(idx.dims, (std::vector<int64_t>{60000, 0, 28})) << name;
+    EXPECT_TRUE(idx.data.empty()) << name;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Idx, CorruptFilesAreRejectedClearly) {
   const std::string dir = fresh_temp_dir("idx_corrupt");
   const std::string good = idx_bytes(0x08, {3, 2, 2}, std::vector<uint8_t>(12, 5));

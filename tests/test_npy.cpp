@@ -73,6 +73,9 @@ TEST(Npy, RoundTripsEveryDtypeAndShape) {
       scalar_tensor(-2.5, DType::Float64),
       zeros({0, 3}, DType::Float32),
       zeros({2, 0}, DType::Int64),
+      // Empty with a dim larger than the 128-byte file: holds no data, so it loads.
+      zeros({1000, 0}, DType::Float32),
+      zeros({3, 100000, 0}, DType::Float64),
       from_vector(std::vector<double>{std::numeric_limits<double>::infinity(), -0.0,
                                       std::numeric_limits<double>::denorm_min(), std::nan("")},
                   {4}),

@@ -170,6 +170,24 @@ TEST(Safetensors, UntrustedHeadersAreCheckedBeforeAllocation) {
   expect_error_with([] { load_safetensors("/nonexistent/x.safetensors"); }, {"cannot open", "/nonexistent/x.safetensors"});
 }
 
+// An empty tensor holds no bytes whatever its other dims: [1, 0] in a file with no data section
+// at all is valid. (A fuzzer found the writer's file for a lone [1, 0] tensor refused by the
+// reader: its dims had been checked against the data size before the zero was seen.)
+TEST(Safetensors, EmptyTensorsLoadWhateverTheirOtherDims) {
+  const SafetensorsFile f = parse_safetensors(st_file(R"({"e":{"dtype":"F32","shape":[1,0],"data_offsets":[0,0]},)"
+                                                      R"("g":{"dtype":"F64","shape":[1000000,7,0],"data_offsets":[0,0]}})"));
+  EXPECT_EQ(f.tensors.at(0).second.shape(), (Shape{1, 0}));
+  EXPECT_EQ(f.tensors.at(1).second.shape(), (Shape{1000000, 7, 0}));
+  const StateDict sd = {{"a", zeros({5, 0})}, {"b", zeros({0})}, {"c", zeros({300, 0, 2}, DType::BFloat16)}};
+  const SafetensorsFile back = parse_safetensors(serialize_safetensors(sd), "round trip");
+  ASSERT_EQ(back.tensors.size(), sd.size());
+  for (size_t i = 0; i < sd.size(); ++i) {
+    EXPECT_EQ(back.tensors[i].first, sd[i].first);
+    EXPECT_EQ(back.tensors[i].second.shape(), sd[i].second.shape()) << sd[i].first;
+    EXPECT_EQ(back.tensors[i].second.dtype(), sd[i].second.dtype()) << sd[i].first;
+  }
+}
+
 // What no safetensors header holds is refused while parsing: deep nesting (which cost gigabytes
 // of JSON nodes and a recursive dump()), huge arrays, dims whose product overflows strides even
 // when a zero dim makes the tensor empty, and a folder given as the file.
