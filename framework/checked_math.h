@@ -55,4 +55,20 @@ inline int64_t checked_numel(const std::vector<int64_t>& shape, const char* op, 
   return has_zero ? 0 : nonzero;
 }
 
+// The number of elements of shape (non-negative sizes) if it is at most bound, else -1: how the
+// file readers bound a header's shape by the bytes the file can hold before allocating it. A
+// shape with a zero size holds nothing whatever its other sizes ([1000, 0] fits in an empty
+// file); otherwise the product is bounded at every step, so it never overflows. The other
+// sizes of an empty shape must still pass checked_numel.
+inline int64_t numel_within(const std::vector<int64_t>& shape, int64_t bound) {
+  for (int64_t s : shape)
+    if (s == 0) return 0;
+  int64_t numel = 1;
+  for (int64_t s : shape) {
+    if (numel > bound / s) return -1;
+    numel *= s;
+  }
+  return numel;
+}
+
 }  // namespace tg

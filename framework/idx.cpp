@@ -4,7 +4,6 @@
 
 #include <zlib.h>
 
-#include <algorithm>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -82,16 +81,10 @@ IdxBytes read_idx(const std::string& path) {
     const uint8_t* b = raw_dims + 4 * d;
     out.dims.push_back((int64_t(b[0]) << 24) | (int64_t(b[1]) << 16) | (int64_t(b[2]) << 8) | int64_t(b[3]));
   }
-  // Dims with a zero hold no bytes whatever the others say; any others are checked against the
-  // bound as they multiply.
-  const bool empty = std::find(out.dims.begin(), out.dims.end(), int64_t{0}) != out.dims.end();
-  int64_t numel = empty ? 0 : 1;
-  for (int d = 0; d < ndim && !empty; ++d) {
-    // dims < 2^32 and numel <= bound < 2^60 before the multiply, so the product cannot overflow.
-    numel *= out.dims[d];
-    TG_CHECK(numel <= bound, "read_idx: ", path, ": dims ", format_shape(out.dims), " need more bytes than ",
-             gz ? "a gzip file of this size can inflate to" : "the file holds", " (", file_size, " bytes)");
-  }
+  // [60000, 0, 28] holds no bytes whatever the file's size.
+  const int64_t numel = numel_within(out.dims, bound);
+  TG_CHECK(numel >= 0, "read_idx: ", path, ": dims ", format_shape(out.dims), " need more bytes than ",
+           gz ? "a gzip file of this size can inflate to" : "the file holds", " (", file_size, " bytes)");
   // An empty shape's other dims must still multiply within int64 (their product is a stride),
   // or [0, 0xfffc0000, 0xe7ffffff] overflows contiguous_strides.
   checked_numel(out.dims, "read_idx", (path + ": dims").c_str());

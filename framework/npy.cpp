@@ -269,16 +269,9 @@ Tensor read_npy(std::istream& in, int64_t file_size, const std::string& path) {
            npy_dtype_hint(h.descr), ")");
   const int64_t item = static_cast<int64_t>(dtype_size(dtype));
 
-  // A shape with a zero dim holds no data whatever its other dims ((200, 0) is a 128-byte file).
-  // Any other shape's numel is bounded by the file size at every step, so it cannot overflow.
-  const bool empty = std::find(h.shape.begin(), h.shape.end(), int64_t{0}) != h.shape.end();
-  int64_t numel = empty ? 0 : 1;
-  if (!empty)
-    for (int64_t d : h.shape) {
-      TG_CHECK(numel <= file_size / d, "load_npy: ", path, ": shape ", format_shape(h.shape),
-               " is larger than the file");
-      numel *= d;
-    }
+  // (1000, 0) holds no data: a 128-byte file.
+  const int64_t numel = numel_within(h.shape, file_size);
+  TG_CHECK(numel >= 0, "load_npy: ", path, ": shape ", format_shape(h.shape), " is larger than the file");
   // An empty shape's other dims must still multiply within int64, or the strides would
   // overflow: (0, 2^40-1, 2^40-1) holds no data and is refused.
   checked_numel(h.shape, "load_npy", (path + ": shape").c_str());

@@ -218,18 +218,9 @@ Entry read_entry(const std::string& name, const ordered_json& v, uint64_t data_s
     TG_CHECK(as_size(d, dim), t, "shape ", v["shape"].dump(), " has an invalid dimension ", d.dump());
     e.shape.push_back(static_cast<int64_t>(dim));
   }
-  // A shape with a zero dim holds no data whatever its other dims: [1, 0] in a file with no data
-  // section at all is valid. Any other shape's numel is bounded by the data size at every step,
-  // so it cannot overflow.
-  const bool empty = std::find(e.shape.begin(), e.shape.end(), int64_t{0}) != e.shape.end();
-  uint64_t numel = empty ? 0 : 1;
-  if (!empty)
-    for (int64_t d : e.shape) {
-      const uint64_t dim = static_cast<uint64_t>(d);
-      TG_CHECK(numel <= data_size / dim, t, "shape ", v["shape"].dump(), " is larger than the file's ", data_size,
-               " bytes of data");
-      numel *= dim;
-    }
+  // [1, 0] holds no data: valid in a file with no data section at all.
+  const int64_t numel = numel_within(e.shape, static_cast<int64_t>(data_size));
+  TG_CHECK(numel >= 0, t, "shape ", v["shape"].dump(), " is larger than the file's ", data_size, " bytes of data");
   // An empty shape's other dims must still multiply within int64, or the strides would
   // overflow: [0, 2^40, 2^40, 2^40] holds no data and is refused.
   checked_numel(e.shape, t.substr(0, t.size() - 2).c_str(), "shape");
@@ -237,7 +228,7 @@ Entry read_entry(const std::string& name, const ordered_json& v, uint64_t data_s
            "data_offsets ", v["data_offsets"].dump(), " must be non-negative integers");
   TG_CHECK(e.begin <= e.end && e.end <= data_size, t, "data_offsets ", v["data_offsets"].dump(),
            " fall outside the data section of ", data_size, " bytes");
-  const uint64_t need = numel * dtype_size(e.dtype);
+  const uint64_t need = static_cast<uint64_t>(numel) * dtype_size(e.dtype);
   TG_CHECK(e.end - e.begin == need, t, "data_offsets ", v["data_offsets"].dump(), " span ", e.end - e.begin,
            " bytes, but shape ", format_shape(e.shape), " of ", dt, " needs ", need);
   return e;
