@@ -94,6 +94,74 @@ TEST(Tensor, ContiguousCloneAndConversionCopyInCOrder) {
   EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{1, 4, 7, 7, 10, 13}));
 }
 
+// Copies of 16 MB and more store past the caches (framework/tensor.cpp, copy_bytes): the same
+// bytes as a plain copy, whatever the alignment of either end, the length and the threads.
+TEST(Tensor, LargeCopiesAreExactAtAnyAlignmentAndThreadCount) {
+  const int threads = num_threads();
+  const int64_t n = (int64_t{17} << 20) / 4 + 7;  // over the streaming size, not a multiple of a line
+  Tensor src = randn({n + 8});
+  const std::vector<float> want = src.to_vector<float>();
+  for (int t : {1, 2}) {
+    set_num_threads(t);
+    for (int64_t src_at : {0, 1, 3}) {
+      for (int64_t dst_at : {0, 2, 5}) {
+        Tensor dst = zeros({n + 8});
+        dst.narrow(0, dst_at, n).copy_(src.narrow(0, src_at, n));
+        const std::vector<float> got = dst.to_vector<float>();
+        for (int64_t i = 0; i < n + 8; ++i) {
+          const float expect = i >= dst_at && i < dst_at + n ? want[i - dst_at + src_at] : 0.0f;
+          ASSERT_EQ(got[i], expect) << "threads " << t << ", src at " << src_at << ", dst at " << dst_at << ", i " << i;
+        }
+      }
+    }
+    Tensor c = src.clone();
+    ASSERT_EQ(c.to_vector<float>(), want) << "threads " << t;
+  }
+  set_num_threads(threads);
+}
+
+// A source that shares memory with the destination unevenly is read as it was before the copy
+// (x[1:] = x[:-1] shifts x), at any size and thread count; the same view onto itself is a no-op
+// and adding a tensor to itself doubles it.
+TEST(Tensor, CopyAndAddBetweenOverlappingViewsReadTheSourceFirst) {
+  const int threads = num_threads();
+  for (int64_t n : {int64_t{10}, int64_t{1} << 16, (int64_t{17} << 20) / 4}) {
+    for (int t : {1, 2}) {
+      set_num_threads(t);
+      Tensor x = arange(0, static_cast<double>(n), 1, DType::Float32);
+      x.narrow(0, 1, n - 1).copy_(x.narrow(0, 0, n - 1));
+      std::vector<float> got = x.to_vector<float>();
+      ASSERT_EQ(got[0], 0.0f);
+      for (int64_t i = 1; i < n; ++i) ASSERT_EQ(got[i], static_cast<float>(i - 1)) << "n " << n << ", threads " << t;
+      x = arange(0, static_cast<double>(n), 1, DType::Float32);
+      x.narrow(0, 0, n - 1).copy_(x.narrow(0, 1, n - 1));
+      got = x.to_vector<float>();
+      for (int64_t i = 0; i + 1 < n; ++i) ASSERT_EQ(got[i], static_cast<float>(i + 1)) << "n " << n << ", threads " << t;
+      x = arange(0, static_cast<double>(n), 1, DType::Float32);
+      x.narrow(0, 1, n - 1).add_(x.narrow(0, 0, n - 1));
+      got = x.to_vector<float>();
+      for (int64_t i = 1; i < n; ++i) ASSERT_EQ(got[i], static_cast<float>(2 * i - 1)) << "n " << n << ", threads " << t;
+      x = arange(0, static_cast<double>(n), 1, DType::Float32);
+      x.copy_(x);
+      x.add_(x);
+      got = x.to_vector<float>();
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], static_cast<float>(2 * i)) << "n " << n << ", threads " << t;
+    }
+  }
+  // Rows 1 and 2 from rows 0 and 1 (row by row, row 2 would get row 0 again), a transpose onto
+  // itself, and a row broadcast from the tensor's own last row.
+  Tensor m = arange(0, 12, 1, DType::Float32).reshape({3, 4});
+  m.narrow(0, 1, 2).copy_(m.narrow(0, 0, 2));
+  EXPECT_EQ(m.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7}));
+  Tensor q = arange(0, 9, 1, DType::Float32).reshape({3, 3});
+  q.copy_(q.transpose(0, 1));
+  EXPECT_EQ(q.to_vector<float>(), (std::vector<float>{0, 3, 6, 1, 4, 7, 2, 5, 8}));
+  Tensor r = arange(0, 12, 1, DType::Float32).reshape({3, 4});
+  r.copy_(r.select(0, 2));
+  EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11}));
+  set_num_threads(threads);
+}
+
 TEST(Tensor, VersionCounterCountsInPlaceWritesAndIsSharedByViews) {
   Tensor x = zeros({4});
   Tensor v = x.narrow(0, 1, 2);
