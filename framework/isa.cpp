@@ -148,8 +148,9 @@ Isa top_isa() {
 // product), whose fast bf16 unit is AMX; Zen 4 executes vdpbf16ps at its FMA rate with two
 // products per lane: on an AMD EPYC (Zen 4) a bf16 1024^3 product takes 11.3-11.5 ms on this
 // path against 20.9-21.0 on Avx512 (186 against 102 GFLOP/s, one thread; the linear layer's
-// forward + backward 17.2-17.7 against 31.6-33.9 ms). A fixed rule from cpuid, so the path (and the bits)
-// never depend on a timing. TAPEGRAD_ISA=avx512bf16 or set_isa chooses it anywhere it runs.
+// forward + backward 17.2-17.7 against 31.6-33.9 ms). A fixed rule from cpuid, so the path (and
+// the bits) never depend on a timing. TAPEGRAD_ISA=avx512bf16 or set_isa chooses it anywhere it
+// runs.
 Isa best_isa() {
   const Isa top = top_isa();
   return top == Isa::Avx512Bf16 && !features().amd ? Isa::Avx512 : top;

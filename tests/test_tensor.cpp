@@ -148,8 +148,9 @@ TEST(Tensor, CopyAndAddBetweenOverlappingViewsReadTheSourceFirst) {
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], static_cast<float>(2 * i)) << "n " << n << ", threads " << t;
     }
   }
-  // Rows 1 and 2 from rows 0 and 1 (row by row, row 2 would get row 0 again), a transpose onto
-  // itself, and a row broadcast from the tensor's own last row.
+  // Rows 1 and 2 from rows 0 and 1 (one contiguous run), a transpose onto itself (element by
+  // element, it would read elements it has already written), and a row broadcast from the
+  // tensor's own last row.
   Tensor m = arange(0, 12, 1, DType::Float32).reshape({3, 4});
   m.narrow(0, 1, 2).copy_(m.narrow(0, 0, 2));
   EXPECT_EQ(m.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7}));
