@@ -353,8 +353,13 @@ void detail::check_history_current(const Tensor& t, const char* op) {
 }
 
 bool detail::check_inplace(const Tensor& self, const char* op, const std::vector<Tensor>& others) {
-  if (!GradMode::is_enabled()) return false;
   TG_CHECK(self.defined(), op, ": the tensor is undefined");
+  // In any mode: several elements on one memory location would each get the op applied (add_
+  // adding k times, copy_ keeping whichever write came last), and threads writing them race.
+  TG_CHECK(!overlaps(self), op, ": cannot write in place into a tensor of shape ", format_shape(self.shape()),
+           " and strides ", format_shape(self.strides()), " whose elements share memory (a stride of 0, as from "
+           "expand()); clone() it first");
+  if (!GradMode::is_enabled()) return false;
   check_history_current(self, op);
   for (const Tensor& t : others) check_history_current(t, op);
   TG_CHECK(!(self.is_leaf() && self.requires_grad()), op, ": a leaf tensor that requires grad cannot be changed in "
@@ -369,8 +374,6 @@ bool detail::check_inplace(const Tensor& self, const char* op, const std::vector
   TG_CHECK(is_floating(self.dtype()), op, ": cannot record an in-place change of a ", dtype_name(self.dtype()),
            " tensor from a tensor that requires grad (only floating tensors carry gradients); detach() the "
            "source or use NoGradGuard");
-  TG_CHECK(!overlaps(self), op, ": cannot record an in-place change of a tensor of shape ",
-           format_shape(self.shape()), " whose elements share memory (as from expand()); clone() it first");
   if (base.defined()) {
     check_history_current(base, op);
     TG_CHECK(!(base.is_leaf() && base.requires_grad()), op, ": a view of a leaf tensor that requires grad cannot be "

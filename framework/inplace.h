@@ -19,6 +19,10 @@
 //     view that requires grad) is a tg::Error naming the in-place op. A refusal, never a
 //     silently wrong gradient. detach()ed handles claim no history and are exempt.
 //   - Under NoGradGuard nothing is checked or recorded: the kernels run as they always did.
+//     In every mode, a tensor whose elements share memory (a stride of 0 over a dim longer than
+//     1, as from expand()) cannot be written in place: a tg::Error, as in PyTorch (add_ would
+//     add several times into one location, copy_ keep an arbitrary one of the writes, and
+//     threads writing one location race).
 #pragma once
 
 #include <vector>
@@ -43,8 +47,9 @@ void refresh_view_history(const Tensor& t);
 void check_history_current(const Tensor& t, const char* op);
 
 // The rules before an in-place change of `self` by `op` with other tensor inputs `others`.
-// Throws for a leaf that requires grad, a stale tensor, or a non-floating self that would join
-// the graph. Returns whether the change must be recorded.
+// Throws for a self whose elements share memory (in any mode), and, with grad mode on, for a
+// leaf that requires grad, a stale tensor, or a non-floating self that would join the graph.
+// Returns whether the change must be recorded.
 bool check_inplace(const Tensor& self, const char* op, const std::vector<Tensor>& others);
 
 // An in-place op written as its out-of-place twin, for ops above the framework:

@@ -382,14 +382,46 @@ TEST(InplaceViews, AnExpandedViewCannotBeRecorded) {
   Tensor x = leaf({1}, {1});
   Tensor y = mul(x, 2.0).expand({3});
   EXPECT_EQ(error_of([&] { y.mul_(2.0); }),
-            "mul_: cannot record an in-place change of a tensor of shape [3] whose elements share memory (as from "
-            "expand()); clone() it first");
+            "mul_: cannot write in place into a tensor of shape [3] and strides [0] whose elements share memory (a "
+            "stride of 0, as from expand()); clone() it first");
   // An expanded view of a changed base is refused rather than regenerated.
   Tensor z = mul(x, 2.0);
   Tensor e = z.expand({3});
   z.mul_(3.0);
   EXPECT_NE(error_of([&] { sum(e); }).find("sum: a tensor of shape [3] shares memory with a tensor that mul_"),
             std::string::npos);
+}
+
+// Without grad mode too: add_ into an expanded view used to add once per element sharing the
+// location (x = [0, 0] expanded to 3 rows, plus ones, gave 3s), copy_ kept whichever write came
+// last, and with threads the writes raced. Every in-place entry point refuses, as PyTorch does;
+// the base is left as it was.
+TEST(Inplace, AnExpandedTensorIsNeverWrittenInPlace) {
+  NoGradGuard no_grad;
+  Tensor base = zeros({1, 2});
+  Tensor e = base.expand({3, 2});
+  const Tensor ones32 = ones({3, 2}), mask = ones({3, 2});
+  const std::map<std::string, std::function<void()>> writes = {
+      {"fill_", [&] { e.fill_(1.0); }},
+      {"zero_", [&] { e.zero_(); }},
+      {"copy_", [&] { e.copy_(ones32); }},
+      {"add_", [&] { e.add_(ones32); }},
+      {"mul_", [&] { e.mul_(2.0); }},
+      {"sub_", [&] { sub_(e, ones32); }},
+      {"div_", [&] { div_(e, 2.0); }},
+      {"clamp_", [&] { clamp_(e, 1.0); }},
+      {"relu_", [&] { relu_(e); }},
+      {"masked_fill_", [&] { masked_fill_(e, mask, 1.0); }},
+  };
+  for (const auto& [op, write] : writes) {
+    EXPECT_EQ(error_of(write), op + ": cannot write in place into a tensor of shape [3, 2] and strides [0, 1] whose "
+                                   "elements share memory (a stride of 0, as from expand()); clone() it first");
+    EXPECT_EQ(base.to_vector<float>(), (std::vector<float>{0, 0})) << op;
+  }
+  // A dim of size 1 with stride 0 shares nothing: writing it is fine.
+  Tensor one_row = zeros({2}).expand({1, 2});
+  one_row.add_(ones({1, 2}));
+  EXPECT_EQ(one_row.to_vector<float>(), (std::vector<float>{1, 1}));
 }
 
 TEST(Inplace, OtherShapesAndDtypesAreChecked) {
