@@ -262,20 +262,13 @@ bool is_current(const TensorImpl& impl) {
   return impl.history_epoch == kUntrackedEpoch || impl.history_epoch == impl.storage->history_epoch();
 }
 
-// Elements that share memory (stride 0, as from expand()).
-bool overlaps(const Tensor& t) {
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.strides()[d] == 0 && t.shape()[d] > 1) return true;
-  return false;
-}
-
 // A stale view of a current, contiguous base gets its history again as the region of the base
 // (PyTorch regenerates a view's grad_fn the same way). False when that is not possible: not a
 // view, a leaf view that requires grad (its own parameter), a base that is itself stale, or an
 // expanded view (its region's gradient would need summing; refused rather than approximated).
 bool regenerate_view_history(const Tensor& view) {
   TensorImpl& impl = *view.impl();
-  if (!impl.view_base || (impl.requires_grad && !impl.grad_fn) || overlaps(view)) return false;
+  if (!impl.view_base || (impl.requires_grad && !impl.grad_fn) || detail::shares_elements(view)) return false;
   const Tensor base(impl.view_base);
   if (!is_current(*base.impl()) || !base.is_contiguous()) return false;
   if (base.requires_grad()) {
@@ -352,13 +345,19 @@ void detail::check_history_current(const Tensor& t, const char* op) {
            "or clone() before changing it.");
 }
 
+bool detail::shares_elements(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[d] == 0 && t.shape()[d] > 1) return true;
+  return false;
+}
+
 bool detail::check_inplace(const Tensor& self, const char* op, const std::vector<Tensor>& others) {
   TG_CHECK(self.defined(), op, ": the tensor is undefined");
   // In any mode: several elements on one memory location would each get the op applied (add_
   // adding k times, copy_ keeping whichever write came last), and threads writing them race.
-  TG_CHECK(!overlaps(self), op, ": cannot write in place into a tensor of shape ", format_shape(self.shape()),
-           " and strides ", format_shape(self.strides()), " whose elements share memory (a stride of 0, as from "
-           "expand()); clone() it first");
+  TG_CHECK(!detail::shares_elements(self), op, ": cannot write in place into a tensor of shape ",
+           format_shape(self.shape()), " and strides ", format_shape(self.strides()), " whose elements share memory "
+           "(a stride of 0, as from expand()); clone() it first");
   if (!GradMode::is_enabled()) return false;
   check_history_current(self, op);
   for (const Tensor& t : others) check_history_current(t, op);

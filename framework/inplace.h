@@ -46,6 +46,10 @@ void refresh_view_history(const Tensor& t);
 // memory was changed in place by a recorded op after `t` got its history. `op` names the user.
 void check_history_current(const Tensor& t, const char* op);
 
+// Whether several of t's elements are one memory location (a stride of 0 over a dim longer than
+// 1, as from expand()): such a tensor cannot be written element by element.
+bool shares_elements(const Tensor& t);
+
 // The rules before an in-place change of `self` by `op` with other tensor inputs `others`.
 // Throws for a self whose elements share memory (in any mode), and, with grad mode on, for a
 // leaf that requires grad, a stale tensor, or a non-floating self that would join the graph.

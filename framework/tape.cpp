@@ -319,8 +319,11 @@ struct Engine {
       } else {
         leaf->grad = g.contiguous().impl_ptr() == g.impl_ptr() ? g.clone().impl_ptr() : g.contiguous().impl_ptr();
       }
+    } else if (Tensor acc(leaf->grad); detail::shares_elements(acc)) {
+      // a .grad set to an expanded tensor: adding into it would add several times into one
+      // location, so the leaf gets the sum as a new tensor
+      leaf->grad = sum_gradients_values(acc, g).impl_ptr();
     } else {
-      Tensor acc(leaf->grad);
       detail::raw_add_(acc, g);
     }
     run_post_accumulate_hooks(leaf);

@@ -145,8 +145,8 @@ bool activation_unary(Unary f, const T* x, T* y, const std::vector<int64_t>& sha
     return true;
   };
   switch (f) {
-    case Unary::Relu: return run([](T v) { return v > T(0) ? v : T(0); });
-    case Unary::ReluMask: return run([](T v) { return v > T(0) ? T(1) : T(0); });
+    case Unary::Relu: return run([](T v) { return v <= T(0) ? T(0) : v; });  // NaN stays NaN
+    case Unary::ReluMask: return run([](T v) { return v <= T(0) ? T(0) : T(1); });
     case Unary::Sigmoid: return run([](T v) { return sigmoid(v); });
     case Unary::Tanh: return run([](T v) { return std::tanh(v); });
     case Unary::Gelu: return run([](T v) { return gelu_erf(v); });
@@ -167,7 +167,7 @@ bool activation_binary(Binary f, const T* a, const T* b, T* out, const std::vect
     return true;
   };
   switch (f) {
-    case Binary::ReluBackward: return run([](T g, T y) { return y > T(0) ? g : T(0); });
+    case Binary::ReluBackward: return run([](T g, T y) { return y <= T(0) ? T(0) : g; });
     case Binary::SigmoidBackward: return run([](T g, T y) { return g * y * (T(1) - y); });
     case Binary::TanhBackward: return run([](T g, T y) { return g * (T(1) - y * y); });
     // always_inline: GCC 12 judged this lambda (inlined float gelu') too big to inline into

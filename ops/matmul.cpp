@@ -24,6 +24,12 @@ namespace tg {
 
 namespace {
 
+// linear's rows: the input's elements over its last dim (in_features), counted from the leading
+// dims, so that in_features = 0 still has its rows (each the bias).
+int64_t linear_rows(const Shape& input_shape) {
+  return shape_numel(Shape(input_shape.begin(), input_shape.end() - 1));
+}
+
 Shape with_matrix_dims(Shape batch, const Shape& matrix_shape) {
   batch.insert(batch.end(), matrix_shape.end() - 2, matrix_shape.end());
   return batch;
@@ -168,7 +174,7 @@ enum LinearSaved { kInput, kWeight };
 
 std::vector<Tensor> linear_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const int64_t out_f = ctx.input_shape(1)[0], in_f = ctx.input_shape(1)[1];
-  const int64_t rows = shape_numel(ctx.input_shape(0)) / std::max<int64_t>(in_f, 1);
+  const int64_t rows = linear_rows(ctx.input_shape(0));
   Tensor dx, dw, db;
   if (ctx.create_graph()) {  // the same products as recorded ops, differentiable again
     Tensor g2 = g[0].reshape({rows, out_f});
@@ -232,7 +238,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   TG_CHECK(is_floating(a.dtype()), "matmul: expected floating operands, got ", dtype_name(a.dtype()));
   TG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dim, got ", format_shape(a.shape()),
            " and ", format_shape(b.shape()));
-  // Vectors become matrices through (differentiable) views, then lose the added dim again.
+  // Vectors become matrices through (differentiable) views, then lose the added dim again; two
+  // vectors give their dot product, a 0-d tensor.
+  if (a.dim() == 1 && b.dim() == 1) {
+    TG_CHECK(a.size(0) == b.size(0), "matmul: vectors of sizes ", a.size(0), " and ", b.size(0),
+             " have no dot product");
+    return matmul(a.unsqueeze(0), b.unsqueeze(-1)).squeeze(-1).squeeze(-1);
+  }
   if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
   if (b.dim() == 1) return matmul(a, b.unsqueeze(-1)).squeeze(-1);
   TG_CHECK(a.size(-1) == b.size(-2), "matmul: shapes ", format_shape(a.shape()), " and ", format_shape(b.shape()),
@@ -270,7 +282,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // 16 bits: x and W as they are, products and sums in float32 (the bias added in float32
   // first), rounded once.
   Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
-  const int64_t rows = x.numel() / std::max<int64_t>(in_f, 1);
+  const int64_t rows = linear_rows(x.shape());
   Shape out_shape = x.shape();
   out_shape.back() = out_f;
   Tensor out = Tensor::empty(out_shape, sum_dtype(x.dtype()));

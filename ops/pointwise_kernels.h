@@ -37,8 +37,8 @@ enum class Unary {
   Sign,         // -1, 0, 1 (the derivative of abs, as a constant)
   Clamp,        // min(max(x, a), b), NaN passes
   ClampMask,    // 1 where a <= x <= b, else 0 (the derivative of clamp)
-  Relu,         // max(x, 0)
-  ReluMask,     // 1 where x > 0, else 0 (relu's derivative from its output)
+  Relu,         // 0 where x <= 0, else x (NaN stays NaN, as PyTorch's threshold)
+  ReluMask,     // 0 where x <= 0, else 1 (relu's derivative from its output; 1 at NaN)
   Sigmoid,      // 1 / (1 + e^-x)
   Tanh,         // tanh x
   Gelu,         // x Phi(x)
@@ -61,7 +61,7 @@ enum class Binary {
   RsqrtBackward,      // -g y^3 / 2
   AbsBackward,        // g * sign(x)
   ClampBackward,      // g where s.a <= x <= s.b, else 0
-  ReluBackward,       // g where y > 0, else 0
+  ReluBackward,       // 0 where y <= 0, else g (g at NaN, as PyTorch)
   SigmoidBackward,    // g y (1 - y)
   TanhBackward,       // g (1 - y^2)
   GeluBackward,       // g gelu'(x)

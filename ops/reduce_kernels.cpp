@@ -93,7 +93,7 @@ void sum_rows(const T* x, T* out, int64_t outer, int64_t R, double scale) {
 
 template <class T>
 void var_rows(const T* x, T* out, int64_t outer, int64_t R, double correction) {
-  const double denom = static_cast<double>(R) - correction;
+  const double denom = std::max(static_cast<double>(R) - correction, 0.0);
   for_each_row_mean(x, outer, R, [=](int64_t r, double m) {
     const T* row = x + r * R;
     const double s = lane_sum(R, [=](auto at) {

@@ -1,9 +1,11 @@
 // var. Shape legend: the reduced dims moved last, x is an (outer, R) matrix; per row, in double:
-//   mean = sum x / R,  var = sum (x - mean)^2 / (R - correction)
+//   mean = sum x / R,  var = sum (x - mean)^2 / max(R - correction, 0)   (as PyTorch: Inf, or
+//                      NaN for no elements, where the correction leaves no degree of freedom)
 //   dx   = g * 2 (x - mean) / (R - correction)          (saves x; the mean is recomputed)
 // Under create_graph dx is the same formula in recorded ops (sub, mean, mul), from x itself
 // (saved with its history), so var is twice differentiable.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "../framework/tape.h"
@@ -81,6 +83,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims_in, double correcti
   const int64_t R = std::max<int64_t>(m.size(1), 1);
   const int64_t outer = m.size(1) == 0 ? 0 : x.numel() / R;
   Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), m.dtype());
+  if (m.size(1) == 0) detail::raw_fill_(out, std::nan(""));  // no elements: 0 / 0, as in PyTorch
   dispatch_floating(m.dtype(), "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
     kernels::var_rows<T>(m.data<T>(), out.data<T>(), outer, R, correction);

@@ -108,10 +108,11 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   Tensor out = dispatch_all(a.dtype(), [&, &a = a, &b = b](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    // a where m, else b: two broadcasting passes keep to the shared kernel (exact in 16 bits too:
-    // one of the two terms is zero).
-    Tensor picked_a = map_binary<T>(m, a.detach(), op, [](M mv, M av) { return mv != M(0) ? av : M(0); });
-    Tensor mb = map_binary<T>(m, b.detach(), op, [](M mv, M bv) { return mv != M(0) ? M(0) : bv; });
+    // a where m, else b: two broadcasting passes keep to the shared kernel, the unpicked terms
+    // -0, which adds to anything exactly (v + -0 is v for every v, -0 and NaN included; with +0,
+    // a picked -0 became +0). Exact in 16 bits too.
+    Tensor picked_a = map_binary<T>(m, a.detach(), op, [](M mv, M av) { return mv != M(0) ? av : -M(0); });
+    Tensor mb = map_binary<T>(m, b.detach(), op, [](M mv, M bv) { return mv != M(0) ? -M(0) : bv; });
     return map_binary<T>(picked_a, mb, op, [](M x, M y) { return x + y; });
   });
   if (Recorder rec{kWhereOp, {a, b}}) {
