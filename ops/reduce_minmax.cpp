@@ -133,7 +133,10 @@ void check_input(const Tensor& x, const char* op) {
 ValuesIndices extreme_dim(const OpDef& op, const Tensor& x, int64_t dim_in, bool keepdim, bool is_max) {
   check_input(x, op.name);
   TG_CHECK(is_floating(x.dtype()) || !x.requires_grad(), op.name, ": int64 tensors are not differentiable");
-  TG_CHECK(x.dim() > 0, op.name, ": expected a tensor with at least one dimension (use the all-element form)");
+  if (x.dim() == 0) {  // as PyTorch: dim 0 or -1 of a 0-d tensor is its one element (a view of it)
+    wrap_dim(dim_in, 1, op.name);
+    return extreme_dim(op, x.reshape({1}), 0, false, is_max);
+  }
   const int64_t dim = wrap_dim(dim_in, x.dim(), op.name);
   Extremes e = extremes(x, dim, is_max, true, op.name);
   Shape out = reduced_shape(x.shape(), {dim}, keepdim);
@@ -169,7 +172,10 @@ Tensor extreme_all(const OpDef& op, const Tensor& x, bool is_max) {
 
 Tensor arg_extreme(const Tensor& x, int64_t dim_in, bool keepdim, bool is_max, const char* op) {
   check_input(x, op);
-  TG_CHECK(x.dim() > 0, op, ": expected a tensor with at least one dimension (use the all-element form)");
+  if (x.dim() == 0) {
+    wrap_dim(dim_in, 1, op);
+    return arg_extreme(x.reshape({1}), 0, false, is_max, op);
+  }
   const int64_t dim = wrap_dim(dim_in, x.dim(), op);
   return extremes(x.detach(), dim, is_max, false, op).indices.reshape(reduced_shape(x.shape(), {dim}, keepdim));
 }

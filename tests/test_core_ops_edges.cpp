@@ -1,7 +1,7 @@
 // Edge values where PyTorch's answer is defined and ours was once silently wrong (found by
 // differential testing against PyTorch 1.13): a linear layer without input features, var over
 // nothing or with more correction than elements, relu at NaN, where at -0, the product of two
-// vectors, backward into a .grad that is an expanded tensor. The expected values are PyTorch's,
+// vectors, max over the dim of a 0-d tensor, backward into a .grad that is an expanded tensor. The expected values are PyTorch's,
 // exact here, so they are written out rather than kept as fixtures.
 #include <gtest/gtest.h>
 
@@ -118,6 +118,24 @@ TEST(CoreOpsEdges, MatmulOfTwoVectorsIsTheirDotProduct) {
   EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{4, 5, 6}));
   EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{1, 2, 3}));
   EXPECT_EQ(error_of([] { matmul(zeros({3}), zeros({4})); }), "matmul: vectors of sizes 3 and 4 have no dot product");
+}
+
+// PyTorch reduces a 0-d tensor over dim 0 or -1 (its one element); these were refused.
+TEST(CoreOpsEdges, MaxMinAndArgOverTheDimOfAZeroDimTensor) {
+  Tensor x = scalar_tensor(3.0, DType::Float64).requires_grad_();
+  for (int64_t dim : {0, -1}) {
+    ValuesIndices m = max(x, dim, true);
+    EXPECT_EQ(m.values.dim(), 0);
+    EXPECT_EQ(m.values.item<double>(), 3.0);
+    EXPECT_EQ(m.indices.item<int64_t>(), 0);
+    EXPECT_EQ(min(x, dim).values.item<double>(), 3.0);
+    EXPECT_EQ(argmax(x, dim).item<int64_t>(), 0);
+    EXPECT_EQ(argmin(x, dim, true).dim(), 0);
+  }
+  max(x, 0).values.backward();
+  EXPECT_EQ(x.grad().item<double>(), 1.0);
+  EXPECT_NE(error_of([&] { max(x, 1); }).find("max"), std::string::npos);
+  EXPECT_NE(error_of([&] { argmin(x, -2); }).find("argmin"), std::string::npos);
 }
 
 // PyTorch refuses to add into such a .grad (it would add into one location several times); the
