@@ -122,6 +122,12 @@ double StepLR::lr_at(double base_lr, int64_t epoch) const {
   return base_lr * std::pow(gamma_, static_cast<double>(epoch / step_size_));
 }
 
+// PyTorch's get_lr: the group's current lr, times gamma at each multiple of step_size (the
+// same bits as PyTorch's, and an lr set from outside carries on from where it was set).
+double StepLR::chained_lr(size_t, double lr, int64_t epoch) const {
+  return epoch == 0 || epoch % step_size_ != 0 ? lr : lr * gamma_;
+}
+
 // ---- CosineAnnealingLR ----
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)

@@ -7,8 +7,9 @@
 //   for (int e = 0; e < epochs; ++e) { train_one_epoch(); sched.step(); }
 //
 // Most schedules are closed forms of base_lr (each group's lr when the scheduler was made) and
-// the step count. CosineAnnealingLR is recursive in PyTorch (each step's lr is computed from
-// the group's current lr) and is here too: see below.
+// the step count. StepLR and CosineAnnealingLR are recursive in PyTorch (each step's lr is
+// computed from the group's current lr, so an lr set from outside carries on) and are here
+// too; set_last_epoch uses their closed forms, as PyTorch's step(epoch) does.
 //
 // state_dict() / load_state_dict() carry what resuming needs to continue to the bit: last_epoch,
 // base_lrs, the last lrs (written back into the optimizer on load, so a recursive schedule
@@ -90,7 +91,8 @@ class LambdaLR : public LRScheduler {
   std::function<double(int64_t)> factor_;
 };
 
-// lr = base_lr * gamma^(epoch / step_size): PyTorch's StepLR.
+// PyTorch's StepLR: the lr times gamma every step_size steps (closed form base_lr *
+// gamma^(epoch / step_size) when nothing else changes it).
 class StepLR : public LRScheduler {
  public:
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
@@ -98,6 +100,7 @@ class StepLR : public LRScheduler {
 
  protected:
   double lr_at(double base_lr, int64_t epoch) const override;
+  double chained_lr(size_t group, double current_lr, int64_t epoch) const override;
 
  private:
   int64_t step_size_;

@@ -30,6 +30,13 @@ namespace tg {
 
 namespace {
 
+// "a, b and c", for messages.
+std::string join_keys(const std::vector<std::string>& keys) {
+  std::string out;
+  for (size_t i = 0; i < keys.size(); ++i) out += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + keys[i];
+  return out;
+}
+
 template <class T>
 void sgd_kernel(T* p, const T* g, T* buf, int64_t n, double lr, double momentum, double dampening,
                 double weight_decay, bool nesterov, bool first) {
@@ -279,13 +286,21 @@ void Optimizer::load_state_dict(const StateDict& state) {
       size_t dot = rest.find('.');
       TG_CHECK(dot != std::string::npos && dot > 0 && rest.find_first_not_of("0123456789") == dot, name(),
                ".load_state_dict: malformed key \"", key, "\"");
-      size_t i = std::stoul(rest.substr(0, dot));
+      TG_CHECK(dot <= 18, name(), ".load_state_dict: ", what, " index in \"", key, "\" is out of range for ", limit);
+      const size_t i = std::stoul(rest.substr(0, dot));  // at most 18 digits: fits
       TG_CHECK(i < limit, name(), ".load_state_dict: ", what, " ", i, " in \"", key, "\" is out of range for ", limit);
       return {i, rest.substr(dot + 1)};
     };
     if (key.rfind("state.", 0) == 0) {
       auto [i, buffer] = parse_index(key.substr(6), params.size(), "parameter");
       const bool is_step = buffer == "step";
+      if (is_step) {  // a count of updates: bias corrections divide by 1 - beta^step
+        TG_CHECK(value.numel() == 1, name(), ".load_state_dict: \"", key,
+                 "\" must be one non-negative whole number, got shape ", format_shape(value.shape()));
+        const double n = detail::convert(value, DType::Float64).item();
+        TG_CHECK(std::isfinite(n) && n >= 0 && n == std::floor(n), name(), ".load_state_dict: \"", key,
+                 "\" must be one non-negative whole number, got ", n);
+      }
       TG_CHECK(is_step || value.shape() == params[i].shape(), name(), ".load_state_dict: \"", key, "\" has shape ",
                format_shape(value.shape()), ", expected ", format_shape(params[i].shape()));
       // A master copy exists for 16-bit parameters only; every state buffer is float32 for them.
@@ -293,7 +308,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
                key, "\" is a float32 master copy, but parameter ", i, " is ", dtype_name(params[i].dtype()),
                ", which needs none");
       const DType dt = is_step ? DType::Float64 : state_dtype(params[i].dtype());
-      new_state[i][buffer] = detail::convert(value, dt).contiguous().clone();
+      new_state[i][buffer] = detail::convert(is_step ? value.reshape({}) : value, dt).contiguous().clone();
     } else if (key.rfind("param_groups.", 0) == 0) {
       auto [g, hyper] = parse_index(key.substr(13), groups_.size(), "param group");
       TG_CHECK(value.numel() == 1, name(), ".load_state_dict: \"", key, "\" must hold one value, got shape ",
@@ -308,6 +323,15 @@ void Optimizer::load_state_dict(const StateDict& state) {
     } else {
       throw Error(name() + ".load_state_dict: unexpected key \"" + key + "\"");
     }
+  }
+  // A parameter's state is whole or absent (absent: it starts afresh, as in PyTorch): a missing
+  // buffer would be re-created as zeros beside loaded ones, or fail at the next step.
+  const std::vector<std::string> required = required_state();
+  for (size_t i = 0; i < new_state.size(); ++i) {
+    if (new_state[i].empty()) continue;
+    for (const std::string& k : required)
+      TG_CHECK(new_state[i].count(k), name(), ".load_state_dict: the state of parameter ", i, " has no \"state.", i,
+               ".", k, "\" (its state is ", join_keys(required), ", all or none)");
   }
   state_ = std::move(new_state);
   groups_ = std::move(new_groups);
@@ -467,8 +491,10 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     std::vector<double> values = g.to(DType::Float64).to_vector<double>();
     double norm = 0;
     if (std::isinf(norm_type)) {
-      for (double x : values) norm = std::max(norm, std::abs(x));
-      total = std::max(total, norm);
+      // NaN wins, as in PyTorch's max (std::max(a, NaN) would return a, hiding the NaN)
+      auto nan_max = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
+      for (double x : values) norm = nan_max(norm, std::abs(x));
+      total = nan_max(total, norm);
     } else if (norm_type == 2.0) {
       for (double x : values) norm += x * x;
       total += norm;  // the sum of squared per-tensor norms

@@ -53,7 +53,10 @@ class Optimizer {
   // "state.<i>.<key>" for each parameter's buffers (copies), then "param_groups.<g>.<hyper>".
   StateDict state_dict() const;
   // Restores buffers and hyperparameters; the parameter count and each buffer's shape must
-  // match this optimizer's. Keys this optimizer does not know are an error.
+  // match this optimizer's, a "step" must be one whole number >= 0, and a parameter's state
+  // must hold every buffer its optimizer keeps (Adam: step, exp_avg, exp_avg_sq) or none (it
+  // then starts afresh). Keys this optimizer does not know are an error. Nothing changes when
+  // any check fails.
   void load_state_dict(const StateDict& state);
 
   // The buffers of parameter i ("momentum_buffer", "exp_avg", "step", "master_param" for a 16-bit
@@ -71,6 +74,10 @@ class Optimizer {
   // Calls f(group, param, grad, state) for each parameter that has a gradient.
   template <class F>
   void for_each_param_with_grad(F&& f);
+
+  // The buffers every parameter's state holds once it has any (load_state_dict checks them);
+  // others are created when first needed.
+  virtual std::vector<std::string> required_state() const { return {}; }
 
   std::vector<Group> groups_;
   std::vector<std::map<std::string, Tensor>> state_;  // by parameter index across groups
@@ -113,6 +120,7 @@ class Adam : public Optimizer {
 
  protected:
   explicit Adam(bool decoupled) : decoupled_(decoupled) {}  // for AdamW: no group yet
+  std::vector<std::string> required_state() const override { return {"step", "exp_avg", "exp_avg_sq"}; }
   bool decoupled_ = false;
 };
 
@@ -149,6 +157,9 @@ class RMSprop : public Optimizer {
   void add_param_group(std::vector<Tensor> params, RMSpropOptions options);
   std::string name() const override { return "RMSprop"; }
   void step() override;
+
+ protected:
+  std::vector<std::string> required_state() const override { return {"step", "square_avg"}; }
 };
 
 // Scales the gradients so that their global norm (the norm of all of them as one vector) is
