@@ -23,6 +23,10 @@ inline bool is_reduced_floating(DType t) { return t == DType::BFloat16 || t == D
 // The dtype a binary op of a and b computes in and returns, by PyTorch's rules: floating beats
 // integer, the wider of two of a kind wins, and bfloat16 with float16 meet in float32.
 DType promote_types(DType a, DType b);
+// Whether the value v, truncated towards zero, lies in integer dtype t's range (always true for
+// a floating t): what a fill or a scalar operand of an integer tensor needs, since converting
+// a double out of range (or NaN) to an integer is undefined behaviour.
+bool fits_integer_range(DType t, double v);
 
 template <class T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };

@@ -19,6 +19,8 @@
 // Under plain backward nothing records: they are the kernels the backward always used.
 #include "inplace.h"
 
+#include <cmath>
+
 #include "grad_mode.h"
 #include "random.h"
 #include "tape.h"
@@ -351,6 +353,12 @@ bool detail::shares_elements(const Tensor& t) {
   return false;
 }
 
+void detail::check_result_fits_self(const char* op, DType self, DType result) {
+  TG_CHECK(is_floating(self) || !is_floating(result), op, ": the result type ", dtype_name(result),
+           " cannot be cast to self's dtype ", dtype_name(self), " in place (it would be truncated); use the "
+           "out-of-place op");
+}
+
 bool detail::check_inplace(const Tensor& self, const char* op, const std::vector<Tensor>& others) {
   TG_CHECK(self.defined(), op, ": the tensor is undefined");
   // In any mode: several elements on one memory location would each get the op applied (add_
@@ -437,6 +445,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_defined("add_");
   TG_CHECK(other.defined(), "add_: the other tensor is undefined");
+  detail::check_result_fits_self("add_", dtype(), result_type(*this, other));
+  TG_CHECK(is_floating(dtype()) || alpha == std::trunc(alpha), "add_: alpha must be a whole number for a ",
+           dtype_name(dtype()), " tensor, got ", alpha);
   detail::check_inplace(*this, "add_", {other});
   Recorder rec{kAddInplaceOp, {*this, other}};
   detail::raw_add_(*this, other, alpha);
@@ -449,6 +460,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 
 Tensor& Tensor::mul_(double factor) {
   check_defined("mul_");
+  detail::check_result_fits_self("mul_", dtype(), factor == std::trunc(factor) ? dtype() : DType::Float32);
   detail::check_inplace(*this, "mul_", {});
   Recorder rec{kMulInplaceOp, {*this}};
   detail::raw_mul_(*this, factor);

@@ -50,6 +50,10 @@ void check_history_current(const Tensor& t, const char* op);
 // 1, as from expand()): such a tensor cannot be written element by element.
 bool shares_elements(const Tensor& t);
 
+// PyTorch's rule for writing an op's result into self: a floating result cannot go into an
+// integer self (it would be truncated silently), a tg::Error naming op.
+void check_result_fits_self(const char* op, DType self, DType result);
+
 // The rules before an in-place change of `self` by `op` with other tensor inputs `others`.
 // Throws for a self whose elements share memory (in any mode), and, with grad mode on, for a
 // leaf that requires grad, a stale tensor, or a non-floating self that would join the graph.

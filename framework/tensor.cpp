@@ -66,6 +66,13 @@ DType promote_types(DType a, DType b) {
   return DType::Float32;  // float32 with a 16-bit type, or bfloat16 with float16
 }
 
+bool fits_integer_range(DType t, double v) {
+  if (is_floating(t)) return true;
+  const double lo = t == DType::Int32 ? -2147483648.0 : -9223372036854775808.0;  // -2^31, -2^63: exact
+  const double w = std::trunc(v);
+  return w >= lo && w < -lo;  // false for NaN
+}
+
 DType result_type(const Tensor& a, const Tensor& b) {
   const bool za = a.dim() == 0, zb = b.dim() == 0;
   if (za == zb) return promote_types(a.dtype(), b.dtype());
@@ -495,6 +502,8 @@ Tensor detail::widen(const Tensor& t) {
 }
 
 void detail::raw_fill_(Tensor& dst, double value) {
+  TG_CHECK(fits_integer_range(dst.dtype(), value), "fill: cannot convert ", value, " to ", dtype_name(dst.dtype()),
+           " (expected a finite value in its range)");
   dispatch_all(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T v = static_cast<T>(value);
@@ -511,6 +520,15 @@ void detail::raw_copy_(Tensor& dst, const Tensor& src) {
 }
 
 void detail::raw_add_(Tensor& dst, const Tensor& other, double alpha) {
+  const DType wide = result_type(dst, other);
+  if (wide != dst.dtype()) {
+    // The sum in the promoted dtype, rounded once into dst, as PyTorch (other converted to dst's
+    // narrower dtype first was rounded twice: bfloat16 1 + float32 (2^-8 + 2^-20) gave 1).
+    Tensor sum = convert(dst, wide);  // a new tensor: the dtypes differ
+    raw_add_(sum, other, alpha);
+    apply_inplace(dst, sum, "add_", CopyValue{});
+    return;
+  }
   if (alpha == 1.0) {
     apply_inplace(dst, other, "add_", [](auto d, auto s) { return d + s; });
   } else {

@@ -211,7 +211,7 @@ namespace {
 // An integer tensor with a scalar, as PyTorch: an integral scalar keeps the integer dtype, any
 // other makes it float32 (the scalar as a 0-dim tensor; result_type does the rest).
 Tensor scalar_operand(const Tensor& x, double s) {
-  return scalar_tensor(s, s == std::trunc(s) && std::abs(s) < 9.2e18 ? x.dtype() : DType::Float32);
+  return scalar_tensor(s, s == std::trunc(s) && fits_integer_range(x.dtype(), s) ? x.dtype() : DType::Float32);
 }
 bool is_integer(const Tensor& x) { return x.defined() && !is_floating(x.dtype()); }
 }  // namespace
@@ -254,20 +254,25 @@ Tensor div(double s, const Tensor& x) { return mul(reciprocal(x), s); }
 // copy of self's old value when other requires grad. With an other of another dtype the result
 // is computed in the promoted dtype and written back in self's (a recorded cast), as PyTorch:
 // a bfloat16 x.mul_(float32) stays bfloat16.
+// An integer self with a floating result is refused, as PyTorch (int64 x.div_(y) would store the
+// truncated quotient).
 namespace {
-Tensor in_dtype_of(const Tensor& self, const Tensor& result) { return result.to(self.dtype()); }
+Tensor in_dtype_of(const Tensor& self, const Tensor& result, const char* op) {
+  detail::check_result_fits_self(op, self.dtype(), result.dtype());
+  return result.to(self.dtype());
+}
 }  // namespace
 Tensor& sub_(Tensor& x, const Tensor& other, double alpha) {
   detail::InplaceOp op{x, "sub_", {other}};
-  return op.commit(in_dtype_of(x, sub(op.old_value(), other, alpha)));
+  return op.commit(in_dtype_of(x, sub(op.old_value(), other, alpha), "sub_"));
 }
 Tensor& mul_(Tensor& x, const Tensor& other) {
   detail::InplaceOp op{x, "mul_", {other}};
-  return op.commit(in_dtype_of(x, mul(op.old_value(other.requires_grad()), other)));
+  return op.commit(in_dtype_of(x, mul(op.old_value(other.requires_grad()), other), "mul_"));
 }
 Tensor& div_(Tensor& x, const Tensor& other) {
   detail::InplaceOp op{x, "div_", {other}};
-  return op.commit(in_dtype_of(x, div(op.old_value(other.requires_grad()), other)));
+  return op.commit(in_dtype_of(x, div(op.old_value(other.requires_grad()), other), "div_"));
 }
 Tensor& sub_(Tensor& x, double s) {
   detail::InplaceOp op{x, "sub_"};

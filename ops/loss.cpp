@@ -73,7 +73,7 @@ T diff_loss_derivative(T d, Kind kind, T beta) {
   switch (kind) {
     case Kind::Mse: return T(2) * d;
     case Kind::L1: return sign_of(d);
-    default: return std::abs(d) < beta ? d / beta : sign_of(d);
+    default: return std::abs(d) < beta || std::isnan(d) ? d / beta : sign_of(d);  // NaN: NaN, as PyTorch
   }
 }
 
@@ -267,7 +267,9 @@ Tensor diff_loss_op(const OpDef& op, const Tensor& a, const Tensor& b, Reduction
   if (auto c = autocast::to_float32(a, b)) return diff_loss_op(op, c[0], c[1], reduction, kind, beta);
   check_binary_operands(a, b, op.name);
   TG_CHECK(beta >= 0, op.name, ": expected beta >= 0, got ", beta);
-  if (kind == Kind::SmoothL1 && beta == 0) kind = Kind::L1;  // PyTorch: beta 0 is exactly l1
+  // beta 0 is exactly l1 (as PyTorch 2 routes it; 1.13's own backward gives -g at d == 0, not
+  // l1's 0)
+  if (kind == Kind::SmoothL1 && beta == 0) kind = Kind::L1;
   Tensor out = pointwise_binary(a, b, op.name, [kind, beta](auto x, auto y) {
     return diff_loss(x - y, kind, static_cast<decltype(x)>(beta));
   });

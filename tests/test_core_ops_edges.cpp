@@ -1,8 +1,10 @@
 // Edge values where PyTorch's answer is defined and ours was once silently wrong (found by
 // differential testing against PyTorch 1.13): a linear layer without input features, var over
 // nothing or with more correction than elements, relu at NaN, where at -0, the product of two
-// vectors, max over the dim of a 0-d tensor, backward into a .grad that is an expanded tensor. The expected values are PyTorch's,
-// exact here, so they are written out rather than kept as fixtures.
+// vectors, max over the dim of a 0-d tensor, backward into a .grad that is an expanded tensor,
+// mixed-dtype add_, integer fills and comparisons out of range, in-place integer ops with a
+// floating result, smooth_l1's gradient at NaN. The expected values are PyTorch's, exact here,
+// so they are written out rather than kept as fixtures.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -136,6 +138,84 @@ TEST(CoreOpsEdges, MaxMinAndArgOverTheDimOfAZeroDimTensor) {
   EXPECT_EQ(x.grad().item<double>(), 1.0);
   EXPECT_NE(error_of([&] { max(x, 1); }).find("max"), std::string::npos);
   EXPECT_NE(error_of([&] { argmin(x, -2); }).find("argmin"), std::string::npos);
+}
+
+// add_ with an operand of a wider dtype adds in the promoted dtype and rounds once (PyTorch's
+// x.add_(y)); converting y to x's dtype first rounded twice.
+TEST(CoreOpsEdges, MixedDtypeAddInPlaceRoundsOnce) {
+  NoGradGuard no_grad;
+  struct Case {
+    DType self, other;
+    double x, y, alpha, expected;
+  };
+  const std::vector<Case> cases = {
+      {DType::BFloat16, DType::Float32, 1.0, 0.00390625 + 0.00000095367431640625, 1.0, 1.0078125},  // 2^-8 + 2^-20
+      {DType::BFloat16, DType::Float32, 1.0, 1.00390625, 0.3, 1.3046875},
+      {DType::Float16, DType::Float32, 1.0, 0.00048828125 + 1e-7, 1.0, 1.0009765625},  // 2^-11 + 1e-7
+      {DType::Float32, DType::Float64, 1.0, 0x1p-24 + 0x1p-50, 1.0, 1.0 + 0x1p-23},
+      {DType::Float32, DType::BFloat16, 1.0, 0.5, 2.0, 2.0},  // narrower other: exact as before
+  };
+  for (const Case& c : cases) {
+    Tensor x = full({2}, c.x, c.self);
+    x.add_(full({2}, c.y, c.other), c.alpha);
+    EXPECT_EQ(x.dtype(), c.self);
+    EXPECT_EQ(x.to(DType::Float64).to_vector<double>(), (std::vector<double>{c.expected, c.expected}))
+        << dtype_name(c.self) << " += " << dtype_name(c.other);
+  }
+}
+
+// A double out of an integer dtype's range (or NaN) converted to it is undefined behaviour: it
+// gave INT_MIN fills and comparisons with the wrong answer everywhere.
+TEST(CoreOpsEdges, IntegerFillsAndComparisonsOutOfRange) {
+  EXPECT_NE(error_of([] { full({2}, 3e9, DType::Int32); }).find("fill: cannot convert 3e+09 to int32"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { full({2}, NAN, DType::Int64); }).find("fill: cannot convert nan to int64"),
+            std::string::npos);
+  Tensor i32 = zeros({2}, DType::Int32);
+  EXPECT_NE(error_of([&] { i32.fill_(-3e9); }).find("cannot convert"), std::string::npos);
+  EXPECT_EQ(full({1}, 2147483647.0, DType::Int32).item<int32_t>(), 2147483647);
+  EXPECT_EQ(full({1}, -2.7, DType::Int64).item<int64_t>(), -2);  // truncated, as PyTorch's fill_
+  const Tensor y = from_vector(std::vector<int64_t>{1, 2, 3}, {3});
+  EXPECT_EQ(lt(y, 9.3e18).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(gt(y, 1e19).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(gt(y, -1e19).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1}));
+  const Tensor z = from_vector(std::vector<int64_t>{1, 2}, {2}).to(DType::Int32);
+  EXPECT_EQ(lt(z, 3e9).to_vector<int64_t>(), (std::vector<int64_t>{1, 1}));
+  Tensor sum = add(z, 3e9);  // no int32 holds it: computed in float32, as a fractional scalar
+  EXPECT_EQ(sum.dtype(), DType::Float32);
+  EXPECT_EQ(sum.to_vector<float>(), (std::vector<float>{3e9f, 3e9f}));
+}
+
+// PyTorch refuses to write a floating result into an integer tensor in place; these truncated.
+TEST(CoreOpsEdges, InPlaceIntegerOpsWithAFloatingResultAreRefused) {
+  Tensor x = from_vector(std::vector<int64_t>{1, 2, 3}, {3});
+  const Tensor f = from_vector(std::vector<double>{0.5, 0.5, 0.5}, {3});
+  const Tensor i = from_vector(std::vector<int64_t>{2, 2, 2}, {3});
+  const std::string cast = "the result type float";
+  EXPECT_NE(error_of([&] { x.mul_(2.5); }).find("mul_: " + cast + "32 cannot be cast to self's dtype int64"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { x.add_(f); }).find("add_: " + cast + "64 cannot be cast"), std::string::npos);
+  EXPECT_NE(error_of([&] { x.add_(i, 0.5); }).find("add_: alpha must be a whole number for a int64 tensor"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { div_(x, i); }).find("div_: " + cast), std::string::npos);
+  EXPECT_NE(error_of([&] { sub_(x, f); }).find("sub_: " + cast), std::string::npos);
+  EXPECT_NE(error_of([&] { mul_(x, f); }).find("mul_: " + cast), std::string::npos);
+  EXPECT_EQ(x.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3}));  // untouched
+  x.mul_(3.0);  // whole factors, integer operands: fine
+  x.add_(i, 2.0);
+  sub_(x, i);
+  EXPECT_EQ(x.to_vector<int64_t>(), (std::vector<int64_t>{5, 8, 11}));
+}
+
+TEST(CoreOpsEdges, SmoothL1GradientAtNanIsNan) {
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    Tensor x = from_vector(std::vector<double>{NAN, 0.2, 3}, {3}).to(dt).requires_grad_();
+    smooth_l1_loss(x, zeros({3}, dt), Reduction::Sum).backward();
+    const std::vector<double> g = x.grad().to(DType::Float64).to_vector<double>();
+    EXPECT_TRUE(std::isnan(g[0])) << dtype_name(dt);
+    EXPECT_NEAR(g[1], 0.2, 1e-7);  // d / beta, beta 1
+    EXPECT_EQ(g[2], 1.0);
+  }
 }
 
 // PyTorch refuses to add into such a .grad (it would add into one location several times); the
