@@ -12,8 +12,8 @@
 //               float32 (or other 16-bit) input becomes the autocast dtype
 //   to_float32  group_norm, layer_norm, softmax, log_softmax, the losses (mse, l1, smooth_l1,
 //               cross_entropy, binary_cross_entropy_with_logits), grid_sample, upsample_bilinear2d,
-//               upsample_linear1d, upsample_bicubic2d, upsample_trilinear3d, ms_deform_attn: every
-//               16-bit input becomes float32
+//               upsample_linear1d, upsample_bicubic2d, upsample_trilinear3d, ms_deform_attn,
+//               batch_norm: every 16-bit input becomes float32
 //
 // Every other op runs in the dtype of its inputs; elementwise ops of two dtypes promote
 // (bfloat16 + float32 -> float32). float64 is never cast. The casts are the differentiable
@@ -28,7 +28,8 @@
 //   layer_norm, softmax nor upsample (they run in the input's dtype, and group_norm / layer_norm
 //   of a bf16 input with float32 affine parameters fail there with "expected scalar type
 //   BFloat16 but found Float"). Here they compute in float32, as PyTorch's CUDA list has them;
-//   ms_deform_attn stays in float32 as Deformable-DETR keeps it. (Reductions such as sum and
+//   ms_deform_attn stays in float32 as Deformable-DETR keeps it, and batch_norm computes in
+//   float32 (1.13's CPU returns bf16 there, from float32 statistics). (Reductions such as sum and
 //   mean are on neither 1.13 CPU list: a 16-bit one sums in float32 and rounds once anyway.)
 //
 // The cast cache (PyTorch's): the bf16 copy of a float32 leaf that requires grad (a parameter)

@@ -150,7 +150,9 @@ void convert_in_place(const Tensor& t, DType dtype) {
   impl->strides = converted.strides();
   impl->offset = converted.offset();
   impl->dtype = dtype;
-  impl->grad.reset();
+  // the gradient follows, as in PyTorch's Module.to (a gradient of the old dtype would meet the
+  // new one's at the next accumulation)
+  if (impl->grad) impl->grad = Tensor(impl->grad).detach().to(dtype).contiguous().impl_ptr();
 }
 }  // namespace
 

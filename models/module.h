@@ -87,7 +87,7 @@ class Module {
   int64_t num_parameters() const;  // elements, counted once per parameter
   // Converts every floating parameter and buffer to the floating `dtype` (float32, float64,
   // bfloat16, float16) in place, rounding to nearest even: the tensor handles held by members
-  // stay valid. Integer buffers (counters, indices) keep their dtype. Gradients are dropped.
+  // stay valid. Integer buffers (counters, indices) keep their dtype. Gradients are converted too.
   // Returns the module, as PyTorch's module.to(dtype) does, so calls chain:
   //   net->to(tg::DType::BFloat16).train(false);
   Module& to(DType dtype);

@@ -92,6 +92,13 @@ TEST(Module, ToConvertsInPlaceOfTheModule) {
   ASSERT_TRUE(handle.grad().defined());
   EXPECT_EQ(handle.grad().dtype(), DType::Float64);
   EXPECT_THROW(net.to(DType::Int64), Error);
+  // A gradient is converted with its parameter (PyTorch's Module.to), not dropped.
+  const std::vector<double> grad64 = handle.grad().to_vector<double>();
+  net.to(DType::Float32);
+  ASSERT_TRUE(handle.grad().defined());
+  EXPECT_EQ(handle.grad().dtype(), DType::Float32);
+  const std::vector<float> grad32 = handle.grad().to_vector<float>();
+  for (size_t i = 0; i < grad64.size(); ++i) EXPECT_EQ(grad32[i], static_cast<float>(grad64[i]));
 }
 
 TEST(Module, ZeroGradDropsEveryGradient) {
