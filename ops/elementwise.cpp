@@ -207,12 +207,12 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-namespace {
-// An integer tensor with a scalar, as PyTorch: an integral scalar keeps the integer dtype, any
-// other makes it float32 (the scalar as a 0-dim tensor; result_type does the rest).
-Tensor scalar_operand(const Tensor& x, double s) {
+Tensor detail::integer_scalar_operand(const Tensor& x, double s) {
   return scalar_tensor(s, s == std::trunc(s) && fits_integer_range(x.dtype(), s) ? x.dtype() : DType::Float32);
 }
+
+namespace {
+Tensor scalar_operand(const Tensor& x, double s) { return detail::integer_scalar_operand(x, s); }
 bool is_integer(const Tensor& x) { return x.defined() && !is_floating(x.dtype()); }
 }  // namespace
 
@@ -248,7 +248,12 @@ Tensor div(const Tensor& x, double s) {
   }
   return out;
 }
-Tensor div(double s, const Tensor& x) { return mul(reciprocal(x), s); }
+// s / x as PyTorch's true division (s * (1 / x) differed in the last bit); an integer x divides
+// as int / int does, into float32.
+Tensor div(double s, const Tensor& x) {
+  TG_CHECK(x.defined(), "div: the tensor is undefined");
+  return div(is_integer(x) ? scalar_operand(x, s) : scalar_tensor(s, x.dtype()), x);
+}
 
 // In place, as the out-of-place op: mul and div save self for other's gradient, so they get a
 // copy of self's old value when other requires grad. With an other of another dtype the result

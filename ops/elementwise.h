@@ -42,4 +42,10 @@ inline Tensor operator*(double s, const Tensor& x) { return mul(x, s); }
 inline Tensor operator/(const Tensor& x, double s) { return div(x, s); }
 inline Tensor operator/(double s, const Tensor& x) { return div(s, x); }
 
+namespace detail {
+// An integer tensor's scalar operand, as PyTorch: a whole scalar within the dtype's range keeps
+// the integer dtype, any other is float32 (a 0-dim tensor; result_type does the rest).
+Tensor integer_scalar_operand(const Tensor& x, double s);
+}  // namespace detail
+
 }  // namespace tg

@@ -15,6 +15,7 @@
 
 #include "../framework/inplace.h"
 #include "../framework/tape.h"
+#include "binary_math.h"
 #include "elementwise.h"
 #include "internal/pointwise.h"
 #include "internal/samples.h"
@@ -133,6 +134,9 @@ const OpDef kAbsOp{"abs", "abs_backward", "self", abs_backward, abs_samples, tru
 const OpDef kClampOp{"clamp", "clamp_backward", "self", clamp_backward, clamp_samples, true};
 
 Tensor pow(const Tensor& x, double p) {
+  // integers, as PyTorch: a whole exponent keeps the dtype (pow of two tensors), any other is
+  // float32
+  if (x.defined() && !is_floating(x.dtype())) return pow(x, detail::integer_scalar_operand(x, p));
   Tensor y;
   if (p == 2.0) y = pointwise_unary(x, Unary::Square, "pow");
   else y = pointwise_unary(x, Unary::Pow, "pow", {p});
@@ -168,6 +172,12 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   TG_CHECK(min || max, "clamp: at least one of min or max must be given");
   const double lo = min ? *min : -std::numeric_limits<double>::infinity();
   const double hi = max ? *max : std::numeric_limits<double>::infinity();
+  if (x.defined() && !is_floating(x.dtype())) {  // integers: maximum / minimum with the bounds as
+    Tensor y = x;                                 // operands (whole bounds keep the dtype)
+    if (min) y = maximum(y, detail::integer_scalar_operand(x, lo));
+    if (max) y = minimum(y, detail::integer_scalar_operand(x, hi));
+    return y;
+  }
   // PyTorch: min(max(x, lo), hi), so hi wins when lo > hi; NaN propagates.
   Tensor y = pointwise_unary(x, Unary::Clamp, "clamp", {lo, hi});
   record_one_input(kClampOp, x, y, {{kInput, x}}, ClampAttrs{lo, hi});

@@ -1,10 +1,11 @@
-// Edge values where PyTorch's answer is defined and ours was once silently wrong (found by
-// differential testing against PyTorch 1.13): a linear layer without input features, var over
-// nothing or with more correction than elements, relu at NaN, where at -0, the product of two
-// vectors, max over the dim of a 0-d tensor, backward into a .grad that is an expanded tensor,
-// mixed-dtype add_, integer fills and comparisons out of range, in-place integer ops with a
-// floating result, smooth_l1's gradient at NaN. The expected values are PyTorch's, exact here,
-// so they are written out rather than kept as fixtures.
+// Edge values where PyTorch's answer is defined and ours was once silently wrong or refused
+// (found by differential testing against PyTorch 1.13): a linear layer without input features,
+// var over nothing or with more correction than elements, relu at NaN, where at -0, the product
+// of two vectors, max over the dim of a 0-d tensor, backward into a .grad that is an expanded
+// tensor, mixed-dtype add_, integer fills and comparisons out of range, in-place integer ops
+// with a floating result, smooth_l1's gradient at NaN, integer pow / clamp and s / x. The
+// expected values are PyTorch's, exact here, so they are written out rather than kept as
+// fixtures.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -216,6 +217,32 @@ TEST(CoreOpsEdges, SmoothL1GradientAtNanIsNan) {
     EXPECT_NEAR(g[1], 0.2, 1e-7);  // d / beta, beta 1
     EXPECT_EQ(g[2], 1.0);
   }
+}
+
+// Integer tensors with scalars, as PyTorch with a Python scalar: whole ones keep the dtype, others
+// give float32 (these were refused); s / x is a true division (s * (1 / x) was off in the last bit).
+TEST(CoreOpsEdges, IntegerPowClampAndScalarDivision) {
+  const Tensor a = from_vector(std::vector<int64_t>{2, 3, -4}, {3});
+  Tensor p = pow(a, 2.0);
+  EXPECT_EQ(p.dtype(), DType::Int64);
+  EXPECT_EQ(p.to_vector<int64_t>(), (std::vector<int64_t>{4, 9, 16}));
+  Tensor r = pow(from_vector(std::vector<int64_t>{4, 9}, {2}), 0.5);
+  EXPECT_EQ(r.dtype(), DType::Float32);
+  EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{2, 3}));
+  Tensor c = clamp(a, 0.0, 2.0);
+  EXPECT_EQ(c.dtype(), DType::Int64);
+  EXPECT_EQ(c.to_vector<int64_t>(), (std::vector<int64_t>{2, 2, 0}));
+  Tensor cf = clamp(a, 0.5);
+  EXPECT_EQ(cf.dtype(), DType::Float32);
+  EXPECT_EQ(cf.to_vector<float>(), (std::vector<float>{2, 3, 0.5f}));
+  Tensor d = div(6.0, a);
+  EXPECT_EQ(d.dtype(), DType::Float32);
+  EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{3, 2, -1.5f}));
+  Tensor x = from_vector(std::vector<float>{3, 7}, {2}).requires_grad_();
+  Tensor q = div(10.0, x);
+  EXPECT_EQ(q.to_vector<float>(), (std::vector<float>{10.0f / 3.0f, 10.0f / 7.0f}));
+  sum(q).backward();  // d(s / x)/dx = -s / x^2
+  EXPECT_FLOAT_EQ(x.grad().to_vector<float>()[0], -10.0f / 9.0f);
 }
 
 // PyTorch refuses to add into such a .grad (it would add into one location several times); the
