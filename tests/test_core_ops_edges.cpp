@@ -165,6 +165,14 @@ TEST(CoreOpsEdges, MixedDtypeAddInPlaceRoundsOnce) {
   }
 }
 
+// A scalar beside a 16-bit tensor stays float32 (README, "Dtypes"): PyTorch 1.13 rounds 1e10 to
+// float16 first (inf), and 65504 / inf is 0 there.
+TEST(CoreOpsEdges, AScalarBesideASixteenBitTensorStaysFloat32) {
+  const float q = div(full({1}, 65504.0, DType::Float16), 1e10).to(DType::Float32).item<float>();
+  EXPECT_GT(q, 6.5e-6f);
+  EXPECT_LT(q, 6.6e-6f);
+}
+
 // A double out of an integer dtype's range (or NaN) converted to it is undefined behaviour: it
 // gave INT_MIN fills and comparisons with the wrong answer everywhere.
 TEST(CoreOpsEdges, IntegerFillsAndComparisonsOutOfRange) {
