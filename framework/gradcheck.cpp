@@ -79,8 +79,9 @@ struct Checker {
     return r;
   }
 
+  // torch.allclose: equal (infinities included) or within the tolerance; NaN is never close.
   bool close(double analytical, double numerical) const {
-    return std::abs(analytical - numerical) <= opt.atol + opt.rtol * std::abs(numerical);
+    return analytical == numerical || std::abs(analytical - numerical) <= opt.atol + opt.rtol * std::abs(numerical);
   }
 
   // Central difference of the outputs along direction `dir` of input k: (f(x+eps d) - f(x-eps d)) / 2eps.
@@ -130,7 +131,13 @@ struct Checker {
         dir.data<double>()[e] = 0.0;
         for (size_t o = 0; o < n_out; ++o) {
           double a = analytical_rows[o][col_base + e], n = col[o];
-          double excess = std::abs(a - n) - (opt.atol + opt.rtol * std::abs(n));
+          // > 0 when not close; a NaN on either side fails (as a plain difference it compared
+          // false below and passed silently)
+          double excess = -1;
+          if (!close(a, n)) {
+            const double over = std::abs(a - n) - (opt.atol + opt.rtol * std::abs(n));
+            excess = std::isnan(over) ? HUGE_VAL : over;
+          }
           if (excess > worst) {
             worst = excess;
             worst_a = a;
@@ -228,7 +235,7 @@ struct Checker {
       std::vector<double> b = before[j].to(DType::Float64).to_vector<double>();
       std::vector<double> e = expected[j].to_vector<double>();
       for (size_t i = 0; i < g.size(); ++i) {
-        if (std::abs(g[i] - (b[i] + e[i])) > 1e-12 * (1 + std::abs(b[i]) + std::abs(e[i]))) {
+        if (!(std::abs(g[i] - (b[i] + e[i])) <= 1e-12 * (1 + std::abs(b[i]) + std::abs(e[i])))) {  // NaN fails
           failure << "gradcheck: backward did not add into the existing .grad() of input " << wrt[j]
                   << ": element " << i << " is " << g[i] << ", expected " << b[i] << " + " << e[i];
           ok = false;

@@ -252,14 +252,17 @@ struct Engine {
   // For tg::grad: the entries whose backward can reach a wanted gradient; the others only
   // have their gradients captured (if wanted) and are not run.
   std::unordered_set<const Node*> leads_to_capture;
-  // Leaves with post-accumulate hooks: the deliveries still to come in this pass (one per edge
-  // of a reachable entry), and whether one arrived. Their hooks run after the last delivery, so
-  // they see the pass's whole gradient (a leaf used twice gets two deliveries); a leaf whose
-  // remaining deliveries never come (an entry gave no gradient to it) runs them at the pass's end.
+  // Leaves with hooks (gradient hooks or post-accumulate hooks): the deliveries still to come in
+  // this pass (one per edge of a reachable entry, one per root that is the leaf) and their sum so
+  // far. The leaf gets the sum at the last delivery, so its hooks run once and see the pass's
+  // whole gradient, as PyTorch's AccumulateGrad (a leaf used twice gets two deliveries; a
+  // gradient hook run on each part gave a wrong .grad() for any hook not linear in its input);
+  // a leaf whose remaining deliveries never come (an entry gave no gradient to it) gets what
+  // arrived at the pass's end.
   struct Pending {
     std::shared_ptr<TensorImpl> leaf;
     int remaining = 0;
-    bool received = false;
+    Tensor sum;
   };
   std::unordered_map<TensorImpl*, Pending> pending_hooks;
   std::vector<TensorImpl*> pending_order;  // first seen first: the end-of-pass order
@@ -294,8 +297,7 @@ struct Engine {
   }
 
   void deliver_to_leaf(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
-    g = apply_hooks(leaf->hooks, g);
-    if (capture) {
+    if (capture) {  // tg::grad: summed here, the leaf's hooks run once on the sum (tg::grad)
       auto it = capture->leaves.find(leaf.get());
       if (it != capture->leaves.end()) {
         Tensor& slot = capture->grads[it->second];
@@ -303,6 +305,21 @@ struct Engine {
       }
       return;
     }
+    auto it = pending_hooks.find(leaf.get());
+    if (it != pending_hooks.end() && it->second.remaining > 0) {
+      Pending& p = it->second;
+      p.sum = p.sum.defined() ? sum_gradients(p.sum, g, create_graph) : g;
+      if (--p.remaining > 0) return;
+      g = std::move(p.sum);
+      p.sum = Tensor();
+      p.remaining = -1;  // delivered: the end of the pass skips it
+    }
+    accumulate_into_leaf(leaf, apply_hooks(leaf->hooks, g));
+  }
+
+  // The leaf's whole gradient of the pass (hooks applied) into .grad(), then its post-accumulate
+  // hooks.
+  void accumulate_into_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
     if (create_graph) {
       // The gradient keeps its history: .grad() can be differentiated again. A clone, since g
       // may be handed to other inputs too (as add's backward does).
@@ -330,36 +347,31 @@ struct Engine {
   }
 
   void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
-    if (leaf->post_accumulate_hooks.empty()) return;
-    auto it = pending_hooks.find(leaf.get());
-    if (it != pending_hooks.end()) {
-      it->second.received = true;
-      if (--it->second.remaining > 0) return;
-      it->second.remaining = -1;  // done: the end of the pass skips it
-    }
     const Tensor handle(leaf);
     for (const PostAccumulateGradHook& hook : leaf->post_accumulate_hooks) hook(handle);
   }
 
-  void count_pending_hooks(const std::vector<Node*>& order) {
-    for (const Node* n : order)
-      for (const Edge& e : n->edges_)
-        if (e.leaf && !e.leaf->post_accumulate_hooks.empty()) {
-          Pending& p = pending_hooks[e.leaf.get()];
-          if (!p.leaf) {
-            p.leaf = e.leaf;
-            pending_order.push_back(e.leaf.get());
-          }
-          ++p.remaining;
-        }
+  void count_pending(const std::shared_ptr<TensorImpl>& leaf) {
+    if (leaf->hooks.empty() && leaf->post_accumulate_hooks.empty()) return;
+    Pending& p = pending_hooks[leaf.get()];
+    if (!p.leaf) {
+      p.leaf = leaf;
+      pending_order.push_back(leaf.get());
+    }
+    ++p.remaining;
   }
 
-  void run_remaining_hooks() {
+  void count_pending_hooks(const std::vector<Node*>& order, const std::vector<Tensor>& root_leaves) {
+    for (const Tensor& r : root_leaves) count_pending(r.impl_ptr());
+    for (const Node* n : order)
+      for (const Edge& e : n->edges_)
+        if (e.leaf) count_pending(e.leaf);
+  }
+
+  void deliver_remaining() {
     for (TensorImpl* impl : pending_order) {
-      const Pending& p = pending_hooks[impl];
-      if (!p.received || p.remaining < 0) continue;
-      const Tensor handle(p.leaf);
-      for (const PostAccumulateGradHook& hook : impl->post_accumulate_hooks) hook(handle);
+      Pending& p = pending_hooks[impl];
+      if (p.remaining > 0 && p.sum.defined()) accumulate_into_leaf(p.leaf, apply_hooks(impl->hooks, p.sum));
     }
     pending_hooks.clear();
     pending_order.clear();
@@ -489,6 +501,7 @@ struct Engine {
     TG_CHECK(grad_outputs.empty() || grad_outputs.size() == roots.size(), "backward: got ", grad_outputs.size(),
              " gradients for ", roots.size(), " outputs");
     std::vector<Node*> root_nodes;
+    std::vector<Tensor> root_leaves, root_leaf_grads;  // delivered once the pending counts are known
     for (size_t i = 0; i < roots.size(); ++i) {
       const Tensor& root = roots[i];
       TG_CHECK(root.defined(), "backward: output ", i, " is undefined");
@@ -510,14 +523,16 @@ struct Engine {
         add_to_buffer(root.grad_fn().get(), root.output_nr(), g);
         root_nodes.push_back(root.grad_fn().get());
       } else {
-        deliver_to_leaf(root.impl_ptr(), g);
+        root_leaves.push_back(root);
+        root_leaf_grads.push_back(g);
       }
     }
     const std::vector<Node*> order = reachable_in_reverse(root_nodes);
     if (capture) mark_entries_leading_to_capture(order);
-    if (!capture) count_pending_hooks(order);
+    if (!capture) count_pending_hooks(order, root_leaves);
+    for (size_t i = 0; i < root_leaves.size(); ++i) deliver_to_leaf(root_leaves[i].impl_ptr(), root_leaf_grads[i]);
     for (Node* node : order) run_node(*node);
-    run_remaining_hooks();
+    deliver_remaining();
   }
 
   // An entry leads to a wanted gradient when one of its inputs is a wanted leaf, the wanted
@@ -555,14 +570,16 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          bool create_graph) {
   Engine::Capture capture;
   capture.grads.resize(inputs.size());
+  std::vector<std::pair<size_t, size_t>> repeated_leaves;  // (input i, the first input j of that leaf)
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     detail::check_history_current(t, "grad");
     TG_CHECK(t.defined() && t.requires_grad(), "grad: input ", i, " does not require grad");
-    if (t.grad_fn())
+    if (t.grad_fn()) {
       capture.outputs[t.grad_fn().get()].push_back({t.output_nr(), i});
-    else
-      capture.leaves[t.impl()] = i;
+    } else if (auto [first, fresh] = capture.leaves.emplace(t.impl(), i); !fresh) {
+      repeated_leaves.push_back({i, first->second});
+    }
   }
   Engine engine;
   engine.retain_graph = retain_graph || create_graph;
@@ -571,6 +588,10 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   std::optional<EnableGradGuard> record;
   if (create_graph) record.emplace();
   engine.run(outputs, grad_outputs);
+  for (size_t i = 0; i < inputs.size(); ++i)  // a leaf's hooks, once on its whole gradient
+    if (!inputs[i].grad_fn() && capture.grads[i].defined() && capture.leaves.at(inputs[i].impl()) == i)
+      capture.grads[i] = Engine::apply_hooks(inputs[i].impl()->hooks, capture.grads[i]);
+  for (const auto& [i, j] : repeated_leaves) capture.grads[i] = capture.grads[j];  // the same gradient
   for (size_t i = 0; i < inputs.size(); ++i)
     TG_CHECK(allow_unused || capture.grads[i].defined(), "grad: input ", i,
              " was not used to compute the outputs (pass allow_unused = true)");

@@ -67,6 +67,38 @@ TEST(Gradcheck, CatchesAWrongGradientInFullMode) {
   EXPECT_NE(r.message.find("analytical"), std::string::npos) << r.message;
 }
 
+// y = x^2 whose backward puts NaN in element 0 whenever its gradient is not zero: a NaN
+// difference compared false against the tolerance and passed silently (PyTorch's gradcheck,
+// like torch.allclose, fails it).
+std::vector<Tensor> nan_square_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
+  Tensor d = mul(mul(g[0], ctx.saved(0)), 2.0).contiguous();
+  if (d.numel() > 0 && d.data<double>()[0] != 0) d.data<double>()[0] = NAN;
+  return {d};
+}
+const OpDef kNanSquare{"nan_square", "nan_square_backward", "self", nan_square_backward, nullptr};
+
+TEST(Gradcheck, ANanInTheGradientFailsInFullMode) {
+  manual_seed(3);
+  GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& x) {
+        Tensor y;
+        {
+          NoGradGuard no_grad;
+          y = mul(x[0], x[0]);
+        }
+        if (Recorder rec{kNanSquare, {x[0]}}) {
+          rec.save({x[0]});
+          rec.set_outputs({y});
+        }
+        return std::vector<Tensor>{y};
+      },
+      {input({4})});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("Jacobian mismatch for input 0 (shape [4]): worst at input element 0"), std::string::npos)
+      << r.message;
+  EXPECT_NE(r.message.find("analytical nan"), std::string::npos) << r.message;
+}
+
 TEST(Gradcheck, CatchesAWrongGradientInFastMode) {
   manual_seed(3);
   GradcheckOptions opt;

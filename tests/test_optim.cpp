@@ -413,9 +413,9 @@ TEST(Optim, LoadStateDictRefusesBrokenStepsAndPartialStates) {
       {{{"state.99999999999999999999999.step", scalar_tensor(1.0, DType::Float64)}},
        "Adam.load_state_dict: parameter index in \"state.99999999999999999999999.step\" is out of range for 1"},
   };
-  for (const auto& [dict, message] : cases) {
-    const std::string err = error_of([&] { opt.load_state_dict(dict); });
-    EXPECT_NE(err.find(message), std::string::npos) << err;
+  for (const auto& c : cases) {  // (no structured binding: C++17 lambdas cannot capture one)
+    const std::string err = error_of([&] { opt.load_state_dict(c.first); });
+    EXPECT_NE(err.find(c.second), std::string::npos) << err;
   }
   // nothing changed: the next step is the one the untouched optimizer takes
   EXPECT_EQ(opt.state(0).at("step").item(), 1.0);

@@ -150,6 +150,42 @@ TEST(Tape, HooksObserveAndReplaceGradients) {
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{30, 30}));
 }
 
+// A leaf used twice gets its hook once, on the summed gradient (PyTorch's AccumulateGrad): run
+// on each part, a hook that replaces the gradient left .grad() at [2 2 2] instead of its [1 1 1],
+// and a post-accumulate hook saw a partial gradient when the leaf was also a root.
+TEST(Tape, ALeafsHooksRunOnceOnItsWholeGradient) {
+  Tensor a = leaf({1, 2, 3}, {3});
+  std::vector<std::vector<double>> seen;
+  a.register_hook([&](const Tensor& g) {
+    seen.push_back(g.to_vector<double>());
+    return ones_like(g);
+  });
+  sum(add(mul(a, 2.0), mul(a, 3.0))).backward();
+  EXPECT_EQ(seen, (std::vector<std::vector<double>>{{5, 5, 5}}));
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{1, 1, 1}));
+  // tg::grad: the hook once on the sum too
+  seen.clear();
+  std::vector<Tensor> g = grad({sum(add(mul(a, 2.0), mul(a, 3.0)))}, {a});
+  EXPECT_EQ(seen, (std::vector<std::vector<double>>{{5, 5, 5}}));
+  EXPECT_EQ(g[0].to_vector<double>(), (std::vector<double>{1, 1, 1}));
+  // a leaf that is a root as well as an input: one post-accumulate call, with the whole gradient
+  Tensor b = leaf({1, 2, 3}, {3});
+  std::vector<std::vector<double>> after;
+  b.register_post_accumulate_grad_hook([&](const Tensor& t) { after.push_back(t.grad().to_vector<double>()); });
+  backward({b, mul(b, 2.0)}, {ones({3}, DType::Float64), ones({3}, DType::Float64)});
+  EXPECT_EQ(after, (std::vector<std::vector<double>>{{3, 3, 3}}));
+}
+
+// The same leaf asked for twice gets its gradient in both places (the second used to replace
+// the first, which came back undefined).
+TEST(Tape, GradOfARepeatedLeafFillsEverySlot) {
+  Tensor x = leaf({1, 2, 3}, {3});
+  std::vector<Tensor> g = grad({sum(mul(x, x))}, {x, x});
+  ASSERT_TRUE(g[0].defined() && g[1].defined());
+  EXPECT_EQ(g[0].to_vector<double>(), (std::vector<double>{2, 4, 6}));
+  EXPECT_EQ(g[1].to_vector<double>(), (std::vector<double>{2, 4, 6}));
+}
+
 TEST(Tape, RetainGradKeepsANonLeafGradientWithoutACycle) {
   Tensor x = leaf({1, 2}, {2});
   std::weak_ptr<Node> entry;
