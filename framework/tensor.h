@@ -93,7 +93,8 @@ class Tensor {
   void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false, bool create_graph = false) const;
   Tensor detach() const;                          // shares storage, no history
   // A hook sees the gradient flowing into this tensor before it is accumulated or passed on;
-  // returning a defined tensor replaces that gradient, an undefined one keeps it.
+  // returning a defined tensor replaces that gradient, an undefined one keeps it. It runs once
+  // per backward, on the whole gradient (a tensor used twice: on the sum of both parts).
   void register_hook(GradHook hook);
   // A leaf that requires grad: `hook(leaf)` runs each time backward has accumulated into its
   // .grad() (not for tg::grad, which leaves .grad() alone).
