@@ -297,7 +297,7 @@ struct Engine {
   }
 
   void deliver_to_leaf(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
-    if (capture) {  // tg::grad: summed here, the leaf's hooks run once on the sum (tg::grad)
+    if (capture) {  // tg::grad: summed here; grad() runs the leaf's hooks once on the sum
       auto it = capture->leaves.find(leaf.get());
       if (it != capture->leaves.end()) {
         Tensor& slot = capture->grads[it->second];

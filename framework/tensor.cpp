@@ -521,7 +521,7 @@ void detail::raw_copy_(Tensor& dst, const Tensor& src) {
 
 void detail::raw_add_(Tensor& dst, const Tensor& other, double alpha) {
   const DType wide = result_type(dst, other);
-  if (wide != dst.dtype()) {
+  if (wide != dst.dtype() && promote_types(wide, dst.dtype()) == wide) {  // (a 0-d dst never narrows)
     // The sum in the promoted dtype, rounded once into dst, as PyTorch (other converted to dst's
     // narrower dtype first was rounded twice: bfloat16 1 + float32 (2^-8 + 2^-20) gave 1).
     Tensor sum = convert(dst, wide);  // a new tensor: the dtypes differ
