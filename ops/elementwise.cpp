@@ -249,10 +249,13 @@ Tensor div(const Tensor& x, double s) {
   return out;
 }
 // s / x as PyTorch's true division (s * (1 / x) differed in the last bit); an integer x divides
-// as int / int does, into float32.
+// as int / int does, into float32; a 16-bit x in float32, the scalar kept in float32 (README,
+// "Dtypes") and the quotient rounded once.
 Tensor div(double s, const Tensor& x) {
   TG_CHECK(x.defined(), "div: the tensor is undefined");
-  return div(is_integer(x) ? scalar_operand(x, s) : scalar_tensor(s, x.dtype()), x);
+  if (is_integer(x)) return div(scalar_operand(x, s), x);
+  if (is_reduced_floating(x.dtype())) return div(s, x.to(DType::Float32)).to(x.dtype());
+  return div(scalar_tensor(s, x.dtype()), x);
 }
 
 // In place, as the out-of-place op: mul and div save self for other's gradient, so they get a

@@ -251,6 +251,10 @@ TEST(CoreOpsEdges, IntegerPowClampAndScalarDivision) {
   EXPECT_EQ(q.to_vector<float>(), (std::vector<float>{10.0f / 3.0f, 10.0f / 7.0f}));
   sum(q).backward();  // d(s / x)/dx = -s / x^2
   EXPECT_FLOAT_EQ(x.grad().to_vector<float>()[0], -10.0f / 9.0f);
+  // bfloat16: the quotient of float32 operands, rounded once
+  Tensor h = div(10.0, full({1}, 3.0, DType::BFloat16));
+  EXPECT_EQ(h.dtype(), DType::BFloat16);
+  EXPECT_TRUE(same_bits(h, full({1}, 10.0f / 3.0f, DType::Float32).to(DType::BFloat16)));
 }
 
 // PyTorch refuses to add into such a .grad (it would add into one location several times); the
