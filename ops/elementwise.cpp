@@ -212,12 +212,11 @@ Tensor detail::integer_scalar_operand(const Tensor& x, double s) {
 }
 
 namespace {
-Tensor scalar_operand(const Tensor& x, double s) { return detail::integer_scalar_operand(x, s); }
 bool is_integer(const Tensor& x) { return x.defined() && !is_floating(x.dtype()); }
 }  // namespace
 
 Tensor mul(const Tensor& x, double s) {
-  if (is_integer(x)) return mul(x, scalar_operand(x, s));
+  if (is_integer(x)) return mul(x, detail::integer_scalar_operand(x, s));
   Tensor out = pointwise_unary(x, Unary::MulScalar, "mul", {s});
   if (Recorder rec{kMulScalarOp, {x}}) {
     rec.set_attrs(ScalarAttrs{s});
@@ -229,7 +228,7 @@ Tensor mul(const Tensor& x, double s) {
 Tensor neg(const Tensor& x) { return mul(x, -1.0); }
 
 Tensor add(const Tensor& x, double s) {
-  if (is_integer(x)) return add(x, scalar_operand(x, s));
+  if (is_integer(x)) return add(x, detail::integer_scalar_operand(x, s));
   Tensor out = pointwise_unary(x, Unary::AddScalar, "add", {s});
   if (Recorder rec{kAddScalarOp, {x}}) rec.set_outputs({out});
   return out;
@@ -253,7 +252,7 @@ Tensor div(const Tensor& x, double s) {
 // "Dtypes") and the quotient rounded once.
 Tensor div(double s, const Tensor& x) {
   TG_CHECK(x.defined(), "div: the tensor is undefined");
-  if (is_integer(x)) return div(scalar_operand(x, s), x);
+  if (is_integer(x)) return div(detail::integer_scalar_operand(x, s), x);
   if (is_reduced_floating(x.dtype())) return div(s, x.to(DType::Float32)).to(x.dtype());
   return div(scalar_tensor(s, x.dtype()), x);
 }
