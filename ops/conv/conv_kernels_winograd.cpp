@@ -65,6 +65,11 @@ constexpr int kLanes = L::n;
 // Largest |value| the path accepts: products stay below 1e24, and 36 of them times the
 // transforms' factors times millions of channels stay far below float32's 3.4e38.
 constexpr float kLimit = 1e12f;
+const uint32_t kLimitBits = [] {  // kLimit's bits: a larger magnitude, Inf or NaN has larger ones
+  uint32_t bits;
+  std::memcpy(&bits, &kLimit, sizeof bits);
+  return bits;
+}();
 
 // Tile geometry of one correlation: image (channels Cx per group, Dx x Hx x Wx) -> output (Cy per
 // group, Dy x Hy x Wy), y[o, z, i, j] = bias[o] + sum_{c, e, a, b} w[o, c, e, a, b]
@@ -110,27 +115,31 @@ constexpr int kNV = 3;
 constexpr int kOB = kAccRegs / kNV;  // 8 with AVX-512's 32 registers, 4 with 16
 
 // U, packed for the products: Up[((xi * n_ob + ob) * Cd + e * Cx + c) * kOB + o'] =
-// U[xi][ob*kOB + o'][e, c] (zero for outputs past Cy), one group after another.
-// wf(grp, o, c, e, a, b) gives the weight.
+// U[xi][ob*kOB + o'][e, c] (zero for outputs past Cy), one group after another; computed in
+// double and rounded once, the kOB outputs of a block side by side in the lanes of a vector of
+// doubles. wf(grp, o, c, e, a, b) gives the weight.
 template <class WF>
 std::vector<float> transform_weights(const Problem& pb, WF&& wf) {
+  typedef double dvec __attribute__((vector_size(kOB * sizeof(double))));
+  typedef float fvec __attribute__((vector_size(kOB * sizeof(float))));
   const int64_t n_ob = (pb.Cy + kOB - 1) / kOB;
   const int64_t per_group = 36 * n_ob * pb.Cd * kOB;
   std::vector<float> Up(size_t(pb.G * per_group), 0.0f);
   for (int64_t grp = 0; grp < pb.G; ++grp)
-    for (int64_t o = 0; o < pb.Cy; ++o)
+    for (int64_t ob = 0; ob < n_ob; ++ob)
       for (int64_t ec = 0; ec < pb.Cd; ++ec) {
-        const int64_t e = ec / pb.Cx, c = ec % pb.Cx;
-        double w[3][3], gw[6][3];
-        for (int a = 0; a < 3; ++a)
-          for (int b = 0; b < 3; ++b) w[a][b] = wf(grp, o, c, e, a, b);
+        const int64_t e = ec / pb.Cx, c = ec % pb.Cx, n_o = std::min<int64_t>(kOB, pb.Cy - ob * kOB);
+        dvec w[3][3] = {}, gw[6][3];
+        for (int64_t o1 = 0; o1 < n_o; ++o1)
+          for (int a = 0; a < 3; ++a)
+            for (int b = 0; b < 3; ++b) w[a][b][o1] = wf(grp, ob * kOB + o1, c, e, a, b);
         for (int i = 0; i < 6; ++i)
           for (int b = 0; b < 3; ++b) gw[i][b] = kG[i][0] * w[0][b] + kG[i][1] * w[1][b] + kG[i][2] * w[2][b];
         for (int i = 0; i < 6; ++i)
           for (int j = 0; j < 6; ++j) {
-            const double u = gw[i][0] * kG[j][0] + gw[i][1] * kG[j][1] + gw[i][2] * kG[j][2];
-            const int64_t xi = i * 6 + j;
-            Up[size_t(grp * per_group + ((xi * n_ob + o / kOB) * pb.Cd + ec) * kOB + o % kOB)] = float(u);
+            const dvec u = gw[i][0] * kG[j][0] + gw[i][1] * kG[j][1] + gw[i][2] * kG[j][2];
+            const fvec f = __builtin_convertvector(u, fvec);
+            std::memcpy(&Up[size_t(grp * per_group + (((i * 6 + j) * n_ob + ob) * pb.Cd + ec) * kOB)], &f, sizeof f);
           }
       }
   return Up;
@@ -206,32 +215,42 @@ inline void output_rows(const vec* m, int stride, vec* s) {
   s[3] = b + L::splat(8.0f) * d + m[5 * stride];
 }
 
+// Length R of a row's column phase for Tw tiles: a tile row's vectors read the phases from t0 (a
+// multiple of kLanes below Tw) and from t0 + 1, so up to index round_up(Tw, kLanes): that one
+// reaches into the next phase (or into the kLanes the scratch keeps past its end), which only
+// lanes of tiles past Tw see.
+constexpr int64_t phase_len(int64_t Tw) { return round_up(Tw + 1, kLanes); }
+
 // Rows [y0, y0 + n_rows) of a plane (H x W), padded with zeros to 4 R columns (column q holds
 // the plane's column q - left; rows outside the plane are zeros), then split into their four
 // column phases: ph[(k * 4 + j) * R + t] = padded row k, column 4 t + j. Two passes over
 // scratch (pad: n_rows x 4 R), so that no load meets a store still in flight (a vector load
-// across two recent stores stalls). Returns false when a value is out of range (see kLimit).
+// across recent smaller stores stalls): the second checks the values, whole vectors at a time,
+// and splits. Returns false when a value is out of range (see kLimit).
 bool pad_and_split(const float* plane, int64_t H, int64_t W, int64_t y0, int64_t n_rows, int64_t left,
                    int64_t R, float* pad, float* ph) {
   const int64_t q0 = std::clamp<int64_t>(left, 0, 4 * R), q1 = std::clamp<int64_t>(left + W, q0, 4 * R);
-  int bad = 0;
   for (int64_t k = 0; k < n_rows; ++k) {
     float* pk = pad + k * 4 * R;
+    const vec zero{};
+    for (int64_t q = 0; q < 4 * R; q += kLanes) std::memcpy(pk + q, &zero, sizeof zero);
     const int64_t iy = y0 + k;
-    if (iy < 0 || iy >= H) {
-      std::fill(pk, pk + 4 * R, 0.0f);
-      continue;
-    }
+    if (iy < 0 || iy >= H) continue;
     const float* row = plane + iy * W + (q0 - left);
-    std::fill(pk, pk + q0, 0.0f);
-    for (int64_t q = q0; q < q1; ++q) {
-      const float v = row[q - q0];
-      bad |= int(!(std::fabs(v) <= kLimit));
-      pk[q] = v;
-    }
-    std::fill(pk + q1, pk + 4 * R, 0.0f);
+    for (int64_t q = q0; q < q1; ++q) pk[q] = row[q - q0];
   }
-  if (bad) return false;
+  // |value| > kLimit, Inf or NaN: the magnitude's bits above kLimit's (a max of integers)
+  typedef uint32_t uvec __attribute__((vector_size(sizeof(vec))));
+  uvec top{};
+  for (int64_t q = 0; q < n_rows * 4 * R; q += kLanes) {
+    uvec bits;
+    std::memcpy(&bits, pad + q, sizeof bits);
+    bits &= 0x7fffffffu;
+    top = top > bits ? top : bits;
+  }
+  uint32_t lanes[kLanes];
+  std::memcpy(lanes, &top, sizeof lanes);
+  if (*std::max_element(lanes, lanes + kLanes) > kLimitBits) return false;
   for (int64_t k = 0; k < n_rows; ++k) {
     float* p = ph + k * 4 * R;
     split_phases(pad + k * 4 * R, R, p, p + R, p + 2 * R, p + 3 * R);
@@ -347,7 +366,9 @@ void transform_output(const float* Mo, int64_t Mxi_stride, float bias, const Pro
 }
 
 // The correlation for every item; false (y partly written) when an input is out of range.
-// Items: (group, block of the batch's tile rows, run of output slices). An item keeps the last
+// Items: (group, block of the batch's tile rows, run of output slices, part of the output
+// channels; the last two cut only as far as the threads need, and any cut gives the same bits,
+// each output being summed by one item in the same order). An item keeps the last
 // KD image slices it transformed (slot iz mod KD), so that each slice is transformed once per
 // run, not once per output slice that reads it. Its tile rows fall in one or two (or more, on
 // small planes) samples: segments, each transformed from and written to its own sample.
@@ -355,26 +376,31 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
   const int64_t n_ob = (pb.Cy + kOB - 1) / kOB;
   const int64_t per_group_u = 36 * n_ob * pb.Cd * kOB;
   const int64_t Tmax = pb.rows_per_item * pb.Tw, Ts_max = round_up(Tmax, kLanes) + kLanes;
-  const int64_t R = round_up(pb.Tw, kLanes) + kLanes;
+  const int64_t R = phase_len(pb.Tw);
   const int64_t plane_x = pb.Hx * pb.Wx, plane_y = pb.Hy * pb.Wy;
   const int64_t outer = pb.G * pb.n_blocks;
   const bool big = double(outer) * pb.Dy * Tmax * 36 * pb.Cd * pb.Cy >= kParallelWork;
-  // runs of output slices: enough items for the threads (any cut gives the same bits)
-  const int64_t n_runs = pieces_for(outer, pb.Dy, big ? max_threads() : 1);
+  // runs of output slices, then parts of the output channels (whose items transform the same
+  // inputs each): enough items for the threads
+  const int threads = big ? max_threads() : 1;
+  const int64_t n_runs = pieces_for(outer, pb.Dy, threads);
   const int64_t per_run = (pb.Dy + n_runs - 1) / n_runs;
-  const int64_t items = outer * n_runs;
+  const int64_t n_parts = pieces_for(outer * n_runs, n_ob, threads);
+  const int64_t per_part = (n_ob + n_parts - 1) / n_parts;
+  const int64_t items = outer * n_runs * n_parts;
   int ok = 1;
 #pragma omp parallel if (big && items > 1) reduction(& : ok)
   {
     const int64_t pad_rows = 4 * pb.rows_per_item + 2;
     const int64_t slice_v = 36 * pb.Cx * Ts_max;  // one transformed image slice
-    Scratch<float, 0> ph(2 * pad_rows * 4 * R);    // padded rows, then their phases
+    Scratch<float, 0> ph(2 * pad_rows * 4 * R + kLanes);  // padded rows, then their phases
     Scratch<float, 1> V(pb.KD * slice_v);
-    Scratch<float, 2> M(36 * n_ob * kOB * Ts_max);
+    Scratch<float, 2> M(36 * kOB * Ts_max);  // one block of outputs
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       if (!ok) continue;
-      const int64_t run_i = it % n_runs, blk = (it / n_runs) % pb.n_blocks, grp = it / (n_runs * pb.n_blocks);
+      const int64_t part = it % n_parts, run_i = (it / n_parts) % n_runs;
+      const int64_t blk = (it / (n_parts * n_runs)) % pb.n_blocks, grp = it / (n_parts * n_runs * pb.n_blocks);
       // the item's tile rows [gr0, gr1) of the batch, in segments of one sample each
       const int64_t gr0 = blk * pb.rows_per_item, gr1 = std::min(pb.N * pb.Th, gr0 + pb.rows_per_item);
       struct Segment {
@@ -418,29 +444,29 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
           slot_of[n_terms] = slot, e_of[n_terms] = e, ++n_terms;
         }
         if (!ok) break;
-        // M[xi][o][t] (o over all n_ob * kOB rows), for every xi
-        for (int64_t xi = 0; xi < 36; ++xi) {
-          for (int64_t ob = 0; ob < n_ob; ++ob) {
+        // per block of kOB outputs: M[xi][o'][t] for every xi, then its outputs (the block's M
+        // stays in the caches; V is read once per block, in order)
+        for (int64_t ob = part * per_part; ob < std::min(n_ob, (part + 1) * per_part); ++ob) {
+          for (int64_t xi = 0; xi < 36; ++xi) {
             Terms terms;
             terms.n = n_terms;
             for (int k = 0; k < n_terms; ++k) {
               terms.u[k] = Ug + ((xi * n_ob + ob) * pb.Cd + e_of[k] * pb.Cx) * kOB;
               terms.v[k] = V.data() + slot_of[k] * slice_v + xi * pb.Cx * Ts;
             }
-            float* Mxi = M.data() + (xi * n_ob + ob) * kOB * Ts;
+            float* Mxi = M.data() + xi * kOB * Ts;
             int64_t t0 = 0;
             for (; t0 + kNV * kLanes <= Tp; t0 += kNV * kLanes) product_tile<kNV>(terms, pb.Cx, Ts, t0, Mxi);
             if (Tp - t0 == 2 * kLanes) product_tile<2>(terms, pb.Cx, Ts, t0, Mxi);
             if (Tp - t0 == kLanes) product_tile<1>(terms, pb.Cx, Ts, t0, Mxi);
           }
-        }
-        const int64_t Mxi_stride = n_ob * kOB * Ts;
-        for (int sg = 0; sg < n_seg; ++sg) {
-          const Segment& S = seg[sg];
-          float* ys = y + ((S.n * pb.G + grp) * pb.Cy * pb.Dy + oz) * plane_y;  // channel o at o * Dy * plane_y
-          for (int64_t o = 0; o < pb.Cy; ++o) {
-            transform_output(M.data() + o * Ts + S.t_base, Mxi_stride, bias ? bias[grp * pb.Cy + o] : 0.0f, pb,
-                             S.ty0, S.rows * pb.Tw, ys + o * pb.Dy * plane_y);
+          for (int sg = 0; sg < n_seg; ++sg) {
+            const Segment& S = seg[sg];
+            float* ys = y + ((S.n * pb.G + grp) * pb.Cy * pb.Dy + oz) * plane_y;  // channel o at o * Dy * plane_y
+            for (int64_t o = ob * kOB; o < std::min(pb.Cy, (ob + 1) * kOB); ++o) {
+              transform_output(M.data() + (o - ob * kOB) * Ts + S.t_base, kOB * Ts, bias ? bias[grp * pb.Cy + o] : 0.0f,
+                               pb, S.ty0, S.rows * pb.Tw, ys + o * pb.Dy * plane_y);
+            }
           }
         }
       }
@@ -459,15 +485,15 @@ Problem make_problem(const Geom& g, int64_t Cx, int64_t Cy, std::array<int64_t, 
   return pb;
 }
 
-// Whether the path's memory stays reasonable: per thread its transformed inputs and products
-// (36 x channels x an item's tiles) and padded rows, and the transformed weights (4x the
+// Whether the path's memory stays reasonable: per thread its transformed inputs (36 x channels x
+// an item's tiles), one block of products and padded rows, and the transformed weights (4x the
 // weights). Very wide rows (an item is at least one row of tiles) or huge channel counts take
 // the direct kernels, which need far less.
 bool within_budget(const Problem& pb) {
   const double Ts = double(round_up(pb.rows_per_item * pb.Tw, kLanes) + kLanes);
-  const double R = double(round_up(pb.Tw, kLanes) + kLanes);
+  const double R = double(phase_len(pb.Tw));
   const double n_o = double(round_up(pb.Cy, kOB));
-  const double per_thread = 4.0 * (36 * (double(pb.Cd) + n_o) * Ts + 2 * (4.0 * double(pb.rows_per_item) + 2) * 4 * R);  // KD slices of V
+  const double per_thread = 4.0 * (36 * (double(pb.Cd) + kOB) * Ts + 2 * (4.0 * double(pb.rows_per_item) + 2) * 4 * R);  // KD slices of V
   const double weights = 4.0 * 36 * n_o * double(pb.Cd) * double(pb.G);
   return per_thread <= 64e6 && weights <= 256e6;
 }
