@@ -68,6 +68,17 @@ TEST(Upsample, BackwardIsDeterministicAndTheAdjointOfForward) {
   EXPECT_NEAR(lhs, rhs, 1e-9 * std::abs(lhs));
 }
 
+// A batch of 0 samples gives an empty output and gradient, as in PyTorch (and as the other modes).
+TEST(Upsample, EmptyBatchGivesEmptyResults) {
+  Tensor x = zeros({0, 3, 4, 4});
+  x.requires_grad_();
+  Tensor y = upsample_bilinear2d(x, {8, 6}, false);
+  EXPECT_EQ(y.shape(), (Shape{0, 3, 8, 6}));
+  sum(y).backward();
+  EXPECT_EQ(x.grad().shape(), x.shape());
+  EXPECT_EQ(interpolate(zeros({0, 2, 5, 5}), 2.0, true).shape(), (Shape{0, 2, 10, 10}));
+}
+
 TEST(Upsample, RejectsBadInputNamingTheArgument) {
   Tensor x = zeros({1, 2, 3, 4});
   EXPECT_EQ(error_of([&] { upsample_bilinear2d(zeros({2, 3, 4}), {4, 4}, false); }),
@@ -75,7 +86,7 @@ TEST(Upsample, RejectsBadInputNamingTheArgument) {
   EXPECT_EQ(error_of([&] { upsample_bilinear2d(x, {0, 4}, false); }),
             "upsample_bilinear2d: expected output_size of 2 values > 0, got [0, 4]");
   EXPECT_EQ(error_of([&] { upsample_bilinear2d(zeros({1, 2, 0, 4}), {4, 4}, false); }),
-            "upsample_bilinear2d: expected input_size of 4 values > 0, got [1, 2, 0, 4]");
+            "upsample_bilinear2d: expected input_size (N, C, H, W) with N >= 0 and the other sizes > 0, got [1, 2, 0, 4]");
   EXPECT_EQ(error_of([&] { upsample_bilinear2d(x, {4, 4}, false, -2.0); }),
             "upsample_bilinear2d: expected scales_h to be a positive finite number, got -2");
   EXPECT_EQ(error_of([&] { upsample_bilinear2d(zeros({1, 2, 3, 4}, DType::Int64), {4, 4}, false); }),
@@ -85,7 +96,8 @@ TEST(Upsample, RejectsBadInputNamingTheArgument) {
   EXPECT_EQ(error_of([&] { upsample_bilinear2d_backward(zeros({1, 2, 5, 5}), {5, 6}, {1, 2, 3, 4}, false); }),
             "upsample_bilinear2d_backward: expected grad_out of shape [1, 2, 5, 6] (N, C, Ho, Wo), got [1, 2, 5, 5]");
   EXPECT_EQ(error_of([&] { upsample_bilinear2d_backward(zeros({1, 2, 5, 6}), {5, 6}, {1, 2, 3, 0}, false); }),
-            "upsample_bilinear2d_backward: expected input_size of 4 values > 0, got [1, 2, 3, 0]");
+            "upsample_bilinear2d_backward: expected input_size (N, C, H, W) with N >= 0 and the other sizes > 0, got "
+            "[1, 2, 3, 0]");
   EXPECT_EQ(error_of([&] { upsample_bilinear2d_backward(zeros({1, 2, 5, 6}), {5, -1}, {1, 2, 3, 4}, false); }),
             "upsample_bilinear2d_backward: expected output_size of 2 values > 0, got [5, -1]");
 }

@@ -49,14 +49,15 @@ Shape checked_output_shape(const char* op, const Shape& in, DType dt, const IntL
     TG_CHECK(size >= 0, op, ": expected pad (", before, ", ", after, ") to leave a size >= 0 in dim ", d,
              " of input ", format_shape(in), ", got ", size);
     if (mode == PadMode::Reflect || mode == PadMode::Replicate) {
-      TG_CHECK(n > 0 && size > 0, op, ": mode \"", name, "\" expects a non-empty padded dim ", d,
-               " that stays non-empty, got pad (", before, ", ", after, ") for input ", format_shape(in));
+      // (negative pads may empty the dim, as in PyTorch: the output is then empty)
+      TG_CHECK(n > 0, op, ": mode \"", name, "\" expects a non-empty padded dim ", d, ", got pad (", before, ", ",
+               after, ") for input ", format_shape(in));
     }
     if (mode == PadMode::Reflect) {
       TG_CHECK(before < n && after < n, op, ": mode \"reflect\" expects each pad to be smaller than its dim, got pad (",
                before, ", ", after, ") for dim ", d, " of size ", n, " of input ", format_shape(in));
     }
-    if (mode == PadMode::Circular) {
+    if (mode == PadMode::Circular && size > 0) {
       // The pads wrap around the dim once it is cropped by the negative pads.
       const int64_t kept = n + std::min<int64_t>(before, 0) + std::min<int64_t>(after, 0);
       TG_CHECK(before <= kept && after <= kept, op, ": mode \"circular\" expects each pad to be at most the size ",

@@ -22,8 +22,9 @@ void check_output_size(const char* op, std::array<int64_t, 2> out) {
 }
 
 void check_input_size(const char* op, std::array<int64_t, 4> in) {
-  TG_CHECK(in[0] > 0 && in[1] > 0 && in[2] > 0 && in[3] > 0, op, ": expected input_size of 4 values > 0, got [",
-           in[0], ", ", in[1], ", ", in[2], ", ", in[3], "]");
+  TG_CHECK(in[0] >= 0 && in[1] > 0 && in[2] > 0 && in[3] > 0, op,
+           ": expected input_size (N, C, H, W) with N >= 0 and the other sizes > 0, got [", in[0], ", ", in[1], ", ",
+           in[2], ", ", in[3], "]");
 }
 
 struct UpsampleAttrs {
