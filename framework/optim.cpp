@@ -92,7 +92,11 @@ void rmsprop_kernel(T* p, const T* g, T* square_avg, T* grad_avg, T* buf, int64_
     T avg;
     if (grad_avg) {
       grad_avg[i] = grad_avg[i] * a + one_a * gi;
-      avg = std::sqrt(square_avg[i] + T(-1) * grad_avg[i] * grad_avg[i]);
+      // addcmul(square_avg, grad_avg, grad_avg, value=-1) as PyTorch's kernel computes it, one
+      // fused multiply-add: a huge gradient makes square_avg Inf and grad_avg^2 overflow, and the
+      // unrounded product keeps Inf - (finite) = Inf (the step is then 0, as PyTorch's) where
+      // rounding it first would give Inf - Inf = NaN
+      avg = std::sqrt(std::fma(-grad_avg[i], grad_avg[i], square_avg[i]));
     } else {
       avg = std::sqrt(square_avg[i]);
     }

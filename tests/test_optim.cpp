@@ -297,6 +297,29 @@ TEST(RMSprop, ValidatesOptionsAndNamesItsState) {
   EXPECT_EQ(opt.state(0).at("step").item(), 1.0);
 }
 
+// A gradient whose square overflows float32: square_avg becomes Inf and the step 0 (PyTorch 1.13:
+// the parameter stays), centered or not; the centered variance Inf - grad_avg^2 is one fused
+// multiply-add, as in PyTorch's addcmul, so it stays Inf instead of Inf - Inf = NaN.
+TEST(RMSprop, AGradientWhoseSquareOverflowsLeavesTheParameter) {
+  for (bool centered : {false, true}) {
+    for (double momentum : {0.0, 0.9}) {
+      SCOPED_TRACE(std::string(centered ? "centered" : "plain") + ", momentum " + std::to_string(momentum));
+      Tensor p = from_vector(std::vector<float>{1.0f, 2.0f}, {2}).requires_grad_();
+      RMSpropOptions o;
+      o.lr = 0.01;
+      o.centered = centered;
+      o.momentum = momentum;
+      RMSprop opt({p}, o);
+      p.set_grad(from_vector(std::vector<float>{1e30f, 1.0f}, {2}));
+      opt.step();
+      const std::vector<float> v = p.to_vector<float>();
+      EXPECT_EQ(v[0], 1.0f);
+      // PyTorch: 1.8999999761581421 (plain), 1.8994961977005005 (centered)
+      EXPECT_FLOAT_EQ(v[1], centered ? 1.8994961977005005f : 1.8999999761581421f);
+    }
+  }
+}
+
 TEST(Schedulers, StepLR) {
   Tensor p = zeros({1}).requires_grad_();
   SGD opt({p}, SGDOptions{1.0});
