@@ -294,8 +294,8 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape shape = this->shape(), strides = this->strides();
-  shape[d] = (end - start + step - 1) / step;
-  strides[d] *= step;
+  shape[d] = end > start ? (end - start - 1) / step + 1 : 0;  // (no overflow for any step)
+  if (shape[d] > 1) strides[d] *= step;  // step < n here: within the storage's extent
   Tensor out = alias(*this, shape, strides, offset() + start * this->strides()[d]);
   record_one_input(kSliceOp, *this, out, {}, SliceAttrs{d, start, end, step});
   return out;
@@ -305,8 +305,12 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   check_defined("narrow");
   TG_CHECK(dim() > 0, "narrow: cannot narrow a 0-dim tensor");
   d = wrap_dim(d, dim(), "narrow");
-  TG_CHECK(start >= 0 && length >= 0 && start + length <= size(d), "narrow: start (", start, ") + length (", length,
-           ") exceeds dimension size (", size(d), ") of dim ", d);
+  const int64_t n = size(d);
+  // a negative start counts from the end, as in PyTorch (start == n with length 0 is allowed)
+  TG_CHECK(start >= -n && start <= n, "narrow: start ", start, " is out of range for dim ", d, " of size ", n);
+  if (start < 0) start += n;
+  TG_CHECK(length >= 0 && length <= n - start, "narrow: start (", start, ") + length (", length,
+           ") exceeds dimension size (", n, ") of dim ", d);
   return slice(d, start, start + length);
 }
 
@@ -348,8 +352,8 @@ Tensor Tensor::expand(const Shape& requested) const {
 
 Tensor Tensor::squeeze(int64_t d) const {
   check_defined("squeeze");
+  d = wrap_dim(d, dim(), "squeeze");  // a 0-d tensor takes dim 0 or -1, as in PyTorch
   if (dim() == 0) return *this;
-  d = wrap_dim(d, dim(), "squeeze");
   if (size(d) != 1) return *this;
   Shape shape = this->shape(), strides = this->strides();
   shape.erase(shape.begin() + d);
@@ -373,9 +377,9 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   check_defined("flatten");
-  if (dim() == 0) return reshape({1});
-  start_dim = wrap_dim(start_dim, dim(), "flatten");
+  start_dim = wrap_dim(start_dim, dim(), "flatten");  // a 0-d tensor takes dims 0 and -1, as in PyTorch
   end_dim = wrap_dim(end_dim, dim(), "flatten");
+  if (dim() == 0) return reshape({1});
   TG_CHECK(start_dim <= end_dim, "flatten: start_dim (", start_dim, ") must not come after end_dim (", end_dim, ")");
   Shape shape(this->shape().begin(), this->shape().begin() + start_dim);
   int64_t merged = 1;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "../framework/checked_math.h"
 #include "../framework/parallel.h"
 #include "../framework/tape.h"
 #include "internal/dim_layout.h"
@@ -169,8 +170,21 @@ Tensor index_add_zeros(const Tensor& grad, const Shape& shape, int64_t dim, cons
 }
 }  // namespace
 
-Tensor scatter_add_along(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor scatter_add_along(const Shape& shape, int64_t dim_in, const Tensor& index, const Tensor& src) {
+  const char* op = "scatter_add_along";
+  TG_CHECK(index.defined() && src.defined(), op, ": expected defined index and src");
+  TG_CHECK(index.dtype() == DType::Int64, op, ": expected index of dtype int64, got ", dtype_name(index.dtype()));
+  TG_CHECK(index.shape() == src.shape(), op, ": expected index and src of the same shape, got ",
+           format_shape(index.shape()), " and ", format_shape(src.shape()));
+  TG_CHECK(index.dim() == int64_t(shape.size()) && !shape.empty(), op, ": expected index with the ", shape.size(),
+           " dims of the output shape ", format_shape(shape), " (at least one), got ", format_shape(index.shape()));
+  checked_numel(shape, op, "the output shape");
+  const int64_t dim = wrap_dim(dim_in, index.dim(), op);
+  for (int64_t d = 0; d < index.dim(); ++d)
+    TG_CHECK(d == dim || index.size(d) <= shape[size_t(d)], op, ": expected index ", format_shape(index.shape()),
+             " to fit in the output shape ", format_shape(shape), " apart from dimension ", dim);
   Tensor idx = index.detach().contiguous();
+  check_non_negative(idx, shape[size_t(dim)], op, dim);
   Tensor dx = scatter_add_values(shape, dim, idx, src);
   if (Recorder rec{kScatterAddOp, {src}}) {
     rec.save(kIndex, idx);

@@ -104,12 +104,14 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   TG_CHECK(x.dim() > 0, op, ": expected a tensor with at least one dimension");
   const int64_t dim = wrap_dim(dim_in, x.dim(), op);
   int64_t total = 0;
+  bool too_many = false;  // the sum passes the dim's size (checked before adding: no overflow)
   for (int64_t s : sizes) {
     TG_CHECK(s >= 0, op, ": split sizes must be non-negative, got ", format_shape(sizes));
-    total += s;
+    too_many = too_many || s > x.size(dim) - total;
+    if (!too_many) total += s;
   }
-  TG_CHECK(total == x.size(dim), op, ": split sizes ", format_shape(sizes), " must sum to the size of dim ", dim,
-           " (", x.size(dim), ")");
+  TG_CHECK(!too_many && total == x.size(dim), op, ": split sizes ", format_shape(sizes),
+           " must sum to the size of dim ", dim, " (", x.size(dim), ")");
   std::vector<Tensor> out;
   int64_t offset = 0;
   for (int64_t s : sizes) {
@@ -131,13 +133,19 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim_in) {
   return split(x, sizes, dim);
 }
 
+constexpr int64_t kMaxEmptyChunks = 1 << 20;
+
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim_in) {
   TG_CHECK(chunks > 0, "chunk: expected chunks > 0, got ", chunks);
   TG_CHECK(x.defined() && x.dim() > 0, "chunk: expected a tensor with at least one dimension");
   const int64_t dim = wrap_dim(dim_in, x.dim(), "chunk");
   const int64_t n = x.size(dim);
-  const int64_t size = (n + chunks - 1) / chunks;
-  return split(x, std::max<int64_t>(size, n == 0 ? 0 : 1), dim);
+  if (n == 0) {  // PyTorch: `chunks` empty pieces
+    TG_CHECK(chunks <= kMaxEmptyChunks, "chunk: expected at most ", kMaxEmptyChunks,
+             " chunks of an empty dim (each is a tensor), got ", chunks);
+    return split(x, std::vector<int64_t>(size_t(chunks), 0), dim);
+  }
+  return split(x, (n - 1) / chunks + 1, dim);  // ceil(n / chunks), without overflow
 }
 
 void register_shape_ops(Registry& r) { r.add(kCatOp); }

@@ -16,7 +16,8 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 // Views with the given sizes along dim (they must sum to the dim's size).
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
-// At most `chunks` views of ceil(size / chunks) along dim, as torch.chunk.
+// At most `chunks` views of ceil(size / chunks) along dim, as torch.chunk (an empty dim gives
+// `chunks` empty views, at most 2^20 of them).
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
 inline Tensor reshape(const Tensor& x, const Shape& shape) { return x.reshape(shape); }

@@ -1,0 +1,87 @@
+// Edges of the shape and index ops found by differential testing against PyTorch 1.13: sizes whose
+// sums overflow int64 (once undefined behaviour that skipped narrow's check), narrow's negative
+// start, chunk of an empty dim, the dims a 0-d tensor takes, and scatter_add_along's checks
+// (it once wrote out of bounds for a negative dim or an index past the dim). Expected values are
+// PyTorch's, exact here.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+#include <tapegrad/tapegrad.h>
+
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+TEST(ShapeEdges, NarrowCountsANegativeStartFromTheEnd) {
+  const Tensor x = arange(0, 5).to(DType::Float64);
+  EXPECT_EQ(x.narrow(0, -2, 1).to_vector<double>(), std::vector<double>{3});
+  EXPECT_EQ(x.narrow(0, -5, 5).to_vector<double>(), (std::vector<double>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(x.narrow(0, 5, 0).numel(), 0);  // start == size with length 0, as PyTorch
+  EXPECT_EQ(error_of([&] { x.narrow(0, -6, 1); }), "narrow: start -6 is out of range for dim 0 of size 5");
+  EXPECT_EQ(error_of([&] { x.narrow(0, -1, 2); }), "narrow: start (4) + length (2) exceeds dimension size (5) of dim 0");
+  // start + length would overflow int64: still the error (it once wrapped around and passed)
+  EXPECT_EQ(error_of([&] { x.narrow(0, 1, kMax); }),
+            "narrow: start (1) + length (9223372036854775807) exceeds dimension size (5) of dim 0");
+}
+
+TEST(ShapeEdges, HugeStepsAndSizesDoNotOverflow) {
+  const Tensor x = arange(0, 5).to(DType::Float64);
+  EXPECT_EQ(x.slice(0, 0, 5, kMax).to_vector<double>(), std::vector<double>{0});  // x[0:5:huge]
+  EXPECT_EQ(x.slice(0, 2, 5, kMax - 1).to_vector<double>(), std::vector<double>{2});
+  EXPECT_EQ(error_of([&] { split(x, std::vector<int64_t>{kMax, kMax, 2}, 0); }),
+            "split: split sizes [9223372036854775807, 9223372036854775807, 2] must sum to the size of dim 0 (5)");
+  EXPECT_EQ(error_of([&] { split(zeros({0}), std::vector<int64_t>{kMax, 1}, 0); }),
+            "split: split sizes [9223372036854775807, 1] must sum to the size of dim 0 (0)");
+  // more chunks than elements: one element each
+  std::vector<Tensor> pieces = chunk(x, kMax);
+  ASSERT_EQ(pieces.size(), 5u);
+  for (const Tensor& p : pieces) EXPECT_EQ(p.shape(), Shape{1});
+}
+
+TEST(ShapeEdges, ChunkOfAnEmptyDimGivesChunksEmptyPieces) {
+  std::vector<Tensor> pieces = chunk(zeros({0, 2}), 3);
+  ASSERT_EQ(pieces.size(), 3u);
+  for (const Tensor& p : pieces) EXPECT_EQ(p.shape(), (Shape{0, 2}));
+  EXPECT_EQ(chunk(zeros({2, 0}), 4, 1).size(), 4u);
+  EXPECT_EQ(error_of([&] { chunk(zeros({0}), kMax); }),
+            "chunk: expected at most 1048576 chunks of an empty dim (each is a tensor), got 9223372036854775807");
+  // a split size of an empty dim still gives one empty piece, as PyTorch
+  EXPECT_EQ(split(zeros({0, 2}), 2).size(), 1u);
+}
+
+TEST(ShapeEdges, AZeroDimTensorTakesDimZeroOrMinusOne) {
+  const Tensor s = scalar_tensor(1.5, DType::Float64);
+  EXPECT_EQ(s.squeeze(0).dim(), 0);
+  EXPECT_EQ(s.squeeze(-1).dim(), 0);
+  EXPECT_EQ(s.flatten(0, -1).shape(), Shape{1});
+  for (auto f : {+[](const Tensor& t) { t.squeeze(5); }, +[](const Tensor& t) { t.flatten(3); },
+                 +[](const Tensor& t) { t.flatten(0, 2); }}) {
+    const std::string e = error_of([&] { f(s); });
+    EXPECT_TRUE(e.rfind("squeeze: ", 0) == 0 || e.rfind("flatten: ", 0) == 0) << e;
+  }
+}
+
+TEST(ShapeEdges, ScatterAddAlongWrapsTheDimAndChecksIndices) {
+  const Tensor src = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2});
+  const Tensor idx = from_vector(std::vector<int64_t>{0, 2, 1, 1}, {2, 2});
+  // PyTorch: torch.zeros(2, 3).scatter_add(-1, idx, src)
+  EXPECT_EQ(scatter_add_along({2, 3}, -1, idx, src).to_vector<double>(), (std::vector<double>{1, 0, 2, 0, 7, 0}));
+  const Tensor past = from_vector(std::vector<int64_t>{0, 7, 1, 1}, {2, 2});
+  EXPECT_EQ(error_of([&] { scatter_add_along({2, 3}, 1, past, src); }),
+            "scatter_add_along: index 7 is out of bounds for dimension 1 with size 3");
+  EXPECT_EQ(error_of([&] { scatter_add_along({2, 3}, 2, idx, src); }).rfind("scatter_add_along: ", 0), 0u);
+  EXPECT_EQ(error_of([&] { scatter_add_along({1, 3}, 1, idx, src); }),
+            "scatter_add_along: expected index [2, 2] to fit in the output shape [1, 3] apart from dimension 1");
+  EXPECT_EQ(error_of([&] { scatter_add_along({2, 3}, 1, idx, zeros({2, 3}, DType::Float64)); }),
+            "scatter_add_along: expected index and src of the same shape, got [2, 2] and [2, 3]");
+  EXPECT_EQ(error_of([&] { scatter_add_along({6}, 0, idx, src); }),
+            "scatter_add_along: expected index with the 1 dims of the output shape [6] (at least one), got [2, 2]");
+}
+
+}  // namespace
