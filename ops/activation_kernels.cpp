@@ -106,7 +106,10 @@ T gelu_tanh_derivative(T x) {
 
 // The second derivatives, for the recorded gelu_backward:
 //   exact: d/dx (Phi + x phi) = phi (2 - x^2)
-//   tanh:  with t = tanh u, u = k (x + c x^3): (1 - t^2) (u' + x/2 (u'' - 2 t u'^2))
+//   tanh:  with t = tanh u, u = k (x + c x^3): (1 - t^2) (u' + x/2 (u'' - 2 t u'^2)), where
+//          1 - t^2 = sech^2 u = 4 e / (1 + e)^2, e = e^(-2|u|): no cancellation where t nears 1
+//          (float32 lost every digit near |x| = 5.2), and exactly 0 where |u| is huge, the limit
+//          (the bracket may overflow there: 0 * Inf gave NaN from |x| ~ 1.3e8 in float32).
 template <class T>
 T gelu_erf_second_derivative(T x) {
   return static_cast<T>(kInvSqrt2Pi) * exp_nonpositive(T(-0.5) * x * x) * (T(2) - x * x);
@@ -114,9 +117,13 @@ T gelu_erf_second_derivative(T x) {
 template <class T>
 T gelu_tanh_second_derivative(T x) {
   const T k = static_cast<T>(kSqrt2OverPi), c = static_cast<T>(kGeluCubic);
-  const T t = std::tanh(k * (x + c * x * x * x));
+  const T u = k * (x + c * x * x * x);
+  const T e = std::exp(T(-2) * std::fabs(u));
+  const T sech2 = T(4) * e / ((T(1) + e) * (T(1) + e));
+  if (sech2 == T(0)) return T(0);
+  const T t = std::tanh(u);
   const T du = k * (T(1) + T(3) * c * x * x), ddu = T(6) * k * c * x;
-  return (T(1) - t * t) * (du + T(0.5) * x * (ddu - T(2) * t * du * du));
+  return sech2 * (du + T(0.5) * x * (ddu - T(2) * t * du * du));
 }
 
 // Stable on both sides: e = e^-|x| <= 1 never overflows; 1 / (1 + e) for x >= 0, e / (1 + e)
@@ -145,7 +152,7 @@ bool activation_unary(Unary f, const T* x, T* y, const std::vector<int64_t>& sha
     return true;
   };
   switch (f) {
-    case Unary::Relu: return run([](T v) { return v <= T(0) ? T(0) : v; });  // NaN stays NaN
+    case Unary::Relu: return run([](T v) { return v < T(0) ? T(0) : v; });  // NaN and -0 stay
     case Unary::ReluMask: return run([](T v) { return v <= T(0) ? T(0) : T(1); });
     case Unary::Sigmoid: return run([](T v) { return sigmoid(v); });
     case Unary::Tanh: return run([](T v) { return std::tanh(v); });

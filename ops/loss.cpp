@@ -6,7 +6,8 @@
 //   l1_loss:         l = |d|                               dl/dd = sign(d)
 //   smooth_l1_loss:  l = d^2/(2 beta) if |d|<beta else |d| - beta/2   dl/dd = d/beta or sign(d)
 //   bce_with_logits: l = (1-y) x + w(y) sp(-x),  w = 1 + (pw-1) y,  sp(z) = log(1+e^z)
-//                    dl/dx = (1-y) - w sigmoid(-x)   dl/dy = -x + (pw-1) sp(-x)   dl/dpw = y sp(-x)
+//                    dl/dx = (1-y) - w sigmoid(-x) = w sigmoid(x) - pw y
+//                    dl/dy = -x + (pw-1) sp(-x)   dl/dpw = y sp(-x)
 // Under create_graph the losses' gradients come from recorded ops: the diff losses' formula,
 // and for bce the loss itself recomputed in recorded ops (with sp(-x) a recorded op of its own,
 // log1p_exp_neg, smooth and stable at any x) and differentiated by recomputed_backward.
@@ -190,11 +191,13 @@ std::vector<Tensor> bce_backward(const BackwardContext& ctx, const std::vector<T
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
     for (int64_t i = 0; i < n; ++i) {
       const T xv = px[i], yv = py[i], p = pp ? pp[i] : T(1);
-      const T sp_neg = std::max(-xv, T(0)) + std::log1p(std::exp(-std::abs(xv)));  // log(1 + e^-x)
-      const T s = xv >= T(0) ? std::exp(-xv) / (T(1) + std::exp(-xv)) : T(1) / (T(1) + std::exp(xv));  // sigmoid(-x)
+      const T e = std::exp(-std::abs(xv)), q = e / (T(1) + e);  // q = sigmoid(-|x|)
+      const T sp_neg = std::max(-xv, T(0)) + std::log1p(e);      // log(1 + e^-x)
       const T w = T(1) + (p - T(1)) * yv;
-      if (ox) ox[i] = pg[i] * ((T(1) - yv) - w * s);
-      if (oy) oy[i] = pg[i] * (-xv + (p - T(1)) * sp_neg);
+      // (1-y) - w sigmoid(-x) = w sigmoid(x) - p y: the form without cancellation for x's sign
+      // (PyTorch's is the second; the first lost every digit for y = 0 and x < -17 in float32)
+      if (ox) ox[i] = pg[i] * (xv >= T(0) ? (T(1) - yv) - w * q : w * q - p * yv);
+      if (oy) oy[i] = pg[i] * (pp ? -xv + (p - T(1)) * sp_neg : -xv);  // (no 0 * Inf at x = -Inf)
       if (op) op[i] = pg[i] * yv * sp_neg;
     }
   });
@@ -325,10 +328,11 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
     const int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
     for (int64_t i = 0; i < n; ++i) {
-      const T xv = px[i], yv = py[i];
-      const T sp_neg = std::max(-xv, T(0)) + std::log1p(std::exp(-std::abs(xv)));  // log(1 + e^-x), stable
-      const T w = pp ? T(1) + (pp[i] - T(1)) * yv : T(1);
-      o[i] = (T(1) - yv) * xv + w * sp_neg;
+      const T xv = px[i], yv = py[i], p = pp ? pp[i] : T(1);
+      const T w = T(1) + (p - T(1)) * yv;
+      // (1-y) x + w sp(-x) with sp(-x) = max(-x, 0) + log1p(e^-|x|): for x < 0 the x terms
+      // combine first, (1 - y - w) x = -p y x, instead of cancelling after rounding
+      o[i] = (xv >= T(0) ? (T(1) - yv) * xv : -(p * yv) * xv) + w * std::log1p(std::exp(-std::abs(xv)));
     }
   });
   out = round_result(out, input.dtype());

@@ -1,11 +1,12 @@
 // Edge values where PyTorch's answer is defined and ours was once silently wrong or refused
 // (found by differential testing against PyTorch 1.13): a linear layer without input features,
-// var over nothing or with more correction than elements, relu at NaN, where at -0, the product
+// var over nothing or with more correction than elements, relu at NaN and -0, where at -0, the product
 // of two vectors, max over the dim of a 0-d tensor, backward into a .grad that is an expanded
 // tensor, mixed-dtype add_, integer fills and comparisons out of range, in-place integer ops
-// with a floating result, smooth_l1's gradient at NaN, integer pow / clamp and s / x. The
-// expected values are PyTorch's, exact here, so they are written out rather than kept as
-// fixtures.
+// with a floating result, smooth_l1's gradient at NaN, integer pow / clamp and s / x,
+// binary_cross_entropy_with_logits for very negative logits and gelu-tanh's second derivative in
+// its tails. The expected values are PyTorch's (or, where PyTorch itself loses digits, the exact
+// ones), written out rather than kept as fixtures.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,6 +82,8 @@ TEST(CoreOpsEdges, ReluPassesNanAndItsGradient) {
     const std::vector<double> v = y.to(DType::Float64).to_vector<double>();
     EXPECT_TRUE(std::isnan(v[0])) << dtype_name(dt);
     EXPECT_EQ(std::vector<double>(v.begin() + 1, v.end()), (std::vector<double>{0, 2, 0, 0}));
+    EXPECT_TRUE(std::signbit(v[3])) << "relu(-0) is -0, as PyTorch's";
+    EXPECT_FALSE(std::signbit(v[1])) << "relu(-1) is +0";
     sum(y).backward();
     EXPECT_EQ(x.grad().to(DType::Float64).to_vector<double>(), (std::vector<double>{1, 0, 1, 0, 0}));
     // relu_, and the recorded backward's mask (create_graph)
@@ -266,6 +269,54 @@ TEST(CoreOpsEdges, BackwardIntoAnExpandedGradAddsEachElementOnce) {
   sum(mul(x, x)).backward();
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{12, 24, 36, 18, 30, 42}));
   EXPECT_EQ(base.to_vector<double>(), (std::vector<double>{10, 20, 30}));
+}
+
+// binary_cross_entropy_with_logits for y = 0 and very negative logits: the loss log(1 + e^x) and
+// its gradient sigmoid(x) are tiny and representable; the forms (1-y) x + sp(-x) and
+// (1-y) - sigmoid(-x) cancelled to 0 (float32 from x = -17: PyTorch's gradient there is
+// 4.139938e-08). Also the target's gradient -x at x = -Inf (was 0 * Inf = NaN).
+TEST(CoreOpsEdges, BceWithLogitsKeepsItsDigitsForVeryNegativeLogits) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (double xv : {-15.0, -17.0, -30.0, -40.0, -80.0}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " x = " + std::to_string(xv));
+      Tensor x = full({1}, xv, dt).requires_grad_();
+      Tensor loss = binary_cross_entropy_with_logits(x, zeros({1}, dt), Tensor(), Reduction::Sum);
+      loss.backward();
+      const double want = std::log1p(std::exp(xv)), sigmoid = 1 / (1 + std::exp(-xv));
+      const double tol = dt == DType::Float32 ? 2e-7 : 1e-15;
+      EXPECT_NEAR(loss.to(DType::Float64).item(), want, tol * want);
+      EXPECT_NEAR(x.grad().to(DType::Float64).item(), sigmoid, tol * sigmoid);
+    }
+  }
+  // with pos_weight and y = 1 at large x, and the mirrored case: the other form
+  Tensor x = from_vector(std::vector<double>{30, -30}, {2}).requires_grad_();
+  Tensor pw = from_vector(std::vector<double>{2, 3}, {2});
+  binary_cross_entropy_with_logits(x, from_vector(std::vector<double>{1, 0}, {2}), pw, Reduction::Sum).backward();
+  const std::vector<double> g = x.grad().to_vector<double>();
+  EXPECT_NEAR(g[0], -2 / (1 + std::exp(30.0)), 1e-15 * 2 * std::exp(-30.0));  // pw (sigmoid(x) - 1)
+  EXPECT_NEAR(g[1], 1 / (1 + std::exp(30.0)), 1e-15 * std::exp(-30.0));       // sigmoid(x)
+  // d loss / d target = -x, Inf at x = -Inf (PyTorch: inf)
+  Tensor xi = full({1}, -std::numeric_limits<double>::infinity(), DType::Float64);
+  Tensor y = full({1}, 0.3, DType::Float64).requires_grad_();
+  binary_cross_entropy_with_logits(xi, y, Tensor(), Reduction::Sum).backward();
+  EXPECT_EQ(y.grad().item(), std::numeric_limits<double>::infinity());
+}
+
+// gelu(x, "tanh")'s second derivative in its tails: 1 - tanh(u)^2 cancelled (float32 gave -0 at
+// x = 5.16 where the value is -3.65e-6), and 0 * Inf gave NaN for huge |x| (the limit is 0).
+// Reference values: float64, sech^2 written out.
+TEST(CoreOpsEdges, GeluTanhSecondDerivativeInTheTails) {
+  const std::vector<double> xs = {5.155, 5.16, 7.2, -5.2, 2e8, -2e8};
+  const std::vector<double> want = {-3.7668720778350365e-06, -3.6474733344533298e-06, -3.089132615754428e-14,
+                                    -2.812967414666004e-06, 0, 0};
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Tensor x = from_vector(xs, {int64_t(xs.size())}).to(dt).requires_grad_();
+    Tensor g = grad({sum(gelu(x, "tanh"))}, {x}, {}, false, true, true)[0];
+    const std::vector<double> got = grad({sum(g)}, {x})[0].to(DType::Float64).to_vector<double>();
+    for (size_t i = 0; i < xs.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], (dt == DType::Float32 ? 1e-5 : 1e-12) * std::fabs(want[i]))
+          << dtype_name(dt) << " x = " << xs[i];
+  }
 }
 
 }  // namespace
