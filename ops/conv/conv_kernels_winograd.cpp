@@ -47,6 +47,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -117,31 +118,33 @@ constexpr int kOB = kAccRegs / kNV;  // 8 with AVX-512's 32 registers, 4 with 16
 // U, packed for the products: Up[((xi * n_ob + ob) * Cd + e * Cx + c) * kOB + o'] =
 // U[xi][ob*kOB + o'][e, c] (zero for outputs past Cy), one group after another; computed in
 // double and rounded once, the kOB outputs of a block side by side in the lanes of a vector of
-// doubles. wf(grp, o, c, e, a, b) gives the weight.
+// doubles; blocks of outputs split between threads. wf(grp, o, c, e, a, b) gives the weight.
 template <class WF>
-std::vector<float> transform_weights(const Problem& pb, WF&& wf) {
+std::unique_ptr<float[]> transform_weights(const Problem& pb, WF&& wf) {
   typedef double dvec __attribute__((vector_size(kOB * sizeof(double))));
   typedef float fvec __attribute__((vector_size(kOB * sizeof(float))));
   const int64_t n_ob = (pb.Cy + kOB - 1) / kOB;
   const int64_t per_group = 36 * n_ob * pb.Cd * kOB;
-  std::vector<float> Up(size_t(pb.G * per_group), 0.0f);
-  for (int64_t grp = 0; grp < pb.G; ++grp)
-    for (int64_t ob = 0; ob < n_ob; ++ob)
-      for (int64_t ec = 0; ec < pb.Cd; ++ec) {
-        const int64_t e = ec / pb.Cx, c = ec % pb.Cx, n_o = std::min<int64_t>(kOB, pb.Cy - ob * kOB);
-        dvec w[3][3] = {}, gw[6][3];
-        for (int64_t o1 = 0; o1 < n_o; ++o1)
-          for (int a = 0; a < 3; ++a)
-            for (int b = 0; b < 3; ++b) w[a][b][o1] = wf(grp, ob * kOB + o1, c, e, a, b);
-        for (int i = 0; i < 6; ++i)
-          for (int b = 0; b < 3; ++b) gw[i][b] = kG[i][0] * w[0][b] + kG[i][1] * w[1][b] + kG[i][2] * w[2][b];
-        for (int i = 0; i < 6; ++i)
-          for (int j = 0; j < 6; ++j) {
-            const dvec u = gw[i][0] * kG[j][0] + gw[i][1] * kG[j][1] + gw[i][2] * kG[j][2];
-            const fvec f = __builtin_convertvector(u, fvec);
-            std::memcpy(&Up[size_t(grp * per_group + (((i * 6 + j) * n_ob + ob) * pb.Cd + ec) * kOB)], &f, sizeof f);
-          }
-      }
+  std::unique_ptr<float[]> Up(new float[size_t(pb.G * per_group)]);  // every value is written below
+  const bool big = double(pb.G) * n_ob * pb.Cd * kOB * 36 >= kParallelWork;
+#pragma omp parallel for schedule(static) if (big && pb.G * n_ob > 1)
+  for (int64_t gob = 0; gob < pb.G * n_ob; ++gob)
+    for (int64_t ec = 0; ec < pb.Cd; ++ec) {
+      const int64_t grp = gob / n_ob, ob = gob % n_ob;
+      const int64_t e = ec / pb.Cx, c = ec % pb.Cx, n_o = std::min<int64_t>(kOB, pb.Cy - ob * kOB);
+      dvec w[3][3] = {}, gw[6][3];
+      for (int64_t o1 = 0; o1 < n_o; ++o1)
+        for (int a = 0; a < 3; ++a)
+          for (int b = 0; b < 3; ++b) w[a][b][o1] = wf(grp, ob * kOB + o1, c, e, a, b);
+      for (int i = 0; i < 6; ++i)
+        for (int b = 0; b < 3; ++b) gw[i][b] = kG[i][0] * w[0][b] + kG[i][1] * w[1][b] + kG[i][2] * w[2][b];
+      for (int i = 0; i < 6; ++i)
+        for (int j = 0; j < 6; ++j) {
+          const dvec u = gw[i][0] * kG[j][0] + gw[i][1] * kG[j][1] + gw[i][2] * kG[j][2];
+          const fvec f = __builtin_convertvector(u, fvec);
+          std::memcpy(&Up[size_t(grp * per_group + (((i * 6 + j) * n_ob + ob) * pb.Cd + ec) * kOB)], &f, sizeof f);
+        }
+    }
   return Up;
 }
 
@@ -367,22 +370,31 @@ void transform_output(const float* Mo, int64_t Mxi_stride, float bias, const Pro
 
 // The correlation for every item; false (y partly written) when an input is out of range.
 // Items: (group, block of the batch's tile rows, run of output slices, part of the output
-// channels; the last two cut only as far as the threads need, and any cut gives the same bits,
-// each output being summed by one item in the same order). An item keeps the last
+// channels; the blocks are cut finer, and the last two at all, only as far as the threads need:
+// any cut gives the same bits, each output being summed by one item in the same order). An item keeps the last
 // KD image slices it transformed (slot iz mod KD), so that each slice is transformed once per
 // run, not once per output slice that reads it. Its tile rows fall in one or two (or more, on
 // small planes) samples: segments, each transformed from and written to its own sample.
-bool run(const float* x, const std::vector<float>& Up, const float* bias, float* y, const Problem& pb) {
+bool run(const float* x, const float* Up, const float* bias, float* y, const Problem& pb) {
   const int64_t n_ob = (pb.Cy + kOB - 1) / kOB;
   const int64_t per_group_u = 36 * n_ob * pb.Cd * kOB;
-  const int64_t Tmax = pb.rows_per_item * pb.Tw, Ts_max = round_up(Tmax, kLanes) + kLanes;
   const int64_t R = phase_len(pb.Tw);
   const int64_t plane_x = pb.Hx * pb.Wx, plane_y = pb.Hy * pb.Wy;
-  const int64_t outer = pb.G * pb.n_blocks;
-  const bool big = double(outer) * pb.Dy * Tmax * 36 * pb.Cd * pb.Cy >= kParallelWork;
+  const int64_t total_rows = pb.N * pb.Th;
+  const bool big = double(pb.G) * total_rows * pb.Tw * pb.Dy * 36 * pb.Cd * pb.Cy >= kParallelWork;
+  const int threads = big ? max_threads() : 1;
+  // Blocks of tile rows: the shape's choice, or, when they are few for the threads, a multiple
+  // of the threads' count of blocks of even sizes (a short last block idled a thread)
+  int64_t rows_per_item = pb.rows_per_item, n_blocks = pb.n_blocks;
+  if (threads > 1 && pb.G * n_blocks < 8 * threads) {
+    const int64_t want = std::min(total_rows, round_up(n_blocks, threads));
+    rows_per_item = (total_rows + want - 1) / want;
+    n_blocks = (total_rows + rows_per_item - 1) / rows_per_item;
+  }
+  const int64_t Tmax = rows_per_item * pb.Tw, Ts_max = round_up(Tmax, kLanes) + kLanes;
+  const int64_t outer = pb.G * n_blocks;
   // runs of output slices, then parts of the output channels (whose items transform the same
   // inputs each): enough items for the threads
-  const int threads = big ? max_threads() : 1;
   const int64_t n_runs = pieces_for(outer, pb.Dy, threads);
   const int64_t per_run = (pb.Dy + n_runs - 1) / n_runs;
   const int64_t n_parts = pieces_for(outer * n_runs, n_ob, threads);
@@ -391,7 +403,7 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
   int ok = 1;
 #pragma omp parallel if (big && items > 1) reduction(& : ok)
   {
-    const int64_t pad_rows = 4 * pb.rows_per_item + 2;
+    const int64_t pad_rows = 4 * rows_per_item + 2;
     const int64_t slice_v = 36 * pb.Cx * Ts_max;  // one transformed image slice
     Scratch<float, 0> ph(2 * pad_rows * 4 * R + kLanes);  // padded rows, then their phases
     Scratch<float, 1> V(pb.KD * slice_v);
@@ -400,9 +412,9 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
     for (int64_t it = 0; it < items; ++it) {
       if (!ok) continue;
       const int64_t part = it % n_parts, run_i = (it / n_parts) % n_runs;
-      const int64_t blk = (it / (n_parts * n_runs)) % pb.n_blocks, grp = it / (n_parts * n_runs * pb.n_blocks);
+      const int64_t blk = (it / (n_parts * n_runs)) % n_blocks, grp = it / (n_parts * n_runs * n_blocks);
       // the item's tile rows [gr0, gr1) of the batch, in segments of one sample each
-      const int64_t gr0 = blk * pb.rows_per_item, gr1 = std::min(pb.N * pb.Th, gr0 + pb.rows_per_item);
+      const int64_t gr0 = blk * rows_per_item, gr1 = std::min(total_rows, gr0 + rows_per_item);
       struct Segment {
         int64_t n, ty0, rows, t_base;
       };
@@ -417,7 +429,7 @@ bool run(const float* x, const std::vector<float>& Up, const float* bias, float*
       const int64_t T = (gr1 - gr0) * pb.Tw, Tp = round_up(T, kLanes), Ts = Tp + kLanes;
       int64_t held[kMaxKD];  // the image slice in each slot (none yet)
       std::fill(held, held + kMaxKD, INT64_MIN);
-      const float* Ug = Up.data() + grp * per_group_u;
+      const float* Ug = Up + grp * per_group_u;
       for (int64_t oz = run_i * per_run; oz < std::min(pb.Dy, (run_i + 1) * per_run) && ok; ++oz) {
         int64_t slot_of[kMaxKD], e_of[kMaxKD];
         int n_terms = 0;
@@ -480,8 +492,9 @@ Problem make_problem(const Geom& g, int64_t Cx, int64_t Cy, std::array<int64_t, 
                      std::array<int64_t, 3> pad) {
   Problem pb{g.N, g.G, Cx, Cy, in[0], in[1], in[2], out[0], out[1], out[2], pad[0], pad[1], pad[2],
              g.kd, g.kd * Cx, (out[1] + 3) / 4, (out[2] + 3) / 4, 1, 1};
-  pb.rows_per_item = choose_rows_per_item(pb.N * pb.Th, pb.Th, pb.Tw, pb.Cd);
-  pb.n_blocks = (pb.N * pb.Th + pb.rows_per_item - 1) / pb.rows_per_item;
+  const int64_t total = pb.N * pb.Th;
+  pb.rows_per_item = choose_rows_per_item(total, pb.Th, pb.Tw, pb.Cd);
+  pb.n_blocks = (total + pb.rows_per_item - 1) / pb.rows_per_item;
   return pb;
 }
 
@@ -522,10 +535,10 @@ bool winograd_correlate<float>(const float* x, const float* w, const float* bias
   if (!winograd_fits(g) || !weights_in_range(w, g.Co * g.CKg)) return false;
   const Problem pb = make_problem(g, g.Cig, g.Cog, {g.Di, g.Hi, g.Wi}, {g.Do, g.Ho, g.Wo}, {g.pd, g.ph, g.pw});
   if (!within_budget(pb)) return false;
-  const std::vector<float> Up = transform_weights(pb, [&](int64_t grp, int64_t o, int64_t c, int64_t e, int a, int b) {
+  const std::unique_ptr<float[]> Up = transform_weights(pb, [&](int64_t grp, int64_t o, int64_t c, int64_t e, int a, int b) {
     return double(w[((grp * g.Cog + o) * g.Cig + c) * g.K + (e * 3 + a) * 3 + b]);
   });
-  return run(x, Up, bias, y, pb);
+  return run(x, Up.get(), bias, y, pb);
 }
 
 template <>
@@ -542,10 +555,10 @@ bool winograd_correlate_adjoint<float>(const float* y, const float* w, const flo
   const Problem pb = make_problem(g, g.Cog, g.Cig, {g.Do, g.Ho, g.Wo}, {g.Di, g.Hi, g.Wi},
                                   {g.kd - 1 - g.pd, 2 - g.ph, 2 - g.pw});
   if (!within_budget(pb)) return false;
-  const std::vector<float> Up = transform_weights(pb, [&](int64_t grp, int64_t ci, int64_t co, int64_t e, int a, int b) {
+  const std::unique_ptr<float[]> Up = transform_weights(pb, [&](int64_t grp, int64_t ci, int64_t co, int64_t e, int a, int b) {
     return double(w[((grp * g.Cog + co) * g.Cig + ci) * g.K + ((g.kd - 1 - e) * 3 + (2 - a)) * 3 + (2 - b)]);
   });
-  return run(y, Up, bias, x, pb);
+  return run(y, Up.get(), bias, x, pb);
 }
 
 template <>
