@@ -27,6 +27,10 @@ DType promote_types(DType a, DType b);
 // a floating t): what a fill or a scalar operand of an integer tensor needs, since converting
 // a double out of range (or NaN) to an integer is undefined behaviour.
 bool fits_integer_range(DType t, double v);
+// Whether a finite v lies within floating dtype t's finite range (always true for an integer t,
+// Inf and NaN): what PyTorch's fill_ and masked_fill check ("cannot be converted ... without
+// overflow"); arithmetic with such a scalar overflows to Inf instead, as PyTorch's.
+bool fits_floating_range(DType t, double v);
 
 template <class T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };

@@ -312,6 +312,8 @@ void rebase(Recorder& rec, Tensor& self, const char* op) {
 
 Tensor& fill_impl(Tensor& self, double value, const char* op) {
   TG_CHECK(self.defined(), op, ": the tensor is undefined");
+  TG_CHECK(fits_floating_range(self.dtype(), value), op, ": value ", value, " cannot be converted to ",
+           dtype_name(self.dtype()), " without overflow");
   detail::check_inplace(self, op, {});
   Recorder rec{kFillOp, {self}};
   detail::raw_fill_(self, value);

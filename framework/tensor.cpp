@@ -73,6 +73,15 @@ bool fits_integer_range(DType t, double v) {
   return w >= lo && w < -lo;  // false for NaN
 }
 
+bool fits_floating_range(DType t, double v) {
+  if (!is_floating(t) || !std::isfinite(v)) return true;
+  const double max = t == DType::Float64   ? std::numeric_limits<double>::max()
+                     : t == DType::Float32 ? double(std::numeric_limits<float>::max())
+                     : t == DType::BFloat16 ? 3.3895313892515355e38  // (2 - 2^-7) 2^127
+                                            : 65504.0;               // float16: (2 - 2^-10) 2^15
+  return std::fabs(v) <= max;
+}
+
 DType result_type(const Tensor& a, const Tensor& b) {
   const bool za = a.dim() == 0, zb = b.dim() == 0;
   if (za == zb) return promote_types(a.dtype(), b.dtype());

@@ -125,8 +125,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   TG_CHECK(weight.dim() == 2, op, ": expected weight of shape (num_embeddings, embedding_dim), got ",
            format_shape(weight.shape()));
   TG_CHECK(is_floating(weight.dtype()), op, ": expected a floating weight, got ", dtype_name(weight.dtype()));
-  TG_CHECK(indices.dtype() == DType::Int64, op, ": expected indices of dtype int64, got ",
-           dtype_name(indices.dtype()));
+  TG_CHECK(indices.dtype() == DType::Int64 || indices.dtype() == DType::Int32, op,
+           ": expected indices of dtype int64 or int32, got ", dtype_name(indices.dtype()));
   const int64_t V = weight.size(0), D = weight.size(1);
   int64_t pad = -1;
   if (padding_idx) {
@@ -134,7 +134,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
              " must be within num_embeddings (", V, ")");
     pad = *padding_idx < 0 ? *padding_idx + V : *padding_idx;
   }
-  Tensor idx = indices.detach().contiguous();
+  Tensor idx = indices.detach().to(DType::Int64).contiguous();
   const int64_t* ip = idx.data<int64_t>();
   const int64_t n = idx.numel();
   for (int64_t i = 0; i < n; ++i)

@@ -197,11 +197,12 @@ Tensor scatter_add_along(const Shape& shape, int64_t dim_in, const Tensor& index
 Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index) {
   const char* op = "index_select";
   TG_CHECK(x.defined() && index.defined(), op, ": expected defined self and index");
-  TG_CHECK(index.dtype() == DType::Int64, op, ": expected index of dtype int64, got ", dtype_name(index.dtype()));
+  TG_CHECK(index.dtype() == DType::Int64 || index.dtype() == DType::Int32, op,
+           ": expected index of dtype int64 or int32, got ", dtype_name(index.dtype()));
   TG_CHECK(index.dim() <= 1, op, ": index is supposed to be a vector, got shape ", format_shape(index.shape()));
   TG_CHECK(x.dim() > 0, op, ": expected self with at least one dimension");
   const int64_t dim = wrap_dim(dim_in, x.dim(), op);
-  Tensor idx = index.detach().contiguous().reshape({index.numel()});
+  Tensor idx = index.detach().to(DType::Int64).contiguous().reshape({index.numel()});
   check_non_negative(idx, x.size(dim), op, dim);
   DimLayout l = dim_layout(x.shape(), dim);
   const int64_t n = idx.numel();

@@ -51,8 +51,19 @@ const OpDef kCatOp{"cat", "cat_backward", "tensors...", cat_backward, cat_sample
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
   const char* op = "cat";
   TG_CHECK(!tensors.empty(), op, ": expected a non-empty list of tensors");
-  const Tensor& first = tensors[0];
   for (size_t i = 0; i < tensors.size(); ++i) TG_CHECK(tensors[i].defined(), op, ": tensor ", i, " is undefined");
+  // As PyTorch: the tensors' promoted dtype (each converted, a recorded op), and a 1-D tensor of
+  // size 0 beside others is skipped (the legacy empty tensor, whatever the others' shape).
+  DType common = tensors[0].dtype();
+  for (const Tensor& t : tensors) common = promote_types(common, t.dtype());
+  std::vector<Tensor> parts;
+  for (const Tensor& t : tensors)
+    if (!(t.dim() == 1 && t.numel() == 0)) parts.push_back(t.dtype() == common ? t : t.to(common));
+  if (parts.empty()) parts.push_back(tensors[0].to(common));
+  if (parts.size() != tensors.size() ||
+      std::any_of(tensors.begin(), tensors.end(), [&](const Tensor& t) { return t.dtype() != common; }))
+    return cat(parts, dim_in);
+  const Tensor& first = tensors[0];
   TG_CHECK(first.dim() > 0, op, ": zero-dimensional tensor (at position 0) cannot be concatenated");
   const int64_t dim = wrap_dim(dim_in, first.dim(), op);
   Shape out_shape = first.shape();
@@ -60,8 +71,6 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    TG_CHECK(t.dtype() == first.dtype(), op, ": expected all tensors to have dtype ", dtype_name(first.dtype()),
-             ", got ", dtype_name(t.dtype()), " for tensor ", i);
     TG_CHECK(t.dim() == first.dim(), op, ": tensors must have the same number of dimensions: got ", first.dim(),
              " and ", t.dim(), " (tensor ", i, ")");
     for (int64_t d = 0; d < t.dim(); ++d)

@@ -8,7 +8,9 @@
 
 namespace tg {
 
-// Concatenates along an existing dim; all shapes equal except along dim, one dtype.
+// Concatenates along an existing dim; all shapes equal except along dim. As PyTorch's: the
+// tensors are converted to their promoted dtype (framework/dtype.h), and a 1-D tensor of size 0
+// (the legacy empty tensor) is skipped whatever the others' shape.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // Joins along a new dim (all shapes equal).
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -129,6 +129,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   TG_CHECK(x.defined() && mask.defined(), "masked_fill: expected defined self and mask");
   TG_CHECK(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape(), "masked_fill: mask of shape ",
            format_shape(mask.shape()), " does not broadcast to self's shape ", format_shape(x.shape()));
+  TG_CHECK(fits_floating_range(x.dtype(), value), "masked_fill: value ", value, " cannot be converted to ",
+           dtype_name(x.dtype()), " without overflow");
   return where(mask, scalar_like(x, value), x);
 }
 

@@ -84,4 +84,57 @@ TEST(ShapeEdges, ScatterAddAlongWrapsTheDimAndChecksIndices) {
             "scatter_add_along: expected index with the 1 dims of the output shape [6] (at least one), got [2, 2]");
 }
 
+// cat converts to the promoted dtype (PyTorch: int32 with float16 is float16) and skips the legacy
+// empty tensor (1-D of size 0) beside tensors of other shapes; gradients return in each dtype.
+TEST(ShapeEdges, CatPromotesDtypesAndSkipsLegacyEmptyTensors) {
+  Tensor y = cat({from_vector(std::vector<int32_t>{1, 2}, {2}), full({1}, 0.5, DType::Float16)});
+  EXPECT_EQ(y.dtype(), DType::Float16);
+  EXPECT_EQ(y.to(DType::Float64).to_vector<double>(), (std::vector<double>{1, 2, 0.5}));
+  Tensor a = ones({2}, DType::Float32).requires_grad_(), b = ones({1}, DType::Float64).requires_grad_();
+  Tensor z = cat({a, b});
+  EXPECT_EQ(z.dtype(), DType::Float64);
+  sum(mul(z, from_vector(std::vector<double>{1, 2, 3}, {3}))).backward();
+  EXPECT_EQ(a.grad().dtype(), DType::Float32);
+  EXPECT_EQ(a.grad().to(DType::Float64).to_vector<double>(), (std::vector<double>{1, 2}));
+  EXPECT_EQ(b.grad().to_vector<double>(), std::vector<double>{3});
+  EXPECT_EQ(stack({ones({2}, DType::Int64), ones({2}, DType::Float32)}).dtype(), DType::Float32);
+  // the legacy empty tensor
+  EXPECT_EQ(cat({randn({2, 3}), zeros({0})}, 0).shape(), (Shape{2, 3}));
+  EXPECT_EQ(cat({zeros({0}), randn({2, 3}), zeros({0})}, 1).shape(), (Shape{2, 3}));
+  EXPECT_EQ(cat({zeros({0}), zeros({0})}).shape(), Shape{0});
+  EXPECT_EQ(cat({randn({3}), zeros({0})}).shape(), Shape{3});
+}
+
+TEST(ShapeEdges, Int32IndicesSelectAndEmbed) {
+  const Tensor x = arange(0, 5).to(DType::Float64);
+  const Tensor i32 = from_vector(std::vector<int32_t>{1, 2}, {2});
+  EXPECT_EQ(index_select(x, 0, i32).to_vector<double>(), (std::vector<double>{1, 2}));
+  Tensor w = arange(0, 8).to(DType::Float64).reshape({4, 2}).requires_grad_();
+  Tensor e = embedding(w, i32);
+  EXPECT_EQ(e.to_vector<double>(), (std::vector<double>{2, 3, 4, 5}));
+  sum(e).backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{0, 0, 1, 1, 1, 1, 0, 0}));
+  EXPECT_EQ(error_of([&] { index_select(x, 0, from_vector(std::vector<double>{1}, {1})); }),
+            "index_select: expected index of dtype int64 or int32, got float64");
+}
+
+// fill_ and masked_fill of a finite value past the floating dtype's range are errors, as in
+// PyTorch (they wrote Inf); Inf and NaN themselves, and arithmetic, are not.
+TEST(ShapeEdges, FillsPastAFloatingRangeAreRefused) {
+  Tensor f = zeros({3});
+  EXPECT_EQ(error_of([&] { f.fill_(1e300); }), "fill_: value 1e+300 cannot be converted to float32 without overflow");
+  const Tensor mask = from_vector(std::vector<int64_t>{1, 0, 1}, {3});
+  EXPECT_EQ(error_of([&] { masked_fill(f, mask, -1e39); }),
+            "masked_fill: value -1e+39 cannot be converted to float32 without overflow");
+  EXPECT_EQ(error_of([&] { zeros({2}, DType::BFloat16).fill_(1e39); }),
+            "fill_: value 1e+39 cannot be converted to bfloat16 without overflow");
+  EXPECT_EQ(error_of([&] { zeros({2}, DType::Float16).fill_(70000); }),
+            "fill_: value 70000 cannot be converted to float16 without overflow");
+  EXPECT_EQ(zeros({2}, DType::Float16).fill_(65504).to(DType::Float64).to_vector<double>(),
+            (std::vector<double>{65504, 65504}));
+  EXPECT_EQ(masked_fill(f, mask, std::numeric_limits<double>::infinity()).to_vector<float>()[0],
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(add(f, 1e300).to_vector<float>()[0], std::numeric_limits<float>::infinity());
+}
+
 }  // namespace
