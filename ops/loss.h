@@ -22,6 +22,9 @@ struct CrossEntropyOptions {
 // logits (N, C) or (N, C, d1, ...) or (C); target int64 class indices (N) / (N, d1, ...) / ().
 // Mean, as PyTorch: the sum over the targets that are not ignore_index, divided by their
 // number (both the NLL and the smoothing term; NaN when every target is ignored).
+// Or, as PyTorch's second form, a floating target of the logits' shape and dtype holding class
+// probabilities (soft labels, mixup): each lane's loss is -sum_c t_c log_softmax(logits)_c (t
+// smoothed first), Mean over all lanes; ignore_index does not apply.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
 
 // Stable: max(x,0) - x y + log(1 + e^-|x|), with pos_weight (broadcast over the last dims, e.g.

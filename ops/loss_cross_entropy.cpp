@@ -131,16 +131,45 @@ std::vector<SampleCase> cross_entropy_samples() {
 const OpDef kCrossEntropyOp{"cross_entropy", "cross_entropy_backward", "self", cross_entropy_backward,
                             cross_entropy_samples, true};
 
+namespace {
+
+// Class probabilities as the target (PyTorch's second form), from recorded ops: the loss of
+// each lane is -sum_c t_c log_softmax(logits)_c, with t smoothed to t (1 - eps) + eps / C;
+// Mean divides by the lanes (every one counts: there is no ignore_index here). Gradients flow
+// to the logits and the target.
+Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  const char* op = "cross_entropy";
+  TG_CHECK(target.shape() == logits.shape(), op, ": expected target to hold int64 class indices, or class ",
+           "probabilities of the logits' shape ", format_shape(logits.shape()), "; got a ", dtype_name(target.dtype()),
+           " target of shape ", format_shape(target.shape()));
+  TG_CHECK(target.dtype() == logits.dtype(), op, ": expected a target of class probabilities of the logits' dtype ",
+           dtype_name(logits.dtype()), ", got ", dtype_name(target.dtype()));
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1, C = logits.size(class_dim);
+  Tensor t = target;
+  if (o.label_smoothing > 0) t = add(mul(target, 1.0 - o.label_smoothing), o.label_smoothing / double(C));
+  Tensor lanes = neg(sum(mul(t, log_softmax(logits, class_dim)), {class_dim}));
+  switch (o.reduction) {
+    case Reduction::None: return lanes;
+    case Reduction::Sum: return sum(lanes);
+    case Reduction::Mean: return mean(lanes);
+  }
+  return lanes;
+}
+
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
-  if (auto c = autocast::to_float32(logits)) return cross_entropy(c[0], target, o);  // framework/autocast.h
+  // framework/autocast.h (a target of class probabilities too; int64 indices are left as they are)
+  if (auto c = autocast::to_float32(logits, target)) return cross_entropy(c[0], c[1], o);
   const char* op = "cross_entropy";
   TG_CHECK(logits.defined() && target.defined(), op, ": expected defined logits and target");
   TG_CHECK(is_floating(logits.dtype()), op, ": expected floating logits, got ", dtype_name(logits.dtype()));
-  TG_CHECK(target.dtype() == DType::Int64, op, ": expected target to hold int64 class indices, got ",
-           dtype_name(target.dtype()));
   TG_CHECK(logits.dim() >= 1, op, ": expected logits of shape (C), (N, C) or (N, C, d1, ...), got a 0-d tensor");
   TG_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0, op,
            ": expected label_smoothing in [0, 1], got ", o.label_smoothing);
+  if (is_floating(target.dtype())) return cross_entropy_probabilities(logits, target, o);
+  TG_CHECK(target.dtype() == DType::Int64, op, ": expected target to hold int64 class indices, got ",
+           dtype_name(target.dtype()));
   // (C) with a 0-d target is one lane: (1, C) with target (1).
   const bool unbatched = logits.dim() == 1;
   Shape expected_target;

@@ -243,6 +243,50 @@ TEST(CoreOpsLoss, CrossEntropyWithEveryTargetIgnoredIsNanAsPyTorch) {
   EXPECT_EQ(sum.item(), 0.0);
 }
 
+// Class probabilities as the target (soft labels): PyTorch 1.13's values and gradients (float64).
+TEST(CoreOpsLoss, CrossEntropyWithClassProbabilitiesMatchesPyTorch) {
+  const std::vector<double> xv = {1, 2, 3, 0.5, -1, 2}, tv = {0.2, 0.3, 0.5, 1, 0, 0};
+  struct Want {
+    tg::Reduction reduction;
+    double smoothing;
+    std::vector<double> loss, gx, gt;
+  };
+  const std::vector<Want> cases = {
+      {tg::Reduction::Mean, 0.0, {1.424458630550769},
+       {-0.05498471341480979, -0.027635764472601174, 0.08262047788741089, -0.41235480392998164, 0.019556286635343725,
+        0.39279851729463794},
+       {1.2038029822221903, 0.7038029822221902, 0.2038029822221902, 0.8706556483285786, 1.6206556483285786,
+        0.12065564832857852}},
+      {tg::Reduction::Sum, 0.1, {2.8789172611015377},
+       {-0.12330276016295291, -0.0586048622785357, 0.18190762244148845, -0.7580429411932966, 0.0057792399373541165,
+        0.7522637012559426},
+       {2.1668453679999424, 1.2668453679999423, 0.3668453679999424, 1.5671801669914414, 2.9171801669914417,
+        0.21718016699144133}},
+      {tg::Reduction::None, 0.1, {1.1376059644443806, 1.7413112966571571},
+       {-0.12330276016295291, -0.0586048622785357, 0.18190762244148845, -0.7580429411932966, 0.0057792399373541165,
+        0.7522637012559426},
+       {2.1668453679999424, 1.2668453679999423, 0.3668453679999424, 1.5671801669914414, 2.9171801669914417,
+        0.21718016699144133}},
+  };
+  for (const Want& w : cases) {
+    Tensor x = tg::from_vector(xv, {2, 3}).requires_grad_(), t = tg::from_vector(tv, {2, 3}).requires_grad_();
+    Tensor loss = tg::cross_entropy(x, t, {w.reduction, -100, w.smoothing});
+    tg::sum(loss).backward();
+    auto expect_close = [](const std::vector<double>& got, const std::vector<double>& want) {
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-14 * (1 + std::fabs(want[i])));
+    };
+    expect_close(loss.to_vector<double>(), w.loss);
+    expect_close(x.grad().to_vector<double>(), w.gx);
+    expect_close(t.grad().to_vector<double>(), w.gt);
+  }
+  // unbatched (C): the one lane
+  EXPECT_NEAR(tg::cross_entropy(tg::from_vector(std::vector<double>{1, 2, 3}, {3}),
+                                tg::from_vector(std::vector<double>{0.2, 0.3, 0.5}, {3}))
+                  .item(),
+              1.1076059644443805, 1e-14);
+}
+
 TEST(CoreOpsMasks, ComparisonsReturnInt64ZeroOne) {
   Tensor a = tg::from_vector(std::vector<float>{1, 2, 3}, {3});
   Tensor m = tg::gt(a, 1.5);
