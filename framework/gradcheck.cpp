@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "grad_mode.h"
+#include "inplace.h"
 #include "random.h"
 #include "tape.h"
 
@@ -252,6 +253,11 @@ struct Checker {
       if (!inputs[k].defined() || !inputs[k].requires_grad()) continue;
       TG_CHECK(inputs[k].dtype() == DType::Float64, "gradcheck: input ", k,
                " requires grad and must be float64 for finite differences, got ", dtype_name(inputs[k].dtype()));
+      // (as PyTorch's gradcheck: perturbing one element would move all that share its memory)
+      TG_CHECK(!detail::shares_elements(inputs[k]), "gradcheck: input ", k, " of shape ",
+               format_shape(inputs[k].shape()), " and strides ", format_shape(inputs[k].strides()),
+               " has elements that share memory (a stride of 0, as from expand()): finite differences need "
+               "each element on its own; pass contiguous() of it");
       wrt.push_back(k);
     }
     TG_CHECK(!wrt.empty(), "gradcheck: no input requires grad");

@@ -4,6 +4,8 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "test_util.h"
+
 namespace tg {
 namespace {
 
@@ -139,6 +141,16 @@ TEST(Gradcheck, RejectsFloat32Inputs) {
   Tensor x = randn({3});
   x.requires_grad_();
   EXPECT_THROW(gradcheck([](const std::vector<Tensor>& v) { return v; }, {x}), Error);
+}
+
+// An input whose elements share memory (expanded): finite differences cannot perturb one element
+// alone, so gradcheck says so (it failed inside add_ with add_'s message).
+TEST(Gradcheck, RejectsAnExpandedInputWithItsOwnMessage) {
+  Tensor x = randn({1, 3}, DType::Float64).expand({2, 3});
+  x.requires_grad_();
+  EXPECT_EQ(tg::testing::error_of([&] { gradcheck([](const std::vector<Tensor>& v) { return v; }, {x}); }),
+            "gradcheck: input 0 of shape [2, 3] and strides [0, 1] has elements that share memory (a stride of 0, "
+            "as from expand()): finite differences need each element on its own; pass contiguous() of it");
 }
 
 }  // namespace
