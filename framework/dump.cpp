@@ -75,14 +75,30 @@ std::string input_name(const OpDef& op, size_t k) {
       if (!word.empty()) names.push_back(word);
       word.clear();
       if (*c == '\0') break;
-    } else if (*c != ' ') {
+    } else if (*c != ' ' || !word.empty()) {  // (leading spaces dropped, inner ones kept)
       word += *c;
     }
   }
+  for (std::string& w : names) w.erase(w.find_last_not_of(' ') + 1);  // trailing ones
   if (!names.empty() && names.back().size() > 3 && names.back().compare(names.back().size() - 3, 3, "...") == 0 &&
       k + 1 >= names.size())
     return names.back().substr(0, names.back().size() - 3) + "[" + std::to_string(k + 1 - names.size()) + "]";
   return k < names.size() ? names[k] : "input " + std::to_string(k);
+}
+
+// s inside a DOT string: quotes and backslashes escaped (a backslash starts DOT's own escapes,
+// \N, \G, ...), a line break as DOT's \n.
+std::string dot_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
 }
 }  // namespace
 
@@ -101,12 +117,12 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
   for (size_t i = 0; i < order.size(); ++i) {
     const Node& n = *order[i];
     os << "  op" << i << " [shape=box, style=\"rounded,filled\", fillcolor=\"#dde8f7\", label=\"#" << i << " "
-       << n.op().name << "\\n";
+       << dot_escape(n.op().name) << "\\n";
     for (size_t k = 0; k < n.output_meta().size(); ++k) os << (k ? " " : "") << format_shape(n.output_meta()[k].shape);
     os << "\"];\n";
     for (size_t k = 0; k < n.edges().size(); ++k) {
       const Edge& e = n.edges()[k];
-      const std::string arrow = " -> op" + std::to_string(i) + " [label=\"" + input_name(n.op(), k) + "\"];\n";
+      const std::string arrow = " -> op" + std::to_string(i) + " [label=\"" + dot_escape(input_name(n.op(), k)) + "\"];\n";
       if (e.fn) {
         os << "  op" << index[e.fn.get()] << arrow;
       } else if (e.leaf) {
@@ -115,7 +131,7 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
           std::string id = "leaf" + std::to_string(leaf_ids.size());
           it = leaf_ids.emplace(e.leaf.get(), id).first;
           auto named = leaf_names.find(e.leaf.get());
-          std::string label = named != leaf_names.end() ? named->second : std::string("leaf");
+          std::string label = named != leaf_names.end() ? dot_escape(named->second) : std::string("leaf");
           os << "  " << id << " [shape=ellipse, style=filled, fillcolor=\""
              << (named != leaf_names.end() ? "#f7e3c4" : "#eeeeee") << "\", label=\"" << label << "\\n"
              << format_shape(e.leaf->shape) << "\"];\n";

@@ -64,8 +64,11 @@ Tensor with_history(const Tensor& t, const std::shared_ptr<Node>& fn, int output
   return Tensor(std::move(impl));
 }
 
+// The trace's |g|: unrecorded (the trace must not change the graph it shows) and from a
+// contiguous copy (a gradient may be expanded or strided: float64 ones were read as if dense).
 double norm_of(const Tensor& t) {
-  Tensor c = t.to(DType::Float64);
+  NoGradGuard no_grad;
+  Tensor c = t.detach().to(DType::Float64).contiguous();
   const double* p = c.data<double>();
   double s = 0;
   for (int64_t i = 0; i < c.numel(); ++i) s += p[i] * p[i];
@@ -249,6 +252,8 @@ struct Engine {
   bool create_graph = false;
   Capture* capture = nullptr;  // null: accumulate into leaves' .grad()
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  // With a trace on: each entry's position in the graph, oldest first (tape_to_text's numbers).
+  std::unordered_map<const Node*, size_t> trace_number;
   // For tg::grad: the entries whose backward can reach a wanted gradient; the others only
   // have their gradients captured (if wanted) and are not run.
   std::unordered_set<const Node*> leads_to_capture;
@@ -407,7 +412,8 @@ struct Engine {
 
   void trace_step(const Node& node, const std::vector<Tensor>& grad_outputs, const std::vector<Tensor>& grads) {
     std::ostream& os = *t_trace;
-    os << "backward #" << node.sequence_nr_ << " " << node.op_->backward_name << ": grad_output";
+    // numbered as tape_to_text / tape_to_dot number the entries: by position in the graph
+    os << "backward #" << trace_number.at(&node) << " " << node.op_->backward_name << ": grad_output";
     for (const Tensor& g : grad_outputs) os << " " << format_shape(g.shape()) << " |" << norm_of(g) << "|";
     os << " -> grad_input";
     for (const Tensor& g : grads) {
@@ -528,6 +534,8 @@ struct Engine {
       }
     }
     const std::vector<Node*> order = reachable_in_reverse(root_nodes);
+    if (t_trace)
+      for (size_t i = 0; i < order.size(); ++i) trace_number[order[i]] = order.size() - 1 - i;
     if (capture) mark_entries_leading_to_capture(order);
     if (!capture) count_pending_hooks(order, root_leaves);
     for (size_t i = 0; i < root_leaves.size(); ++i) deliver_to_leaf(root_leaves[i].impl_ptr(), root_leaf_grads[i]);

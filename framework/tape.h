@@ -195,7 +195,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          bool allow_unused = true, bool create_graph = false);
 
 // Trace: print each backward step as it runs (op, gradient shapes and norms) to `os`, or stop
-// with nullptr. Thread-local.
+// with nullptr. Thread-local. Steps are numbered as tape_to_text and tape_to_dot number the
+// entries (position in the graph being backpropagated, oldest 0), and tracing records nothing.
 void set_backward_trace(std::ostream* os);
 
 // For hooks: `callback` runs once the backward pass that is running now has delivered every

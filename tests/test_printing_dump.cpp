@@ -93,6 +93,21 @@ TEST(TapeDot, TakesNamedParametersAsTheyComeFromAModule) {
   EXPECT_NE(list.find("const0_1 -> op0 [label=\"tensors[1]\"]"), std::string::npos) << list;
 }
 
+// Labels are DOT strings: a quote or backslash in a leaf's name or a custom op's names is escaped
+// (they made invalid DOT, or were taken as DOT's own escapes), a line break becomes \n, and a
+// space inside an input name stays.
+TEST(TapeDot, EscapesLabels) {
+  Tensor w = ones({3}).requires_grad_();
+  const std::string dot = tape_to_dot(mul(w, 2.0), {{w, "w\"q\" back\\slash\nline"}});
+  EXPECT_NE(dot.find("label=\"w\\\"q\\\" back\\\\slash\\nline\\n[3]\""), std::string::npos) << dot;
+  CustomOp op(
+      "my\"op", {"in put"}, [](FunctionContext&, const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; },
+      [](FunctionContext&, const std::vector<Tensor>& g) { return g; });
+  const std::string custom = tape_to_dot(op(w));
+  EXPECT_NE(custom.find("#0 my\\\"op\\n[3]"), std::string::npos) << custom;
+  EXPECT_NE(custom.find("[label=\"in put\"]"), std::string::npos) << custom;
+}
+
 TEST(TapeText, MarksAbsentInputsOnlyAndShowsConstants) {
   Tensor w = zeros({2, 3}).requires_grad_();
   Tensor y = linear(scalar_tensor(1).expand({4, 3}).contiguous(), w);

@@ -266,11 +266,42 @@ TEST(Tape, TraceSwitchPrintsEachBackwardStep) {
     BackwardTraceGuard trace(os);
     y.backward();
   }
+  // numbered by position in the graph, as tape_to_text numbers the entries
   EXPECT_EQ(os.str(),
-            "backward #" + std::to_string(y.grad_fn()->sequence_nr()) +
-                " sum_backward: grad_output [] |1| -> grad_input [2] |1.41421|\n"
-                "backward #" + std::to_string(y.grad_fn()->sequence_nr() - 1) +
-                " mul_scalar_backward: grad_output [2] |1.41421| -> grad_input [2] |2.82843|\n");
+            "backward #1 sum_backward: grad_output [] |1| -> grad_input [2] |1.41421|\n"
+            "backward #0 mul_scalar_backward: grad_output [2] |1.41421| -> grad_input [2] |2.82843|\n");
+  EXPECT_EQ(tape_to_text(y).substr(0, 3), "#0 ");
+}
+
+// Found by stress-testing the trace: the numbers once were the entries' global creation numbers
+// (unlike the printed tape's, after any earlier op); the norm of a float64 gradient that is not
+// dense (sum_to's backward expands it) read past its storage; the trace recorded its own
+// conversions under create_graph.
+TEST(Tape, TraceNumbersMatchTheTapeAndNormsReadExpandedGradients) {
+  Tensor x = leaf(std::vector<double>(12, 0.5), {4, 3});
+  (void)exp(x);  // an earlier op: the global numbers move on
+  Tensor y = sum(sum_to(mul(x, 1.0), {1, 3}));
+  std::ostringstream os;
+  {
+    BackwardTraceGuard trace(os);
+    y.backward();
+  }
+  const std::string text = tape_to_text(y);
+  EXPECT_NE(text.find("#2 sum "), std::string::npos) << text;
+  EXPECT_EQ(os.str().substr(0, 20), "backward #2 sum_back");
+  // sum_to's backward hands mul's backward a [4, 3] gradient of ones, expanded from [1, 3]: norm 3.4641
+  EXPECT_NE(os.str().find("grad_input [4, 3] |3.4641|"), std::string::npos) << os.str();
+  // under create_graph the trace records nothing of its own
+  Tensor z = leaf({1, 2, 3}, {3});
+  Tensor w = sum(mul(z, z));
+  const size_t before = tape_to_text(grad({w}, {z}, {}, true, true, true)[0]).size();
+  std::ostringstream os2;
+  size_t traced;
+  {
+    BackwardTraceGuard trace(os2);
+    traced = tape_to_text(grad({w}, {z}, {}, true, true, true)[0]).size();
+  }
+  EXPECT_EQ(traced, before);
 }
 
 TEST(Tape, RequiresGradOnlyOnLeavesAndFloats) {
