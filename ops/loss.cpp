@@ -197,7 +197,11 @@ std::vector<Tensor> bce_backward(const BackwardContext& ctx, const std::vector<T
       // (1-y) - w sigmoid(-x) = w sigmoid(x) - p y: the form without cancellation for x's sign
       // (PyTorch's is the second; the first lost every digit for y = 0 and x < -17 in float32)
       if (ox) ox[i] = pg[i] * (xv >= T(0) ? (T(1) - yv) - w * q : w * q - p * yv);
-      if (oy) oy[i] = pg[i] * (pp ? -xv + (p - T(1)) * sp_neg : -xv);  // (no 0 * Inf at x = -Inf)
+      // dl/dy = -x + (p-1) sp(-x), with sp(-x) = -x + log1p(e^x) for x < 0: -p x + (p-1) log1p(e^x)
+      // there (no Inf - Inf nor 0 * Inf at x = -Inf, where PyTorch gives NaN for p < 1; p = 0's
+      // limit is 0)
+      const T minus_px = p == T(0) ? T(0) : -(p * xv);
+      if (oy) oy[i] = pg[i] * ((xv >= T(0) ? -xv : minus_px) + (p - T(1)) * std::log1p(e));
       if (op) op[i] = pg[i] * yv * sp_neg;
     }
   });

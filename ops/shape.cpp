@@ -48,23 +48,14 @@ std::vector<SampleCase> cat_samples() {
 // Twice differentiable: the backward is narrow (a view) and contiguous, both recorded ops.
 const OpDef kCatOp{"cat", "cat_backward", "tensors...", cat_backward, cat_samples, true};
 
-Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
+namespace {
+
+// cat of tensors of one dtype, none a legacy empty one; position[i]: tensors[i]'s place in the
+// caller's list, for the messages.
+Tensor cat_parts(const std::vector<Tensor>& tensors, const std::vector<size_t>& position, int64_t dim_in) {
   const char* op = "cat";
-  TG_CHECK(!tensors.empty(), op, ": expected a non-empty list of tensors");
-  for (size_t i = 0; i < tensors.size(); ++i) TG_CHECK(tensors[i].defined(), op, ": tensor ", i, " is undefined");
-  // As PyTorch: the tensors' promoted dtype (each converted, a recorded op), and a 1-D tensor of
-  // size 0 beside others is skipped (the legacy empty tensor, whatever the others' shape).
-  DType common = tensors[0].dtype();
-  for (const Tensor& t : tensors) common = promote_types(common, t.dtype());
-  std::vector<Tensor> parts;
-  for (const Tensor& t : tensors)
-    if (!(t.dim() == 1 && t.numel() == 0)) parts.push_back(t.dtype() == common ? t : t.to(common));
-  if (parts.empty()) parts.push_back(tensors[0].to(common));
-  if (parts.size() != tensors.size() ||
-      std::any_of(tensors.begin(), tensors.end(), [&](const Tensor& t) { return t.dtype() != common; }))
-    return cat(parts, dim_in);
   const Tensor& first = tensors[0];
-  TG_CHECK(first.dim() > 0, op, ": zero-dimensional tensor (at position 0) cannot be concatenated");
+  TG_CHECK(first.dim() > 0, op, ": zero-dimensional tensor (at position ", position[0], ") cannot be concatenated");
   const int64_t dim = wrap_dim(dim_in, first.dim(), op);
   Shape out_shape = first.shape();
   out_shape[dim] = 0;
@@ -72,10 +63,10 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     TG_CHECK(t.dim() == first.dim(), op, ": tensors must have the same number of dimensions: got ", first.dim(),
-             " and ", t.dim(), " (tensor ", i, ")");
+             " and ", t.dim(), " (tensor ", position[i], ")");
     for (int64_t d = 0; d < t.dim(); ++d)
       TG_CHECK(d == dim || t.size(d) == first.size(d), op, ": sizes of tensors must match except in dimension ", dim,
-               ". Expected size ", first.size(d), " but got size ", t.size(d), " for tensor number ", i,
+               ". Expected size ", first.size(d), " but got size ", t.size(d), " for tensor number ", position[i],
                " in the list");
     sizes.push_back(t.size(dim));
     out_shape[dim] += t.size(dim);
@@ -91,6 +82,33 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
     rec.set_outputs({out});
   }
   return out;
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
+  const char* op = "cat";
+  TG_CHECK(!tensors.empty(), op, ": expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) TG_CHECK(tensors[i].defined(), op, ": tensor ", i, " is undefined");
+  // As PyTorch: the tensors' promoted dtype (each converted, a recorded op), and a 1-D tensor of
+  // size 0 is skipped (the legacy empty tensor, whatever the others' shape; all of them: an
+  // empty result, whatever dim).
+  DType common = tensors[0].dtype();
+  for (const Tensor& t : tensors) common = promote_types(common, t.dtype());
+  std::vector<Tensor> parts;
+  std::vector<size_t> position;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (t.dim() == 1 && t.numel() == 0) continue;
+    parts.push_back(t.dtype() == common ? t : t.to(common));
+    position.push_back(i);
+  }
+  if (parts.empty()) {  // the first one, along its only dim (so the result stays on the graph)
+    parts.push_back(tensors[0].dtype() == common ? tensors[0] : tensors[0].to(common));
+    position.push_back(0);
+    dim_in = 0;
+  }
+  return cat_parts(parts, position, dim_in);
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_in) {

@@ -138,14 +138,18 @@ TEST(ConvWinograd, ThePathRunsAndCanBeTurnedOff) {
   }
 }
 
-// Below 16 channels, 24 terms per product or 16x16 positions (where it was not faster) the direct
-// kernels run.
+// Below 16 channels, 24 terms per product or 16x16 positions (where it was not faster), and with
+// padding past the kernel's size - 1, the direct kernels run.
 TEST(ConvWinograd, SmallPlanesAndFewChannelsSumDirectly) {
   const std::vector<Case> small = {
       {"14 x 14 planes", {2, 32, 14, 14}, {32, 32, 3, 3}, 1, 1, false},
       {"8 input channels", {2, 8, 24, 24}, {32, 8, 3, 3}, 1, 1, false},
       {"8 output channels", {2, 32, 24, 24}, {8, 32, 3, 3}, 1, 1, false},
       {"16 channels in 2-D (16 terms per product)", {2, 16, 24, 24}, {16, 16, 3, 3}, 1, 1, false},
+      // outputs whose windows hold only zeros: exactly the bias, which tiles would round with
+      // their neighbours'
+      {"padding 3", {1, 24, 20, 20}, {24, 24, 3, 3}, 3, 1, false},
+      {"3-D padding 3", {1, 16, 4, 18, 18}, {16, 16, 3, 3, 3}, 3, 1, false},
   };
   for (const Case& c : small) {
     SCOPED_TRACE(c.what);

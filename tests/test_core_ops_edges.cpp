@@ -300,6 +300,17 @@ TEST(CoreOpsEdges, BceWithLogitsKeepsItsDigitsForVeryNegativeLogits) {
   Tensor y = full({1}, 0.3, DType::Float64).requires_grad_();
   binary_cross_entropy_with_logits(xi, y, Tensor(), Reduction::Sum).backward();
   EXPECT_EQ(y.grad().item(), std::numeric_limits<double>::infinity());
+  // with pos_weight p: -p x + (p - 1) log1p(e^x), +Inf for p > 0 (also p < 1, where -x + (p-1) sp(-x)
+  // is Inf - Inf), 0 for p = 0; and finite x keeps -x + (p - 1) sp(-x)
+  for (double p : {3.0, 0.5, 0.0}) {
+    SCOPED_TRACE(p);
+    Tensor yp = full({2}, 0.3, DType::Float64).requires_grad_();
+    Tensor xp = from_vector(std::vector<double>{-std::numeric_limits<double>::infinity(), -2.0}, {2});
+    binary_cross_entropy_with_logits(xp, yp, full({2}, p, DType::Float64), Reduction::Sum).backward();
+    const std::vector<double> gy = yp.grad().to_vector<double>();
+    EXPECT_EQ(gy[0], p == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+    EXPECT_NEAR(gy[1], 2.0 + (p - 1) * std::log1p(std::exp(2.0)), 1e-14);
+  }
 }
 
 // gelu(x, "tanh")'s second derivative in its tails: 1 - tanh(u)^2 cancelled (float32 gave -0 at

@@ -281,6 +281,28 @@ TEST(Pad, ErrorsNameTheArgument) {
             "pad: mode \"reflect\" expects a floating input (float32, float64, bfloat16 or float16), got int64");
   EXPECT_EQ(error_of([&] { pad(zeros({2, 3, 0}), {1, 1}, PadMode::Replicate); }),
             "pad: mode \"replicate\" expects a non-empty padded dim 2, got pad (1, 1) for input [2, 3, 0]");
+  // 1-D reflect/replicate padding may not empty its dim (PyTorch: "input (W: 4) is too small"); 2-D
+  // and 3-D may (NegativePadsMayEmptyADimInEveryMode)
+  EXPECT_EQ(error_of([&] { pad(randn({1, 2, 4}), {-2, -2}, PadMode::Reflect); }),
+            "pad: mode \"reflect\" expects a non-empty padded dim 2 that stays non-empty, got pad (-2, -2) for input "
+            "[1, 2, 4]");
+  EXPECT_NE(error_of([&] { pad(randn({1, 2, 4}), {-2, -2}, PadMode::Replicate); }).find("stays non-empty"),
+            std::string::npos);
+  // circular emptied by a negative pad: each pad still at most the dim (PyTorch: "wrapping around
+  // more than once"); (4, -8) is allowed
+  for (const Shape& s : {Shape{1, 2, 4}, Shape{1, 2, 3, 4}}) {
+    IntList p = s.size() == 3 ? IntList{5, -9} : IntList{5, -9, 0, 0};
+    EXPECT_NE(error_of([&] { pad(randn(s), p, PadMode::Circular); }).find("padding wraps around once"),
+              std::string::npos);
+  }
+  EXPECT_EQ(pad(randn({1, 2, 4}), {4, -8}, PadMode::Circular).shape(), (Shape{1, 2, 0}));
+  // a constant value past the dtype's range (PyTorch: "cannot be converted to type float without
+  // overflow"); float64 takes it, and Inf is a value like any other
+  EXPECT_EQ(error_of([&] { pad(randn({2, 2}), {1, 1}, PadMode::Constant, 1e39); }),
+            "pad: value 1e+39 cannot be converted to float32 without overflow");
+  EXPECT_EQ(pad(zeros({1}, DType::Float64), {1, 0}, PadMode::Constant, 1e39).to_vector<double>()[0], 1e39);
+  EXPECT_EQ(pad(zeros({1}), {1, 0}, PadMode::Constant, std::numeric_limits<double>::infinity()).to_vector<float>()[0],
+            std::numeric_limits<float>::infinity());
   // hostile sizes are errors, not allocations or overflows
   const int64_t big = std::numeric_limits<int64_t>::max();
   EXPECT_NE(error_of([&] { pad(x, {big, 1}); }).find("pad: "), std::string::npos);

@@ -103,6 +103,21 @@ TEST(ShapeEdges, CatPromotesDtypesAndSkipsLegacyEmptyTensors) {
   EXPECT_EQ(cat({zeros({0}), randn({2, 3}), zeros({0})}, 1).shape(), (Shape{2, 3}));
   EXPECT_EQ(cat({zeros({0}), zeros({0})}).shape(), Shape{0});
   EXPECT_EQ(cat({randn({3}), zeros({0})}).shape(), Shape{3});
+  // only legacy empty tensors: an empty result on the graph, whatever dim (PyTorch: size [0])
+  Tensor e = zeros({0}, DType::Float64).requires_grad_();
+  Tensor ee = cat({e, zeros({0}, DType::Float32)}, 5);
+  EXPECT_EQ(ee.shape(), Shape{0});
+  EXPECT_EQ(ee.dtype(), DType::Float64);
+  sum(ee).backward();
+  EXPECT_EQ(e.grad().shape(), Shape{0});
+  // messages name the tensor's place in the caller's list, legacy empty tensors counted
+  EXPECT_EQ(error_of([&] { cat({zeros({0}), zeros({2, 3}), zeros({3, 3})}, 1); }),
+            "cat: sizes of tensors must match except in dimension 1. Expected size 2 but got size 3 for tensor "
+            "number 2 in the list");
+  EXPECT_EQ(error_of([&] { cat({zeros({0}), zeros({2}), zeros({2, 3})}); }),
+            "cat: tensors must have the same number of dimensions: got 1 and 2 (tensor 2)");
+  EXPECT_EQ(error_of([&] { cat({zeros({0}), scalar_tensor(1.0)}); }),
+            "cat: zero-dimensional tensor (at position 1) cannot be concatenated");
 }
 
 TEST(ShapeEdges, Int32IndicesSelectAndEmbed) {

@@ -101,8 +101,9 @@ void convolution_backward(const T* grad_output, const T* input, const T* weight,
 
 // The float32 convolutions of stride 1 and dilation 1 whose kernels are 3x3 (2-D) or kx3x3 with
 // k <= 4 (3-D), forward and input gradient, normal and transposed, with at least 16 channels on
-// each side, 24 terms per product (k x channels) and 16x16 positions on each side, run Winograd's F(4x4, 3x3) algorithm (conv_kernels_winograd.cpp;
-// a 3-D kernel as a sum of its 3x3 slices): 36 products per 4x4 block of outputs instead
+// each side, 24 terms per product (k x channels), 16x16 positions on each side and padding of at
+// most the kernel's size - 1, run Winograd's F(4x4, 3x3) algorithm (conv_kernels_winograd.cpp; a
+// 3-D kernel as a sum of its 3x3 slices): 36 products per 4x4 block of outputs instead
 // of 144, with rounding a few times the direct sum's (tested within 2e-5 of the sum of |products|).
 // The weight gradient sums directly. Inputs or weights that are not finite or exceed 1e12 in
 // magnitude take the direct kernels, which keep the definition's Inf and NaN.

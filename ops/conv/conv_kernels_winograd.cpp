@@ -34,9 +34,10 @@
 // 3-D: a kx3x3 kernel (stride 1) is the sum over its k slices e of 3x3 correlations, output
 // slice z reading image slice z - front + e; the products run over (e, c) together.
 //
-// Layout of the work: items (sample, group, block of tile rows, run of output slices), each
-// owned by one thread, the tile blocks chosen from the shape alone: every output is summed in
-// the same order whatever the cut, so results are bit-identical for any thread count.
+// Layout of the work: items (group, block of tile rows, run of output slices, part of the output
+// channels), each owned by one thread; the blocks are cut finer, and slices and channels cut at
+// all, only as the thread count needs, but every output is summed by one item in the same order
+// whatever the cut, so results are bit-identical for any thread count.
 #include "conv_kernels.h"
 #include "internal/conv_kernels_shared.h"
 
@@ -219,9 +220,10 @@ inline void output_rows(const vec* m, int stride, vec* s) {
 }
 
 // Length R of a row's column phase for Tw tiles: a tile row's vectors read the phases from t0 (a
-// multiple of kLanes below Tw) and from t0 + 1, so up to index round_up(Tw, kLanes): that one
-// reaches into the next phase (or into the kLanes the scratch keeps past its end), which only
-// lanes of tiles past Tw see.
+// multiple of kLanes below Tw) and from t0 + 1, so up to index round_up(Tw, kLanes), which may be
+// R: the next phase's first value, seen only by lanes of tiles past Tw. (The reads from t0 + 1
+// are of phases 0 and 1, so they never pass the last row's phases; the scratch keeps kLanes
+// spare all the same.)
 constexpr int64_t phase_len(int64_t Tw) { return round_up(Tw + 1, kLanes); }
 
 // Rows [y0, y0 + n_rows) of a plane (H x W), padded with zeros to 4 R columns (column q holds
@@ -519,13 +521,16 @@ bool weights_in_range(const float* w, int64_t n) {
 
 // 3x3 in H and W (a depth of at most kMaxKD in 3-D), stride 1, dilation 1; at least 16 channels
 // on each side and 24 terms per product (kernel depth x channels), and 16 rows and columns on
-// each side. Below that the direct kernels were as fast or faster (Intel Xeon, 1 thread, with
+// each side; padding of at most the kernel's size - 1 (wider padding has outputs whose windows
+// hold only zeros: exactly the bias by definition, but a tile mixes them with its neighbours'
+// rounding). Below that the direct kernels were as fast or faster (Intel Xeon, 1 thread, with
 // Winograd / direct: 14x14 planes 1.0-1.5 at 32-256 channels, 16x16 0.88 and 56x56 0.52 at 64,
 // 16 channels 1.0-1.2 on 32x32, 8 channels 1.1).
 bool winograd_fits(const Geom& g) {
   return conv_winograd_enabled() && g.kd <= kMaxKD && g.kh == 3 && g.kw == 3 && g.sd == 1 && g.sh == 1 &&
          g.sw == 1 && g.dd == 1 && g.dh == 1 && g.dw == 1 && g.Cig >= 16 && g.Cog >= 16 &&
-         g.kd * g.Cig >= 24 && g.kd * g.Cog >= 24 && std::min(g.Ho, g.Wo) >= 16 && std::min(g.Hi, g.Wi) >= 16;
+         g.kd * g.Cig >= 24 && g.kd * g.Cog >= 24 && std::min(g.Ho, g.Wo) >= 16 && std::min(g.Hi, g.Wi) >= 16 &&
+         g.ph <= 2 && g.pw <= 2 && g.pd <= g.kd - 1;
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ Shape checked_output_shape(const char* op, const Shape& in, DType dt, const IntL
   if (mode == PadMode::Constant) {
     TG_CHECK(dt != DType::Int32, op, ": expected a float32, float64, bfloat16, float16 or int64 input, got ",
              dtype_name(dt));
+    TG_CHECK(fits_floating_range(dt, value), op, ": value ", value, " cannot be converted to ", dtype_name(dt),
+             " without overflow");
   } else {
     TG_CHECK(value == 0.0, op, ": mode \"", name, "\" takes no value, got value ", value);
     TG_CHECK(is_floating(dt), op, ": mode \"", name, "\" expects a floating input (float32, float64, bfloat16 or ",
@@ -49,13 +51,20 @@ Shape checked_output_shape(const char* op, const Shape& in, DType dt, const IntL
     TG_CHECK(size >= 0, op, ": expected pad (", before, ", ", after, ") to leave a size >= 0 in dim ", d,
              " of input ", format_shape(in), ", got ", size);
     if (mode == PadMode::Reflect || mode == PadMode::Replicate) {
-      // (negative pads may empty the dim, as in PyTorch: the output is then empty)
-      TG_CHECK(n > 0, op, ": mode \"", name, "\" expects a non-empty padded dim ", d, ", got pad (", before, ", ",
-               after, ") for input ", format_shape(in));
+      // (negative pads of 2-D and 3-D padding may empty the dim, as in PyTorch: the output is then
+      // empty; 1-D padding may not, as PyTorch's "input (W: n) is too small")
+      TG_CHECK(n > 0 && (size > 0 || pairs > 1), op, ": mode \"", name, "\" expects a non-empty padded dim ", d,
+               n > 0 ? " that stays non-empty" : "", ", got pad (", before, ", ", after, ") for input ",
+               format_shape(in));
     }
     if (mode == PadMode::Reflect) {
       TG_CHECK(before < n && after < n, op, ": mode \"reflect\" expects each pad to be smaller than its dim, got pad (",
                before, ", ", after, ") for dim ", d, " of size ", n, " of input ", format_shape(in));
+    }
+    if (mode == PadMode::Circular && size == 0) {  // nothing wraps; PyTorch's own check
+      TG_CHECK(before <= n && after <= n, op, ": mode \"circular\" expects each pad to be at most the size of its ",
+               "dim (padding wraps around once); got pad (", before, ", ", after, ") for dim ", d, " of size ", n,
+               " of input ", format_shape(in));
     }
     if (mode == PadMode::Circular && size > 0) {
       // The pads wrap around the dim once it is cropped by the negative pads.
