@@ -64,6 +64,7 @@ struct StridedRows {
 
   // Moves `off` and `index` from a row to the next one, like an odometer: no divisions, which
   // matters when rows are short (broadcasting over a trailing dim of 2 gives millions of rows).
+  // for_each_row takes the common step (along the innermost outer dim) itself, in registers.
   void next_row(std::vector<int64_t>& index, std::array<int64_t, K>& off) const {
     for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
       for (size_t k = 0; k < K; ++k) off[k] += strides[k][d];
@@ -111,9 +112,30 @@ void for_each_row(const std::vector<int64_t>& shape, const std::array<std::vecto
     std::vector<int64_t> index;
     std::array<int64_t, K> off = it.row_offsets(first, &index);
     for (size_t k = 0; k < K; ++k) off[k] += begin * it.row_stride[k];
+    // Most rows follow the last one by a step along the innermost outer dim: that step and the
+    // offsets stay in registers (next_row through memory cost 5-10% of a broadcast add of 1024
+    // x 1024 floats), the odometer runs only when the dim wraps.
+    const int64_t inner = static_cast<int64_t>(it.shape.size()) - 2;  // -1: a single row
+    std::array<int64_t, K> step{};
+    int64_t i_inner = 0, n_inner = 1;
+    if (inner >= 0) {
+      for (size_t k = 0; k < K; ++k) step[k] = it.strides[k][inner];
+      i_inner = index[inner];
+      n_inner = it.shape[inner];
+    }
+    const std::array<int64_t, K> row_stride = it.row_stride;
     for (int64_t r = first; r < last; ++r) {
-      fn(off, end - begin, it.row_stride);
-      if (r + 1 < last) it.next_row(index, off);
+      fn(off, end - begin, row_stride);
+      if (r + 1 == last) break;
+      if (++i_inner < n_inner) {
+        for (size_t k = 0; k < K; ++k) off[k] += step[k];
+      } else {  // wraps: the odometer from the innermost dim's last position
+        index[inner] = n_inner - 1;
+        std::array<int64_t, K> next = off;
+        it.next_row(index, next);
+        off = next;
+        i_inner = 0;
+      }
     }
   }
 }

@@ -319,7 +319,7 @@ struct Engine {
       p.sum = Tensor();
       p.remaining = -1;  // delivered: the end of the pass skips it
     }
-    accumulate_into_leaf(leaf, apply_hooks(leaf->hooks, g));
+    accumulate_into_leaf(leaf, apply_hooks(leaf->hooks, std::move(g)));  // (moved: a sole owner is adopted)
   }
 
   // The leaf's whole gradient of the pass (hooks applied) into .grad(), then its post-accumulate
@@ -339,7 +339,8 @@ struct Engine {
       if (sole_owner(g)) {
         leaf->grad = g.impl_ptr();
       } else {
-        leaf->grad = g.contiguous().impl_ptr() == g.impl_ptr() ? g.clone().impl_ptr() : g.contiguous().impl_ptr();
+        const Tensor dense = g.contiguous();  // a copy already when g is not contiguous
+        leaf->grad = (dense.impl_ptr() == g.impl_ptr() ? g.clone() : dense).impl_ptr();
       }
     } else if (Tensor acc(leaf->grad); detail::shares_elements(acc)) {
       // a .grad set to an expanded tensor: adding into it would add several times into one
@@ -376,7 +377,7 @@ struct Engine {
   void deliver_remaining() {
     for (TensorImpl* impl : pending_order) {
       Pending& p = pending_hooks[impl];
-      if (p.remaining > 0 && p.sum.defined()) accumulate_into_leaf(p.leaf, apply_hooks(impl->hooks, p.sum));
+      if (p.remaining > 0 && p.sum.defined()) accumulate_into_leaf(p.leaf, apply_hooks(impl->hooks, std::move(p.sum)));
     }
     pending_hooks.clear();
     pending_order.clear();
