@@ -534,6 +534,12 @@ struct Engine {
         root_leaf_grads.push_back(g);
       }
     }
+    // The pass runs with recording on exactly when it builds a graph of the gradients, as
+    // PyTorch's engine: without create_graph, a grad_output or a hook's result that requires
+    // grad gives no .grad() with history (the leaf's copy and sums would have recorded).
+    std::optional<NoGradGuard> no_grad;
+    std::optional<EnableGradGuard> grad_on;
+    if (create_graph) grad_on.emplace(); else no_grad.emplace();
     const std::vector<Node*> order = reachable_in_reverse(root_nodes);
     if (t_trace)
       for (size_t i = 0; i < order.size(); ++i) trace_number[order[i]] = order.size() - 1 - i;

@@ -103,9 +103,11 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
     parts.push_back(t.dtype() == common ? t : t.to(common));
     position.push_back(i);
   }
-  if (parts.empty()) {  // the first one, along its only dim (so the result stays on the graph)
-    parts.push_back(tensors[0].dtype() == common ? tensors[0] : tensors[0].to(common));
-    position.push_back(0);
+  if (parts.empty()) {  // all of them, along their only dim (so the result stays on the graph)
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      parts.push_back(tensors[i].dtype() == common ? tensors[i] : tensors[i].to(common));
+      position.push_back(i);
+    }
     dim_in = 0;
   }
   return cat_parts(parts, position, dim_in);

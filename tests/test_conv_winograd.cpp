@@ -168,6 +168,25 @@ TEST(ConvWinograd, SmallPlanesAndFewChannelsSumDirectly) {
   }
 }
 
+// The same with the padding past the kernel's size - 1 on one side only ((before, after) pairs):
+// outputs whose windows are all padding are exactly the bias, forward and transposed.
+TEST(ConvWinograd, WideAfterPaddingSumsDirectly) {
+  struct Pads {
+    int64_t size;
+    IntList padding;
+  };
+  for (const Pads& c : {Pads{16, {2, 3, 2, 3}}, Pads{18, {0, 4, 0, 4}}, Pads{19, {1, 1, 0, 3}}}) {
+    SCOPED_TRACE(::testing::PrintToString(c.padding) + " on " + std::to_string(c.size));
+    manual_seed(12);
+    const Tensor x = randn({1, 32, c.size, c.size}), w = randn({32, 32, 3, 3}), b = full({32}, 0.3125);
+    const Tensor y = conv2d(x, w, b, {1}, c.padding);
+    const bool was = kernels::set_conv_winograd(false);
+    const Tensor y_direct = conv2d(x, w, b, {1}, c.padding);
+    kernels::set_conv_winograd(was);
+    EXPECT_TRUE(same_bits(y, y_direct));
+  }
+}
+
 TEST(ConvWinograd, SameBitsForAnyThreadCount) {
   const int saved = num_threads();
   const Case c{"big enough for every thread", {4, 24, 40, 36}, {32, 24, 3, 3}, 1, 1, false};

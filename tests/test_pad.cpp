@@ -281,13 +281,19 @@ TEST(Pad, ErrorsNameTheArgument) {
             "pad: mode \"reflect\" expects a floating input (float32, float64, bfloat16 or float16), got int64");
   EXPECT_EQ(error_of([&] { pad(zeros({2, 3, 0}), {1, 1}, PadMode::Replicate); }),
             "pad: mode \"replicate\" expects a non-empty padded dim 2, got pad (1, 1) for input [2, 3, 0]");
-  // 1-D reflect/replicate padding may not empty its dim (PyTorch: "input (W: 4) is too small"); 2-D
-  // and 3-D may (NegativePadsMayEmptyADimInEveryMode)
+  // reflect/replicate: negative pads may empty some padded dims but not all (PyTorch: "input (H: 4,
+  // W: 4) is too small. Calculated output H: 0 W: 0"); one is allowed
+  // (NegativePadsMayEmptyADimInEveryMode)
   EXPECT_EQ(error_of([&] { pad(randn({1, 2, 4}), {-2, -2}, PadMode::Reflect); }),
-            "pad: mode \"reflect\" expects a non-empty padded dim 2 that stays non-empty, got pad (-2, -2) for input "
-            "[1, 2, 4]");
-  EXPECT_NE(error_of([&] { pad(randn({1, 2, 4}), {-2, -2}, PadMode::Replicate); }).find("stays non-empty"),
-            std::string::npos);
+            "pad: mode \"reflect\" expects the padded dims not to become all empty, got pad [-2, -2] for input "
+            "[1, 2, 4] (output [1, 2, 0])");
+  for (PadMode mode : {PadMode::Reflect, PadMode::Replicate}) {
+    EXPECT_NE(error_of([&] { pad(randn({1, 1, 4, 4}), {-2, -2, -2, -2}, mode); }).find("not to become all empty"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { pad(randn({1, 1, 4, 4}), {-4, 0, 0, -4}, mode); }).find("not to become all empty"),
+              std::string::npos);
+    EXPECT_EQ(pad(randn({1, 1, 4, 4, 4}), {-2, -2, -2, -2, 0, 0}, mode).shape(), (Shape{1, 1, 4, 0, 0}));
+  }
   // circular emptied by a negative pad: each pad still at most the dim (PyTorch: "wrapping around
   // more than once"); (4, -8) is allowed
   for (const Shape& s : {Shape{1, 2, 4}, Shape{1, 2, 3, 4}}) {

@@ -110,6 +110,8 @@ TEST(ShapeEdges, CatPromotesDtypesAndSkipsLegacyEmptyTensors) {
   EXPECT_EQ(ee.dtype(), DType::Float64);
   sum(ee).backward();
   EXPECT_EQ(e.grad().shape(), Shape{0});
+  Tensor e2 = zeros({0}).requires_grad_();
+  EXPECT_TRUE(cat({zeros({0}), e2}).requires_grad());  // whichever of them requires grad
   // messages name the tensor's place in the caller's list, legacy empty tensors counted
   EXPECT_EQ(error_of([&] { cat({zeros({0}), zeros({2, 3}), zeros({3, 3})}, 1); }),
             "cat: sizes of tensors must match except in dimension 1. Expected size 2 but got size 3 for tensor "

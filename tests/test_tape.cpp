@@ -114,6 +114,24 @@ TEST(Tape, LeafAdoptsAFreshGradientWithoutACopy) {
   EXPECT_TRUE(x.grad().is_contiguous());
 }
 
+// Without create_graph the pass does not record, so a grad_output that requires grad (or a
+// hook's result that does) gives a .grad() without history, as PyTorch; with it, .grad() has one.
+TEST(Tape, GradientsRecordOnlyUnderCreateGraph) {
+  for (bool create_graph : {false, true}) {
+    SCOPED_TRACE(create_graph ? "create_graph" : "plain");
+    Tensor x = leaf({1, 2}, {2}), y = leaf({3, 4}, {2});
+    Tensor g = from_vector(std::vector<double>{1, 1}, {2}).requires_grad_();
+    mul(x, 2.0).backward(g, false, create_graph);
+    EXPECT_EQ(x.grad().requires_grad(), create_graph);
+    x.permute({0}).backward(g, false, create_graph);  // accumulated: a sum
+    EXPECT_EQ(x.grad().requires_grad(), create_graph);
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 3}));
+    y.register_hook([&](const Tensor& gy) { return mul(gy, g); });
+    mul(y, 1.0).backward(from_vector(std::vector<double>{1, 1}, {2}), false, create_graph);
+    EXPECT_EQ(y.grad().requires_grad(), create_graph);
+  }
+}
+
 TEST(Tape, BroadcastGradientsAreReducedToTheInputShape) {
   Tensor a = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor b = leaf({10, 20, 30}, {3});

@@ -519,18 +519,22 @@ bool weights_in_range(const float* w, int64_t n) {
   return true;
 }
 
+// The padding after the image along a dim (stride 1, dilation 1): out = in + before + after - k + 1.
+constexpr int64_t pad_after(int64_t in, int64_t out, int64_t k, int64_t before) { return out + k - 1 - in - before; }
+
 // 3x3 in H and W (a depth of at most kMaxKD in 3-D), stride 1, dilation 1; at least 16 channels
 // on each side and 24 terms per product (kernel depth x channels), and 16 rows and columns on
-// each side; padding of at most the kernel's size - 1 (wider padding has outputs whose windows
-// hold only zeros: exactly the bias by definition, but a tile mixes them with its neighbours'
-// rounding). Below that the direct kernels were as fast or faster (Intel Xeon, 1 thread, with
+// each side; padding of at most the kernel's size - 1 on each side (wider padding has outputs
+// whose windows hold only zeros: exactly the bias by definition, but a tile mixes them with its
+// neighbours' rounding). Below that the direct kernels were as fast or faster (Intel Xeon, 1 thread, with
 // Winograd / direct: 14x14 planes 1.0-1.5 at 32-256 channels, 16x16 0.88 and 56x56 0.52 at 64,
 // 16 channels 1.0-1.2 on 32x32, 8 channels 1.1).
 bool winograd_fits(const Geom& g) {
   return conv_winograd_enabled() && g.kd <= kMaxKD && g.kh == 3 && g.kw == 3 && g.sd == 1 && g.sh == 1 &&
          g.sw == 1 && g.dd == 1 && g.dh == 1 && g.dw == 1 && g.Cig >= 16 && g.Cog >= 16 &&
          g.kd * g.Cig >= 24 && g.kd * g.Cog >= 24 && std::min(g.Ho, g.Wo) >= 16 && std::min(g.Hi, g.Wi) >= 16 &&
-         g.ph <= 2 && g.pw <= 2 && g.pd <= g.kd - 1;
+         g.ph <= 2 && g.pw <= 2 && g.pd <= g.kd - 1 && pad_after(g.Hi, g.Ho, 3, g.ph) <= 2 &&
+         pad_after(g.Wi, g.Wo, 3, g.pw) <= 2 && pad_after(g.Di, g.Do, g.kd, g.pd) <= g.kd - 1;
 }
 
 }  // namespace

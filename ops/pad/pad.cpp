@@ -51,11 +51,8 @@ Shape checked_output_shape(const char* op, const Shape& in, DType dt, const IntL
     TG_CHECK(size >= 0, op, ": expected pad (", before, ", ", after, ") to leave a size >= 0 in dim ", d,
              " of input ", format_shape(in), ", got ", size);
     if (mode == PadMode::Reflect || mode == PadMode::Replicate) {
-      // (negative pads of 2-D and 3-D padding may empty the dim, as in PyTorch: the output is then
-      // empty; 1-D padding may not, as PyTorch's "input (W: n) is too small")
-      TG_CHECK(n > 0 && (size > 0 || pairs > 1), op, ": mode \"", name, "\" expects a non-empty padded dim ", d,
-               n > 0 ? " that stays non-empty" : "", ", got pad (", before, ", ", after, ") for input ",
-               format_shape(in));
+      TG_CHECK(n > 0, op, ": mode \"", name, "\" expects a non-empty padded dim ", d, ", got pad (", before, ", ",
+               after, ") for input ", format_shape(in));
     }
     if (mode == PadMode::Reflect) {
       TG_CHECK(before < n && after < n, op, ": mode \"reflect\" expects each pad to be smaller than its dim, got pad (",
@@ -73,6 +70,14 @@ Shape checked_output_shape(const char* op, const Shape& in, DType dt, const IntL
                "of its dim (after cropping by the negative pads, ", kept, "): padding wraps around once; got pad (",
                before, ", ", after, ") for dim ", d, " of size ", n, " of input ", format_shape(in));
     }
+  }
+  if (mode == PadMode::Reflect || mode == PadMode::Replicate) {
+    // Negative pads may empty some padded dims (the output is then empty), not all of them: as
+    // PyTorch's "input (H: 4, W: 4) is too small. Calculated output H: 0 W: 0"
+    bool all_empty = true;
+    for (int64_t k = 0; k < pairs; ++k) all_empty = all_empty && out[rank - 1 - k] == 0;
+    TG_CHECK(!all_empty, op, ": mode \"", name, "\" expects the padded dims not to become all empty, got pad ",
+             format_shape(pad), " for input ", format_shape(in), " (output ", format_shape(out), ")");
   }
   checked_numel(out, op, "the padded shape");
   return out;
