@@ -95,21 +95,35 @@ T gelu_tanh(T x) {
   const T inner = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
   return T(0.5) * x * (T(1) + std::tanh(inner));
 }
+// sech^2 u = 1 - tanh^2 u = 4 e / (1 + e)^2, e = e^(-2|u|): no cancellation where tanh u nears
+// +-1, and exactly 0 where |u| is huge.
+template <class T>
+T sech_squared(T u) {
+  const T e = std::exp(T(-2) * std::fabs(u));
+  return T(4) * e / ((T(1) + e) * (T(1) + e));
+}
+
+// 0.5 (1 + tanh u) + 0.5 x sech^2(u) u', u = k (x + c x^3), from e = e^(-2|u|) alone:
+// 0.5 (1 + tanh u) = 1 / (1 + e) for u >= 0, e / (1 + e) for u < 0 (1 + tanh u cancelled for
+// u < 0), sech^2 u = 4 e / (1 + e)^2 (1 - tanh^2 cancelled near |x| = 5: PyTorch's float32 gives
+// 0 at x = -5.2 for -4.1e-7), and the second term exactly 0 where e is (its other factors
+// overflow there: 0 * Inf gave NaN from |x| ~ 7e12 in float32, as PyTorch's).
 template <class T>
 T gelu_tanh_derivative(T x) {
   const T k = static_cast<T>(kSqrt2OverPi), c = static_cast<T>(kGeluCubic);
-  const T inner = k * (x + c * x * x * x);
-  const T t = std::tanh(inner);
-  const T dinner = k * (T(1) + T(3) * c * x * x);
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
+  const T u = k * (x + c * x * x * x);
+  const T e = std::exp(T(-2) * std::fabs(u));
+  const T half_one_plus_tanh = (u >= T(0) ? T(1) : e) / (T(1) + e);
+  const T du = k * (T(1) + T(3) * c * x * x);
+  return half_one_plus_tanh + (e == T(0) ? T(0) : T(2) * x * e / ((T(1) + e) * (T(1) + e)) * du);
 }
 
 // The second derivatives, for the recorded gelu_backward:
 //   exact: d/dx (Phi + x phi) = phi (2 - x^2)
-//   tanh:  with t = tanh u, u = k (x + c x^3): (1 - t^2) (u' + x/2 (u'' - 2 t u'^2)), where
-//          1 - t^2 = sech^2 u = 4 e / (1 + e)^2, e = e^(-2|u|): no cancellation where t nears 1
-//          (float32 lost every digit near |x| = 5.2), and exactly 0 where |u| is huge, the limit
-//          (the bracket may overflow there: 0 * Inf gave NaN from |x| ~ 1.3e8 in float32).
+//   tanh:  with t = tanh u, u = k (x + c x^3): sech^2 u (u' + x/2 (u'' - 2 t u'^2)), sech^2
+//          written out (float32 lost every digit near |x| = 5.2 with 1 - t^2), and exactly 0 where
+//          |u| is huge, the limit (the bracket may overflow there: 0 * Inf gave NaN from |x| ~
+//          1.3e8 in float32).
 template <class T>
 T gelu_erf_second_derivative(T x) {
   return static_cast<T>(kInvSqrt2Pi) * exp_nonpositive(T(-0.5) * x * x) * (T(2) - x * x);
@@ -118,8 +132,7 @@ template <class T>
 T gelu_tanh_second_derivative(T x) {
   const T k = static_cast<T>(kSqrt2OverPi), c = static_cast<T>(kGeluCubic);
   const T u = k * (x + c * x * x * x);
-  const T e = std::exp(T(-2) * std::fabs(u));
-  const T sech2 = T(4) * e / ((T(1) + e) * (T(1) + e));
+  const T sech2 = sech_squared(u);
   if (sech2 == T(0)) return T(0);
   const T t = std::tanh(u);
   const T du = k * (T(1) + T(3) * c * x * x), ddu = T(6) * k * c * x;

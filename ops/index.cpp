@@ -200,7 +200,11 @@ Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index) {
   TG_CHECK(index.dtype() == DType::Int64 || index.dtype() == DType::Int32, op,
            ": expected index of dtype int64 or int32, got ", dtype_name(index.dtype()));
   TG_CHECK(index.dim() <= 1, op, ": index is supposed to be a vector, got shape ", format_shape(index.shape()));
-  TG_CHECK(x.dim() > 0, op, ": expected self with at least one dimension");
+  if (x.dim() == 0) {  // as PyTorch: a 0-d self is a vector of one element, the result 0-d again
+    wrap_dim(dim_in, 1, op);
+    TG_CHECK(index.numel() == 1, op, ": index to a 0-d self can have only 1 value, got ", index.numel());
+    return index_select(x.reshape({1}), 0, index).reshape({});
+  }
   const int64_t dim = wrap_dim(dim_in, x.dim(), op);
   Tensor idx = index.detach().to(DType::Int64).contiguous().reshape({index.numel()});
   check_non_negative(idx, x.size(dim), op, dim);
@@ -232,9 +236,14 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index) {
   const char* op = "gather";
   TG_CHECK(x.defined() && index.defined(), op, ": expected defined self and index");
   TG_CHECK(index.dtype() == DType::Int64, op, ": expected index of dtype int64, got ", dtype_name(index.dtype()));
+  if ((x.dim() == 0 && index.dim() <= 1) || (index.dim() == 0 && x.dim() == 1)) {
+    // as PyTorch: a 0-d self or index counts as a vector of one element; the result has the
+    // index's shape
+    wrap_dim(dim_in, 1, op);
+    return gather(x.reshape({x.numel()}), 0, index.reshape({index.numel()})).reshape(index.shape());
+  }
   TG_CHECK(index.dim() == x.dim(), op, ": index tensor must have the same number of dimensions as input tensor (",
            x.dim(), "), got ", index.dim());
-  TG_CHECK(x.dim() > 0, op, ": expected self with at least one dimension");
   const int64_t dim = wrap_dim(dim_in, x.dim(), op);
   for (int64_t d = 0; d < x.dim(); ++d)
     TG_CHECK(d == dim || index.size(d) <= x.size(d), op, ": size does not match at dimension ", d,

@@ -316,6 +316,23 @@ TEST(CoreOpsEdges, BceWithLogitsKeepsItsDigitsForVeryNegativeLogits) {
 // gelu(x, "tanh")'s second derivative in its tails: 1 - tanh(u)^2 cancelled (float32 gave -0 at
 // x = 5.16 where the value is -3.65e-6), and 0 * Inf gave NaN for huge |x| (the limit is 0).
 // Reference values: float64, sech^2 written out.
+// gelu(x, "tanh")'s first derivative in its tails: 0 * Inf gave NaN for huge |x| in float32
+// (PyTorch's too; the limits are 1 and 0), and 1 - tanh^2 cancelled near |x| = 5 (PyTorch's
+// float32 gives 0 at x = -5.2, its float64 -4.09036135e-7). Reference values: mpmath at 40 digits.
+TEST(CoreOpsEdges, GeluTanhDerivativeInTheTails) {
+  const std::vector<double> xs = {1e30, -1e30, 5.2, -5.2, 1e8, -1e8, 3.0, 0.5};
+  const std::vector<double> want = {1, 0, 1.0000004090361348, -4.0903613483842845e-07, 1, 0, 1.0115841666309697,
+                                    0.8673699035346423};
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Tensor x = from_vector(xs, {int64_t(xs.size())}).to(dt).requires_grad_();
+    sum(gelu(x, "tanh")).backward();
+    const std::vector<double> got = x.grad().to(DType::Float64).to_vector<double>();
+    for (size_t i = 0; i < xs.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], (dt == DType::Float32 ? 4e-6 : 1e-14) * std::max(1e-6, std::fabs(want[i])))
+          << dtype_name(dt) << " x = " << xs[i];
+  }
+}
+
 TEST(CoreOpsEdges, GeluTanhSecondDerivativeInTheTails) {
   const std::vector<double> xs = {5.155, 5.16, 7.2, -5.2, 2e8, -2e8};
   const std::vector<double> want = {-3.7668720778350365e-06, -3.6474733344533298e-06, -3.089132615754428e-14,

@@ -122,6 +122,31 @@ TEST(ShapeEdges, CatPromotesDtypesAndSkipsLegacyEmptyTensors) {
             "cat: zero-dimensional tensor (at position 1) cannot be concatenated");
 }
 
+// A 0-d self (or gather's 0-d index) counts as a vector of one element, as PyTorch: index_select
+// gives a 0-d result, gather the index's shape; gradients flow back to the 0-d tensor.
+TEST(ShapeEdges, ZeroDimSelfAndIndexSelectAndGather) {
+  Tensor x = scalar_tensor(5.0, DType::Float64).requires_grad_();
+  const Tensor i1 = from_vector(std::vector<int64_t>{0}, {1}), i0 = scalar_tensor(0.0).to(DType::Int64);
+  for (const Tensor& i : {i1, i0}) {
+    Tensor y = index_select(x, 0, i);
+    EXPECT_EQ(y.shape(), Shape{});
+    EXPECT_EQ(y.item(), 5.0);
+    EXPECT_EQ(gather(x, -1, i).shape(), i.shape());
+  }
+  sum(gather(x, 0, from_vector(std::vector<int64_t>{0, 0}, {2}))).backward();
+  EXPECT_EQ(x.grad().shape(), Shape{});
+  EXPECT_EQ(x.grad().item(), 2.0);
+  Tensor v = from_vector(std::vector<double>{1, 2, 3}, {3});
+  Tensor g = gather(v, 0, scalar_tensor(2.0).to(DType::Int64));
+  EXPECT_EQ(g.shape(), Shape{});
+  EXPECT_EQ(g.item(), 3.0);
+  EXPECT_EQ(error_of([&] { index_select(x, 0, from_vector(std::vector<int64_t>{0, 0}, {2})); }),
+            "index_select: index to a 0-d self can have only 1 value, got 2");
+  EXPECT_NE(error_of([&] { index_select(x, 1, i1); }).find("index_select: "), std::string::npos);
+  EXPECT_NE(error_of([&] { gather(x, 0, from_vector(std::vector<int64_t>{1}, {1})); }).find("gather: "),
+            std::string::npos);
+}
+
 TEST(ShapeEdges, Int32IndicesSelectAndEmbed) {
   const Tensor x = arange(0, 5).to(DType::Float64);
   const Tensor i32 = from_vector(std::vector<int32_t>{1, 2}, {2});
