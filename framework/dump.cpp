@@ -32,6 +32,14 @@ std::vector<const Node*> entries_in_order(const Tensor& root) {
   return order;
 }
 
+// A tensor as the dumps show it: its shape, and its dtype where it is not the root's
+// ("[2, 3]:float64" in a float32 graph).
+std::string describe(const Shape& shape, DType dtype, DType root) {
+  std::string s = format_shape(shape);
+  if (dtype != root) s += std::string(":") + dtype_name(dtype);
+  return s;
+}
+
 }  // namespace
 
 std::string tape_to_text(const Tensor& root) {
@@ -49,18 +57,27 @@ std::string tape_to_text(const Tensor& root) {
         os << " -";
         continue;
       }
-      os << " " << format_shape(m.shape);
+      os << " " << describe(m.shape, m.dtype, root.dtype());
       if (e.leaf) os << "*";
       if (e.fn) os << "(#" << index[e.fn.get()] << ")";
     }
     os << "  -> out:";
-    for (const TensorMeta& m : n.output_meta()) os << " " << format_shape(m.shape);
+    for (const TensorMeta& m : n.output_meta()) os << " " << describe(m.shape, m.dtype, root.dtype());
     os << "  saved:";
     if (n.released()) os << " (freed by backward)";
     else if (n.saved().empty()) os << " nothing";
-    for (const SavedTensor& s : n.saved()) os << " " << (s.tensor.defined() ? format_shape(s.tensor.shape()) : "-");
+    for (const SavedTensor& s : n.saved()) {
+      if (!s.tensor.defined()) {
+        os << " -";
+        continue;
+      }
+      os << " " << describe(s.tensor.shape(), s.tensor.dtype(), root.dtype());
+      if (s.tensor.version() != s.version) os << "(modified in place)";
+    }
     os << "\n";
   }
+  if (!order.empty() && root.grad_fn()->output_meta().size() > 1)
+    os << "root: output " << root.output_nr() << " of #" << index[root.grad_fn().get()] << "\n";
   return os.str();
 }
 
@@ -118,7 +135,8 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
     const Node& n = *order[i];
     os << "  op" << i << " [shape=box, style=\"rounded,filled\", fillcolor=\"#dde8f7\", label=\"#" << i << " "
        << dot_escape(n.op().name) << "\\n";
-    for (size_t k = 0; k < n.output_meta().size(); ++k) os << (k ? " " : "") << format_shape(n.output_meta()[k].shape);
+    for (size_t k = 0; k < n.output_meta().size(); ++k)
+      os << (k ? " " : "") << describe(n.output_meta()[k].shape, n.output_meta()[k].dtype, root.dtype());
     os << "\"];\n";
     for (size_t k = 0; k < n.edges().size(); ++k) {
       const Edge& e = n.edges()[k];
@@ -134,19 +152,25 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
           std::string label = named != leaf_names.end() ? dot_escape(named->second) : std::string("leaf");
           os << "  " << id << " [shape=ellipse, style=filled, fillcolor=\""
              << (named != leaf_names.end() ? "#f7e3c4" : "#eeeeee") << "\", label=\"" << label << "\\n"
-             << format_shape(e.leaf->shape) << "\"];\n";
+             << describe(e.leaf->shape, e.leaf->dtype, root.dtype()) << "\"];\n";
         }
         os << "  " << it->second << arrow;
       } else if (n.input_meta()[k].defined) {  // an input that does not require grad
         const std::string id = "const" + std::to_string(i) + "_" + std::to_string(k);
         os << "  " << id << " [shape=box, style=dashed, color=\"#888888\", fontcolor=\"#555555\", label=\"constant\\n"
-           << format_shape(n.input_meta()[k].shape) << "\"];\n  " << id << arrow;
+           << describe(n.input_meta()[k].shape, n.input_meta()[k].dtype, root.dtype()) << "\"];\n  " << id << arrow;
       }
     }
   }
-  if (!order.empty())
-    os << "  output [shape=doublecircle, label=\"out\\n" << format_shape(root.shape()) << "\"];\n  op"
-       << index[root.grad_fn().get()] << " -> output;\n";
+  if (!order.empty()) {
+    // a root that is one of several outputs of its entry says which
+    const bool several = root.grad_fn()->output_meta().size() > 1;
+    os << "  output [shape=doublecircle, label=\"out\\n" << format_shape(root.shape()) << " "
+       << dtype_name(root.dtype()) << "\"];\n  op"
+       << index[root.grad_fn().get()] << " -> output";
+    if (several) os << " [label=\"output " << root.output_nr() << "\"]";
+    os << ";\n";
+  }
   os << "}\n";
   return os.str();
 }

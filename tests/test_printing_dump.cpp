@@ -69,7 +69,7 @@ TEST(TapeDot, DrawsConstantInputsAndNamesEachEdgesArgument) {
             "  leaf0 -> op0 [label=\"weight\"];\n"
             "  op1 [shape=box, style=\"rounded,filled\", fillcolor=\"#dde8f7\", label=\"#1 mul_scalar\\n[2, 4]\"];\n"
             "  op0 -> op1 [label=\"self\"];\n"
-            "  output [shape=doublecircle, label=\"out\\n[2, 4]\"];\n"
+            "  output [shape=doublecircle, label=\"out\\n[2, 4] float32\"];\n"
             "  op1 -> output;\n"
             "}\n");
 }
@@ -112,6 +112,58 @@ TEST(TapeText, MarksAbsentInputsOnlyAndShowsConstants) {
   Tensor w = zeros({2, 3}).requires_grad_();
   Tensor y = linear(scalar_tensor(1).expand({4, 3}).contiguous(), w);
   EXPECT_EQ(tape_to_text(y), "#0 linear  in: [4, 3] [2, 3]* -  -> out: [4, 2]  saved: [4, 3]\n");
+}
+
+// Dtypes other than the root's are named where a cast changes them (autocast's casts are
+// entries); a graph in one dtype reads as before (Tape.TextDumpListsEntriesInRecordingOrder).
+TEST(TapeText, NamesDtypesOtherThanTheRoots) {
+  Tensor x = ones({2, 3}, DType::Float64).requires_grad_();
+  Tensor w = ones({4, 3}).requires_grad_();
+  Tensor xb = x.to(DType::BFloat16);
+  Tensor wb = w.to(DType::BFloat16);
+  Tensor y = linear(xb, wb);
+  EXPECT_EQ(tape_to_text(y),
+            "#0 to  in: [2, 3]:float64*  -> out: [2, 3]  saved: nothing\n"
+            "#1 to  in: [4, 3]:float32*  -> out: [4, 3]  saved: nothing\n"
+            "#2 linear  in: [2, 3](#0) [4, 3](#1) -  -> out: [2, 4]  saved: [2, 3] [4, 3]\n");
+  const std::string text32 = tape_to_text(y.to(DType::Float32));
+  EXPECT_NE(text32.find("#3 to  in: [2, 4]:bfloat16(#2)  -> out: [2, 4]  saved: nothing\n"), std::string::npos)
+      << text32;
+  const std::string dot = tape_to_dot(y);
+  EXPECT_NE(dot.find("label=\"leaf\\n[2, 3]:float64\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"#2 linear\\n[2, 4]\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"out\\n[2, 4] bfloat16\""), std::string::npos) << dot;
+}
+
+// What backward would refuse shows before it runs: a saved tensor changed in place since.
+TEST(TapeText, MarksSavedTensorsModifiedInPlace) {
+  Tensor a = ones({3}).requires_grad_();
+  Tensor h = mul(a, 1.0);
+  Tensor y = mul(h, exp(a));
+  EXPECT_EQ(tape_to_text(y).find("modified"), std::string::npos);
+  h.mul_(2.0);
+  const std::string text = tape_to_text(y);
+  EXPECT_NE(text.find("#2 mul  in: [3](#0) [3](#1)  -> out: [3]  saved: [3](modified in place) [3]\n"),
+            std::string::npos)
+      << text;
+  EXPECT_THROW(y.backward(ones({3})), Error);
+}
+
+// A root that is one output of several names it (text: a last line; DOT: the edge to "out").
+TEST(TapeText, NamesWhichOutputOfItsEntryTheRootIs) {
+  CustomOp two(
+      "two_ways", {"x"},
+      [](FunctionContext&, const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{mul(in[0], 2.0), mul(in[0], 3.0)};
+      },
+      [](FunctionContext&, const std::vector<Tensor>& g) { return std::vector<Tensor>{add(mul(g[0], 2.0), mul(g[1], 3.0))}; });
+  Tensor x = ones({2}).requires_grad_();
+  const std::vector<Tensor> out = two.apply({x});
+  EXPECT_EQ(tape_to_text(out[1]), "#0 two_ways  in: [2]*  -> out: [2] [2]  saved: nothing\nroot: output 1 of #0\n");
+  EXPECT_NE(tape_to_dot(out[1]).find("op0 -> output [label=\"output 1\"];"), std::string::npos) << tape_to_dot(out[1]);
+  // one output: no such line, and a plain edge
+  EXPECT_EQ(tape_to_text(mul(x, 2.0)).find("root:"), std::string::npos);
+  EXPECT_NE(tape_to_dot(mul(x, 2.0)).find("op0 -> output;"), std::string::npos);
 }
 
 std::vector<SampleCase> no_samples() { return {}; }
