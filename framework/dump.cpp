@@ -32,15 +32,13 @@ std::vector<const Node*> entries_in_order(const Tensor& root) {
   return order;
 }
 
-// A tensor as the dumps show it: its shape, and its dtype where it is not the root's
-// ("[2, 3]:float64" in a float32 graph).
-std::string describe(const Shape& shape, DType dtype, DType root) {
+}  // namespace
+
+std::string describe_tensor(const Shape& shape, DType dtype, DType root_dtype) {
   std::string s = format_shape(shape);
-  if (dtype != root) s += std::string(":") + dtype_name(dtype);
+  if (dtype != root_dtype) s += std::string(":") + dtype_name(dtype);
   return s;
 }
-
-}  // namespace
 
 std::string tape_to_text(const Tensor& root) {
   std::ostringstream os;
@@ -57,12 +55,12 @@ std::string tape_to_text(const Tensor& root) {
         os << " -";
         continue;
       }
-      os << " " << describe(m.shape, m.dtype, root.dtype());
+      os << " " << describe_tensor(m.shape, m.dtype, root.dtype());
       if (e.leaf) os << "*";
       if (e.fn) os << "(#" << index[e.fn.get()] << ")";
     }
     os << "  -> out:";
-    for (const TensorMeta& m : n.output_meta()) os << " " << describe(m.shape, m.dtype, root.dtype());
+    for (const TensorMeta& m : n.output_meta()) os << " " << describe_tensor(m.shape, m.dtype, root.dtype());
     os << "  saved:";
     if (n.released()) os << " (freed by backward)";
     else if (n.saved().empty()) os << " nothing";
@@ -71,7 +69,7 @@ std::string tape_to_text(const Tensor& root) {
         os << " -";
         continue;
       }
-      os << " " << describe(s.tensor.shape(), s.tensor.dtype(), root.dtype());
+      os << " " << describe_tensor(s.tensor.shape(), s.tensor.dtype(), root.dtype());
       if (s.tensor.version() != s.version) os << "(modified in place)";
     }
     os << "\n";
@@ -136,7 +134,7 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
     os << "  op" << i << " [shape=box, style=\"rounded,filled\", fillcolor=\"#dde8f7\", label=\"#" << i << " "
        << dot_escape(n.op().name) << "\\n";
     for (size_t k = 0; k < n.output_meta().size(); ++k)
-      os << (k ? " " : "") << describe(n.output_meta()[k].shape, n.output_meta()[k].dtype, root.dtype());
+      os << (k ? " " : "") << describe_tensor(n.output_meta()[k].shape, n.output_meta()[k].dtype, root.dtype());
     os << "\"];\n";
     for (size_t k = 0; k < n.edges().size(); ++k) {
       const Edge& e = n.edges()[k];
@@ -152,13 +150,13 @@ std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, 
           std::string label = named != leaf_names.end() ? dot_escape(named->second) : std::string("leaf");
           os << "  " << id << " [shape=ellipse, style=filled, fillcolor=\""
              << (named != leaf_names.end() ? "#f7e3c4" : "#eeeeee") << "\", label=\"" << label << "\\n"
-             << describe(e.leaf->shape, e.leaf->dtype, root.dtype()) << "\"];\n";
+             << describe_tensor(e.leaf->shape, e.leaf->dtype, root.dtype()) << "\"];\n";
         }
         os << "  " << it->second << arrow;
       } else if (n.input_meta()[k].defined) {  // an input that does not require grad
         const std::string id = "const" + std::to_string(i) + "_" + std::to_string(k);
         os << "  " << id << " [shape=box, style=dashed, color=\"#888888\", fontcolor=\"#555555\", label=\"constant\\n"
-           << describe(n.input_meta()[k].shape, n.input_meta()[k].dtype, root.dtype()) << "\"];\n  " << id << arrow;
+           << describe_tensor(n.input_meta()[k].shape, n.input_meta()[k].dtype, root.dtype()) << "\"];\n  " << id << arrow;
       }
     }
   }

@@ -31,4 +31,8 @@ std::string tape_to_text(const Tensor& root);
 std::string tape_to_dot(const Tensor& root, const std::vector<std::pair<Tensor, std::string>>& names = {});
 std::string tape_to_dot(const Tensor& root, const StateDict& names);
 
+// A tensor as the dumps and the backward trace (set_backward_trace) print it: its shape, and
+// its dtype when not the root's ("[2, 3]", or "[2, 3]:float64" in a float32 graph).
+std::string describe_tensor(const Shape& shape, DType dtype, DType root_dtype);
+
 }  // namespace tg

@@ -1,5 +1,7 @@
 #include "tape.h"
 
+#include "dump.h"
+
 #include <algorithm>
 #include <atomic>
 #include <optional>
@@ -254,6 +256,7 @@ struct Engine {
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   // With a trace on: each entry's position in the graph, oldest first (tape_to_text's numbers).
   std::unordered_map<const Node*, size_t> trace_number;
+  DType trace_dtype = DType::Float32;  // the first root's: the trace names the other dtypes
   // For tg::grad: the entries whose backward can reach a wanted gradient; the others only
   // have their gradients captured (if wanted) and are not run.
   std::unordered_set<const Node*> leads_to_capture;
@@ -415,11 +418,13 @@ struct Engine {
     std::ostream& os = *t_trace;
     // numbered as tape_to_text / tape_to_dot number the entries: by position in the graph
     os << "backward #" << trace_number.at(&node) << " " << node.op_->backward_name << ": grad_output";
-    for (const Tensor& g : grad_outputs) os << " " << format_shape(g.shape()) << " |" << norm_of(g) << "|";
+    // (shapes and dtypes as tape_to_text prints them, against the first root's dtype)
+    for (const Tensor& g : grad_outputs)
+      os << " " << describe_tensor(g.shape(), g.dtype(), trace_dtype) << " |" << norm_of(g) << "|";
     os << " -> grad_input";
     for (const Tensor& g : grads) {
       if (g.defined())
-        os << " " << format_shape(g.shape()) << " |" << norm_of(g) << "|";
+        os << " " << describe_tensor(g.shape(), g.dtype(), trace_dtype) << " |" << norm_of(g) << "|";
       else
         os << " -";
     }
@@ -541,8 +546,10 @@ struct Engine {
     std::optional<EnableGradGuard> grad_on;
     if (create_graph) grad_on.emplace(); else no_grad.emplace();
     const std::vector<Node*> order = reachable_in_reverse(root_nodes);
-    if (t_trace)
+    if (t_trace) {
       for (size_t i = 0; i < order.size(); ++i) trace_number[order[i]] = order.size() - 1 - i;
+      if (!roots.empty()) trace_dtype = roots[0].dtype();
+    }
     if (capture) mark_entries_leading_to_capture(order);
     if (!capture) count_pending_hooks(order, root_leaves);
     for (size_t i = 0; i < root_leaves.size(); ++i) deliver_to_leaf(root_leaves[i].impl_ptr(), root_leaf_grads[i]);

@@ -2,6 +2,8 @@
 // every input and argument names, and the registry table's columns sized to their content.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "test_util.h"
 
 namespace tg {
@@ -133,6 +135,21 @@ TEST(TapeText, NamesDtypesOtherThanTheRoots) {
   EXPECT_NE(dot.find("label=\"leaf\\n[2, 3]:float64\""), std::string::npos) << dot;
   EXPECT_NE(dot.find("label=\"#2 linear\\n[2, 4]\""), std::string::npos) << dot;
   EXPECT_NE(dot.find("label=\"out\\n[2, 4] bfloat16\""), std::string::npos) << dot;
+}
+
+// The backward trace names dtypes as the dump does: a gradient's rounding to bf16 is visible.
+TEST(TapeText, TraceNamesDtypesOtherThanTheRoots) {
+  Tensor x = ones({2, 3}, DType::Float64).requires_grad_();
+  Tensor y = sum(x.to(DType::BFloat16).to(DType::Float32));
+  std::ostringstream os;
+  {
+    BackwardTraceGuard trace(os);
+    y.backward();
+  }
+  EXPECT_EQ(os.str(),
+            "backward #2 sum_backward: grad_output [] |1| -> grad_input [2, 3] |2.44949|\n"
+            "backward #1 to_backward: grad_output [2, 3] |2.44949| -> grad_input [2, 3]:bfloat16 |2.44949|\n"
+            "backward #0 to_backward: grad_output [2, 3]:bfloat16 |2.44949| -> grad_input [2, 3]:float64 |2.44949|\n");
 }
 
 // What backward would refuse shows before it runs: a saved tensor changed in place since.
