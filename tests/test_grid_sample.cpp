@@ -178,6 +178,27 @@ TEST(GridSample, TapeComputesOnlyTheRequestedGradient) {
   EXPECT_TRUE(same_bits(b.grad(), ref.grad_grid));
 }
 
+// Reflection of coordinates millions of periods out: the fold a - trunc(a / 2 span) 2 span is
+// one fused multiply-add, as in PyTorch's AVX2 / AVX-512 kernels (values from PyTorch 1.13 on
+// this project's machines). Unfused, the product's rounding decided the answer: 5.5 and 1.5
+// where PyTorch samples 3.5, on every kernel path.
+TEST(GridSample, ReflectionFoldsHugeCoordinatesAsPyTorch) {
+  struct Case {
+    DType dtype;
+    double x, y, grad_x;
+  };
+  for (const Case& c : {Case{DType::Float32, -6373000.0, 3.5, 5.5}, Case{DType::Float32, -14490000.0, 7.5, 5.5},
+                        Case{DType::Float64, -4.258e15, 3.5, 5.5}}) {
+    SCOPED_TRACE(std::to_string(c.x));
+    Tensor input = arange(0, 11).to(c.dtype).reshape({1, 1, 1, 11});
+    Tensor grid = from_vector(std::vector<double>{c.x, 0.0}, {1, 1, 1, 2}).to(c.dtype).requires_grad_();
+    Tensor y = grid_sample(input, grid, GridSampleMode::Bilinear, GridSamplePadding::Reflection, false);
+    EXPECT_EQ(y.to(DType::Float64).item(), c.y);
+    sum(y).backward();
+    EXPECT_EQ(grid.grad().to(DType::Float64).to_vector<double>()[0], c.grad_x);
+  }
+}
+
 TEST(GridSample, RejectsBadInputNamingTheArgument) {
   Tensor input = zeros({2, 3, 5, 6}), grid = zeros({2, 4, 4, 2}), g = zeros({2, 3, 4, 4});
   EXPECT_NO_THROW(grid_sample(input, grid));

@@ -107,6 +107,23 @@ TEST(GroupNorm, ModuleHasPyTorchParametersAndNormalises) {
   EXPECT_THROW(GroupNorm(3, 4), Error);
 }
 
+// An empty batch trains as PyTorch's: empty outputs and input gradients, zero weight and bias
+// gradients (its backward views an empty tensor, which is contiguous, as in PyTorch).
+TEST(GroupNorm, EmptyBatchGivesZeroParameterGradients) {
+  for (const Shape& shape : {Shape{0, 4}, Shape{0, 4, 3}, Shape{0, 4, 3, 3}}) {
+    SCOPED_TRACE(format_shape(shape));
+    Tensor x = zeros(shape).requires_grad_();
+    Tensor w = ones({4}).requires_grad_(), b = zeros({4}).requires_grad_();
+    Tensor y = group_norm(x, 2, w, b);
+    EXPECT_EQ(y.shape(), shape);
+    sum(y).backward();
+    EXPECT_EQ(x.grad().shape(), shape);
+    EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(4, 0.f));
+    EXPECT_EQ(b.grad().to_vector<float>(), std::vector<float>(4, 0.f));
+  }
+  EXPECT_TRUE(zeros({0, 4, 3}).transpose(0, 2).is_contiguous());
+}
+
 TEST(GroupNorm, RejectsBadInputNamingTheArgument) {
   Tensor x = zeros({2, 6, 4});
   EXPECT_EQ(error_of([&] { group_norm(x, 0); }), "group_norm: expected num_groups to be positive, got 0");

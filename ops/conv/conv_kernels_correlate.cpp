@@ -86,15 +86,15 @@ void correlate_depthwise(const T* x, const T* w, const T* bias, T* y, const Geom
   }
 }
 
-// y[n, co, o] += w[co, c, t] * x[n, ci, window(o) + t] for the non-finite weights, at the valid
-// taps only.
+// y[n, co, o] += w[co, c, t] * x[n, ci, window(o) + t] for the non-finite weights (every
+// weight when `every_weight`), at the valid taps only.
 template <class T>
-void add_nonfinite_weight_taps(const T* x, const T* w, T* y, const Geom& g) {
+void add_weight_taps(const T* x, const T* w, T* y, const Geom& g, bool every_weight) {
   for (int64_t co = 0; co < g.Co; ++co)
     for (int64_t c = 0; c < g.Cig; ++c)
       for (int64_t t = 0; t < g.K; ++t) {
         const T wv = w[(co * g.Cig + c) * g.K + t];
-        if (std::isfinite(wv)) continue;
+        if (!every_weight && std::isfinite(wv)) continue;
         const int64_t ci = co / g.Cog * g.Cig + c;
         for (int64_t n = 0; n < g.N; ++n) {
           T* yn = y + (n * g.Co + co) * g.Lo;
@@ -113,9 +113,18 @@ void correlate(const T* x, const T* w, const T* bias, T* y, const Geom& g) {
   if (g.N == 0 || g.Co == 0 || g.Lo == 0) return;
   if (winograd_correlate(x, w, bias, y, g)) return;
   if (!g.unit && !all_finite(w, g.Co * g.CKg)) {  // "Non-finite weights": conv_kernels_shared.h
+    if (!all_finite(x, g.N * g.Ci * g.Li)) {
+      // the zeroed weights would meet x's Inf or NaN (0 * Inf = NaN where the definition has
+      // an Inf): every tap by the definition, as the rare case it is
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t co = 0; co < g.Co; ++co)
+          std::fill(y + (n * g.Co + co) * g.Lo, y + (n * g.Co + co + 1) * g.Lo, bias ? bias[co] : T(0));
+      add_weight_taps(x, w, y, g, true);
+      return;
+    }
     const std::vector<T> finite_w = finite_part(w, g.Co * g.CKg);
     correlate(x, finite_w.data(), bias, y, g);
-    add_nonfinite_weight_taps(x, w, y, g);
+    add_weight_taps(x, w, y, g, false);
     return;
   }
   if (g.flat) {

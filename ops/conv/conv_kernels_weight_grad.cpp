@@ -116,20 +116,20 @@ void weight_grad_depthwise(const T* y, const T* x, T* dw, const Geom& g) {
   }
 }
 
-// dw[co, c, t] += y[n, co, o] * x[n, ci, window(o) + t] for the non-finite column values y, at
-// the valid taps only.
+// dw[co, c, t] += y[n, co, o] * x[n, ci, window(o) + t] for the non-finite column values y
+// (every value when `every_value`), at the valid taps only.
 template <class T>
-void add_nonfinite_column_taps(const T* y, const T* x, T* dw, const Geom& g) {
+void add_column_taps(const T* y, const T* x, T* dw, const Geom& g, bool every_value) {
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t co = 0; co < g.Co; ++co) {
       const T* yn = y + (n * g.Co + co) * g.Lo;
-      if (all_finite(yn, g.Lo)) continue;
+      if (!every_value && all_finite(yn, g.Lo)) continue;
       for (int64_t c = 0; c < g.Cig; ++c) {
         const T* xn = x + (n * g.Ci + co / g.Cog * g.Cig + c) * g.Li;
         for (int64_t t = 0; t < g.K; ++t) {
           T& d = dw[(co * g.Cig + c) * g.K + t];
           for_valid_windows(g, t, [&](int64_t o, int64_t i) {
-            if (!std::isfinite(yn[o])) d += yn[o] * xn[i];
+            if (every_value || !std::isfinite(yn[o])) d += yn[o] * xn[i];
           });
         }
       }
@@ -536,9 +536,15 @@ void weight_grad(const T* y, const T* x, T* dw, const Geom& g, bool exact) {
   // redone exactly.
   const bool redo_if_nonfinite = !exact && !g.unit;
   if (exact && !g.unit && !all_finite(y, g.N * g.Co * g.Lo)) {
+    if (!all_finite(x, g.N * g.Ci * g.Li)) {
+      // the zeroed column values would meet x's Inf or NaN: every tap by the definition
+      std::fill(dw, dw + g.Co * g.CKg, T(0));
+      add_column_taps(y, x, dw, g, true);
+      return;
+    }
     const std::vector<T> finite_y = finite_part(y, g.N * g.Co * g.Lo);
     weight_grad(finite_y.data(), x, dw, g, true);
-    add_nonfinite_column_taps(y, x, dw, g);
+    add_column_taps(y, x, dw, g, false);
     return;
   }
   if (g.depthwise) {

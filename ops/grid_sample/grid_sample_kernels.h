@@ -35,9 +35,13 @@
 //   * NaN / Inf coordinates: with zeros padding they behave as in PyTorch (the weights
 //     become NaN and so do output and grid gradient; nothing is read). With border and
 //     reflection the clipped coordinate of a NaN is 0, as in PyTorch's forward.
-//     PyTorch 1.13's bilinear backward crashes on such points (it gathers at INT_MIN);
-//     here the point is treated as clipped: it samples pixel 0 and its grid gradient
-//     multiplier is 0.
+//     PyTorch 1.13's bilinear backward gathers at INT_MIN for such points: in float64 it
+//     crashes, in float32 it returns what that out-of-range read happens to give (NaN grid
+//     and input gradients in our runs); here the point is treated as clipped: it samples
+//     pixel 0 and its grid gradient multiplier is 0.
+//   * reflection folds a coordinate by a - trunc(a / 2 span) 2 span in one fused
+//     multiply-add, as PyTorch's AVX2 / AVX-512 builds do (its scalar build rounds the
+//     product first, which decides the answer millions of periods out).
 //
 // The 3-D kernels follow PyTorch's 3-D CPU kernel (native/GridSampler.cpp), which computes the
 // coordinates with the scalar helpers of native/GridSampler.h rather than the vectorised 2-D

@@ -130,6 +130,14 @@ struct Axis {
     return std::fmod(a, span);
   }
 
+  // Vectorised form: a (>= 0) less its whole periods, a - trunc(a / 2 span) 2 span as one fused
+  // multiply-add, as PyTorch's AVX2 / AVX-512 kernels compute it (their compiler contracts the
+  // product and the difference). Unfused, the product's rounding is the whole answer once a is
+  // past the mantissa (float32 from ~1e6 periods): a reflected sample landed up to a pixel or two
+  // away and its grid gradient changed sign. std::fma rounds once on every path, the portable
+  // one included (a library call there).
+  T fold_fused(T a) const { return std::fma(-std::trunc(a / twice_span), twice_span, a); }
+
   // Fold x into [low, low + span] by reflecting at both edges (then clipped by caller:
   // rounding can leave the fold a hair outside). NaN and Inf come out as NaN.
   T reflect(T x) const {
@@ -140,7 +148,7 @@ struct Axis {
       return odd ? twice_span / 2 - extra + low : extra + low;
     }
     const T a = std::abs(x - low);
-    const T extra = a - std::trunc(a / twice_span) * twice_span;
+    const T extra = fold_fused(a);
     return std::min(extra, twice_span - extra) + low;
   }
 
@@ -165,7 +173,7 @@ struct Axis {
     const T in = x - low;
     const bool negative = in < T(0);
     const T a = std::abs(in);
-    const T extra = a - std::trunc(a / twice_span) * twice_span;
+    const T extra = fold_fused(a);
     const T reflected = twice_span - extra;
     const bool one_more_flip = extra > reflected;
     *d = (one_more_flip != negative) ? T(-1) : T(1);
