@@ -4,6 +4,9 @@
 // determinism; and the front end's errors, each naming the argument.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -130,6 +133,31 @@ TEST(Interpolate, BackwardIsDeterministicAcrossThreadCounts) {
   set_num_threads(threads);
   EXPECT_TRUE(same_bits(y1, y2));
   EXPECT_TRUE(same_bits(b1, b2));
+}
+
+// Linear 1-D has no height axis: an Inf is Inf between its neighbours, NaN only where a zero
+// weight meets it (PyTorch 1.13's values). It ran the 2-D kernel on one row, whose height
+// weights (1, 0) made every Inf a NaN; bilinear on such a row keeps PyTorch's NaN.
+TEST(Interpolate, LinearKeepsInfWhereTheOneDimensionalKernelDoes) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    for (bool ac : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (ac ? " align_corners" : ""));
+      Tensor x = from_vector(std::vector<double>{1, inf, 2}, {1, 1, 3}).to(dt).requires_grad_();
+      Tensor y = interpolate(x, InterpolateOptions().size({5}).mode(InterpolateMode::Linear).align_corners(ac));
+      const std::vector<double> v = y.to(DType::Float64).to_vector<double>();
+      EXPECT_TRUE(std::isnan(v[0]));
+      for (int i = 1; i < 4; ++i) EXPECT_EQ(v[i], inf) << i;
+      EXPECT_EQ(v[4], 2.0);
+      y.backward(arange(0, 5).to(dt).reshape({1, 1, 5}));
+      const std::vector<double> g = x.grad().to(DType::Float64).to_vector<double>();
+      const std::vector<double> want = ac ? std::vector<double>{0.5, 4.0, 5.5} : std::vector<double>{0.6, 3.6, 5.8};
+      for (int i = 0; i < 3; ++i) EXPECT_NEAR(g[i], want[i], dt == DType::BFloat16 ? 0.05 : 1e-6) << i;
+    }
+  }
+  Tensor x2 = from_vector(std::vector<double>{1, inf, 2}, {1, 1, 1, 3});
+  const std::vector<double> b = interpolate(x2, std::array<int64_t, 2>{1, 5}, false).to_vector<double>();
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(std::isnan(b[i])) << i << " (PyTorch's bilinear: NaN)";
 }
 
 TEST(Interpolate, OldBilinearCallsStillWork) {

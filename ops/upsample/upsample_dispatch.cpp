@@ -20,8 +20,21 @@ namespace tg::kernels {
   template <class T>                                                                                      \
   void name##_backward(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, \
                        double, double, double);
-TG_ISA_DECLARE(TG_DECLARE_2D(upsample_bilinear2d) TG_DECLARE_2D(upsample_bicubic2d)
-                   TG_DECLARE_3D(upsample_trilinear3d))
+TG_ISA_DECLARE(
+    template <class T> void upsample_linear1d_forward(const T*, T*, int64_t, int64_t, int64_t, bool, double);
+    template <class T> void upsample_linear1d_backward(const T*, T*, int64_t, int64_t, int64_t, bool, double);
+    TG_DECLARE_2D(upsample_bilinear2d) TG_DECLARE_2D(upsample_bicubic2d) TG_DECLARE_3D(upsample_trilinear3d))
+
+template <class T>
+void upsample_linear1d_forward(const T* x, T* y, int64_t NC, int64_t W, int64_t Wo, bool align_corners,
+                               double scales_w) {
+  TG_ISA_DISPATCH(upsample_linear1d_forward<T>)(x, y, NC, W, Wo, align_corners, scales_w);
+}
+template <class T>
+void upsample_linear1d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t W, int64_t Wo, bool align_corners,
+                                double scales_w) {
+  TG_ISA_DISPATCH(upsample_linear1d_backward<T>)(grad_y, grad_x, NC, W, Wo, align_corners, scales_w);
+}
 
 // Each public entry point forwards to the active copy (a, b: input and output pointers).
 #define TG_FORWARD_2D(name, suffix, a, b)                                                                      \
@@ -45,6 +58,8 @@ TG_FORWARD_3D(upsample_trilinear3d, forward, x, y)
 TG_FORWARD_3D(upsample_trilinear3d, backward, grad_y, grad_x)
 
 #define TG_INSTANTIATE(T)                                                                      \
+  template void upsample_linear1d_forward<T>(const T*, T*, int64_t, int64_t, int64_t, bool, double);  \
+  template void upsample_linear1d_backward<T>(const T*, T*, int64_t, int64_t, int64_t, bool, double); \
   template void upsample_bilinear2d_forward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, \
                                                double, double);                                \
   template void upsample_bilinear2d_backward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, \

@@ -60,6 +60,28 @@ void backward_2d(const T* grad_y, T* grad_x, int64_t NC, int64_t H, int64_t W, i
                            make_adjoint(make_taps<O, K>(W, Wo, align_corners, scales_w), W, Wo));
 }
 
+template <class T>
+void upsample_linear1d_forward(const T* x, T* y, int64_t NC, int64_t W, int64_t Wo, bool align_corners,
+                               double scales_w) {
+  using O = opmath_t<T>;
+  if (NC <= 0 || Wo <= 0) return;
+  if (W <= 0) {
+    std::fill(y, y + NC * Wo, T(0.0f));
+    return;
+  }
+  separable_forward_2d<T, 2>(x, y, NC, 1, W, 1, Wo, single_row_taps<O, 2>(),
+                             make_taps<O, 2>(W, Wo, align_corners, scales_w));
+}
+
+template <class T>
+void upsample_linear1d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t W, int64_t Wo, bool align_corners,
+                                double scales_w) {
+  using O = opmath_t<T>;
+  if (NC <= 0 || W <= 0) return;
+  separable_backward_2d<T>(grad_y, grad_x, NC, 1, W, 1, Wo, make_adjoint(single_row_taps<O, 2>(), 1, 1),
+                           make_adjoint(make_taps<O, 2>(W, Wo, align_corners, scales_w), W, Wo));
+}
+
 #define TG_DEFINE_2D(name, K)                                                                                    \
   template <class T>                                                                                             \
   void name##_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho, int64_t Wo,                \
@@ -80,7 +102,9 @@ TG_DEFINE_2D(upsample_bicubic2d, 4)
                                   double);                                                                  \
   template void name##_backward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, double, \
                                    double);
-#define TG_INSTANTIATE(T)                     \
+#define TG_INSTANTIATE(T)                                                                                      \
+  template void upsample_linear1d_forward<T>(const T*, T*, int64_t, int64_t, int64_t, bool, double);             \
+  template void upsample_linear1d_backward<T>(const T*, T*, int64_t, int64_t, int64_t, bool, double);            \
   TG_INSTANTIATE_2D(upsample_bilinear2d, T) \
   TG_INSTANTIATE_2D(upsample_bicubic2d, T)
 TG_INSTANTIATE(float)

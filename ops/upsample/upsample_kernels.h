@@ -63,6 +63,17 @@
 
 namespace tg::kernels {
 
+// Linear 1-D (aten's upsample_linear1d): y (NC, Wo) from x (NC, W), the bilinear kernel's
+// width pass alone; with no height axis, no 0 * x is formed, so an Inf stays an Inf where
+// aten's 1-D kernel keeps it (the 2-D kernel on H = Ho = 1 gives NaN there, as aten's 2-D
+// does). The backward overwrites grad_x (NC, W). Same types and contract as bilinear.
+template <class T>
+void upsample_linear1d_forward(const T* x, T* y, int64_t NC, int64_t W, int64_t Wo, bool align_corners,
+                               double scales_w);
+template <class T>
+void upsample_linear1d_backward(const T* grad_y, T* grad_x, int64_t NC, int64_t W, int64_t Wo, bool align_corners,
+                                double scales_w);
+
 // T = float, double, BFloat16, Float16. Overwrites y (NC, Ho, Wo).
 template <class T>
 void upsample_bilinear2d_forward(const T* x, T* y, int64_t NC, int64_t H, int64_t W, int64_t Ho,

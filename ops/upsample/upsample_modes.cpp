@@ -1,6 +1,6 @@
 // upsample_linear1d, upsample_bicubic2d and upsample_trilinear3d: validation, dtype dispatch and
 // the tape, one template over the number of spatial dims R (1: linear, 2: bicubic, 3:
-// trilinear). The kernels are in upsample_kernels.cpp (linear1d runs the bilinear kernel on
+// trilinear). The kernels are in upsample_kernels.cpp (linear1d runs the bilinear kernel's width pass on
 // (N*C, 1, L) planes) and upsample_kernels_3d.cpp. Backward needs only sizes and scales, so
 // forward saves no tensor; the backward is linear in grad_out and its adjoint is the forward,
 // so double backward is upsampling again.
@@ -89,9 +89,9 @@ void run_kernel(bool backward, const Tensor& src, Tensor& dst, const std::array<
     T* b = dst.data<T>();
     const int64_t NC = in[0] * in[1];
     auto s = [&](int d) { return scales[d].value_or(0.0); };
-    if constexpr (R == 1) {  // the bilinear kernel on (NC, 1, L): H = Ho = 1 copies exactly
-      if (backward) kernels::upsample_bilinear2d_backward<T>(a, b, NC, 1, in[2], 1, out[0], ac, 0.0, s(0));
-      else kernels::upsample_bilinear2d_forward<T>(a, b, NC, 1, in[2], 1, out[0], ac, 0.0, s(0));
+    if constexpr (R == 1) {
+      if (backward) kernels::upsample_linear1d_backward<T>(a, b, NC, in[2], out[0], ac, s(0));
+      else kernels::upsample_linear1d_forward<T>(a, b, NC, in[2], out[0], ac, s(0));
     } else if constexpr (R == 2) {
       if (backward) kernels::upsample_bicubic2d_backward<T>(a, b, NC, in[2], in[3], out[0], out[1], ac, s(0), s(1));
       else kernels::upsample_bicubic2d_forward<T>(a, b, NC, in[2], in[3], out[0], out[1], ac, s(0), s(1));

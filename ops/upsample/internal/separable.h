@@ -103,6 +103,10 @@ template <class T, int K>
 struct Taps {
   std::vector<int64_t> idx[K];
   std::vector<T> w[K];
+  // Tap 0 alone counts (weight 1): the height axis of a 1-D linear interpolation, which has
+  // none (aten's 1-D kernel never forms 0 * x, so an Inf stays Inf there). Read by the row
+  // blends and the adjoint, the only users of a height axis's taps.
+  bool only_first = false;
   // The same indices as int32 when the input dim fits (always, in practice): the forward's
   // gathers then fetch 16 floats per instruction instead of 8.
   std::vector<int32_t> idx32[K];
@@ -225,6 +229,16 @@ Taps<T, K> make_taps(int64_t in, int64_t out, bool align_corners, double scale_o
   else return make_cubic_taps<T>(in, out, align_corners, scale_opt);
 }
 
+// The height axis of a 1-D interpolation: one row, copied (only_first).
+template <class T, int K>
+Taps<T, K> single_row_taps() {
+  Taps<T, K> t(1);
+  for (int j = 0; j < K; ++j) t.idx[j][0] = 0, t.w[j][0] = T(j == 0 ? 1 : 0);
+  t.only_first = true;
+  t.make_index32(1);
+  return t;
+}
+
 // The taps seen from the input side: for input index i, entries [start[i], start[i+1]) list
 // the output indices that read i and with which weight, in increasing output index (tap 0
 // before tap 1 ... when several taps of one output hit i), which fixes the order of the
@@ -238,15 +252,16 @@ struct AdjointTaps {
 template <class T, int K>
 AdjointTaps<T> make_adjoint(const Taps<T, K>& t, int64_t in, int64_t out) {
   AdjointTaps<T> a;
+  const int taps = t.only_first ? 1 : K;
   a.start.assign(in + 1, 0);
   for (int64_t d = 0; d < out; ++d)
-    for (int j = 0; j < K; ++j) ++a.start[t.idx[j][d] + 1];
+    for (int j = 0; j < taps; ++j) ++a.start[t.idx[j][d] + 1];
   for (int64_t i = 0; i < in; ++i) a.start[i + 1] += a.start[i];
-  a.out.resize(K * out);
-  a.w.resize(K * out);
+  a.out.resize(taps * out);
+  a.w.resize(taps * out);
   std::vector<int64_t> fill(a.start.begin(), a.start.end() - 1);
   for (int64_t d = 0; d < out; ++d)
-    for (int j = 0; j < K; ++j) {
+    for (int j = 0; j < taps; ++j) {
       const int64_t k = fill[t.idx[j][d]]++;
       a.out[k] = d;
       a.w[k] = t.w[j][d];
@@ -406,13 +421,14 @@ void forward_rows(const T* xp, int64_t W, const Taps<opmath_t<T>, K>& th, const 
       r[j] = s.rows.row(slot);
       wt[j] = th.w[j][oh];
     }
+    const int taps = th.only_first ? 1 : K;
     Y* yr = yp + oh * Wo;
     int64_t ow = 0;
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<Y, BFloat16>) {  // the same blend, rounded 32 lanes at a time
       auto blend = [&](int64_t c) {
         __m512 v = _mm512_mul_ps(_mm512_loadu_ps(r[0] + c), _mm512_set1_ps(wt[0]));
-        for (int j = 1; j < K; ++j) v = _mm512_fmadd_ps(_mm512_loadu_ps(r[j] + c), _mm512_set1_ps(wt[j]), v);
+        for (int j = 1; j < taps; ++j) v = _mm512_fmadd_ps(_mm512_loadu_ps(r[j] + c), _mm512_set1_ps(wt[j]), v);
         return v;
       };
       for (; ow + 32 <= Wo; ow += 32)
@@ -426,7 +442,7 @@ void forward_rows(const T* xp, int64_t W, const Taps<opmath_t<T>, K>& th, const 
 #pragma omp simd
     for (int64_t c = ow; c < Wo; ++c) {
       O v = r[0][c] * wt[0];
-      for (int j = 1; j < K; ++j) v += r[j][c] * wt[j];
+      for (int j = 1; j < taps; ++j) v += r[j][c] * wt[j];
       store_op(yr, c, v);
     }
   }
