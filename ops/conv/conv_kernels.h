@@ -27,8 +27,10 @@
 // The kernels do no validation (the Tensor-level layer does and throws tg::Error); they read
 // and write only inside the buffers the sizes in ConvParams describe, for any sizes >= 0.
 // Inf and NaN propagate as the definition says: only taps inside the image contribute, never
-// Inf * (padding's 0), as in PyTorch's oneDNN path (its slow im2col path, e.g. float64 or
-// transposed, gives NaN where a non-finite value meets the padding). Threads: OpenMP, sized by omp_get_max_threads(); each
+// Inf * (padding's 0), as in PyTorch's oneDNN path for plain convolutions (its slow im2col
+// path, e.g. float64 or transposed, and oneDNN's grouped and depthwise kernels with padding
+// give NaN where a non-finite value meets the padding). Every non-finite case sums exactly
+// the definition's products: an Inf weight meeting an Inf input is an Inf, never 0 * Inf. Threads: OpenMP, sized by omp_get_max_threads(); each
 // thread keeps its scratch buffers (at most 16 MB each, larger ones are freed) between calls.
 #pragma once
 
