@@ -30,8 +30,9 @@
 // Inf * (padding's 0), as in PyTorch's oneDNN path for plain convolutions (its slow im2col
 // path, e.g. float64 or transposed, and oneDNN's grouped and depthwise kernels with padding
 // give NaN where a non-finite value meets the padding). Every non-finite case sums exactly
-// the definition's products: an Inf weight meeting an Inf input is an Inf, never 0 * Inf. Threads: OpenMP, sized by omp_get_max_threads(); each
-// thread keeps its scratch buffers (at most 16 MB each, larger ones are freed) between calls.
+// the definition's products: an Inf weight meeting an Inf input is an Inf, never 0 * Inf.
+// Threads: OpenMP, sized by omp_get_max_threads(); each thread keeps its scratch buffers (at
+// most 16 MB each, larger ones are freed) between calls.
 #pragma once
 
 #include <array>
