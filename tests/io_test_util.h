@@ -14,12 +14,22 @@
 namespace tg::testing {
 
 // A fresh, empty folder for one test under the system temp dir (pid-suffixed: tests of
-// several build trees may run at once on one machine).
+// several build trees may run at once on one machine), removed when the test program exits
+// (every ctest run left nine of them behind).
 inline std::string fresh_temp_dir(const std::string& name) {
   namespace fs = std::filesystem;
+  struct RemovedAtExit {
+    std::vector<fs::path> dirs;
+    ~RemovedAtExit() {
+      std::error_code ignored;
+      for (const fs::path& d : dirs) fs::remove_all(d, ignored);
+    }
+  };
+  static RemovedAtExit made;
   fs::path p = fs::temp_directory_path() / ("tapegrad_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
+  made.dirs.push_back(p);
   return p.string();
 }
 
