@@ -175,7 +175,8 @@ TEST(IsaFamilies, MsDeformAttnMatchesGeneric) {
       std::vector<int64_t> shapes, starts;
       int64_t keys = 0;
       for (auto [h, w] : levels) {
-        shapes.insert(shapes.end(), {h, w});
+        shapes.push_back(h);
+        shapes.push_back(w);
         starts.push_back(keys);
         keys += h * w;
       }
