@@ -46,6 +46,16 @@ Tensor projection(const Tensor& x, const Tensor& w, const Tensor& b, int64_t ind
   return linear(x, w.narrow(0, index * E, E), b.defined() ? b.narrow(0, index * E, E) : Tensor());
 }
 
+// A mask as the term added to the scores: a floating one as it is, an integer one (PyTorch's
+// bool) as -inf where non-zero and 0 elsewhere, as PyTorch turns a bool mask into a float one.
+// Added, not written with masked_fill: where a query's keys are all masked its softmax is NaN,
+// and the gradients through it must be NaN too, as PyTorch's (masked_fill's backward would
+// drop them, giving finite gradients under a NaN output).
+Tensor additive_mask(const Tensor& m, DType dtype) {
+  if (is_floating(m.dtype())) return m.to(dtype);
+  return masked_fill(zeros(m.shape(), dtype), m, -std::numeric_limits<double>::infinity());
+}
+
 }  // namespace
 
 AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -53,9 +63,19 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
                                             const Tensor& attn_mask) {
   const char* op = "MultiheadAttention";
   TG_CHECK(query.defined() && key.defined() && value.defined(), op, ": expected query, key and value");
+  if (query.dim() == 2 && key.dim() == 2 && value.dim() == 2) {  // unbatched: a batch of one
+    TG_CHECK(!key_padding_mask.defined() || key_padding_mask.dim() == 1, op,
+             ": expected a 1-D key_padding_mask [S] with unbatched (2-D) query, key and value, got ",
+             format_shape(key_padding_mask.shape()));
+    const int64_t b = batch_first ? 0 : 1;
+    const AttentionOutput r =
+        forward(query.unsqueeze(b), key.unsqueeze(b), value.unsqueeze(b),
+                key_padding_mask.defined() ? key_padding_mask.unsqueeze(0) : Tensor(), need_weights, attn_mask);
+    return {r.output.squeeze(b), r.weights.defined() ? r.weights.squeeze(0) : Tensor()};
+  }
   TG_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3, op,
-           ": expected 3-D query, key and value, got ", format_shape(query.shape()), ", ", format_shape(key.shape()),
-           ", ", format_shape(value.shape()));
+           ": expected 3-D (batched) or 2-D (unbatched) query, key and value, got ", format_shape(query.shape()),
+           ", ", format_shape(key.shape()), ", ", format_shape(value.shape()));
   Tensor q_in = batch_first ? query : query.transpose(0, 1);
   Tensor k_in = batch_first ? key : key.transpose(0, 1);
   Tensor v_in = batch_first ? value : value.transpose(0, 1);
@@ -72,7 +92,6 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
   Tensor v = split_heads(projection(v_in, in_proj_weight, in_proj_bias, 2, E), H);
 
   Tensor scores = matmul(mul(q, 1.0 / std::sqrt(static_cast<double>(head_dim))), k.transpose(-2, -1));
-  const double neg_inf = -std::numeric_limits<double>::infinity();
   if (attn_mask.defined()) {
     Tensor m = attn_mask;
     if (m.dim() == 3) {
@@ -80,16 +99,15 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
                format_shape({B * H, L, S}), ", got ", format_shape(m.shape()));
       m = m.reshape({B, H, L, S});
     } else {
-      TG_CHECK(m.shape() == (Shape{L, S}), op, ": expected a 2-D attn_mask of shape ", format_shape({L, S}), ", got ",
-               format_shape(m.shape()));
+      TG_CHECK(m.shape() == (Shape{L, S}), op, ": expected attn_mask of shape ", format_shape({L, S}), " or ",
+               format_shape({B * H, L, S}), ", got ", format_shape(m.shape()));
     }
-    scores = is_floating(m.dtype()) ? add(scores, m.to(scores.dtype())) : masked_fill(scores, m, neg_inf);
+    scores = add(scores, additive_mask(m, scores.dtype()));
   }
   if (key_padding_mask.defined()) {
     TG_CHECK(key_padding_mask.shape() == (Shape{B, S}), op, ": expected key_padding_mask of shape ",
              format_shape({B, S}), ", got ", format_shape(key_padding_mask.shape()));
-    Tensor m = key_padding_mask.reshape({B, 1, 1, S});
-    scores = is_floating(m.dtype()) ? add(scores, m.to(scores.dtype())) : masked_fill(scores, m, neg_inf);
+    scores = add(scores, additive_mask(key_padding_mask.reshape({B, 1, 1, S}), scores.dtype()));
   }
   Tensor attn = dropout(softmax(scores, -1), dropout_p, is_training());
   Tensor out = matmul(attn, v).permute({0, 2, 1, 3}).reshape({B, L, E});

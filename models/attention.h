@@ -21,10 +21,16 @@ class MultiheadAttention : public Module {
                      bool batch_first = false, DType dtype = DType::Float32, Generator* gen = nullptr);
   std::string name() const override { return "MultiheadAttention"; }
 
-  // query (L, B, E), key and value (S, B, E) (batch first: (B, L, E), (B, S, E)).
+  // query (L, B, E), key and value (S, B, E) (batch first: (B, L, E), (B, S, E)); unbatched,
+  // as PyTorch: query (L, E), key and value (S, E), key_padding_mask (S), attn_mask (L, S) or
+  // (num_heads, L, S), output (L, E) and weights (L, S).
   // key_padding_mask (B, S): non-zero marks a key to ignore (PyTorch's True).
   // attn_mask (L, S) or (B * num_heads, L, S): floating masks are added to the scores,
-  // integer masks mark with non-zero the pairs to ignore.
+  // integer masks mark with non-zero the pairs to ignore (added as -inf, as PyTorch adds a bool
+  // mask: a query whose keys are all ignored gets NaN outputs and NaN gradients, as in PyTorch).
+  // Both masks are added when both are given (PyTorch 1.13 instead turns every non-zero value
+  // of a floating key_padding_mask into -inf when attn_mask is a bool one, and refuses or drops
+  // a floating key_padding_mask beside a floating attn_mask).
   AttentionOutput forward(const Tensor& query, const Tensor& key, const Tensor& value,
                           const Tensor& key_padding_mask = Tensor(), bool need_weights = true,
                           const Tensor& attn_mask = Tensor());

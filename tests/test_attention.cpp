@@ -72,6 +72,24 @@ TEST(MultiheadAttention, RejectsBadShapes) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "MultiheadAttention: expected key_padding_mask of shape [2, 3], got [2, 5]");
   }
+  // unbatched (2-D) query, key and value take a 1-D key_padding_mask; 2-D and 3-D inputs do not mix
+  Tensor u = randn({3, 8});
+  EXPECT_EQ(mha.forward(u, u, u, zeros({3}, DType::Int64)).output.shape(), (Shape{3, 8}));
+  try {
+    mha.forward(u, u, u, zeros({1, 3}, DType::Int64));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected a 1-D key_padding_mask [S] with unbatched"), std::string::npos)
+        << e.what();
+  }
+  try {
+    mha.forward(u, x, x);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 3-D (batched) or 2-D (unbatched) query, key and value, got [3, 8]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
