@@ -25,7 +25,7 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, d
   TG_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0,
            "MultiheadAttention: expected embed_dim (", embed_dim, ") to be a positive multiple of num_heads (",
            num_heads, ")");
-  TG_CHECK(dropout >= 0 && dropout < 1, "MultiheadAttention: expected dropout in [0, 1), got ", dropout);
+  TG_CHECK(dropout >= 0 && dropout <= 1, "MultiheadAttention: expected dropout in [0, 1], got ", dropout);
   head_dim = embed_dim / num_heads;
   in_proj_weight = register_parameter("in_proj_weight", zeros({3 * embed_dim, embed_dim}, dtype));
   init::xavier_uniform_(in_proj_weight, 1.0, gen);

@@ -56,6 +56,22 @@ TEST(MultiheadAttention, ParameterNamesAndInitFollowPyTorch) {
   for (float b : mha.out_proj->bias.to_vector<float>()) EXPECT_EQ(b, 0.f);
 }
 
+TEST(MultiheadAttention, DropoutOfOneDropsEveryWeight) {
+  // as nn.MultiheadAttention(dropout=1) in training: every attention weight dropped, so the
+  // output is out_proj's bias alone; eval keeps them (a dropout outside [0, 1] is an Error)
+  EXPECT_THROW(MultiheadAttention(8, 2, 1.5), Error);
+  EXPECT_THROW(MultiheadAttention(8, 2, -0.1), Error);
+  manual_seed(1);
+  MultiheadAttention mha(8, 2, 1.0, true, true);
+  mha.out_proj->bias.detach().fill_(0.5);
+  Tensor x = randn({2, 3, 8});
+  AttentionOutput out = mha.forward(x, x, x);
+  for (float w : out.weights.to_vector<float>()) EXPECT_EQ(w, 0.f);
+  for (float y : out.output.to_vector<float>()) EXPECT_EQ(y, 0.5f);
+  mha.eval();
+  EXPECT_NEAR(sum(mha.forward(x, x, x).weights).item<float>(), 6.f, 1e-5);  // 2 x 3 rows of 1
+}
+
 TEST(MultiheadAttention, RejectsBadShapes) {
   MultiheadAttention mha(8, 2, 0.0, true, true);
   Tensor x = randn({2, 3, 8});
