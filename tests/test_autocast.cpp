@@ -388,8 +388,11 @@ struct Reference {
 TEST(AutocastGolden, OneTrainingStepMatchesPyTorch) {
   const StepResult r = autocast_step();
   const double lr = 0.1;
-  for (Reference ref : {Reference{"", "PyTorch 1.13", kBf16Step, 4},
-                        Reference{"_f64", "float64 with the same bf16 roundings", 0x1p-20, 1}}) {
+  // the README's claim: the loss is PyTorch's to float32's rounding (the same bits on every ISA
+  // path here) and every gradient within 1.5 bf16 steps of PyTorch's (1.48 measured, conv
+  // weight); against float64 with the same roundings, within 2^-20 of the largest value
+  for (Reference ref : {Reference{"", "PyTorch 1.13", 0x1p-23, 1.5},
+                        Reference{"_f64", "float64 with the same bf16 roundings", 0x1p-20, 0x1p-12}}) {
     const Tensor loss_ref = fixture(std::string("loss") + ref.suffix);
     const double loss_err = std::abs(r.loss.item() - loss_ref.item()) / std::abs(loss_ref.item());
     EXPECT_LE(loss_err, ref.loss_rtol) << "loss vs " << ref.what;
