@@ -137,6 +137,60 @@ TEST(Gradcheck, ZeroOutputGradientCheckCatchesAConstantGradient) {
   EXPECT_NE(r.message.find("zero output gradient"), std::string::npos) << r.message;
 }
 
+// y = 2 x whose backward is off by 1e-12 relative on every other call: right to finite differences' tolerance,
+// but not the same bits twice, which only the repeatability check sees.
+int g_flaky_calls = 0;
+std::vector<Tensor> flaky_backward(const BackwardContext&, const std::vector<Tensor>& g) {
+  return {mul(g[0], 2.0 * (1 + (g_flaky_calls++ % 2) * 1e-12))};
+}
+const OpDef kFlaky{"flaky_double", "flaky_double_backward", "self", flaky_backward, nullptr};
+
+// y = 2 x whose backward also clears its input's .grad() (a user's hook or op writing .grad()
+// instead of returning a gradient): right gradients, but an existing .grad() is lost.
+Tensor g_clobbered;
+std::vector<Tensor> clobbering_backward(const BackwardContext&, const std::vector<Tensor>& g) {
+  if (g_clobbered.defined()) g_clobbered.zero_grad();
+  return {mul(g[0], 2.0)};
+}
+const OpDef kClobbering{"clobbering_double", "clobbering_double_backward", "self", clobbering_backward, nullptr};
+
+Tensor doubled_by(const OpDef& def, const Tensor& x) {
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = mul(x, 2.0);
+  }
+  if (Recorder rec{def, {x}}) rec.set_outputs({y});
+  return y;
+}
+
+TEST(Gradcheck, RepeatabilityCheckCatchesABackwardThatChangesBits) {
+  manual_seed(6);
+  const GradcheckFn fn = [](const std::vector<Tensor>& x) { return std::vector<Tensor>{doubled_by(kFlaky, x[0])}; };
+  GradcheckResult r = gradcheck(fn, {input({3})});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("backward is not repeatable for input 0"), std::string::npos) << r.message;
+  GradcheckOptions off;
+  off.check_repeatable = false;
+  EXPECT_TRUE(gradcheck(fn, {input({3})}, off).ok);  // the Jacobian itself passes
+}
+
+TEST(Gradcheck, AccumulationCheckCatchesABackwardThatLosesAnExistingGrad) {
+  manual_seed(7);
+  Tensor x = input({3});
+  g_clobbered = x;
+  const GradcheckFn fn = [](const std::vector<Tensor>& v) {
+    return std::vector<Tensor>{doubled_by(kClobbering, v[0])};
+  };
+  GradcheckResult r = gradcheck(fn, {x});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("did not add into the existing .grad() of input 0"), std::string::npos) << r.message;
+  GradcheckOptions off;
+  off.check_accumulates = false;
+  EXPECT_TRUE(gradcheck(fn, {x}, off).ok) << gradcheck(fn, {x}, off).message;
+  g_clobbered = Tensor();
+}
+
 TEST(Gradcheck, RejectsFloat32Inputs) {
   Tensor x = randn({3});
   x.requires_grad_();
