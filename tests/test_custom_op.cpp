@@ -64,6 +64,65 @@ TEST(CustomOp, TheTapeNamesTheUsersOp) {
   EXPECT_NE(tape_to_text(y).find("scaled_softplus"), std::string::npos) << tape_to_text(y);
 }
 
+// The README's custom-op claims: forward runs without recording (only the op's own entry is on
+// the tape, none of exp / log / mul inside it), and backward's ctx gives the inputs' shapes and
+// dtypes.
+TEST(CustomOp, ForwardRecordsNothingAndBackwardSeesTheInputsShapesAndDtypes) {
+  manual_seed(3);
+  bool grad_mode_in_forward = true;
+  Shape shape_seen;
+  DType dtype_seen = DType::Int64;
+  CustomOp op(
+      "exp_log_mul", {"x"},
+      [&](FunctionContext& ctx, const std::vector<Tensor>& in) {
+        grad_mode_in_forward = GradMode::is_enabled();
+        ctx.save("x", in[0]);
+        return std::vector<Tensor>{mul(log(add(exp(in[0]), 1.0)), 2.0)};
+      },
+      [&](FunctionContext& ctx, const std::vector<Tensor>& g) {
+        shape_seen = ctx.input_shape(0);
+        dtype_seen = ctx.input_dtype(0);
+        return std::vector<Tensor>{mul(g[0], mul(sigmoid(ctx.saved("x")), 2.0))};
+      });
+  Tensor x = randn({2, 3}, DType::Float32).requires_grad_();
+  Tensor y = op(x);
+  EXPECT_FALSE(grad_mode_in_forward);
+  const std::string tape = tape_to_text(y);
+  EXPECT_NE(tape.find("exp_log_mul"), std::string::npos) << tape;
+  EXPECT_NE(tape.find("#0 exp_log_mul"), std::string::npos) << tape;
+  EXPECT_EQ(tape.find("#1"), std::string::npos) << "one entry only:\n" << tape;
+  y.backward(ones({2, 3}));
+  EXPECT_EQ(shape_seen, (Shape{2, 3}));
+  EXPECT_EQ(dtype_seen, DType::Float32);
+}
+
+// tg::grad runs only the entries on a path to the inputs asked for: a branch that leads only to
+// another leaf never runs its backward.
+TEST(CustomOp, GradRunsOnlyTheEntriesLeadingToTheInputsAskedFor) {
+  manual_seed(4);
+  int runs_x = 0, runs_y = 0;
+  auto counting = [](const char* name, int& runs) {
+    return CustomOp(
+        name, {"v"},
+        [](FunctionContext&, const std::vector<Tensor>& in) { return std::vector<Tensor>{mul(in[0], 3.0)}; },
+        [&runs](FunctionContext&, const std::vector<Tensor>& g) {
+          ++runs;
+          return std::vector<Tensor>{mul(g[0], 3.0)};
+        });
+  };
+  CustomOp fx = counting("branch_x", runs_x), fy = counting("branch_y", runs_y);
+  Tensor x = leaf({4}), y = leaf({4});
+  Tensor loss = sum(add(fx(x), fy(y)));
+  std::vector<Tensor> g = grad({loss}, {x}, {}, /*retain_graph=*/true);
+  EXPECT_EQ(runs_x, 1);
+  EXPECT_EQ(runs_y, 0);
+  for (double v : values(g[0])) EXPECT_EQ(v, 3.0);
+  EXPECT_FALSE(y.grad().defined());
+  grad({loss}, {y});
+  EXPECT_EQ(runs_x, 1);
+  EXPECT_EQ(runs_y, 1);
+}
+
 // z = x * w (saved by slot) and s = x + w * k (k a value set in forward): two inputs, two outputs.
 CustomOp make_mul_and_add() {
   return CustomOp(
