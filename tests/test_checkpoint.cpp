@@ -252,6 +252,20 @@ TEST(Checkpoint, BadFilesAndMismatchesThrowAndChangeNothing) {
   msg = error_of([&] { load_checkpoint(path, sk); });
   EXPECT_NE(msg.find("holds the state of a Adam optimizer, not of a SGD"), std::string::npos) << msg;
 
+  // Another scheduler type: refused before anything is loaded (the model was loaded above).
+  StepLR step_lr(*target.opt, 2);
+  Checkpoint stk = target.checkpoint();
+  stk.scheduler = &step_lr;
+  const auto params_now = target.params();
+  msg = error_of([&] { load_checkpoint(path, stk); });
+  EXPECT_NE(msg.find("scheduler"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("OneCycleLR"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("StepLR"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_EQ(target.params(), params_now);
+  EXPECT_EQ(step_lr.last_epoch(), 0);
+  EXPECT_EQ(target.data_gen.get_state().to_vector<int64_t>(), rng.to_vector<int64_t>());
+
   // Reserved metadata.
   ck.metadata["tapegrad.format"] = "mine";
   EXPECT_THROW(save_checkpoint(path, ck), Error);
