@@ -1,7 +1,10 @@
 // tg::data: datasets, the DataLoader (batching, shuffling, prefetch, errors from its thread,
 // samplers) and the Fashion-MNIST / IDX datasets on the committed subset.
+#include <omp.h>
+
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -263,6 +266,35 @@ TEST(DataLoader, ACustomCollateReplacesTheDefault) {
   std::vector<double> sums;
   for (const auto& batch : loader) sums.push_back(batch[0].item());
   EXPECT_EQ(sums, (std::vector<double>{0 + 1 + 2, 3 + 4 + 5, 6}));
+}
+
+// The README's rule for the prefetch thread: it builds batches with grad mode off and one
+// OpenMP thread (the training step keeps the cores); without prefetch the caller's thread
+// builds them, also with grad mode off, and keeps its thread count.
+TEST(DataLoader, BatchesAreBuiltWithGradModeOffAndThePrefetchThreadHasOneOpenMPThread) {
+  struct Seen {
+    bool grad_mode = true;
+    int threads = 0;
+  };
+  for (int depth : {2, 0}) {
+    SCOPED_TRACE("prefetch " + std::to_string(depth));
+    auto seen = std::make_shared<std::vector<Seen>>();
+    auto mutex = std::make_shared<std::mutex>();
+    auto collate = [seen, mutex](const std::vector<std::vector<Tensor>>& samples) {
+      {
+        std::lock_guard<std::mutex> lock(*mutex);
+        seen->push_back({GradMode::is_enabled(), omp_get_max_threads()});
+      }
+      return std::vector<Tensor>{scalar_tensor(static_cast<double>(samples.size()), DType::Int64)};
+    };
+    DataLoader loader(numbered(6), DataLoaderOptions().batch_size(2).prefetch(depth).collate(collate));
+    for (const auto& batch : loader) EXPECT_TRUE(GradMode::is_enabled()) << batch[0].item();
+    ASSERT_EQ(seen->size(), 3u);
+    for (const Seen& s : *seen) {
+      EXPECT_FALSE(s.grad_mode);
+      EXPECT_EQ(s.threads, depth > 0 ? 1 : omp_get_max_threads());
+    }
+  }
 }
 
 // Sample i has an image of shape [2, 2] except sample 5, whose image is [2, 3].
