@@ -55,7 +55,7 @@ CustomOp make_linear_tanh() {
   return op;
 }
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   int steps = 300;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
@@ -103,4 +103,13 @@ int main(int argc, char** argv) {
   const bool learned = last < 0.1 * first;
   std::cout << "\nloss " << first << " -> " << last << (learned ? " (learned)\n" : " (did NOT fall tenfold)\n");
   return learned ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // a tg::Error (e.g. a bad TAPEGRAD_ISA): its message, not an abort
+    std::cerr << "custom_op: " << e.what() << "\n";
+    return 1;
+  }
 }

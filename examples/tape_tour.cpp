@@ -14,7 +14,7 @@
 
 using namespace tg;
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   const char* dot_path = "tape.dot";
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--dot") == 0) dot_path = argv[i + 1];
@@ -87,4 +87,13 @@ int main(int argc, char** argv) {
 
   std::cout << "\n== 6. The registry: every forward op with its backward ==\n" << registry().table();
   return check.ok && hvp_ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // a tg::Error (e.g. a bad TAPEGRAD_ISA): its message, not an abort
+    std::cerr << "tape_tour: " << e.what() << "\n";
+    return 1;
+  }
 }
