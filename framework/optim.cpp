@@ -11,11 +11,11 @@
 //          momentum: buf = momentum*buf + g/avg, p -= lr*buf;  else p -= lr*g/avg
 //
 // 16-bit (bfloat16, float16) parameters: the kernels run in float32 on a float32 copy of the
-// parameter, with the gradient widened to float32 and the state (momentum, moments) in float32,
-// and the parameter is that copy rounded once. With float32_master_weights (the default) the
-// copy is kept across steps as state "master_param", so updates below half the parameter's ulp
-// accumulate instead of rounding away: the master follows exactly the trajectory a float32
-// parameter with the same gradients would.
+// parameter, with the gradient widened to float32 element by element and the state (momentum,
+// moments) in float32, and the parameter is that copy rounded once. With float32_master_weights
+// (the default) the copy is kept across steps as state "master_param", so updates below half the
+// parameter's ulp accumulate instead of rounding away: the master follows exactly the trajectory
+// a float32 parameter with the same gradients would.
 #include "optim.h"
 
 #include <algorithm>
@@ -37,14 +37,15 @@ std::string join_keys(const std::vector<std::string>& keys) {
   return out;
 }
 
-template <class T>
-void sgd_kernel(T* p, const T* g, T* buf, int64_t n, double lr, double momentum, double dampening,
+template <class T, class G>
+void sgd_kernel(T* p, const G* g, T* buf, int64_t n, double lr, double momentum, double dampening,
                 double weight_decay, bool nesterov, bool first) {
   const T lr_t = static_cast<T>(lr), mom = static_cast<T>(momentum), damp = static_cast<T>(1 - dampening),
           wd = static_cast<T>(weight_decay);
 #pragma omp parallel for if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    T d = weight_decay != 0 ? g[i] + wd * p[i] : g[i];
+    const T gi = static_cast<T>(g[i]);
+    T d = weight_decay != 0 ? gi + wd * p[i] : gi;
     if (buf) {
       buf[i] = first ? d : buf[i] * mom + damp * d;
       d = nesterov ? d + mom * buf[i] : buf[i];
@@ -53,8 +54,8 @@ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, double lr, double momentum,
   }
 }
 
-template <class T>
-void adam_kernel(T* p, const T* g, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,
+template <class T, class G>
+void adam_kernel(T* p, const G* g, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,
                  double weight_decay, bool decoupled, double step) {
   const double bias_correction1 = 1 - std::pow(beta1, step);
   const double bias_correction2 = 1 - std::pow(beta2, step);
@@ -65,7 +66,7 @@ void adam_kernel(T* p, const T* g, T* m, T* v, int64_t n, double lr, double beta
           decay = static_cast<T>(1 - lr * weight_decay);
 #pragma omp parallel for if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    T gi = g[i];
+    T gi = static_cast<T>(g[i]);
     if (weight_decay != 0) {
       if (decoupled)
         p[i] = p[i] * decay;
@@ -80,14 +81,14 @@ void adam_kernel(T* p, const T* g, T* m, T* v, int64_t n, double lr, double beta
 }
 
 // grad_avg (centered) and buf (momentum) are null when unused.
-template <class T>
-void rmsprop_kernel(T* p, const T* g, T* square_avg, T* grad_avg, T* buf, int64_t n, double lr, double alpha,
+template <class T, class G>
+void rmsprop_kernel(T* p, const G* g, T* square_avg, T* grad_avg, T* buf, int64_t n, double lr, double alpha,
                     double eps, double weight_decay, double momentum) {
   const T a = static_cast<T>(alpha), one_a = static_cast<T>(1 - alpha), eps_t = static_cast<T>(eps),
           wd = static_cast<T>(weight_decay), mom = static_cast<T>(momentum), neg_lr = static_cast<T>(-lr);
 #pragma omp parallel for if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    const T gi = weight_decay != 0 ? g[i] + wd * p[i] : g[i];
+    const T gi = weight_decay != 0 ? static_cast<T>(g[i]) + wd * p[i] : static_cast<T>(g[i]);
     square_avg[i] = square_avg[i] * a + one_a * gi * gi;  // addcmul_: self + (value * t1) * t2
     T avg;
     if (grad_avg) {
@@ -178,6 +179,19 @@ Tensor update_target(const Tensor& p, std::map<std::string, Tensor>& st, bool ke
 // After the kernel: a 16-bit parameter becomes its float32 target rounded once.
 void finish_update(Tensor& p, const Tensor& target) {
   if (target.impl() != p.impl()) detail::raw_copy_(p, target);
+}
+
+// f(g's elements) for an update in T: the gradient as stored (contiguous, the parameter's
+// dtype), a 16-bit one (of a 16-bit parameter, updated in float32) read in place and widened
+// element by element in the kernel, which is exact: a widened copy was a float32 allocation per
+// parameter per step.
+template <class T, class F>
+void with_grad_elements(const Tensor& g, F&& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (g.dtype() == DType::BFloat16) return f(g.data<BFloat16>());
+    if (g.dtype() == DType::Float16) return f(g.data<Float16>());
+  }
+  f(g.data<T>());
 }
 
 }  // namespace
@@ -364,7 +378,6 @@ void SGD::step() {
   for_each_param_with_grad([](const Group& group, Tensor& p, const Tensor& g, std::map<std::string, Tensor>& st) {
     const double momentum = group.h("momentum");
     Tensor w = update_target(p, st, group.h("float32_master_weights") != 0);
-    const Tensor gw = detail::widen(g);
     bool first = false;
     Tensor buf;
     if (momentum != 0) {
@@ -376,8 +389,10 @@ void SGD::step() {
     }
     dispatch_floating(w.dtype(), "SGD", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      sgd_kernel<T>(w.data<T>(), gw.data<T>(), buf.defined() ? buf.data<T>() : nullptr, p.numel(), group.h("lr"),
-                    momentum, group.h("dampening"), group.h("weight_decay"), group.h("nesterov") != 0, first);
+      with_grad_elements<T>(g, [&](const auto* gp) {
+        sgd_kernel(w.data<T>(), gp, buf.defined() ? buf.data<T>() : nullptr, p.numel(), group.h("lr"), momentum,
+                   group.h("dampening"), group.h("weight_decay"), group.h("nesterov") != 0, first);
+      });
     });
     finish_update(p, w);
   });
@@ -408,7 +423,6 @@ void Adam::step() {
   for_each_param_with_grad([decoupled](const Group& group, Tensor& p, const Tensor& g,
                                        std::map<std::string, Tensor>& st) {
     Tensor w = update_target(p, st, group.h("float32_master_weights") != 0);
-    const Tensor gw = detail::widen(g);
     if (!st.count("step")) {
       st["step"] = scalar_tensor(0.0, DType::Float64);
       st["exp_avg"] = zeros(p.shape(), w.dtype());
@@ -423,8 +437,10 @@ void Adam::step() {
     v.bump_version();
     dispatch_floating(w.dtype(), decoupled ? "AdamW" : "Adam", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      adam_kernel<T>(w.data<T>(), gw.data<T>(), m.data<T>(), v.data<T>(), p.numel(), group.h("lr"), group.h("beta1"),
-                     group.h("beta2"), group.h("eps"), group.h("weight_decay"), decoupled, step);
+      with_grad_elements<T>(g, [&](const auto* gp) {
+        adam_kernel(w.data<T>(), gp, m.data<T>(), v.data<T>(), p.numel(), group.h("lr"), group.h("beta1"),
+                    group.h("beta2"), group.h("eps"), group.h("weight_decay"), decoupled, step);
+      });
     });
     finish_update(p, w);
   });
@@ -456,7 +472,6 @@ void RMSprop::add_param_group(std::vector<Tensor> params, RMSpropOptions o) {
 void RMSprop::step() {
   for_each_param_with_grad([](const Group& group, Tensor& p, const Tensor& g, std::map<std::string, Tensor>& st) {
     Tensor w = update_target(p, st, group.h("float32_master_weights") != 0);
-    const Tensor gw = detail::widen(g);
     const double momentum = group.h("momentum");
     const bool centered = group.h("centered") != 0;
     if (!st.count("step")) st["step"] = scalar_tensor(0.0, DType::Float64);
@@ -474,8 +489,10 @@ void RMSprop::step() {
     dispatch_floating(w.dtype(), "RMSprop", [&](auto tag) {
       using T = typename decltype(tag)::type;
       auto ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-      rmsprop_kernel<T>(w.data<T>(), gw.data<T>(), square_avg.data<T>(), ptr(grad_avg), ptr(buf), p.numel(),
-                        group.h("lr"), group.h("alpha"), group.h("eps"), group.h("weight_decay"), momentum);
+      with_grad_elements<T>(g, [&](const auto* gp) {
+        rmsprop_kernel(w.data<T>(), gp, square_avg.data<T>(), ptr(grad_avg), ptr(buf), p.numel(), group.h("lr"),
+                       group.h("alpha"), group.h("eps"), group.h("weight_decay"), momentum);
+      });
     });
     finish_update(p, w);
   });

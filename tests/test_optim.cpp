@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -159,6 +160,51 @@ TEST(Optim, StateDictRoundTripResumesTheTrajectory) {
     fresh->load_state_dict(saved);
     EXPECT_EQ(fresh->lr(), c.json["options"]["lr"].get<double>());
     run_steps(c, *fresh, resumed, 3, c.json["steps"]);
+  }
+}
+
+// The README's claim: an optimizer's step records nothing and allocates nothing after the first
+// (its state is created then). Every step after it must leave the allocation high-water mark
+// where it was, and the parameters leaves without history; for each optimizer and its options
+// that keep extra state.
+TEST(Optim, StepsAfterTheFirstAllocateAndRecordNothing) {
+  for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
+    std::vector<std::pair<std::string, std::function<std::unique_ptr<Optimizer>(std::vector<Tensor>)>>> makers = {
+        {"SGD momentum nesterov decay",
+         [](std::vector<Tensor> p) {
+           SGDOptions o;
+           o.lr = 0.01, o.momentum = 0.9, o.nesterov = true, o.weight_decay = 1e-4;
+           return std::unique_ptr<Optimizer>(new SGD(std::move(p), o));
+         }},
+        {"Adam decay", [](std::vector<Tensor> p) {
+           AdamOptions o;
+           o.weight_decay = 1e-4;
+           return std::unique_ptr<Optimizer>(new Adam(std::move(p), o));
+         }},
+        {"AdamW", [](std::vector<Tensor> p) { return std::unique_ptr<Optimizer>(new AdamW(std::move(p))); }},
+        {"RMSprop centered momentum", [](std::vector<Tensor> p) {
+           RMSpropOptions o;
+           o.centered = true, o.momentum = 0.9, o.weight_decay = 1e-4;
+           return std::unique_ptr<Optimizer>(new RMSprop(std::move(p), o));
+         }}};
+    for (auto& [what, make] : makers) {
+      SCOPED_TRACE(what + " " + dtype_name(dt));
+      manual_seed(5);
+      std::vector<Tensor> params = {randn({64, 32}, dt).requires_grad_(), randn({32}, dt).requires_grad_()};
+      for (Tensor& p : params) p.set_grad(randn(p.shape(), dt));
+      std::unique_ptr<Optimizer> opt = make(params);
+      opt->step();  // creates the state (and the float32 master copies of bf16 parameters)
+      const MemoryStats before = memory_stats();
+      reset_peak_memory();
+      for (int i = 0; i < 5; ++i) opt->step();
+      const MemoryStats after = memory_stats();
+      EXPECT_EQ(after.peak_bytes, before.allocated_bytes) << "a step allocated a buffer";
+      EXPECT_EQ(after.allocations, before.allocations);
+      for (const Tensor& p : params) {
+        EXPECT_TRUE(p.is_leaf());
+        EXPECT_EQ(p.grad_fn(), nullptr);
+      }
+    }
   }
 }
 
