@@ -1,6 +1,9 @@
 // .npy: files numpy wrote load exactly; what we write is byte-identical to numpy.save of the
 // same array (so numpy reads it); every dtype round-trips; any strides are written in C order;
 // corrupt files throw a clear tg::Error without crashing or allocating beyond the file.
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstring>
 #include <limits>
 
@@ -301,6 +304,46 @@ TEST(Npy, SaveIsAtomicAndReportsUnwritableFolders) {
 
 namespace tg {
 namespace {
+
+// A save that fails part-way (here the write hits the process's file size limit, as a full disk
+// would) throws a tg::Error and leaves the previous file byte for byte, with no temporary beside
+// it: the README's "a failed run never damages the previous one", for every saver (they all go
+// through write_file_atomically).
+TEST(Npy, ASaveThatFailsMidWriteLeavesThePreviousFileWhole) {
+  const std::string dir = fresh_temp_dir("npy_failed_save");
+  const std::string npy = dir + "/a.npy", st = dir + "/b.safetensors";
+  save_npy(npy, arange(0, 100, 1, DType::Float32));
+  save_safetensors(st, {{"w", arange(0, 100, 1, DType::Float32)}});
+  const std::string npy_before = read_bytes(npy), st_before = read_bytes(st);
+  const Tensor big = zeros({1 << 16});  // 256 KB: past the limit below
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  void (*saved_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG
+  struct rlimit small = saved;
+  small.rlim_cur = 64 * 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string npy_error, st_error;
+  try {
+    save_npy(npy, big);
+  } catch (const Error& e) {
+    npy_error = e.what();
+  }
+  try {
+    save_safetensors(st, {{"w", big}});
+  } catch (const Error& e) {
+    st_error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, saved_handler);
+  EXPECT_NE(npy_error.find("cannot write " + npy), std::string::npos) << npy_error;
+  EXPECT_NE(st_error.find("cannot write " + st), std::string::npos) << st_error;
+  EXPECT_EQ(read_bytes(npy), npy_before);
+  EXPECT_EQ(read_bytes(st), st_before);
+  int files = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 2);
+  std::filesystem::remove_all(dir);
+}
 
 TEST(Npy, RandomCorruptionsLoadOrThrowTgError) {
   using namespace tg::testing;
