@@ -151,10 +151,7 @@ Isa top_isa() {
 // forward + backward 17.2-17.7 against 31.6-33.9 ms). A fixed rule from cpuid, so the path (and
 // the bits) never depend on a timing. TAPEGRAD_ISA=avx512bf16 or set_isa chooses it anywhere it
 // runs.
-Isa best_isa() {
-  const Isa top = top_isa();
-  return top == Isa::Avx512Bf16 && !features().amd ? Isa::Avx512 : top;
-}
+Isa best_isa() { return default_isa(top_isa(), features().amd); }
 
 std::string supported_list() {
   std::string s;
@@ -179,6 +176,8 @@ Isa isa_from_environment() {
 std::atomic<int> g_active{-1};
 
 }  // namespace
+
+Isa default_isa(Isa top, bool amd_cpu) { return top == Isa::Avx512Bf16 && !amd_cpu ? Isa::Avx512 : top; }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

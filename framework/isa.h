@@ -39,6 +39,11 @@ Isa active_isa();
 std::vector<Isa> supported_isas();
 bool isa_supported(Isa isa);
 
+// That rule: the default path of a CPU whose highest supported path is `top`. It is `top`,
+// except Avx512Bf16 on a CPU that is not AMD's, which defaults to Avx512 (CpuInfo::best is
+// default_isa(the highest supported path, the cpuid vendor is AuthenticAMD)).
+Isa default_isa(Isa top, bool amd_cpu);
+
 // Makes `isa` the path of every later kernel call in the process (all threads). Throws
 // tg::Error if this CPU or build cannot run it.
 void set_isa(Isa isa);

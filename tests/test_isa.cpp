@@ -65,6 +65,21 @@ TEST(Isa, GenericIsAlwaysSupportedAndPathsAreOrdered) {
       << isa_name(paths.back()) << " " << isa_name(best);
 }
 
+// The vendor rule of the README: avx512bf16 is the default on AMD CPUs only (Intel's
+// vdpbf16ps is slower than its AVX-512 float32 GEMM); every other top path is its own default.
+TEST(Isa, Avx512Bf16IsTheDefaultOnAmdOnly) {
+  for (bool amd : {false, true}) {
+    EXPECT_EQ(default_isa(Isa::Generic, amd), Isa::Generic);
+    EXPECT_EQ(default_isa(Isa::Avx2, amd), Isa::Avx2);
+    EXPECT_EQ(default_isa(Isa::Avx512, amd), Isa::Avx512);
+  }
+  EXPECT_EQ(default_isa(Isa::Avx512Bf16, true), Isa::Avx512Bf16);
+  EXPECT_EQ(default_isa(Isa::Avx512Bf16, false), Isa::Avx512);
+  // and this machine's default follows it, from its cpuid vendor
+  const bool amd = cpu_info().model.find("AMD") != std::string::npos;
+  EXPECT_EQ(cpu_info().best, default_isa(supported_isas().back(), amd)) << cpu_info().model;
+}
+
 TEST(Isa, GuardSetsAndRestoresThePath) {
   const Isa before = active_isa();
   for (Isa isa : supported_isas()) {
