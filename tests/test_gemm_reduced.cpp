@@ -384,6 +384,23 @@ TEST(Float32MathModes, HighestIsTheDefaultBitForBit) {
   EXPECT_TRUE(same_bits(matmul(a, b), plain));
 }
 
+// USE_FP16 rounds the float32 operands to float16, so a value beyond float16's 65504 becomes
+// inf there (the README's table): a product through it is inf, while bf16 keeps float32's range.
+TEST(Float32MathModes, Fp16OperandsBeyond65504BecomeInf) {
+  const Tensor a = from_vector(std::vector<float>{70000.f, 1.f}, {1, 2});
+  const Tensor b = from_vector(std::vector<float>{1.f, 1.f}, {2, 1});
+  EXPECT_EQ(matmul(a, b).item<float>(), 70001.f);
+  {
+    Float32MathGuard guard(Float32Math::Float16);
+    EXPECT_TRUE(std::isinf(matmul(a, b).item<float>()));
+    Tensor x = from_vector(std::vector<float>{70000.f, 1.f, 1.f, 1.f}, {1, 1, 2, 2});
+    Tensor w = ones({1, 1, 1, 1});
+    EXPECT_TRUE(std::isinf(conv2d(x, w).to_vector<float>()[0]));
+  }
+  Float32MathGuard guard(Float32Math::BFloat16);
+  EXPECT_FALSE(std::isinf(matmul(a, b).item<float>()));
+}
+
 // The modes leave 16-bit and float64 tensors alone.
 TEST(Float32MathModes, OnlyFloat32ProductsChange) {
   manual_seed(13);
