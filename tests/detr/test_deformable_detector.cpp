@@ -57,6 +57,23 @@ TEST(DetrDeformable, ShapesNamesAndInitialBoxes) {
   EXPECT_THROW(DeformableDetector{bad}, Error);
 }
 
+// The README's description of the demo's default model (train_detr's defaults): 0.68 M
+// parameters, encoder and decoder of two layers.
+TEST(DetrDeformable, TheDefaultModelHasTheReadmesSize) {
+  const TrainOptions defaults;
+  ASSERT_EQ(defaults.model, "deformable");
+  const std::unique_ptr<Detector> model = make_detector(defaults);
+  EXPECT_EQ(model->num_parameters(), 683633);
+  const DeformableDetectorOptions d;
+  EXPECT_EQ(d.channels, (std::vector<int64_t>{32, 64, 128}));
+  EXPECT_EQ(d.encoder_layers, 2);
+  EXPECT_EQ(d.decoder_layers, 2);
+  EXPECT_EQ(d.d_model, 64);
+  EXPECT_EQ(d.heads, 4);
+  EXPECT_EQ(d.points, 4);
+  EXPECT_EQ(defaults.num_queries, 16);
+}
+
 TEST(DetrDeformable, ConvBackboneGeometry) {
   Generator g(1);
   ConvBackbone p({4, 8, 8}, &g);
