@@ -160,6 +160,73 @@ TEST(Checkpoint, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
   std::remove(path.c_str());
 }
 
+// The README's recipe, as written there: a DataLoader shuffling by its seed and the epoch,
+// a model with BatchNorm (running statistics, buffers) and Dropout (the default generator), Adam
+// and CosineAnnealingLR, a checkpoint per epoch; resuming from epoch 0's checkpoint with new
+// objects, load_checkpoint and loader.set_epoch(epoch + 1) ends on the same bits as the run that
+// never stopped.
+TEST(Checkpoint, TheReadmesResumeRecipeContinuesToTheSameBits) {
+  const std::string path = temp_path("recipe.safetensors");
+  Generator fixed(11);
+  const Tensor x = randn({48, 6}, DType::Float32, &fixed);
+  const Tensor y = randint(0, 3, {48}, &fixed);
+  struct Run {
+    std::shared_ptr<data::TensorDataset> set;
+    data::DataLoader loader;
+    Sequential net;
+    Adam opt;
+    CosineAnnealingLR schedule;
+    Checkpoint checkpoint;
+    Run(const Tensor& x, const Tensor& y)
+        : set(std::make_shared<data::TensorDataset>(std::vector<Tensor>{x, y})),
+          loader(set, data::DataLoaderOptions().batch_size(8).shuffle(true).seed(3)),
+          net((manual_seed(21), std::vector<std::shared_ptr<Module>>{
+                                    std::make_shared<Linear>(6, 16), std::make_shared<BatchNorm1d>(16),
+                                    std::make_shared<ReLU>(), std::make_shared<Dropout>(0.2),
+                                    std::make_shared<Linear>(16, 3)})),
+          opt(net.parameters(), AdamOptions{}),
+          schedule(opt, 3) {
+      checkpoint.model = &net;
+      checkpoint.optimizer = &opt;
+      checkpoint.scheduler = &schedule;
+    }
+    void epochs(int from, int to, const std::string& save_to) {
+      for (int epoch = from; epoch < to; ++epoch) {
+        for (const std::vector<Tensor>& batch : loader) {
+          opt.zero_grad();
+          cross_entropy(net.forward(batch[0]), batch[1]).backward();
+          opt.step();
+        }
+        schedule.step();
+        checkpoint.metadata["epoch"] = std::to_string(epoch);
+        if (!save_to.empty()) save_checkpoint(save_to, checkpoint);
+      }
+    }
+    std::vector<std::vector<float>> state() const {
+      std::vector<std::vector<float>> out;
+      for (const auto& [name, t] : net.state_dict()) out.push_back(t.to(DType::Float32).to_vector<float>());
+      return out;
+    }
+  };
+  std::vector<std::vector<float>> straight;
+  {
+    Run run(x, y);
+    run.epochs(0, 3, "");
+    straight = run.state();
+  }
+  {
+    Run first(x, y);
+    first.epochs(0, 1, path);  // stops after epoch 0
+  }
+  Run resumed(x, y);
+  randn({100});  // the default generator (Dropout's masks) moves on: the checkpoint restores it
+  load_checkpoint(path, resumed.checkpoint);
+  resumed.loader.set_epoch(std::stoi(resumed.checkpoint.metadata.at("epoch")) + 1);
+  resumed.epochs(1, 3, "");
+  EXPECT_EQ(resumed.state(), straight);
+  std::remove(path.c_str());
+}
+
 TEST(Checkpoint, BadFilesAndMismatchesThrowAndChangeNothing) {
   const std::string path = temp_path("errors.safetensors");
   TrainingRun run(5);
