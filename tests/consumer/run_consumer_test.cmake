@@ -10,6 +10,17 @@ function(step)
   message(STATUS "${out}")
 endfunction()
 step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+# The library's private headers (folders named internal/) are left out of the install (README),
+# while the public ones are there.
+file(GLOB_RECURSE installed_headers ${WORK_DIR}/prefix/include/*)
+set(installed_internal ${installed_headers})
+list(FILTER installed_internal INCLUDE REGEX "/internal/")
+if(installed_internal)
+  message(FATAL_ERROR "private headers were installed: ${installed_internal}")
+endif()
+if(NOT EXISTS ${WORK_DIR}/prefix/include/tapegrad/tapegrad.h OR NOT EXISTS ${WORK_DIR}/prefix/include/tapegrad/ops/conv/conv.h)
+  message(FATAL_ERROR "public headers missing from the install in ${WORK_DIR}/prefix/include/tapegrad")
+endif()
 step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
      -DCMAKE_BUILD_TYPE=Release)
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
