@@ -39,6 +39,16 @@ std::vector<float> halved_in_each_thread(int n) {
 
 bool is_denormal(float v) { return std::fpclassify(v) == FP_SUBNORMAL; }
 
+// Off by default, as in PyTorch (README): after the library has run kernels on the threads,
+// denormals still appear in the calling thread and in the workers (every test that turns it
+// on turns it off again, so this holds in a whole-suite run too).
+TEST(FlushDenormal, IsOffByDefault) {
+  tg::Tensor a = tg::randn({64, 64});
+  tg::matmul(a, a);  // the library's kernels and its OpenMP team have run
+  EXPECT_TRUE(is_denormal(halve_smallest_normal()));
+  for (float v : halved_in_each_thread(2)) EXPECT_TRUE(is_denormal(v));
+}
+
 TEST(FlushDenormal, FlushesInTheCallingThreadAndEveryWorker) {
   FlushDenormalReset reset;
   tg::set_num_threads(2);
