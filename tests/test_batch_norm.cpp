@@ -100,6 +100,36 @@ TEST(BatchNorm, FunctionalUpdatesRunningStatsInPlaceOnlyWhenTraining) {
   EXPECT_FALSE(rm.requires_grad());
 }
 
+// An empty batch in training (N = 0, or empty planes): an empty output, the running statistics
+// left as they are and zero weight and bias gradients, as PyTorch; a module that met one keeps
+// finite eval outputs (found by differential testing: they were NaN from then on).
+TEST(BatchNorm, AnEmptyBatchLeavesTheRunningStatsAndGivesZeroGradients) {
+  for (DType dt : {DType::Float64, DType::Float32, DType::BFloat16}) {
+    for (Shape shape : {Shape{0, 2}, Shape{0, 2, 3, 3}, Shape{4, 2, 0}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + format_shape(shape));
+      Tensor x = zeros(shape, dt).requires_grad_();
+      Tensor w = from_vector(std::vector<double>{1.5, -0.5}, {2}).to(dt).requires_grad_();
+      Tensor b = from_vector(std::vector<double>{0.25, 0.75}, {2}).to(dt).requires_grad_();
+      Tensor rm = from_vector(std::vector<double>{1.0, 2.0}, {2}).to(dt);
+      Tensor rv = from_vector(std::vector<double>{3.0, 4.0}, {2}).to(dt);
+      Tensor y = batch_norm(x, rm, rv, w, b, /*training=*/true, 0.1, 1e-5);
+      EXPECT_EQ(y.shape(), shape);
+      y.backward(zeros(shape, dt));
+      EXPECT_EQ(rm.to(DType::Float64).to_vector<double>(), (std::vector<double>{1.0, 2.0}));
+      EXPECT_EQ(rv.to(DType::Float64).to_vector<double>(), (std::vector<double>{3.0, 4.0}));
+      EXPECT_EQ(w.grad().to(DType::Float64).to_vector<double>(), (std::vector<double>{0.0, 0.0}));
+      EXPECT_EQ(b.grad().to(DType::Float64).to_vector<double>(), (std::vector<double>{0.0, 0.0}));
+      EXPECT_EQ(x.grad().shape(), shape);
+    }
+  }
+  manual_seed(4);
+  BatchNorm2d bn(3);
+  bn.forward(randn({4, 3, 2, 2}));
+  bn.forward(randn({0, 3, 2, 2}));
+  bn.eval();
+  for (float v : bn.forward(randn({2, 3, 2, 2})).to_vector<float>()) EXPECT_TRUE(std::isfinite(v));
+}
+
 TEST(BatchNorm, EvalWithoutRunningStatsModuleUsesBatchStatistics) {
   BatchNorm2d bn(3, 1e-5, 0.1, true, /*track_running_stats=*/false);
   EXPECT_FALSE(bn.running_mean.defined());

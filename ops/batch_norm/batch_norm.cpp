@@ -176,6 +176,14 @@ BatchNormResult native_batch_norm(const Tensor& input, const Tensor& weight, con
            running_mean.defined() ? "running_mean only" : running_var.defined() ? "running_var only" : "neither");
   TG_CHECK(!training || d.N * d.HxW != 1, op, ": expected more than 1 value per channel when training, got input ",
            format_shape(input.shape()));
+  if (d.N * d.HxW == 0) {
+    // No values per channel (an empty batch or empty planes): an empty output, zero statistics
+    // saved (the backward then gives zero weight and bias gradients) and the running statistics
+    // left as they are, as in PyTorch; a mean of nothing (NaN) made them NaN, and every later
+    // eval output with them.
+    const DType stats = is_reduced_floating(input.dtype()) ? DType::Float32 : input.dtype();
+    return {Tensor::empty(input.shape(), input.dtype()), zeros({d.C}, stats), zeros({d.C}, stats)};
+  }
   if (is_reduced_floating(input.dtype()))
     return native_batch_norm_16bit(input, weight, bias, running_mean, running_var, training, momentum, eps);
   Tensor x = input.detach().contiguous(), w = contiguous_or_undefined(weight), b = contiguous_or_undefined(bias);
