@@ -185,6 +185,18 @@ TEST(Pool, RejectsBadInputNamingOpArgumentExpectedAndActual) {
             "padding [0, 0], dilation [3, 3], ceil_mode false gives [0, 0]");
   EXPECT_EQ(error_of([&] { avg_pool2d(x, {2}, {}, {0}, false, true, 0); }),
             "avg_pool2d: expected divisor_override to be non-zero, got 0");
+  // PyTorch's int arguments: a kernel of [2^32, 2^32] (padding 2^31 allowed) gave an average's
+  // divisor that overflowed to inf, [2^62, 2] one of the wrong sign
+  const int64_t big = int64_t(1) << 31;
+  EXPECT_EQ(error_of([&] { avg_pool2d(x, {2 * big, 2 * big}, {1}, {big, big}, false, true); }),
+            "avg_pool2d: expected kernel_size below 2^31, got [4294967296, 4294967296]");
+  EXPECT_EQ(error_of([&] { max_pool2d(x, {2}, {big}); }),
+            "max_pool2d: expected stride below 2^31, got [2147483648, 2147483648]");
+  EXPECT_EQ(error_of([&] { max_pool2d(x, {3}, {1}, {1}, {big}); }),
+            "max_pool2d: expected dilation below 2^31, got [2147483648, 2147483648]");
+  const Tensor widest = avg_pool2d(ones({1, 2, 6, 6}), {big - 1}, {1}, {big / 2 - 1}, false, true);
+  EXPECT_EQ(widest.shape(), (Shape{1, 2, 6, 6}));  // each window: the 36 ones over (2^31 - 1)^2
+  EXPECT_EQ(widest.to_vector<float>()[0], float(36.0 / (double(big - 1) * double(big - 1))));
   EXPECT_EQ(error_of([&] { adaptive_avg_pool2d(x, {2, 2, 2}); }),
             "adaptive_avg_pool2d: expected output_size to have 1 or 2 values, got 3 values [2, 2, 2]");
   EXPECT_EQ(error_of([&] { adaptive_avg_pool2d(x, {3, 0}); }),

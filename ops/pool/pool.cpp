@@ -89,6 +89,14 @@ kernels::Pool2dParams check_pool(const char* op, const Shape& input, const IntLi
   TG_CHECK(pad[0] <= k[0] / 2 && pad[1] <= k[1] / 2, op,
            ": expected padding to be at most half the kernel size, got padding ", pair_str(pad), " with kernel_size ",
            pair_str(k));
+  // PyTorch's limit (its arguments are int): a window of kH * kW then stays below 2^62, so the
+  // average's divisor cannot overflow (a kernel of [2^32, 2^32] gave inf), and a window is at
+  // most 2^31 steps per dim.
+  constexpr int64_t kMaxArg = (int64_t(1) << 31) - 1;
+  for (const auto& [v, name] : {std::pair<std::array<int64_t, 2>, const char*>{k, "kernel_size"}, {s, "stride"},
+                                {pad, "padding"}, {d, "dilation"}}) {
+    TG_CHECK(v[0] <= kMaxArg && v[1] <= kMaxArg, op, ": expected ", name, " below 2^31, got ", pair_str(v));
+  }
   kernels::Pool2dParams p;
   p.NC = planes_of(input);
   p.H = input[input.size() - 2], p.W = input[input.size() - 1];
