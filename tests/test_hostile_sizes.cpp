@@ -305,9 +305,13 @@ TEST(HostileSizes, ConvRefusesWindowsThatSpanMostlyPadding) {
 
 TEST(HostileSizes, PoolingRefusesSizesThatOverflow) {
   const Tensor x = zeros({1, 1, 4, 4});
+  // PyTorch's int arguments: below 2^31 each (so dilation * (kernel_size - 1) cannot overflow)
   expect_error_with([&] { max_pool2d(x, {k2_62}, {1}, {0}, {3}); },
-                    {"max_pool2d: expected dilation * (kernel_size - 1) to fit in int64"});
-  expect_error_with([&] { avg_pool2d(x, {kMax}, {1}, {k2_62 - 1}); },
+                    {"max_pool2d: expected kernel_size below 2^31, got [4611686018427387904, 4611686018427387904]"});
+  expect_error_with([&] { avg_pool2d(x, {kMax}, {1}, {k2_62 - 1}); }, {"avg_pool2d: expected kernel_size below 2^31"});
+  // an input of 2^63 - 1 rows (expanded): its padded extent overflows
+  const Tensor tall = zeros({1, 1, 1, 1}).expand({1, 1, kMax, 1});
+  expect_error_with([&] { avg_pool2d(tall, {3, 1}, {1}, {1, 0}); },
                     {"avg_pool2d: expected input size + 2 * padding to fit in int64"});
   expect_error_with([&] { adaptive_avg_pool2d(x, {k2_32, k2_32}); },
                     {"adaptive_avg_pool2d: expected the product of the sizes of the output shape"});
