@@ -38,11 +38,12 @@ int64_t adaptive_end(int64_t o, int64_t out, int64_t in) { return ((o + 1) * in 
 
 constexpr int64_t kPoolRun = 256;  // inner columns summed at a time (a stack buffer of sums)
 
-// Forward work below kParallelGrain runs serially: an OpenMP region costs microseconds.
-bool parallel_forward(int64_t planes, int64_t rows, int64_t work) {
+// Forward work below kParallelGrain runs serially: an OpenMP region costs microseconds. Work is
+// counted in double: windows of up to 2^31 x 2^31 taps times the outputs overflow int64.
+bool parallel_forward(int64_t planes, int64_t rows, double work) {
   return planes * rows > 1 && work >= kParallelGrain;
 }
-bool parallel_backward(int64_t planes, int64_t work) { return planes > 1 && work >= kParallelGrain; }
+bool parallel_backward(int64_t planes, double work) { return planes > 1 && work >= kParallelGrain; }
 
 // Output columns [lo, hi) whose windows lie wholly inside the input's width: their taps need
 // no bounds checks, so a row of them goes tap by tap, each tap a strided run over the columns
@@ -84,7 +85,7 @@ AvgWindow avg_window(const Pool2dParams& p, int64_t oh, int64_t ow, bool count_i
 
 template <class T>
 void max_pool2d_forward(const T* x, T* y, int64_t* indices, const Pool2dParams& p) {
-  const int64_t work = p.NC * p.Ho * p.Wo * p.kH * p.kW;
+  const double work = double(p.NC) * double(p.Ho * p.Wo) * double(p.kH) * double(p.kW);
 #pragma omp parallel for collapse(2) schedule(static) if (parallel_forward(p.NC, p.Ho, work))
   for (int64_t plane = 0; plane < p.NC; ++plane) {
     for (int64_t oh = 0; oh < p.Ho; ++oh) {
@@ -168,7 +169,7 @@ void max_pool2d_gather(const T* x, const int64_t* indices, T* y, const Pool2dPar
 
 template <class T>
 void avg_pool2d_forward(const T* x, T* y, const Pool2dParams& p, bool count_include_pad, int64_t divisor_override) {
-  const int64_t work = p.NC * p.Ho * p.Wo * p.kH * p.kW;
+  const double work = double(p.NC) * double(p.Ho * p.Wo) * double(p.kH) * double(p.kW);
 #pragma omp parallel for collapse(2) schedule(static) if (parallel_forward(p.NC, p.Ho, work))
   for (int64_t plane = 0; plane < p.NC; ++plane) {
     for (int64_t oh = 0; oh < p.Ho; ++oh) {
@@ -214,7 +215,8 @@ void avg_pool2d_backward(const T* grad_y, T* grad_x, const Pool2dParams& p, bool
                          int64_t divisor_override) {
   const int64_t out_plane = p.Ho * p.Wo, in_plane = p.H * p.W;
   const InnerColumns in = inner_columns(p);
-#pragma omp parallel for schedule(static) if (parallel_backward(p.NC, p.NC * (out_plane * p.kH * p.kW + in_plane)))
+#pragma omp parallel for schedule(static) \
+    if (parallel_backward(p.NC, double(p.NC) * (double(out_plane) * double(p.kH) * double(p.kW) + double(in_plane))))
   for (int64_t plane = 0; plane < p.NC; ++plane) {
     T* dx = grad_x + plane * in_plane;
     const T* dy = grad_y + plane * out_plane;
