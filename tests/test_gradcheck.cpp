@@ -137,8 +137,8 @@ TEST(Gradcheck, ZeroOutputGradientCheckCatchesAConstantGradient) {
   EXPECT_NE(r.message.find("zero output gradient"), std::string::npos) << r.message;
 }
 
-// y = 2 x whose backward is off by 1e-12 relative on every other call: right to finite differences' tolerance,
-// but not the same bits twice, which only the repeatability check sees.
+// y = 2 x whose backward is off by 1e-12 relative on every other call: right to finite
+// differences' tolerance, but not the same bits twice, which only the repeatability check sees.
 int g_flaky_calls = 0;
 std::vector<Tensor> flaky_backward(const BackwardContext&, const std::vector<Tensor>& g) {
   return {mul(g[0], 2.0 * (1 + (g_flaky_calls++ % 2) * 1e-12))};
