@@ -24,6 +24,7 @@ struct DistributedDataParallel::State {
   std::vector<char> param_ready;  // this pass
   std::vector<Bucket> buckets;
   size_t next_launch = 0;
+  size_t launched_before_end = 0;  // next_launch when the last pass's backward ended
   bool in_pass = false;
   uint64_t pass = 0;
   bool syncing = true;     // false inside no_sync
@@ -83,6 +84,7 @@ struct DistributedDataParallel::State {
   void finish_pass() {
     if (!in_pass) return;
     backward_end = std::chrono::steady_clock::now();
+    launched_before_end = next_launch;
     launch_ready(true);
     for (Bucket& b : buckets) b.work.wait();
     wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - backward_end).count();
@@ -208,6 +210,11 @@ double DistributedDataParallel::last_wait_seconds() const { return state_->wait_
 
 std::chrono::steady_clock::time_point DistributedDataParallel::last_backward_end() const {
   return state_->backward_end;
+}
+
+int64_t DistributedDataParallel::buckets_started_in_backward() const {
+  const State& s = *state_;
+  return int64_t(s.in_pass ? s.next_launch : s.launched_before_end);
 }
 
 double DistributedDataParallel::blocking_reduction_seconds(int repeats) {

@@ -84,6 +84,12 @@ class DistributedDataParallel {
   // last to arrive waits only for communication, the others also for it (load imbalance). In a
   // world of one process nothing is reduced: the clock's epoch, and a wait of 0.
   std::chrono::steady_clock::time_point last_backward_end() const;
+  // How many buckets the current synchronised backward has started reducing so far; once it has
+  // ended, how many it started before its end, from the post-accumulate hooks, while the rest of
+  // backward ran (the others start at its end). With every parameter getting its gradient that is
+  // all of them; a parameter that gets none holds back its bucket and every later one. 0 in a
+  // world of one process.
+  int64_t buckets_started_in_backward() const;
   // The median time of reducing every bucket with nothing to overlap (blocking all_reduce calls
   // of the same sizes), over `repeats` rounds: what last_wait_seconds() would be if backward hid
   // none of the communication. Every rank must call it at the same point.

@@ -181,6 +181,95 @@ TEST(DistributedDataParallel, ReportsWhenBackwardEndedAndHowLongItWaited) {
   EXPECT_LE(ddp.last_wait_seconds(), std::chrono::duration<double>(after - before).count());
 }
 
+// Each bucket's reduction starts from the hooks as soon as backward has produced its gradients,
+// while the rest of backward runs: when norm.weight's gradient arrives, the buckets of the head
+// and the attention (whose gradients came before) have started, conv's (still to come) not.
+TEST(DistributedDataParallel, StartsEachBucketAsSoonAsBackwardHasItsGradients) {
+  dist::init();
+  Net model(DType::Float32, 6);
+  DistributedDataParallelOptions tiny;
+  tiny.bucket_cap_mb = 1e-9;  // one parameter per bucket
+  DistributedDataParallel ddp(model, tiny);
+  const auto buckets = ddp.bucket_parameter_names();
+  int64_t head_and_attention = 0;
+  for (const auto& b : buckets) head_and_attention += b[0].rfind("head.", 0) == 0 || b[0].rfind("attn.", 0) == 0;
+  ASSERT_EQ(head_and_attention, int64_t(buckets.size()) - 4);  // all but norm's and conv's
+  int64_t started_at_norm = -1;
+  model.norm->weight.register_post_accumulate_grad_hook(
+      [&](const Tensor&) { started_at_norm = ddp.buckets_started_in_backward(); });
+  Generator data(9);
+  mse_loss(ddp.forward(randn({2, 3, 4, 4}, DType::Float32, &data)), randn({2, 4}, DType::Float32, &data)).backward();
+  if (dist::world_size() == 1) {  // nothing to reduce
+    EXPECT_EQ(started_at_norm, 0);
+    EXPECT_EQ(ddp.buckets_started_in_backward(), 0);
+    return;
+  }
+  EXPECT_GE(started_at_norm, head_and_attention);
+  EXPECT_LE(started_at_norm, int64_t(buckets.size()) - 2) << "conv's buckets started before conv's backward";
+  EXPECT_EQ(ddp.buckets_started_in_backward(), int64_t(buckets.size()));
+}
+
+// A parameter that gets no gradient holds back its bucket and every later one until backward
+// ends (buckets start in the same order on every rank); its gradient is then zeros.
+TEST(DistributedDataParallel, AnUnusedParameterHoldsBackItsBucketUntilTheEnd) {
+  dist::init();
+  struct WithUnused : Net {
+    WithUnused() : Net(DType::Float64, 8) {
+      unused = add_module("unused", std::make_shared<Linear>(2, 3, true, DType::Float64));
+    }
+    std::shared_ptr<Linear> unused;  // registered last: the first buckets
+  } model;
+  DistributedDataParallelOptions tiny;
+  tiny.bucket_cap_mb = 1e-9;
+  DistributedDataParallel ddp(model, tiny);
+  ASSERT_EQ(ddp.bucket_parameter_names()[0], std::vector<std::string>{"unused.bias"});
+  Generator data(10);
+  mse_loss(ddp.forward(randn({2, 3, 4, 4}, DType::Float64, &data)), randn({2, 4}, DType::Float64, &data)).backward();
+  EXPECT_EQ(ddp.buckets_started_in_backward(), 0);
+  EXPECT_TRUE(model.head->weight.grad().defined());
+  if (dist::world_size() == 1) return;
+  ASSERT_TRUE(model.unused->bias.grad().defined());
+  EXPECT_EQ(model.unused->bias.grad().to_vector<double>(), std::vector<double>(3, 0.0));
+}
+
+// Rank 0's buffers go to every rank at construction and, with broadcast_buffers (the default),
+// again before each forward: ranks whose running statistics drifted apart (each normalises its
+// own shard in training) all evaluate with rank 0's. Without it each rank keeps its own.
+TEST(DistributedDataParallel, SendsRankZerosBuffersAtConstructionAndBeforeEachForward) {
+  dist::init();
+  const double rank = dist::rank();
+  BatchNorm2d bn(3);
+  {
+    NoGradGuard no_grad;
+    bn.running_mean.fill_(rank + 1);
+    bn.running_var.fill_(rank + 2);
+    bn.num_batches_tracked.fill_(rank + 5);
+  }
+  const Tensor x = full({1, 3, 1, 1}, 10.0);
+  {
+    DistributedDataParallel ddp(bn);
+    EXPECT_EQ(bn.running_mean.to_vector<float>(), std::vector<float>(3, 1.0f));
+    EXPECT_EQ(bn.running_var.to_vector<float>(), std::vector<float>(3, 2.0f));
+    EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 5);
+    {
+      NoGradGuard no_grad;
+      bn.running_mean.fill_(10 * (rank + 1));  // drifted: rank 0's mean is 10
+    }
+    bn.eval();
+    EXPECT_EQ(ddp.forward(x).to_vector<float>(), std::vector<float>(3, 0.0f)) << "not rank 0's mean";
+    EXPECT_EQ(bn.running_mean.to_vector<float>(), std::vector<float>(3, 10.0f));
+  }
+  DistributedDataParallelOptions keep;
+  keep.broadcast_buffers = false;
+  DistributedDataParallel ddp(bn, keep);  // construction still starts every rank from rank 0's
+  {
+    NoGradGuard no_grad;
+    bn.running_mean.fill_(10 * (rank + 1));
+  }
+  (void)ddp.forward(x);
+  EXPECT_EQ(bn.running_mean.to_vector<float>(), std::vector<float>(3, float(10 * (rank + 1))));
+}
+
 TEST(DistributedDataParallel, BucketsFollowTheCapAndTheReverseOrder) {
   dist::init();
   Net model(DType::Float32, 1);
