@@ -1,6 +1,7 @@
 // Collectives on MPI (see dist.h). With TAPEGRAD_HAS_MPI unset the world is one process.
 #include "dist.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -48,7 +49,18 @@ void check_tensor(const char* op, const Tensor& t, bool written) {
 #if !defined(TAPEGRAD_HAS_MPI)
 
 bool available() { return false; }
-void init() {}
+
+void init() {
+  // mpirun's count of processes: Open MPI's variable, or the PMI one of MPICH's launchers.
+  int launched = 1;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* value = std::getenv(name)) launched = std::max(launched, std::atoi(value));
+  TG_CHECK(launched == 1, "dist::init: expected one process (this tapegrad was built without MPI: ",
+           "TAPEGRAD_WITH_MPI=OFF, or no MPI at build time; Debian: libopenmpi-dev), got ", launched,
+           " started by mpirun, each of which would train alone on all of the data; rebuild with MPI or run ",
+           "one process");
+}
+
 bool is_initialized() { return false; }
 int rank() { return 0; }
 int world_size() { return 1; }

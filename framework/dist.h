@@ -34,7 +34,8 @@ enum class ReduceOp { Sum, Avg, Product, Min, Max };
 bool available();
 
 // Joins the world of processes started by mpirun (MPI_Init_thread, serialized threads). Safe to
-// call again; MPI is finalized when the process exits. Without MPI it does nothing.
+// call again; MPI is finalized when the process exits. Without MPI it does nothing, and throws
+// when mpirun started more than one process (each would run alone: P copies of one job).
 void init();
 bool is_initialized();
 
