@@ -448,8 +448,8 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_defined("add_");
   TG_CHECK(other.defined(), "add_: the other tensor is undefined");
   detail::check_result_fits_self("add_", dtype(), result_type(*this, other));
-  TG_CHECK(is_floating(dtype()) || alpha == std::trunc(alpha), "add_: alpha must be a whole number for a ",
-           dtype_name(dtype()), " tensor, got ", alpha);
+  TG_CHECK(is_floating(dtype()) || (alpha == std::trunc(alpha) && fits_integer_range(dtype(), alpha)),
+           "add_: alpha: expected a whole number within ", dtype_name(dtype()), "'s range, got ", alpha);
   detail::check_inplace(*this, "add_", {other});
   Recorder rec{kAddInplaceOp, {*this, other}};
   detail::raw_add_(*this, other, alpha);
@@ -462,7 +462,9 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 
 Tensor& Tensor::mul_(double factor) {
   check_defined("mul_");
-  detail::check_result_fits_self("mul_", dtype(), factor == std::trunc(factor) ? dtype() : DType::Float32);
+  // A whole factor within self's range keeps an integer dtype (as mul(x, s)); any other is float32.
+  const bool integer_factor = factor == std::trunc(factor) && fits_integer_range(dtype(), factor);
+  detail::check_result_fits_self("mul_", dtype(), integer_factor ? dtype() : DType::Float32);
   detail::check_inplace(*this, "mul_", {});
   Recorder rec{kMulInplaceOp, {*this}};
   detail::raw_mul_(*this, factor);

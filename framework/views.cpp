@@ -279,7 +279,9 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   check_defined("transpose");
   std::vector<int64_t> dims(dim());
   std::iota(dims.begin(), dims.end(), int64_t{0});
-  if (dim() > 0) std::swap(dims[wrap_dim(dim0, dim(), "transpose")], dims[wrap_dim(dim1, dim(), "transpose")]);
+  // wrap_dim checks both (a 0-d tensor takes 0 and -1, as PyTorch), then there is nothing to swap
+  const int64_t d0 = wrap_dim(dim0, dim(), "transpose"), d1 = wrap_dim(dim1, dim(), "transpose");
+  if (dim() > 0) std::swap(dims[d0], dims[d1]);
   return permute(dims);
 }
 

@@ -66,9 +66,11 @@ std::vector<Tensor> minimum_backward(const BackwardContext& ctx, const std::vect
 
 // ---- pow ----
 
-// base^exp in integers by squaring, wrapping on overflow (unsigned: no undefined behaviour).
+// base^exp in integers by squaring, wrapping on overflow (unsigned: no undefined behaviour). A
+// negative exponent truncates 1 / base^-exp toward zero, as PyTorch: 1 for 1, +-1 for -1, else 0.
 template <class T>
 T integer_pow(T base, T exp) {
+  if (exp < 0) return base == 1 ? T(1) : base == -1 ? T(exp % 2 == 0 ? 1 : -1) : T(0);
   using U = std::make_unsigned_t<T>;
   U result = 1, b = static_cast<U>(base);
   for (U e = static_cast<U>(exp); e != 0; e >>= 1) {
@@ -81,12 +83,18 @@ T integer_pow(T base, T exp) {
 std::vector<Tensor> pow_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
   const Tensor a = ctx.saved(kSelf), b = ctx.saved(kOther);
   const Tensor zero = scalar_tensor(0, g[0].dtype());
+  // g * where(masked, 0, d), masked twice: the outer where gives 0 there whatever g is (PyTorch's
+  // value), the inner one keeps d's NaN (0 * inf) out of the gradient with respect to g (a
+  // double backward, a Hessian-vector product).
+  auto masked_times_g = [&](const Tensor& masked, const Tensor& d) {
+    return where(masked, zero, mul(g[0], where(masked, zero, d)));
+  };
   Tensor da, db;
   if (ctx.needs_grad(0))
-    da = sum_to(where(eq(b.detach(), 0.0), zero, mul(g[0], mul(b, pow(a, sub(b, 1.0))))), ctx.input_shape(0));
+    da = sum_to(masked_times_g(eq(b.detach(), 0.0), mul(b, pow(a, sub(b, 1.0)))), ctx.input_shape(0));
   if (ctx.needs_grad(1)) {
     const Tensor at_zero = mul(eq(a.detach(), 0.0), ge(b.detach(), 0.0));  // int64 0/1
-    db = sum_to(where(at_zero, zero, mul(g[0], mul(pow(a, b), log(a)))), ctx.input_shape(1));
+    db = sum_to(masked_times_g(at_zero, mul(pow(a, b), log(a))), ctx.input_shape(1));
   }
   return {da, db};
 }
@@ -156,9 +164,6 @@ Tensor pow(const Tensor& self_in, const Tensor& exponent_in) {
       return map_binary<T>(a.detach(), b.detach(), "pow", [](auto x, auto y) { return std::pow(x, y); });
     });
   } else {
-    TG_CHECK(b.numel() == 0 || min(b).to(DType::Int64).item<int64_t>() >= 0,
-             "pow: integers to negative integer powers are not allowed (exponent of dtype ", dtype_name(b.dtype()),
-             ")");
     auto run = [&, &a = a, &b = b](auto tag) {
       using T = typename decltype(tag)::type;
       return map_binary<T>(a.detach(), b.detach(), "pow", [](T x, T y) { return integer_pow(x, y); });

@@ -14,7 +14,9 @@ Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 // self ^ exponent. d/dself = exponent self^(exponent - 1) (0 where exponent == 0); d/dexponent
 // = self^exponent log(self) (0 where self == 0 and exponent >= 0), as PyTorch. Integers: exact
-// (wrapping on overflow), a negative integer exponent is an error, as in PyTorch.
+// (wrapping on overflow); a negative exponent gives 1 / self^-exponent truncated toward zero
+// (0 but for self = +-1), as PyTorch's tensor exponents (its scalar ones, and pow(x, double)
+// here, refuse them).
 Tensor pow(const Tensor& self, const Tensor& exponent);
 
 }  // namespace tg

@@ -235,7 +235,12 @@ Tensor add(const Tensor& x, double s) {
 }
 
 Tensor sub(const Tensor& x, double s) { return add(x, -s); }
-Tensor rsub(const Tensor& x, double s) { return add(neg(x), s); }
+// s - x; an integer x as integer_scalar_operand(s) - x (negating it first wrapped -2^63 when the
+// result is floating).
+Tensor rsub(const Tensor& x, double s) {
+  if (is_integer(x)) return sub(detail::integer_scalar_operand(x, s), x);
+  return add(neg(x), s);
+}
 // A true division, as PyTorch's x / s on the CPU: x * (1 / s) differs from it in the last bit
 // whenever 1 / s is inexact (s = 3, 10, sqrt(d), ...).
 Tensor div(const Tensor& x, double s) {

@@ -27,6 +27,7 @@
 #include "reduce.h"
 #include "internal/samples.h"
 #include "unary.h"
+#include "where.h"
 #include "internal/reduced_float.h"
 
 namespace tg {
@@ -97,7 +98,8 @@ std::vector<Tensor> diff_loss_backward(const BackwardContext& ctx, const std::ve
       using T = decltype(v);
       return a.kind == Kind::Mse || (a.kind == Kind::SmoothL1 && std::abs(v) < T(a.beta)) ? T(0) : sign_of(v);
     });
-    const Tensor dd = mul(g[0], add(mul(d, c1), c0));
+    // d only where c1 != 0: an infinite d (inputs of huge opposite signs) times c1 = 0 was NaN.
+    const Tensor dd = mul(g[0], add(mul(where(c1, d, scalar_tensor(0, d.dtype())), c1), c0));
     Tensor da, db;
     if (ctx.needs_grad(0)) da = sum_to(dd, ctx.input_shape(0));
     if (ctx.needs_grad(1)) db = sum_to(neg(dd), ctx.input_shape(1));

@@ -29,11 +29,11 @@ void unary_pointwise(Unary f, const PointwiseScalars& s, const T* x, T* y, const
     case Unary::Rsqrt: return run([](T v) { return T(1) / std::sqrt(v); });
     case Unary::Abs: return run([](T v) { return std::abs(v); });
     case Unary::Sign: return run([](T v) { return v > T(0) ? T(1) : (v < T(0) ? T(-1) : T(0)); });
-    case Unary::Clamp:  // PyTorch's min(max(x, lo), hi): hi wins when lo > hi; NaN passes
+    case Unary::Clamp:  // PyTorch's min(max(x, lo), hi): hi wins when lo > hi; a NaN, in x or a bound, wins
       return run([a, b](T v) {
         if (std::isnan(v)) return v;
-        const T r = v < a ? a : v;
-        return r > b ? b : r;
+        const T r = v < a || std::isnan(a) ? a : v;
+        return r > b || std::isnan(b) ? b : r;
       });
     case Unary::ClampMask: return run([a, b](T v) { return v >= a && v <= b ? T(1) : T(0); });
     default: break;  // the activations

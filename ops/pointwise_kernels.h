@@ -35,7 +35,7 @@ enum class Unary {
   Rsqrt,        // 1 / sqrt x
   Abs,          // |x|
   Sign,         // -1, 0, 1 (the derivative of abs, as a constant)
-  Clamp,        // min(max(x, a), b), NaN passes
+  Clamp,        // min(max(x, a), b); NaN in x or a bound gives NaN
   ClampMask,    // 1 where a <= x <= b, else 0 (the derivative of clamp)
   Relu,         // 0 where x < 0, else x (NaN and -0 stay, as PyTorch's clamp_min)
   ReluMask,     // 0 where x <= 0, else 1 (relu's derivative from its output; 1 at NaN)

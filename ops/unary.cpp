@@ -136,7 +136,11 @@ const OpDef kClampOp{"clamp", "clamp_backward", "self", clamp_backward, clamp_sa
 Tensor pow(const Tensor& x, double p) {
   // integers, as PyTorch: a whole exponent keeps the dtype (pow of two tensors), any other is
   // float32
-  if (x.defined() && !is_floating(x.dtype())) return pow(x, detail::integer_scalar_operand(x, p));
+  if (x.defined() && !is_floating(x.dtype())) {
+    TG_CHECK(!(p < 0 && p == std::trunc(p)), "pow: exponent: expected >= 0 for a ", dtype_name(x.dtype()),
+             " tensor (integers to negative integer powers are not allowed, as in PyTorch), got ", p);
+    return pow(x, detail::integer_scalar_operand(x, p));
+  }
   Tensor y;
   if (p == 2.0) y = pointwise_unary(x, Unary::Square, "pow");
   else y = pointwise_unary(x, Unary::Pow, "pow", {p});

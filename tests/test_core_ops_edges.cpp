@@ -4,8 +4,10 @@
 // of two vectors, max over the dim of a 0-d tensor, backward into a .grad that is an expanded
 // tensor, mixed-dtype add_, integer fills and comparisons out of range, in-place integer ops
 // with a floating result, smooth_l1's gradient at NaN, integer pow / clamp and s / x,
-// binary_cross_entropy_with_logits for very negative logits and gelu-tanh's second derivative in
-// its tails. The expected values are PyTorch's (or, where PyTorch itself loses digits, the exact
+// binary_cross_entropy_with_logits for very negative logits, gelu-tanh's second derivative in
+// its tails, clamp with a NaN bound, in-place integer factors out of range, s - INT_MIN, pow's
+// masked gradients under create_graph, l1 losses at an infinite difference, a 0-d transpose and
+// integer powers with negative exponents. The expected values are PyTorch's (or, where PyTorch itself loses digits, the exact
 // ones), written out rather than kept as fixtures.
 #include <gtest/gtest.h>
 
@@ -207,7 +209,7 @@ TEST(CoreOpsEdges, InPlaceIntegerOpsWithAFloatingResultAreRefused) {
   EXPECT_NE(error_of([&] { x.mul_(2.5); }).find("mul_: " + cast + "32 cannot be cast to self's dtype int64"),
             std::string::npos);
   EXPECT_NE(error_of([&] { x.add_(f); }).find("add_: " + cast + "64 cannot be cast"), std::string::npos);
-  EXPECT_NE(error_of([&] { x.add_(i, 0.5); }).find("add_: alpha must be a whole number for a int64 tensor"),
+  EXPECT_NE(error_of([&] { x.add_(i, 0.5); }).find("add_: alpha: expected a whole number within int64's range, got 0.5"),
             std::string::npos);
   EXPECT_NE(error_of([&] { div_(x, i); }).find("div_: " + cast), std::string::npos);
   EXPECT_NE(error_of([&] { sub_(x, f); }).find("sub_: " + cast), std::string::npos);
@@ -345,6 +347,110 @@ TEST(CoreOpsEdges, GeluTanhSecondDerivativeInTheTails) {
       EXPECT_NEAR(got[i], want[i], (dt == DType::Float32 ? 1e-5 : 1e-12) * std::fabs(want[i]))
           << dtype_name(dt) << " x = " << xs[i];
   }
+}
+
+// A NaN bound makes every output NaN and the gradient 0, as PyTorch's clamp_min / clamp_max and
+// two-bound clamp (the output ignored the bound while the gradient's mask did not).
+TEST(CoreOpsEdges, ClampWithANanBoundIsNanEverywhere) {
+  for (DType dt : {DType::Float64, DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    using Clamp = Tensor (*)(const Tensor&);
+    for (Clamp f : {+[](const Tensor& x) { return clamp(x, NAN, 1.0); }, +[](const Tensor& x) { return clamp(x, 0.0, NAN); },
+                    +[](const Tensor& x) { return clamp_min(x, NAN); }, +[](const Tensor& x) { return clamp_max(x, NAN); }}) {
+      Tensor x = from_vector(std::vector<double>{-3, 0.5, 3}, {3}).to(dt).requires_grad_();
+      const Tensor y = f(x);
+      for (double v : y.to(DType::Float64).to_vector<double>()) EXPECT_TRUE(std::isnan(v));
+      sum(y).backward();
+      EXPECT_EQ(x.grad().to(DType::Float64).to_vector<double>(), std::vector<double>(3, 0.0));
+    }
+  }
+}
+
+// A whole factor or alpha outside an integer tensor's range is a float32 result, refused in
+// place as PyTorch does (it was cast to the integer type: INT_MIN).
+TEST(CoreOpsEdges, IntegerInPlaceFactorsBeyondTheRangeAreRefused) {
+  Tensor a = from_vector(std::vector<int32_t>{1, 5}, {2});
+  Tensor b = from_vector(std::vector<int64_t>{1, 5}, {2});
+  EXPECT_NE(error_of([&] { a.mul_(3e9); }).find("mul_: the result type float32 cannot be cast to self's dtype int32"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { b.mul_(1e19); }).find("mul_: the result type float32 cannot be cast"), std::string::npos);
+  EXPECT_NE(error_of([&] { a.add_(a, 3e9); }).find("add_: alpha: expected a whole number within int32's range, got"),
+            std::string::npos);
+  EXPECT_EQ(a.to_vector<int32_t>(), (std::vector<int32_t>{1, 5}));
+  EXPECT_EQ(b.to_vector<int64_t>(), (std::vector<int64_t>{1, 5}));
+  a.mul_(-2147483648.0);  // the edge of the range is fine (wrapping as integer arithmetic does)
+  EXPECT_EQ(a.to_vector<int32_t>(), (std::vector<int32_t>{std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::min()}));
+}
+
+// s - x for an integer x with a floating result is computed in float32, as PyTorch: negating x
+// first wrapped -2^63 (and -2^31) back to itself.
+TEST(CoreOpsEdges, ScalarMinusTheMostNegativeInteger) {
+  const Tensor a = from_vector(std::vector<int64_t>{std::numeric_limits<int64_t>::min(), 5}, {2});
+  const Tensor r = rsub(a, 2.5);
+  EXPECT_EQ(r.dtype(), DType::Float32);
+  EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{9.223372036854775808e18f, -2.5f}));
+  const Tensor b = from_vector(std::vector<int32_t>{std::numeric_limits<int32_t>::min()}, {1});
+  EXPECT_EQ((3e9 - b).to_vector<float>(), std::vector<float>{5147483648.0f});
+  EXPECT_EQ((2.0 - b).dtype(), DType::Int32);  // a whole scalar keeps the dtype
+  EXPECT_EQ((7.0 - from_vector(std::vector<int64_t>{3}, {1})).to_vector<int64_t>(), std::vector<int64_t>{4});
+}
+
+// pow(a, b)'s gradients are 0 where PyTorch masks them (b == 0 for a; a == 0 <= b for b); their
+// own gradient with respect to the incoming gradient was NaN there (0 * log 0), which poisons a
+// Hessian-vector product.
+TEST(CoreOpsEdges, PowOfTensorsMaskedGradientsHaveFiniteDoubleBackward) {
+  const Tensor base = from_vector(std::vector<double>{0, 0, 2}, {3});
+  Tensor e = from_vector(std::vector<double>{2, 0.5, 1.5}, {3}).requires_grad_();
+  Tensor go = ones({3}, DType::Float64).requires_grad_();
+  const std::vector<Tensor> g = grad({pow(base, e)}, {e}, {go}, true, true, true);
+  const double at2 = std::pow(2.0, 1.5) * std::log(2.0);
+  EXPECT_EQ(g[0].to_vector<double>(), (std::vector<double>{0, 0, at2}));
+  EXPECT_EQ(grad({sum(g[0])}, {go})[0].to_vector<double>(), (std::vector<double>{0, 0, at2}));
+  // the base's gradient, masked where the exponent is 0 (0^-1 times 0 inside)
+  Tensor a = from_vector(std::vector<double>{0, 3}, {2}).requires_grad_();
+  const Tensor b = from_vector(std::vector<double>{0, 2}, {2});
+  Tensor go2 = ones({2}, DType::Float64).requires_grad_();
+  const std::vector<Tensor> ga = grad({pow(a, b)}, {a}, {go2}, true, true, true);
+  EXPECT_EQ(ga[0].to_vector<double>(), (std::vector<double>{0, 6}));
+  EXPECT_EQ(grad({sum(ga[0])}, {go2})[0].to_vector<double>(), (std::vector<double>{0, 6}));
+  // a NaN incoming gradient still gives 0 where the gradient is masked, as PyTorch
+  const Tensor nan_go = full({2}, NAN, DType::Float64);
+  Tensor a2 = from_vector(std::vector<double>{0, 3}, {2}).requires_grad_();
+  EXPECT_EQ(grad({pow(a2, b)}, {a2}, {nan_go})[0].to_vector<double>()[0], 0.0);
+}
+
+// l1 and smooth_l1 under create_graph where input - target is infinite (or overflows): the
+// linear part's derivative is sign(d); d * 0 was NaN.
+TEST(CoreOpsEdges, L1LossesRecordedGradientAtAnInfiniteDifference) {
+  for (bool smooth : {false, true}) {
+    Tensor a = from_vector(std::vector<double>{INFINITY, -INFINITY, 2.0, 1e308}, {4}).requires_grad_();
+    const Tensor b = from_vector(std::vector<double>{0, 0, 0, -1e308}, {4});
+    const Tensor loss = smooth ? smooth_l1_loss(a, b, Reduction::Sum, 1.0) : l1_loss(a, b, Reduction::Sum);
+    const std::vector<double> expected{1, -1, 1, 1};
+    EXPECT_EQ(grad({loss}, {a}, {}, true, true, false)[0].to_vector<double>(), expected) << smooth;
+    EXPECT_EQ(grad({loss}, {a}, {}, false, true, true)[0].to_vector<double>(), expected) << smooth;
+  }
+}
+
+// A 0-d tensor has dims 0 and -1 only, as PyTorch (any dims were accepted).
+TEST(CoreOpsEdges, TransposeOfAZeroDimTensorChecksItsDims) {
+  const Tensor s = scalar_tensor(1.0);
+  EXPECT_EQ(s.transpose(0, -1).item(), 1.0);
+  EXPECT_NE(error_of([&] { (void)s.transpose(3, 5); })
+                .find("transpose: dimension out of range (expected to be in [-1, 0], but got 3)"),
+            std::string::npos);
+}
+
+// Integer powers with negative tensor exponents, as PyTorch: 1 / a^-e truncated toward zero
+// (they were refused); a negative whole scalar exponent is refused, as PyTorch does.
+TEST(CoreOpsEdges, IntegerPowersWithNegativeExponents) {
+  const Tensor a = from_vector(std::vector<int64_t>{2, 1, -1, -1, 0, 3}, {6});
+  const Tensor e = from_vector(std::vector<int64_t>{-1, -3, -3, -2, -1, 2}, {6});
+  EXPECT_EQ(pow(a, e).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, -1, 1, 0, 9}));
+  EXPECT_EQ(pow(a.to(DType::Int32), e.to(DType::Int32)).to_vector<int32_t>(), (std::vector<int32_t>{0, 1, -1, 1, 0, 9}));
+  EXPECT_NE(error_of([&] { (void)pow(a, -1.0); }).find("pow: exponent: expected >= 0 for a int64 tensor"),
+            std::string::npos);
+  EXPECT_EQ(pow(a, -0.5).dtype(), DType::Float32);
 }
 
 }  // namespace
