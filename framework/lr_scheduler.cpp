@@ -3,6 +3,7 @@
 #include "lr_scheduler.h"
 
 #include <cmath>
+#include <functional>
 #include <set>
 
 namespace tg {
@@ -39,6 +40,7 @@ void LRScheduler::apply(bool chained) {
   for (size_t g = 0; g < base_lrs_.size(); ++g)
     lrs.push_back(chained ? chained_lr(g, optimizer_.lr(g), last_epoch_) : closed_form_lr(g, last_epoch_));
   for (size_t g = 0; g < lrs.size(); ++g) optimizer_.set(g, "lr", lrs[g]);
+  last_lrs_ = lrs;
   after_lrs_set(last_epoch_);
 }
 
@@ -56,7 +58,8 @@ void LRScheduler::set_last_epoch(int64_t epoch) {
 }
 
 std::vector<double> LRScheduler::get_last_lr() const {
-  std::vector<double> out;
+  if (last_lrs_.size() == base_lrs_.size()) return last_lrs_;
+  std::vector<double> out;  // not applied yet (inside a subclass's constructor): the groups' lrs
   for (size_t g = 0; g < base_lrs_.size(); ++g) out.push_back(optimizer_.lr(g));
   return out;
 }
@@ -101,6 +104,7 @@ void LRScheduler::load_state_dict(const StateDict& state) {
   load_extra_state(extra);
   const std::vector<double> last = entry(state, "last_lrs", who).to(DType::Float64).to_vector<double>();
   for (size_t g = 0; g < last.size(); ++g) optimizer_.set(g, "lr", last[g]);
+  last_lrs_ = last;
   after_lrs_set(last_epoch_);
 }
 
@@ -192,11 +196,10 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps,
     TG_CHECK(base_momentum >= 0 && base_momentum < limit && max_momentum >= 0 && max_momentum < limit,
              "OneCycleLR: invalid base_momentum ", base_momentum, " or max_momentum ", max_momentum, " for ",
              optimizer.name(), "'s ", momentum_key_);
-    for (size_t g = 0; g < optimizer.num_groups(); ++g) {
-      momentums_.push_back({max_momentum, base_momentum});
-      optimizer.set(g, momentum_key_, max_momentum);
-    }
+    for (size_t g = 0; g < optimizer.num_groups(); ++g) momentums_.push_back({max_momentum, base_momentum});
   }
+  (void)phase_at(last_epoch());  // throws for a phase of no length: before anything is written
+  for (size_t g = 0; g < momentums_.size(); ++g) optimizer.set(g, momentum_key_, momentums_[g][kMaxMomentum]);
   apply();
 }
 
@@ -270,11 +273,17 @@ double warmup_cosine_factor(int64_t step, int64_t warmup_steps, int64_t total_st
   return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + std::cos(kPi * progress));
 }
 
-WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_factor)
-    : LambdaLR(optimizer, [=](int64_t step) { return warmup_cosine_factor(step, warmup_steps, total_steps, min_factor); }) {
+namespace {
+// The factor, once its arguments are checked: before LambdaLR's constructor writes any lr.
+std::function<double(int64_t)> checked_warmup_cosine(int64_t warmup_steps, int64_t total_steps, double min_factor) {
   TG_CHECK(warmup_steps >= 0 && total_steps >= warmup_steps, "WarmupCosineLR: expected 0 <= warmup_steps <= total_steps, got ",
            warmup_steps, " and ", total_steps);
   TG_CHECK(min_factor >= 0 && min_factor <= 1, "WarmupCosineLR: min_factor must be in [0, 1], got ", min_factor);
+  return [=](int64_t step) { return warmup_cosine_factor(step, warmup_steps, total_steps, min_factor); };
 }
+}  // namespace
+
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_factor)
+    : LambdaLR(optimizer, checked_warmup_cosine(warmup_steps, total_steps, min_factor)) {}
 
 }  // namespace tg

@@ -38,6 +38,7 @@ class LRScheduler {
   int64_t last_epoch() const { return last_epoch_; }
   // Jumps to a step (PyTorch's step(epoch)): sets that step's lrs from the closed form.
   void set_last_epoch(int64_t epoch);
+  // The lrs this schedule last wrote, as PyTorch's (an lr set from outside since is not one).
   std::vector<double> get_last_lr() const;
   const std::vector<double>& base_lrs() const { return base_lrs_; }
 
@@ -75,6 +76,7 @@ class LRScheduler {
  private:
   Optimizer& optimizer_;
   std::vector<double> base_lrs_;
+  std::vector<double> last_lrs_;  // what the schedule last wrote (get_last_lr)
   int64_t last_epoch_ = 0;
 };
 

@@ -73,10 +73,11 @@ void adam_kernel(T* p, const G* g, T* m, T* v, int64_t n, double lr, double beta
       else
         gi = gi + wd * p[i];
     }
+    // PyTorch's order: addcmul_(g, g, value) is (value * g) * g, addcdiv_(m, d, value) (value * m) / d
     m[i] = m[i] * b1 + one_b1 * gi;
-    v[i] = v[i] * b2 + one_b2 * (gi * gi);
+    v[i] = v[i] * b2 + (one_b2 * gi) * gi;
     const T denom = std::sqrt(v[i]) / bc2_sqrt + eps_t;
-    p[i] = p[i] + (-step_size) * (m[i] / denom);
+    p[i] = p[i] + ((-step_size) * m[i]) / denom;
   }
 }
 
@@ -295,10 +296,15 @@ void Optimizer::load_state_dict(const StateDict& state) {
   // Parse and check everything before changing anything: a bad dict leaves the optimizer as it was.
   std::vector<std::map<std::string, Tensor>> new_state(state_.size());
   std::vector<Group> new_groups = groups_;
+  std::vector<std::string> known_buffers = required_state(), optional = optional_state();
+  known_buffers.insert(known_buffers.end(), optional.begin(), optional.end());
+  known_buffers.push_back("master_param");
+  std::set<std::string> seen;
   for (const auto& entry : state) {
     // Named references, not a structured binding: C++17 lambdas (parse_index) cannot capture one.
     const std::string& key = entry.first;
     const Tensor& value = entry.second;
+    TG_CHECK(seen.insert(key).second, name(), ".load_state_dict: \"", key, "\" appears twice");
     TG_CHECK(value.defined(), name(), ".load_state_dict: \"", key, "\" is undefined");
     auto parse_index = [&](const std::string& rest, size_t limit, const char* what) -> std::pair<size_t, std::string> {
       size_t dot = rest.find('.');
@@ -311,6 +317,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
     };
     if (key.rfind("state.", 0) == 0) {
       auto [i, buffer] = parse_index(key.substr(6), params.size(), "parameter");
+      TG_CHECK(std::find(known_buffers.begin(), known_buffers.end(), buffer) != known_buffers.end(), name(),
+               ".load_state_dict: unknown buffer \"", key, "\" (", name(), " keeps ", join_keys(known_buffers), ")");
       const bool is_step = buffer == "step";
       if (is_step) {  // a count of updates: bias corrections divide by 1 - beta^step
         TG_CHECK(value.numel() == 1, name(), ".load_state_dict: \"", key,
@@ -501,21 +509,26 @@ void RMSprop::step() {
 // ---- clip_grad_norm_, clip_grad_value_ ----
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
-  TG_CHECK(norm_type >= 1 || std::isinf(norm_type), "clip_grad_norm_: norm_type must be >= 1 or inf, got ", norm_type);
+  TG_CHECK(norm_type >= 1 || std::isinf(norm_type), "clip_grad_norm_: norm_type must be >= 1, inf or -inf, got ",
+           norm_type);
   std::vector<Tensor> grads;
   for (auto& p : params)
     if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
   if (grads.empty()) return 0.0;
   // Each gradient's norm, accumulated in double, then the norm of those norms (PyTorch's order).
-  double total = 0;
+  // inf: the largest |x|; -inf: the smallest (PyTorch's); both start from the other end.
+  const bool smallest = norm_type == -INFINITY;
+  double total = smallest ? INFINITY : 0;
   for (auto& g : grads) {
     std::vector<double> values = g.to(DType::Float64).to_vector<double>();
-    double norm = 0;
+    double norm = smallest ? INFINITY : 0;
     if (std::isinf(norm_type)) {
-      // NaN wins, as in PyTorch's max (std::max(a, NaN) would return a, hiding the NaN)
-      auto nan_max = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
-      for (double x : values) norm = nan_max(norm, std::abs(x));
-      total = nan_max(total, norm);
+      // NaN wins, as in PyTorch's max / min (std::max(a, NaN) would return a, hiding the NaN)
+      auto pick = [smallest](double a, double b) {
+        return std::isnan(a) || std::isnan(b) ? NAN : smallest ? std::min(a, b) : std::max(a, b);
+      };
+      for (double x : values) norm = pick(norm, std::abs(x));
+      total = pick(total, norm);
     } else if (norm_type == 2.0) {
       for (double x : values) norm += x * x;
       total += norm;  // the sum of squared per-tensor norms

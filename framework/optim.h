@@ -75,9 +75,11 @@ class Optimizer {
   template <class F>
   void for_each_param_with_grad(F&& f);
 
-  // The buffers every parameter's state holds once it has any (load_state_dict checks them);
-  // others are created when first needed.
+  // The buffers every parameter's state holds once it has any (load_state_dict checks them),
+  // and those created when an option needs them; "master_param" besides, for 16-bit parameters.
+  // load_state_dict refuses any other name.
   virtual std::vector<std::string> required_state() const { return {}; }
+  virtual std::vector<std::string> optional_state() const { return {}; }
 
   std::vector<Group> groups_;
   std::vector<std::map<std::string, Tensor>> state_;  // by parameter index across groups
@@ -99,6 +101,9 @@ class SGD : public Optimizer {
   void add_param_group(std::vector<Tensor> params, SGDOptions options);
   std::string name() const override { return "SGD"; }
   void step() override;
+
+ protected:
+  std::vector<std::string> optional_state() const override { return {"momentum_buffer"}; }
 };
 
 struct AdamOptions {
@@ -160,6 +165,7 @@ class RMSprop : public Optimizer {
 
  protected:
   std::vector<std::string> required_state() const override { return {"step", "square_avg"}; }
+  std::vector<std::string> optional_state() const override { return {"momentum_buffer", "grad_avg"}; }
 };
 
 // Scales the gradients so that their global norm (the norm of all of them as one vector) is

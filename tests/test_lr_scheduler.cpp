@@ -169,6 +169,38 @@ TEST(LRScheduler, OneCycleErrors) {
   EXPECT_NEAR(plain.lr(), 0.04, 1e-15);  // max_lr / div_factor through the cosine's rounding
 }
 
+// A constructor that refuses its arguments leaves the optimizer as it was (WarmupCosineLR wrote
+// its first lr, OneCycleLR its momentum, before their checks).
+TEST(LRScheduler, ARefusedConstructorChangesNothing) {
+  Tensor p = zeros({1}).requires_grad_();
+  SGD opt({p}, SGDOptions{0.1, 0.5});
+  EXPECT_THROW(WarmupCosineLR(opt, 5, 2), Error);
+  EXPECT_THROW(WarmupCosineLR(opt, -1, 10), Error);
+  EXPECT_THROW(WarmupCosineLR(opt, 1, 10, 2.0), Error);
+  EXPECT_EQ(opt.lr(), 0.1);
+  EXPECT_THROW(OneCycleLR(opt, 0.5, 10, 0.1), Error);  // a first phase of no length
+  EXPECT_EQ(opt.get(0, "momentum"), 0.5);
+  EXPECT_EQ(opt.lr(), 0.1);
+}
+
+// get_last_lr() is what the schedule last wrote, as PyTorch's, also after an lr set from outside
+// (and what its state_dict saves as last_lrs).
+TEST(LRScheduler, LastLrIsTheSchedulesNotTheOptimizers) {
+  Tensor p = zeros({1}).requires_grad_();
+  SGD opt({p}, SGDOptions{0.1});
+  StepLR sched(opt, 1, 0.5);
+  sched.step();
+  EXPECT_EQ(sched.get_last_lr(), std::vector<double>{0.05});
+  opt.set_lr(0.5);
+  EXPECT_EQ(sched.get_last_lr(), std::vector<double>{0.05});
+  for (const auto& [key, value] : sched.state_dict()) {
+    if (key == "last_lrs") EXPECT_EQ(value.to_vector<double>(), std::vector<double>{0.05});
+  }
+  sched.step();  // PyTorch's chained form carries on from the group's lr
+  EXPECT_EQ(sched.get_last_lr(), std::vector<double>{0.25});
+  EXPECT_EQ(opt.lr(), 0.25);
+}
+
 TEST(LRScheduler, CosineClosedFormAndErrors) {
   Tensor p = zeros({1}).requires_grad_();
   SGD opt({p}, SGDOptions{0.1});

@@ -497,6 +497,60 @@ TEST(Optim, LoadStateDictRefusesBrokenStepsAndPartialStates) {
   EXPECT_TRUE(opt.state(0).empty());
 }
 
+// Buffer names the optimizer does not keep (a typo, another optimizer's dict) and keys given twice
+// are refused as the header says, with nothing changed; they were stored and saved back.
+TEST(Optim, LoadStateDictRefusesUnknownBuffersAndRepeatedKeys) {
+  Tensor p = zeros({2}, DType::Float64).requires_grad_();
+  SGD sgd({p}, SGDOptions{0.1, 0.9});
+  const Tensor z = zeros({2}, DType::Float64);
+  EXPECT_NE(error_of([&] { sgd.load_state_dict({{"state.0.exp_avg", z}}); })
+                .find("SGD.load_state_dict: unknown buffer \"state.0.exp_avg\" (SGD keeps momentum_buffer and "
+                      "master_param)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { sgd.load_state_dict({{"state.0.momentum_buffer", z}, {"state.0.momentum_buffer", z}}); })
+                .find("SGD.load_state_dict: \"state.0.momentum_buffer\" appears twice"),
+            std::string::npos);
+  EXPECT_TRUE(sgd.state(0).empty());
+  sgd.load_state_dict({{"state.0.momentum_buffer", z}});  // a name it keeps
+  EXPECT_EQ(sgd.state(0).size(), 1u);
+  Adam adam({p}, AdamOptions{});
+  StateDict typo = {{"state.0.step", scalar_tensor(1.0, DType::Float64)}, {"state.0.exp_avg", z},
+                    {"state.0.exp_avg_sq", z}, {"state.0.exp_avgsq", z}};
+  EXPECT_NE(error_of([&] { adam.load_state_dict(typo); }).find("unknown buffer \"state.0.exp_avgsq\""),
+            std::string::npos);
+  EXPECT_TRUE(adam.state(0).empty());
+  RMSprop rms({p}, RMSpropOptions{});
+  rms.load_state_dict({{"state.0.step", scalar_tensor(1.0, DType::Float64)}, {"state.0.square_avg", z},
+                       {"state.0.grad_avg", z}, {"state.0.momentum_buffer", z}});
+  EXPECT_EQ(rms.state(0).size(), 4u);
+}
+
+// norm_type -inf: the smallest |g| over every gradient, as PyTorch (it was taken as +inf).
+TEST(ClipGradNorm, MinusInfinityIsTheSmallestMagnitude) {
+  Tensor a = zeros({2}, DType::Float64).requires_grad_(), b = zeros({1}, DType::Float64).requires_grad_();
+  a.set_grad(from_vector(std::vector<double>{3, -4}, {2}));
+  b.set_grad(from_vector(std::vector<double>{-6}, {1}));
+  EXPECT_EQ(clip_grad_norm_({a, b}, 1.0, -INFINITY), 3.0);
+  const double coef = 1.0 / (3.0 + 1e-6);  // PyTorch's clip coefficient
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{3 * coef, -4 * coef}));
+  b.set_grad(from_vector(std::vector<double>{NAN}, {1}));
+  EXPECT_TRUE(std::isnan(clip_grad_norm_({a, b}, 1.0, -INFINITY)));
+  EXPECT_NE(error_of([&] { clip_grad_norm_({a}, 1.0, -2.0); })
+                .find("clip_grad_norm_: norm_type must be >= 1, inf or -inf, got -2"),
+            std::string::npos);
+}
+
+// Adam's moments in PyTorch's operation order (addcmul_: (value * g) * g; addcdiv_: (value * m)
+// / d): one float64 step, element values where the two orders round differently.
+TEST(Optim, AdamFollowsPyTorchsOperationOrder) {
+  Tensor p = from_vector(std::vector<double>{0.04363199256942161, 0}, {2}).requires_grad_();
+  p.set_grad(from_vector(std::vector<double>{-1.4282311889764632, 0.4204452380655215}, {2}));
+  Adam opt({p}, AdamOptions{0.01});
+  opt.step();
+  EXPECT_EQ(p.to_vector<double>()[0], 0.05363199249940494);  // torch.optim.Adam(lr=0.01), one step
+  EXPECT_EQ(opt.state(0).at("exp_avg_sq").to_vector<double>()[1], 0.0001767741982119732);
+}
+
 TEST(Optim, StateDictSurvivesSafetensors) {
   Tensor p = from_vector(std::vector<float>{1, 2, 3}, {3}).requires_grad_();
   AdamW opt({p});
