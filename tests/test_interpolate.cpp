@@ -160,6 +160,28 @@ TEST(Interpolate, LinearKeepsInfWhereTheOneDimensionalKernelDoes) {
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(std::isnan(b[i])) << i << " (PyTorch's bilinear: NaN)";
 }
 
+// The README's rule: a nearest output exactly twice the input with a given scale (width 3 at
+// 2.1) takes source columns floor(j / 2.1) = 0 0 0 1 1 2 in every rank and for any number of
+// channels. (PyTorch 1.13 runs 2-D and 3-D inputs of one channel as channels-last and there
+// takes 0 0 1 1 2 2; with two channels, or in 1-D, it takes ours.)
+TEST(Interpolate, NearestTwiceTheInputWithAScaleIgnoresTheLayout) {
+  const std::vector<double> expected{0, 0, 0, 1, 1, 2};
+  for (const Shape& shape : std::vector<Shape>{{1, 1, 3}, {1, 2, 3}, {1, 1, 1, 3}, {1, 2, 1, 3}, {1, 1, 1, 1, 3},
+                                               {1, 2, 1, 1, 3}}) {
+    SCOPED_TRACE(format_shape(shape));
+    Shape row(shape.size(), 1);
+    row.back() = 3;
+    const Tensor x = arange(0.0, 3.0, 1.0, DType::Float64).reshape(row).expand(shape).contiguous();
+    std::vector<double> scales(shape.size() - 2, 1.0);
+    scales.back() = 2.1;
+    const Tensor y = interpolate(x, InterpolateOptions().scale_factor(scales));
+    ASSERT_EQ(y.size(-1), 6);
+    const std::vector<double> v = y.to_vector<double>();
+    for (size_t plane = 0; plane < v.size() / 6; ++plane)
+      EXPECT_EQ(std::vector<double>(v.begin() + plane * 6, v.begin() + plane * 6 + 6), expected) << plane;
+  }
+}
+
 TEST(Interpolate, OldBilinearCallsStillWork) {
   manual_seed(7);
   Tensor x = randn({1, 2, 5, 5});
