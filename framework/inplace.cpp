@@ -288,8 +288,10 @@ bool regenerate_view_history(const Tensor& view) {
 }
 
 // After `self` got its new history (grad_fn set, epoch current): when self is a view, its base's
-// history becomes a copy_slices entry; then the storage's epoch moves on, leaving every other
-// handle to this memory stale, and self (and its base) current.
+// history becomes a copy_slices entry, and self then reads as the region of that new base (as
+// PyTorch regenerates the view's grad_fn), so that the view's later uses reach the base's entry:
+// gradients with respect to the base (tg::grad, its hooks) include them. The storage's epoch
+// moves on, leaving every other handle to this memory stale, and self (and its base) current.
 void finish_rebase(Tensor& self, const char* op) {
   TensorImpl* impl = self.impl();
   if (impl->view_base) {
@@ -298,6 +300,7 @@ void finish_rebase(Tensor& self, const char* op) {
     cs.set_attrs(ViewGeometry{self.shape(), self.strides(), self.offset() - base.offset()});
     impl->storage->bump_history_epoch(op);
     cs.set_outputs({base});
+    if (regenerate_view_history(self)) return;  // (a non-contiguous base: self keeps its entry)
   } else {
     impl->storage->bump_history_epoch(op);
   }

@@ -9,7 +9,9 @@
 //   - A view (TensorImpl::view_base points at the tensor it views) changed this way rebases its
 //     base too (PyTorch's CopySlices): the base's history becomes a copy_slices entry that
 //     passes the base's gradient through outside the view's region and sends the region to the
-//     view's new entry. Refused instead: a view of a leaf that requires grad, and a view taken
+//     view's new entry; the view itself then reads as the region of the rebased base (as_strided,
+//     as PyTorch regenerates its grad_fn), so its later uses reach the base's entry and
+//     gradients with respect to the base (tg::grad, its hooks) include them. Refused instead: a view of a leaf that requires grad, and a view taken
 //     under NoGradGuard of a tensor that requires grad (it has no history to change).
 //   - Every other handle to the memory holds history older than its values. A recorded in-place
 //     op bumps the storage's history epoch, and a handle whose history predates it is checked

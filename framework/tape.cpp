@@ -328,6 +328,9 @@ struct Engine {
   // The leaf's whole gradient of the pass (hooks applied) into .grad(), then its post-accumulate
   // hooks.
   void accumulate_into_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+    // A leaf frozen since the forward (requires_grad_(false)) gets nothing, as PyTorch's
+    // AccumulateGrad.
+    if (!leaf->requires_grad) return;
     if (create_graph) {
       // The gradient keeps its history: .grad() can be differentiated again. A clone, since g
       // may be handed to other inputs too (as add's backward does).

@@ -83,7 +83,8 @@ class Tensor {
 
   // Autograd.
   bool requires_grad() const;
-  Tensor& requires_grad_(bool requires = true);  // leaves only
+  // Leaves only. A leaf set to false after a forward gets no gradient from its backward.
+  Tensor& requires_grad_(bool requires = true);
   bool is_leaf() const;
   Tensor grad() const;                            // undefined until backward reaches this leaf
   void set_grad(const Tensor& grad);

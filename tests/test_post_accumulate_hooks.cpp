@@ -41,6 +41,21 @@ TEST(PostAccumulateGradHook, NotForGradNorNonLeaves) {
   EXPECT_THROW(ones({2}).register_post_accumulate_grad_hook([](const Tensor&) {}), Error);
 }
 
+// A leaf frozen after the forward (requires_grad_(false)) gets no gradient and runs no
+// post-accumulate hook, as PyTorch's AccumulateGrad; the other leaves are unaffected.
+TEST(PostAccumulateGradHook, NotForALeafFrozenAfterTheForward) {
+  Tensor x = from_vector(std::vector<double>{1, 2}, {2}).requires_grad_();
+  Tensor w = from_vector(std::vector<double>{3, 4}, {2}).requires_grad_();
+  int calls = 0;
+  x.register_post_accumulate_grad_hook([&](const Tensor&) { ++calls; });
+  const Tensor y = sum(mul(x, w));
+  x.requires_grad_(false);
+  y.backward();
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{1, 2}));
+}
+
 TEST(QueueBackwardCallback, RunsAfterEveryGradientInQueueOrder) {
   Tensor a = ones({2}).requires_grad_(), b = ones({2}).requires_grad_();
   std::vector<std::string> log;
