@@ -529,6 +529,29 @@ void detail::raw_copy_(Tensor& dst, const Tensor& src) {
   apply_inplace(dst, src, "copy_", CopyValue{});
 }
 
+namespace {
+// Integer arithmetic wraps around (two's complement) as PyTorch's does: done on unsigned values,
+// where C++ defines the overflow, not on signed ones, where it is undefined.
+template <class T>
+T wrapping_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <class T>
+T wrapping_mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+}  // namespace
+
 void detail::raw_add_(Tensor& dst, const Tensor& other, double alpha) {
   const DType wide = result_type(dst, other);
   if (wide != dst.dtype() && promote_types(wide, dst.dtype()) == wide) {  // (a 0-d dst never narrows)
@@ -540,11 +563,14 @@ void detail::raw_add_(Tensor& dst, const Tensor& other, double alpha) {
     return;
   }
   if (alpha == 1.0) {
-    apply_inplace(dst, other, "add_", [](auto d, auto s) { return d + s; });
+    apply_inplace(dst, other, "add_", [](auto d, auto s) {
+      using A = opmath_t<decltype(d)>;
+      return wrapping_add(A(d), A(s));
+    });
   } else {
     apply_inplace(dst, other, "add_", [alpha](auto d, auto s) {
       using A = opmath_t<decltype(d)>;
-      return A(d) + static_cast<A>(alpha) * A(s);
+      return wrapping_add(A(d), wrapping_mul(static_cast<A>(alpha), A(s)));
     });
   }
 }
@@ -555,7 +581,7 @@ void detail::raw_mul_(Tensor& dst, double factor) {
     const auto f = static_cast<opmath_t<T>>(factor);
     T* d = dst.data<T>();
     for_each_row<1>(dst.shape(), {dst.strides()}, [&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
-      for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] = static_cast<T>(d[off[0] + i * st[0]] * f);
+      for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] = static_cast<T>(wrapping_mul(opmath_t<T>(d[off[0] + i * st[0]]), f));
     });
   });
   dst.bump_version();

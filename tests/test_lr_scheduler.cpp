@@ -194,7 +194,9 @@ TEST(LRScheduler, LastLrIsTheSchedulesNotTheOptimizers) {
   opt.set_lr(0.5);
   EXPECT_EQ(sched.get_last_lr(), std::vector<double>{0.05});
   for (const auto& [key, value] : sched.state_dict()) {
-    if (key == "last_lrs") EXPECT_EQ(value.to_vector<double>(), std::vector<double>{0.05});
+    if (key == "last_lrs") {
+      EXPECT_EQ(value.to_vector<double>(), std::vector<double>{0.05});
+    }
   }
   sched.step();  // PyTorch's chained form carries on from the group's lr
   EXPECT_EQ(sched.get_last_lr(), std::vector<double>{0.25});
