@@ -309,7 +309,9 @@ std::string LoadStateDictReport::to_string() const {
 
 LoadStateDictReport load_state_dict(const StateDict& target, const StateDict& source, bool strict) {
   std::map<std::string, const Tensor*> src;
-  for (const auto& [name, t] : source) src[name] = &t;
+  for (const auto& [name, t] : source)
+    TG_CHECK(src.emplace(name, &t).second, "load_state_dict: key \"", name, "\" appears twice in the source ",
+             "(nothing was copied)");
   std::set<std::string> target_names;
   LoadStateDictReport report;
   std::vector<std::pair<Tensor, const Tensor*>> copies;

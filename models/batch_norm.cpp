@@ -20,6 +20,13 @@ BatchNormBase::BatchNormBase(int64_t num_features_, double eps_, std::optional<d
   }
 }
 
+void BatchNormBase::complete_state(const std::string& prefix, StateDict& state) const {
+  if (!track_running_stats) return;
+  for (const auto& e : state)
+    if (e.first == prefix + "num_batches_tracked") return;
+  state.emplace_back(prefix + "num_batches_tracked", zeros({}, DType::Int64));
+}
+
 Tensor BatchNormBase::forward(const Tensor& x) {
   TG_CHECK(x.defined(), name(), ": expected a defined input");
   check_input_dim(x);

@@ -23,6 +23,9 @@ namespace tg {
 class BatchNormBase : public Module {
  public:
   Tensor forward(const Tensor& x) override;
+  // A state without num_batches_tracked loads it as 0 (PyTorch's rule for dicts without version
+  // metadata).
+  void complete_state(const std::string& prefix, StateDict& state) const override;
 
   int64_t num_features;
   double eps;

@@ -95,8 +95,12 @@ StateDict Module::state_dict() const {
   return all;
 }
 
+void Module::complete_state(const std::string&, StateDict&) const {}
+
 LoadStateDictReport Module::load_state_dict(const StateDict& state, bool strict) {
-  return tg::load_state_dict(state_dict(), state, strict);
+  StateDict completed = state;
+  for (const auto& [name, m] : named_modules()) m->complete_state(name.empty() ? name : name + ".", completed);
+  return tg::load_state_dict(state_dict(), completed, strict);
 }
 
 std::vector<std::pair<std::string, Module*>> Module::named_modules() {

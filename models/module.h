@@ -52,18 +52,28 @@ class Module {
   // such a module is a compile error, and their forward does not hide it unawares (clang's
   // -Woverloaded-virtual). Through a Module& it throws.
   virtual Tensor forward(const Tensor& x);
+
+  // Adds to `state` (a state dict being loaded into the whole model) entries this module's own
+  // keys (`prefix` + name) lack but PyTorch's module would infer: BatchNorm's num_batches_tracked,
+  // absent from dicts saved before it existed, loads as 0, as PyTorch loads a dict without
+  // version metadata (a plain dict, a safetensors file). Nothing by default.
+  virtual void complete_state(const std::string& prefix, StateDict& state) const;
   Tensor operator()(const Tensor& x) { return forward(x); }
 
   // Recursive views, in registration order: own entries first, then each child's (PyTorch's order).
   StateDict named_parameters() const;
   std::vector<Tensor> parameters() const;
   StateDict named_buffers() const;
-  // Parameters and buffers of each module, then its children: PyTorch's state_dict order.
+  // Parameters and buffers of each module, then its children: PyTorch's state_dict order. The
+  // registered tensors themselves (PyTorch returns detached aliases): change their values under
+  // NoGradGuard.
   StateDict state_dict() const;
   // Copies values into the registered tensors through tg::load_state_dict (framework/safetensors.h):
   // shapes must match, floating values are converted to each tensor's dtype (PyTorch's
   // copy_ rule: a float32 checkpoint loads into a bfloat16 module); strict: every key of the module must be present and no other
   // key may be. On error nothing is copied; the report lists missing and unexpected keys.
+  // Before the check, each module may complete the state with what PyTorch's modules infer
+  // (complete_state below).
   LoadStateDictReport load_state_dict(const StateDict& state, bool strict = true);
 
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }

@@ -248,5 +248,38 @@ TEST(BatchNorm, ModuleConvertsItsFloatingTensorsAndKeepsTheCounter) {
   EXPECT_EQ(bn.num_batches_tracked.to_vector<int64_t>()[0], 1);
 }
 
+// A state dict without num_batches_tracked (saved before PyTorch had it, or converted without
+// it) loads it as 0, as PyTorch does for dicts without version metadata, also for a nested
+// module; a state that has it loads it; without running statistics nothing is added.
+TEST(BatchNorm, AStateWithoutTheBatchCounterLoadsItAsZero) {
+  Sequential net;
+  auto bn = std::make_shared<BatchNorm1d>(3);
+  net.push_back(std::make_shared<ReLU>());
+  net.push_back(bn);
+  bn->forward(randn({4, 3}));  // counter 1, statistics moved
+  StateDict old;
+  for (const auto& [name, t] : net.state_dict())
+    if (name != "1.num_batches_tracked") old.emplace_back(name, full(t.shape(), 0.5, t.dtype()));
+  EXPECT_TRUE(net.load_state_dict(old).ok());
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 0);
+  EXPECT_EQ(bn->running_mean.to_vector<float>(), std::vector<float>(3, 0.5f));
+  old.emplace_back("1.num_batches_tracked", scalar_tensor(7.0, DType::Int64));
+  net.load_state_dict(old);
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 7);
+  BatchNorm1d untracked(3, 1e-5, 0.1, true, /*track_running_stats=*/false);
+  EXPECT_EQ(untracked.state_dict().size(), 2u);
+  EXPECT_TRUE(untracked.load_state_dict(untracked.state_dict()).ok());
+}
+
+// A key given twice is an error (which one would win?), nothing copied.
+TEST(BatchNorm, AStateWithARepeatedKeyIsRefused) {
+  BatchNorm1d bn(2);
+  StateDict state = bn.state_dict();
+  state.emplace_back("bias", ones({2}));
+  EXPECT_NE(error_of([&] { bn.load_state_dict(state); }).find("load_state_dict: key \"bias\" appears twice"),
+            std::string::npos);
+  EXPECT_EQ(bn.bias.to_vector<float>(), std::vector<float>(2, 0.0f));
+}
+
 }  // namespace
 }  // namespace tg
