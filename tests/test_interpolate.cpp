@@ -144,7 +144,7 @@ TEST(Interpolate, LinearKeepsInfWhereTheOneDimensionalKernelDoes) {
     for (bool ac : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + (ac ? " align_corners" : ""));
       Tensor x = from_vector(std::vector<double>{1, inf, 2}, {1, 1, 3}).to(dt).requires_grad_();
-      Tensor y = interpolate(x, InterpolateOptions().size({5}).mode(InterpolateMode::Linear).align_corners(ac));
+      Tensor y = interpolate(x, InterpolateOptions().size(5).mode(InterpolateMode::Linear).align_corners(ac));
       const std::vector<double> v = y.to(DType::Float64).to_vector<double>();
       EXPECT_TRUE(std::isnan(v[0]));
       for (int i = 1; i < 4; ++i) EXPECT_EQ(v[i], inf) << i;
@@ -206,7 +206,7 @@ TEST(Interpolate, RejectsBadOptionsNamingTheArgument) {
   EXPECT_EQ(error_of([&] { interpolate(zeros({2, 4}), by(M::Nearest)); }),
             "interpolate: expected a 3-D (N, C, L), 4-D (N, C, H, W) or 5-D (N, C, D, H, W) input for mode "
             "'nearest', got [2, 4]");
-  EXPECT_EQ(error_of([&] { interpolate(x3, InterpolateOptions().size({4}).scale_factor(2.0)); }),
+  EXPECT_EQ(error_of([&] { interpolate(x3, InterpolateOptions().size(4).scale_factor(2.0)); }),
             "interpolate: expected only one of size and scale_factor, got both");
   EXPECT_EQ(error_of([&] { interpolate(x3, InterpolateOptions()); }),
             "interpolate: expected size or scale_factor, got neither");
@@ -233,7 +233,7 @@ TEST(Interpolate, RejectsBadOptionsNamingTheArgument) {
             "interpolate: expected scale_factor to be a positive finite number, got -1");
   // size(n), and so size({n}), is one value for every dim, as PyTorch's int size
   EXPECT_EQ(interpolate(x5, InterpolateOptions().size(2)).shape(), (Shape{1, 2, 2, 2, 2}));
-  EXPECT_EQ(interpolate(x5, InterpolateOptions().size({3})).shape(), (Shape{1, 2, 3, 3, 3}));
+  EXPECT_EQ(interpolate(x5, InterpolateOptions().size(3)).shape(), (Shape{1, 2, 3, 3, 3}));
 }
 
 TEST(Interpolate, KernelsRejectBadInputNamingTheArgument) {
