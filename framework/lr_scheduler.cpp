@@ -24,6 +24,7 @@ const Tensor& entry(const StateDict& state, const std::string& key, const std::s
 
 LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
   for (size_t g = 0; g < optimizer.num_groups(); ++g) base_lrs_.push_back(optimizer.lr(g));
+  last_lrs_ = base_lrs_;  // until the first apply()
 }
 
 double LRScheduler::lr_at(double, int64_t) const {
@@ -57,12 +58,7 @@ void LRScheduler::set_last_epoch(int64_t epoch) {
   apply(false);
 }
 
-std::vector<double> LRScheduler::get_last_lr() const {
-  if (last_lrs_.size() == base_lrs_.size()) return last_lrs_;
-  std::vector<double> out;  // not applied yet (inside a subclass's constructor): the groups' lrs
-  for (size_t g = 0; g < base_lrs_.size(); ++g) out.push_back(optimizer_.lr(g));
-  return out;
-}
+std::vector<double> LRScheduler::get_last_lr() const { return last_lrs_; }
 
 StateDict LRScheduler::state_dict() const {
   const Shape groups{static_cast<int64_t>(base_lrs_.size())};

@@ -53,11 +53,6 @@ class Module {
   // -Woverloaded-virtual). Through a Module& it throws.
   virtual Tensor forward(const Tensor& x);
 
-  // Adds to `state` (a state dict being loaded into the whole model) entries this module's own
-  // keys (`prefix` + name) lack but PyTorch's module would infer: BatchNorm's num_batches_tracked,
-  // absent from dicts saved before it existed, loads as 0, as PyTorch loads a dict without
-  // version metadata (a plain dict, a safetensors file). Nothing by default.
-  virtual void complete_state(const std::string& prefix, StateDict& state) const;
   Tensor operator()(const Tensor& x) { return forward(x); }
 
   // Recursive views, in registration order: own entries first, then each child's (PyTorch's order).
@@ -75,6 +70,11 @@ class Module {
   // Before the check, each module may complete the state with what PyTorch's modules infer
   // (complete_state below).
   LoadStateDictReport load_state_dict(const StateDict& state, bool strict = true);
+  // Adds to `state` (a state dict being loaded into the whole model) entries this module's own
+  // keys (`prefix` + name) lack but PyTorch's module would infer: BatchNorm's num_batches_tracked,
+  // absent from dicts saved before it existed, loads as 0, as PyTorch loads a dict without
+  // version metadata (a plain dict, a safetensors file). Nothing by default.
+  virtual void complete_state(const std::string& prefix, StateDict& state) const;
 
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   std::shared_ptr<Module> child(const std::string& name) const;  // throws when absent
