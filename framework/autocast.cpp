@@ -37,11 +37,10 @@ bool cacheable(const Tensor& t) {
 
 // A cached cast still stands for its source: the source was not changed in place since, and
 // under grad mode the copy carries the history that brings a gradient back (a copy made under
-// NoGradGuard has none; one whose entry a backward has consumed cannot pass another).
+// NoGradGuard has none). Its entry saves nothing, so backward never frees it.
 bool still_valid(const CachedCast& c) {
   if (c.source.version() != c.source_version) return false;
-  if (!GradMode::is_enabled()) return true;
-  return c.cast.grad_fn() && !c.cast.grad_fn()->released();
+  return !GradMode::is_enabled() || c.cast.grad_fn();
 }
 
 }  // namespace

@@ -13,7 +13,8 @@
 //   to_float32  group_norm, layer_norm, softmax, log_softmax, the losses (mse, l1, smooth_l1,
 //               cross_entropy, binary_cross_entropy_with_logits), grid_sample, upsample_bilinear2d,
 //               upsample_linear1d, upsample_bicubic2d, upsample_trilinear3d, ms_deform_attn,
-//               batch_norm: every 16-bit input becomes float32
+//               batch_norm, pad by reflection of 1 or 2 dims and by replication,
+//               adaptive_avg_pool3d: every 16-bit input becomes float32
 //
 // Every other op runs in the dtype of its inputs; elementwise ops of two dtypes promote
 // (bfloat16 + float32 -> float32). float64 is never cast. The casts are the differentiable
@@ -24,19 +25,24 @@
 // - lower: as PyTorch's (conv1d/2d/3d, mm, bmm, matmul, linear, addmm, ..., _convolution), and
 //   the transposed convolutions too, which 1.13 lists as fp32 and PyTorch 2.x moved to the lower
 //   list: here they are the same kernels as the forward convolutions, and as fast.
-// - to_float32: 1.13's CPU fp32 list has the losses and grid_sampler but not group_norm,
+// - to_float32: 1.13's CPU fp32 list has the losses, grid_sampler, reflection_pad1d/2d,
+//   replication_pad1d/2d/3d and adaptive_avg_pool3d (reflection of 3 dims, constant and circular
+//   padding and the other pools keep the input's dtype there and here), but not group_norm,
 //   layer_norm, softmax nor upsample (they run in the input's dtype, and group_norm / layer_norm
 //   of a bf16 input with float32 affine parameters fail there with "expected scalar type
 //   BFloat16 but found Float"). Here they compute in float32, as PyTorch's CUDA list has them;
 //   ms_deform_attn stays in float32 as Deformable-DETR keeps it, and batch_norm computes in
 //   float32 (1.13's CPU returns bf16 there, from float32 statistics). (Reductions such as sum and
 //   mean are on neither 1.13 CPU list: a 16-bit one sums in float32 and rounds once anyway.)
+// - float16: 1.13 refuses it on the CPU ("AutocastCPU only support Bfloat16"); PyTorch 2.x
+//   accepts it, with the same lists. Here it is accepted, and the lists are the same as for bf16.
 //
 // The cast cache (PyTorch's): the bf16 copy of a float32 leaf that requires grad (a parameter)
 // is made once per outermost guard, not once per use, and reused while the leaf is unchanged
-// (same version), the cached copy was recorded if grad mode is on now, and its tape entry has
-// not been consumed by a backward without retain_graph. Several uses of a cached copy then sum
-// their gradients in its dtype before the one cast back to float32, exactly as PyTorch does.
+// (same version) and the cached copy was recorded if grad mode is on now. Several uses of a
+// cached copy in one loss sum their gradients in its dtype before the one cast back to float32,
+// exactly as PyTorch does; uses in two losses can run two backward calls (a GAN's D(real) and
+// D(fake)): the cast saves nothing, so a backward without retain_graph leaves it usable.
 // The cache is thread-local and emptied when the outermost guard ends.
 //
 // Backward runs with autocast off (tg::backward and tg::grad suspend it): each entry's backward

@@ -485,9 +485,12 @@ struct Engine {
       deliver(e, std::move(grads[i]));
     }
     if (!retain_graph) {
+      // Only an entry that lost saved tensors refuses another backward, as PyTorch: one that
+      // saved none (add, sum, expand, a cast) computes the same gradient again, so two losses
+      // that share it can each run their own backward.
+      for (const SavedTensor& s : node.saved_) node.released_ = node.released_ || s.tensor.defined();
       node.saved_.clear();
       node.saved_.shrink_to_fit();
-      node.released_ = true;
     }
   }
 

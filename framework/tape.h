@@ -75,6 +75,8 @@ class Node : public std::enable_shared_from_this<Node> {
   const std::vector<TensorMeta>& input_meta() const { return input_meta_; }
   const std::vector<TensorMeta>& output_meta() const { return output_meta_; }
   const std::vector<SavedTensor>& saved() const { return saved_; }
+  // True once a backward without retain_graph freed saved tensors of this entry; then it refuses
+  // another backward. An entry that saved none never is.
   bool released() const { return released_; }
   void add_output_hook(int output_nr, GradHook hook);
 

@@ -147,6 +147,13 @@ std::vector<Float32PolicyCase> float32_policy_cases() {
        [=](DType dt, bool widen) { return upsample_trilinear3d(in(widen, x4, dt).unsqueeze(0), {3, 5, 4}, true); }},
       {"ms_deform_attn",
        [=](DType dt, bool widen) { return ms_deform_attn(in(widen, value, dt), ss, lsi, in(widen, loc, dt), in(widen, attn, dt)); }},
+      // PyTorch 1.13's CPU fp32 list: reflection_pad1d/2d, replication_pad1d/2d/3d, adaptive_avg_pool3d
+      {"pad reflect 1-d", [=](DType dt, bool widen) { return pad(in(widen, logits, dt), {2, 1}, PadMode::Reflect); }},
+      {"pad reflect 2-d", [=](DType dt, bool widen) { return pad(in(widen, x4, dt), {1, 2, 2, 1}, PadMode::Reflect); }},
+      {"pad replicate 3-d",
+       [=](DType dt, bool widen) { return pad(in(widen, x4, dt), {1, 0, 2, 1, 0, 3}, PadMode::Replicate); }},
+      {"adaptive_avg_pool3d",
+       [=](DType dt, bool widen) { return adaptive_avg_pool3d(in(widen, x4, dt).unsqueeze(0), {2, 2, 2}); }},
   };
 }
 
@@ -185,6 +192,13 @@ TEST(Autocast, OtherOpsKeepTheirDtypeAndElementwiseOpsPromote) {
   EXPECT_EQ(sigmoid(h).dtype(), DType::BFloat16);
   EXPECT_EQ(sum(h).dtype(), DType::BFloat16);
   EXPECT_EQ(relu(f).dtype(), DType::Float32);
+  // as PyTorch 1.13's CPU autocast: these pads and pools are on neither list
+  const Tensor h5 = rand_t({1, 2, 3, 3, 3}, 63).to(DType::BFloat16);
+  EXPECT_EQ(pad(h5, {1, 1, 1, 1, 1, 1}, PadMode::Reflect).dtype(), DType::BFloat16);
+  EXPECT_EQ(pad(h5, {1, 1, 1, 1, 1, 1}, PadMode::Circular).dtype(), DType::BFloat16);
+  EXPECT_EQ(pad(h5, {1, 1}).dtype(), DType::BFloat16);
+  EXPECT_EQ(adaptive_avg_pool2d(h5.select(0, 0), {2, 2}).dtype(), DType::BFloat16);
+  EXPECT_EQ(max_pool2d(h5.select(0, 0), {2, 2}).dtype(), DType::BFloat16);
   EXPECT_EQ(add(h, f).dtype(), DType::Float32);
   EXPECT_EQ(mul(f, h).dtype(), DType::Float32);
 }
@@ -273,14 +287,43 @@ TEST(Autocast, TheCacheDropsACastThatNoLongerStandsForItsLeaf) {
   EXPECT_NE(y1.grad_fn()->edges()[1].fn, y2.grad_fn()->edges()[1].fn);
   EXPECT_TRUE(same_bits(y2, linear(x.to(DType::BFloat16), w.detach().to(DType::BFloat16))));
 
-  // Two training iterations inside one guard: the first backward consumes the cast's entry, the
-  // second forward makes a new one.
+  // Two training iterations inside one guard: the cast's entry saved nothing, so the first
+  // backward leaves it usable and the second forward uses it again.
   sum(y2.to(DType::Float32)).backward();
   const Tensor first = w.grad().clone();
   w.zero_grad();
   Tensor y3 = linear(x, w);
+  EXPECT_EQ(y2.grad_fn()->edges()[1].fn, y3.grad_fn()->edges()[1].fn);
   sum(y3.to(DType::Float32)).backward();
   EXPECT_TRUE(same_bits(w.grad(), first));
+}
+
+// A GAN's discriminator: one weight in two losses of one autocast region, each with its own
+// backward (PyTorch's cast saves nothing and allows it; the shared cast here once refused the
+// second: "to_backward: trying to backward through the graph a second time").
+TEST(Autocast, TwoLossesSharingACastEachRunTheirOwnBackward) {
+  Tensor w = param({5, 5}, 111);
+  const Tensor real = rand_t({3, 5}, 112), fake = rand_t({3, 5}, 113);
+  Tensor loss_real, loss_fake;
+  {
+    AutocastGuard guard(DType::BFloat16);
+    loss_real = mean(linear(real, w).to(DType::Float32));
+    loss_fake = mean(tanh(linear(fake, w)).to(DType::Float32));
+    ASSERT_EQ(autocast::cache_size(), 1u);
+  }
+  loss_real.backward();
+  const Tensor after_real = w.grad().clone();
+  loss_fake.backward();  // through the same cast entry
+
+  // The same two losses, each with a cast of its own.
+  Tensor w2 = w.detach().clone().requires_grad_();
+  mean(linear(real.to(DType::BFloat16), w2.to(DType::BFloat16)).to(DType::Float32)).backward();
+  EXPECT_TRUE(same_bits(w2.grad(), after_real));
+  mean(tanh(linear(fake.to(DType::BFloat16), w2.to(DType::BFloat16))).to(DType::Float32)).backward();
+  EXPECT_TRUE(same_bits(w2.grad(), w.grad()));
+
+  // The entries that saved tensors still refuse a second pass.
+  EXPECT_NE(error_of([&] { loss_fake.backward(); }).find("second time"), std::string::npos);
 }
 
 TEST(Autocast, BackwardRunsWithAutocastOff) {

@@ -159,6 +159,16 @@ TEST(Tape, SecondBackwardWithoutRetainGraphThrows) {
   EXPECT_NE(err.find("retain_graph"), std::string::npos) << err;
 }
 
+// As PyTorch: only entries whose saved tensors were freed refuse; add, expand and sum save none.
+TEST(Tape, EntriesThatSavedNothingRunASecondBackward) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = sum(add(x, x).expand({3, 2}));
+  y.backward();
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{12, 12}));
+  EXPECT_FALSE(y.grad_fn()->released());
+}
+
 TEST(Tape, RetainGraphAllowsASecondBackward) {
   Tensor x = leaf({1, 2}, {2});
   Tensor y = sum(mul(x, x));

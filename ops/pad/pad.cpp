@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "../../framework/autocast.h"
 #include "../../framework/checked_math.h"
 #include "../../framework/tape.h"
 #include "../internal/samples.h"
@@ -188,6 +189,9 @@ PadMode pad_mode_from_string(const std::string& mode, const char* op, const char
 Tensor pad(const Tensor& input, const IntList& pad, PadMode mode, double value) {
   const char* op = "pad";
   TG_CHECK(input.defined(), op, ": expected a defined input");
+  // Under autocast, reflection of 1 or 2 dims and replication pad in float32 (framework/autocast.h)
+  if (mode == PadMode::Replicate || (mode == PadMode::Reflect && pad.size() <= 4))
+    if (auto c = autocast::to_float32(input)) return tg::pad(c[0], pad, mode, value);
   const Shape out_shape = checked_output_shape(op, input.shape(), input.dtype(), pad, mode, value);
   Tensor out = forward_values(op, input, out_shape, pad, mode, value);
   record_one_input(kPadOp, input, out, {}, PadAttrs{input.shape(), pad, mode});

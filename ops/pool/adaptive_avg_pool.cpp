@@ -10,6 +10,7 @@
 // float32 kernel (widened) and rounded once.
 #include <algorithm>
 
+#include "../../framework/autocast.h"
 #include "../../framework/checked_math.h"
 #include "../../framework/tape.h"
 #include "../internal/reduced_float.h"
@@ -215,6 +216,7 @@ Tensor adaptive_avg_pool2d(const Tensor& input, const IntList& output_size) {
   return adaptive_avg_pool<2>(input, output_size);
 }
 Tensor adaptive_avg_pool3d(const Tensor& input, const IntList& output_size) {
+  if (auto c = autocast::to_float32(input)) return adaptive_avg_pool3d(c[0], output_size);  // framework/autocast.h
   return adaptive_avg_pool<3>(input, output_size);
 }
 Tensor adaptive_avg_pool1d_backward(const Tensor& grad_output, const Shape& input_size) {
