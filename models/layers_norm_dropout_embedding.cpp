@@ -29,8 +29,8 @@ Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training(), g
 
 Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> pad, DType dtype, Generator* gen)
     : num_embeddings(num), embedding_dim(dim) {
-  TG_CHECK(num > 0 && dim > 0, "Embedding: expected positive num_embeddings and embedding_dim, got ", num, " and ",
-           dim);
+  TG_CHECK(num >= 0 && dim >= 0, "Embedding: expected non-negative num_embeddings and embedding_dim, got ", num,
+           " and ", dim);  // an empty table is PyTorch's too (any index into it is then an error)
   if (pad) {
     TG_CHECK(*pad >= -num && *pad < num, "Embedding: padding_idx must be within num_embeddings, got ", *pad);
     padding_idx = *pad < 0 ? *pad + num : *pad;

@@ -36,8 +36,8 @@ const OpDef kDropoutOp{"dropout", "dropout_backward", "self", dropout_backward, 
 Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   TG_CHECK(x.defined(), "dropout: the tensor is undefined");
   TG_CHECK(p >= 0.0 && p <= 1.0, "dropout: expected probability p in [0, 1], got ", p);
+  if (!train || p == 0.0) return x;  // any dtype, as PyTorch
   TG_CHECK(is_floating(x.dtype()), "dropout: expected a floating tensor, got ", dtype_name(x.dtype()));
-  if (!train || p == 0.0) return x;
   Generator& g = gen ? *gen : default_generator();
   Tensor mask = Tensor::empty(x.shape(), x.dtype());
   // In 16 bits the mask holds the scale rounded to T, as PyTorch's does.

@@ -42,6 +42,11 @@ TEST(CoreOpsDropout, EvalIsTheIdentityAndPOneZeroes) {
   Tensor y = tg::dropout(x, 0.5, false);
   EXPECT_EQ(y.impl(), x.impl());
   for (float v : tg::dropout(x, 1.0, true).to_vector<float>()) EXPECT_EQ(v, 0.0f);
+  // As PyTorch: an integer tensor passes through where nothing is dropped, and is refused in training.
+  Tensor i = tg::from_vector(std::vector<int64_t>{1, 2}, {2});
+  EXPECT_EQ(tg::dropout(i, 0.5, false).impl(), i.impl());
+  EXPECT_EQ(tg::dropout(i, 0.0, true).impl(), i.impl());
+  EXPECT_THROW(tg::dropout(i, 0.5, true), tg::Error);
 }
 
 // Runs fn with 1 and with 2 threads and expects identical bits.

@@ -324,6 +324,15 @@ TEST(Layers, EmbeddingLooksUpRowsAndZeroesPadding) {
   EXPECT_EQ(keys(emb.state_dict()), (std::vector<std::string>{"weight"}));
 }
 
+TEST(Layers, EmbeddingMayBeEmptyAsPyTorchs) {
+  Embedding emb(0, 3, std::nullopt, DType::Float64);
+  EXPECT_EQ(emb.weight.shape(), (Shape{0, 3}));
+  EXPECT_EQ(emb(Tensor::empty({0}, DType::Int64)).shape(), (Shape{0, 3}));
+  EXPECT_THROW(emb(from_vector(std::vector<int64_t>{0}, {1})), Error);
+  EXPECT_THROW(Embedding(0, 3, 0), Error);  // no row to pad
+  EXPECT_THROW(Embedding(-1, 3), Error);
+}
+
 TEST(Module, SafetensorsRoundTrip) {
   manual_seed(4);
   MLP a({6, 5, 3});
