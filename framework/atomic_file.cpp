@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,14 +17,39 @@ namespace tg {
 
 namespace {
 
-// The pid of a temporary "<name>.tmp.<pid>" of target `name`, or -1 when `file` is not one.
+bool all_digits(const std::string& s, size_t max_size) {
+  return !s.empty() && s.size() <= max_size && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// The pid of a temporary "<name>.tmp.<pid>.<n>" (or "<name>.tmp.<pid>", as earlier versions
+// named them) of target `name`, or -1 when `file` is not one.
 long temp_owner(const std::string& file, const std::string& name) {
   const std::string prefix = name + ".tmp.";
   if (file.size() <= prefix.size() || file.compare(0, prefix.size(), prefix) != 0) return -1;
-  const std::string digits = file.substr(prefix.size());
-  if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stol(digits);
+  const std::string rest = file.substr(prefix.size());
+  const size_t dot = rest.find('.');
+  const std::string pid = rest.substr(0, dot);
+  if (!all_digits(pid, 9) || (dot != std::string::npos && !all_digits(rest.substr(dot + 1), 19))) return -1;
+  return std::stol(pid);
 }
+
+// The file a write of `path` should replace: path itself, or, when it is a symbolic link, what
+// the link names (np.save and torch.save write through a link; replacing it by a regular file
+// left the linked file stale).
+std::string write_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  for (int hops = 0; hops < 40; ++hops) {  // Linux's limit on links followed in one lookup
+    std::error_code ec;
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p.string();
+    const fs::path link = fs::read_symlink(p, ec);
+    TG_CHECK(!ec, "cannot write ", path, ": cannot read the symbolic link ", p.string(), " (", ec.message(), ")");
+    p = link.is_absolute() ? link : p.parent_path() / link;
+  }
+  TG_ERROR("cannot write ", path, ": too many levels of symbolic links");
+}
+
+std::atomic<uint64_t> g_temp_counter{0};
 
 }  // namespace
 
@@ -52,10 +79,24 @@ void remove_stale_temporaries(const std::string& path) {
 }
 
 void write_file_atomically(const std::string& path, const std::string& content) {
-  remove_stale_temporaries(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const std::string target = write_target(path);
+  remove_stale_temporaries(target);
+  // One temporary per write (two threads saving one path each finish a whole file; the last
+  // rename wins).
+  const std::string tmp =
+      target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_temp_counter.fetch_add(1));
+  // A replaced file keeps its permission bits (a private checkpoint stays private); a new one
+  // gets 0666 less the umask, as open() and np.save give it.
+  struct stat old_stat;
+  const bool replacing = ::stat(target.c_str(), &old_stat) == 0;
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   TG_CHECK(fd >= 0, "cannot write ", path, ": ", std::strerror(errno));
+  if (replacing && ::fchmod(fd, old_stat.st_mode & 07777) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    TG_ERROR("cannot write ", path, ": cannot keep its permissions: ", std::strerror(err));
+  }
   size_t done = 0;
   while (done < content.size()) {
     ssize_t n = ::write(fd, content.data() + done, content.size() - done);
@@ -73,7 +114,7 @@ void write_file_atomically(const std::string& path, const std::string& content) 
     ::unlink(tmp.c_str());
     TG_ERROR("cannot write ", path, ": ", std::strerror(err));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
     TG_ERROR("cannot write ", path, ": rename failed: ", std::strerror(err));

@@ -43,17 +43,30 @@ std::string join(const CsvRecord& record, bool names) {
     if (i > 0) line += ',';
     line += csv_quote(names ? record[i].first : record[i].second.text());
   }
-  return line;
+  // One empty field: a blank line would read back as no field at all (Python's csv.writer
+  // writes "" here too).
+  return record.size() == 1 && line.empty() ? "\"\"" : line;
+}
+
+// The file's first record as written, without its line break: up to the first line break
+// outside quotes (a quoted column name may hold one). Empty when the file is missing or empty.
+std::string read_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string header;
+  bool quoted = false;
+  for (char c; in.get(c);) {
+    if (c == '"') quoted = !quoted;  // a doubled quote toggles twice
+    if (c == '\n' && !quoted) break;
+    header += c;
+  }
+  if (!header.empty() && header.back() == '\r') header.pop_back();
+  return header;
 }
 
 }  // namespace
 
 CsvLogger::CsvLogger(std::string path, bool append) : path_(std::move(path)) {
-  if (append) {
-    std::ifstream in(path_);
-    std::getline(in, header_);  // empty when the file is missing or empty
-    if (!header_.empty() && header_.back() == '\r') header_.pop_back();
-  }
+  if (append) header_ = read_header(path_);
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
   TG_CHECK(fd_ >= 0, "CsvLogger: cannot open ", path_, " for writing: ", std::strerror(errno));
 }
@@ -74,6 +87,10 @@ void CsvLogger::write(const std::string& text) {
 
 void CsvLogger::log(const CsvRecord& record) {
   TG_CHECK(!record.empty(), "CsvLogger::log: ", path_, ": expected at least one column, got none");
+  for (size_t i = 0; i < record.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      TG_CHECK(record[i].first != record[j].first, "CsvLogger::log: ", path_, ": column \"", record[i].first,
+               "\" appears twice in the record; expected distinct names");
   const std::string names = join(record, true);
   std::string text;
   if (header_.empty()) {

@@ -8,7 +8,8 @@
 // handed to the file in one write() (no buffer in between: each row is on disk for a reader as
 // soon as log returns, and a record that is refused writes nothing). Fields are quoted
 // as RFC 4180 says (those holding a comma, a quote, a line break or surrounding spaces; quotes
-// doubled). Numbers are written exactly: integers as integers, floating values in the shortest
+// doubled; a record of one empty field is "", as Python's csv writes it). Column names must be
+// distinct. Numbers are written exactly: integers as integers, floating values in the shortest
 // form that reads back to the same double.
 #pragma once
 
@@ -48,7 +49,7 @@ std::string csv_quote(const std::string& field);
 class CsvLogger {
  public:
   // Creates (or truncates) path. With append, an existing non-empty file is continued instead:
-  // its first line is the header, and records must have its columns. A file that cannot be
+  // its first record is the header, and records must have its columns. A file that cannot be
   // opened is a tg::Error naming it.
   explicit CsvLogger(std::string path, bool append = false);
   ~CsvLogger();

@@ -27,17 +27,20 @@ struct GzCloser {
 using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
 
 // Reads exactly n bytes (gzread transparently reads raw files as well). Returns the count read,
-// or throws on a zlib error (a corrupt stream or a CRC mismatch).
+// fewer at the end of the data; throws on a zlib error (a corrupt stream, a CRC mismatch) and
+// on a gzip stream that stops before its end (gzread then returns what it has and 0 after,
+// like a clean end: only gzerror's Z_BUF_ERROR tells them apart, and without this check a
+// file cut inside its CRC trailer loaded whatever it held, corrupt or not).
 int64_t read_some(gzFile f, uint8_t* dst, int64_t n, const std::string& path) {
   int64_t done = 0;
   while (done < n) {
     const unsigned chunk = static_cast<unsigned>(std::min<int64_t>(n - done, 1 << 30));
     const int got = gzread(f, dst + done, chunk);
-    if (got < 0) {
-      int errnum = 0;
-      const char* msg = gzerror(f, &errnum);
-      TG_ERROR("read_idx: ", path, ": corrupt gzip data (", msg ? msg : "unknown zlib error", ")");
-    }
+    int errnum = Z_OK;
+    const char* msg = gzerror(f, &errnum);
+    TG_CHECK(got >= 0 && errnum != Z_BUF_ERROR, "read_idx: ", path, ": ",
+             got >= 0 ? "truncated gzip stream (" : "corrupt gzip data (", msg && *msg ? msg : "unknown zlib error",
+             ")");
     if (got == 0) break;
     done += got;
   }

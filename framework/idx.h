@@ -20,8 +20,10 @@ struct IdxBytes {
 };
 
 // Reads an IDX file (gzip or raw). The file is untrusted: a bad magic, a truncated header or
-// payload, trailing bytes, a gzip CRC error or dims whose product cannot fit in the file (for
-// gzip, in the most the file could inflate to) throw tg::Error naming the file. The payload is
+// payload, a gzip stream cut short (even inside its CRC trailer), a gzip CRC error, bytes past a
+// raw file's payload or dims whose product cannot fit in the file (for gzip, in the most the
+// file could inflate to) throw tg::Error naming the file. (Bytes after a complete gzip stream
+// are ignored, as zlib and gzip -d ignore them.) The payload is
 // read in 1 MB chunks: memory follows what the stream really delivers (plus a chunk), never
 // the size the header claims.
 IdxBytes read_idx(const std::string& path);

@@ -322,10 +322,16 @@ void save_npy(const std::string& path, const Tensor& t) {
   if (c.dim() > 1) shape.resize(shape.size() - 2);
   else if (c.dim() == 1) shape.resize(shape.size() - 1);
   std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + shape + "), }";
-  // Pad so the data starts on a 64-byte boundary, ending the header with a newline.
-  const size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
+  // As numpy 1.24 writes it (format.py): the dict, spare spaces for the first dim to grow to 21
+  // digits in place, then 1 to 64 spaces and a newline up to a 64-byte boundary.
+  if (c.dim() > 0) header.append(21 - std::to_string(c.size(0)).size(), ' ');
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
   header.push_back('\n');
+  // (Format 1.0's 2-byte length would need format 2.0 past 65,535 bytes, but no reader takes a
+  // header that long: numpy's limit, and load_npy's, is 10,000 bytes, about 2,900 dims.)
+  TG_CHECK(static_cast<int64_t>(header.size()) <= kMaxNpyHeaderBytes, "save_npy: ", path, ": a tensor of ", c.dim(),
+           " dims needs a header of ", header.size(), " bytes, past the ", kMaxNpyHeaderBytes,
+           " that numpy and load_npy read (max_header_size)");
   std::string bytes = "\x93NUMPY";
   bytes.push_back('\x01');
   bytes.push_back('\x00');

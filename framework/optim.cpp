@@ -308,8 +308,10 @@ void Optimizer::load_state_dict(const StateDict& state) {
     TG_CHECK(value.defined(), name(), ".load_state_dict: \"", key, "\" is undefined");
     auto parse_index = [&](const std::string& rest, size_t limit, const char* what) -> std::pair<size_t, std::string> {
       size_t dot = rest.find('.');
-      TG_CHECK(dot != std::string::npos && dot > 0 && rest.find_first_not_of("0123456789") == dot, name(),
-               ".load_state_dict: malformed key \"", key, "\"");
+      // digits without a leading zero: "state.00.exp_avg" would be a second name of state.0's
+      TG_CHECK(dot != std::string::npos && dot > 0 && rest.find_first_not_of("0123456789") == dot &&
+                   (dot == 1 || rest[0] != '0'),
+               name(), ".load_state_dict: malformed key \"", key, "\"");
       TG_CHECK(dot <= 18, name(), ".load_state_dict: ", what, " index in \"", key, "\" is out of range for ", limit);
       const size_t i = std::stoul(rest.substr(0, dot));  // at most 18 digits: fits
       TG_CHECK(i < limit, name(), ".load_state_dict: ", what, " ", i, " in \"", key, "\" is out of range for ", limit);

@@ -15,7 +15,11 @@ namespace tg {
 
 namespace {
 
-using ordered_json = nlohmann::ordered_json;
+// Headers are parsed into nlohmann::json (objects are std::maps: a header of n tensors costs
+// n log n; ordered_json searches a vector on every insert, which made a 12 MB header of 200,000
+// empty tensors take a minute), and the file's order of tensors is kept beside it.
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;  // for writing: a tensor's keys in the reference order
 
 // The Rust reference implementation refuses headers over 100 MB; so do we, so that a forged
 // length cannot make us read a huge header into memory.
@@ -60,7 +64,7 @@ uint64_t read_u64_le(const unsigned char* b) {
 }
 
 // A non-negative integer that fits in 62 bits (so sums and products below cannot overflow).
-bool as_size(const ordered_json& j, uint64_t& out) {
+bool as_size(const json& j, uint64_t& out) {
   if (!j.is_number_integer()) return false;
   if (j.is_number_unsigned()) out = j.get<uint64_t>();
   else {
@@ -71,6 +75,16 @@ bool as_size(const ordered_json& j, uint64_t& out) {
   return out < (uint64_t(1) << 62);
 }
 
+// j's compact text; a name or value that is not valid UTF-8 is an error (error_handler strict).
+template <class Json>
+std::string json_text(const Json& j) {
+  try {
+    return j.dump(-1, ' ', false, json::error_handler_t::strict);
+  } catch (const json::exception& e) {
+    TG_ERROR("save_safetensors: a tensor name or metadata string is not valid UTF-8 (", e.what(), ")");
+  }
+}
+
 }  // namespace
 
 std::string serialize_safetensors(const StateDict& tensors, const SafetensorsMetadata& metadata) {
@@ -78,12 +92,10 @@ std::string serialize_safetensors(const StateDict& tensors, const SafetensorsMet
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors[a].first < tensors[b].first; });
 
-  ordered_json header = ordered_json::object();
-  if (!metadata.empty()) {
-    ordered_json m = ordered_json::object();
-    for (const auto& [k, v] : metadata) m[k] = v;
-    header["__metadata__"] = m;
-  }
+  // The header's text is written entry by entry (one ordered_json of n entries would cost n^2):
+  // __metadata__ first, then the tensors in name order, each with dtype, shape, data_offsets.
+  std::string text = "{";
+  if (!metadata.empty()) text += "\"__metadata__\":" + json_text(json(metadata));
   std::vector<Tensor> data;
   uint64_t offset = 0;
   for (size_t k = 0; k < order.size(); ++k) {
@@ -92,23 +104,20 @@ std::string serialize_safetensors(const StateDict& tensors, const SafetensorsMet
     TG_CHECK(name != "__metadata__", "save_safetensors: \"__metadata__\" is reserved and cannot name a tensor");
     TG_CHECK(k == 0 || tensors[order[k - 1]].first != name, "save_safetensors: duplicate tensor name \"", name, "\"");
     TG_CHECK(t.defined(), "save_safetensors: tensor \"", name, "\" is undefined");
+    TG_CHECK(t.dim() <= static_cast<int64_t>(kMaxArrayLength), "save_safetensors: tensor \"", name, "\" has ", t.dim(),
+             " dims; a header's shape holds at most ", kMaxArrayLength, " (load_safetensors refuses more)");
     Tensor c = t.contiguous();
     const uint64_t bytes = static_cast<uint64_t>(c.numel()) * dtype_size(c.dtype());
     ordered_json e = ordered_json::object();
     e["dtype"] = st_dtype(c.dtype());
     e["shape"] = c.shape();
     e["data_offsets"] = {offset, offset + bytes};
-    header[name] = e;
+    if (text.size() > 1) text += ",";
+    text += json_text(json(name)) + ":" + json_text(e);
     offset += bytes;
     data.push_back(c);
   }
-  // error_handler::strict: a name or value that is not valid UTF-8 throws (caught below).
-  std::string text;
-  try {
-    text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
-  } catch (const nlohmann::json::exception& e) {
-    TG_ERROR("save_safetensors: a tensor name or metadata string is not valid UTF-8 (", e.what(), ")");
-  }
+  text += "}";
   text.append((8 - text.size() % 8) % 8, ' ');
 
   std::string out;
@@ -147,51 +156,88 @@ uint64_t read_header_length(const std::string& bytes, const std::string& where) 
   return header_len;
 }
 
-// The header JSON, which must be an object with no key twice.
-ordered_json parse_header_json(const std::string& bytes, uint64_t header_len, const std::string& where) {
-  // JSON itself lets a later duplicate key silently replace an earlier one; a checkpoint
-  // with two entries of one name is corrupt, so the parser callback watches for them. It also
-  // refuses what no safetensors header holds: nesting deeper than header -> tensor -> shape
-  // (a 100 MB "[[[[..." would otherwise cost gigabytes of nodes and recursion in dump()), and
-  // arrays longer than kMaxArrayLength (a shape of millions of dims).
+// The header JSON, which must be an object with no key twice, and its keys in the file's order.
+struct Header {
+  json entries;
+  std::vector<std::string> order;
+};
+
+// A first pass over the header's JSON, as SAX events, before any of it is built: JSON itself
+// lets a later duplicate key silently replace an earlier one, and a checkpoint with two entries
+// of one name is corrupt; no safetensors header nests deeper than header -> tensor -> shape (a
+// 100 MB "[[[[..." would otherwise cost gigabytes of nodes and recursion in dump()), nor holds
+// an array longer than kMaxArrayLength (a shape of millions of dims). It also keeps the order of
+// the tensors. (nlohmann's parse callback could watch for the same, but its parser then scans
+// the whole parent object at the end of each entry: quadratic in the number of tensors.)
+class HeaderChecker : public nlohmann::json_sax<json> {
+ public:
+  explicit HeaderChecker(const std::string& where) : where_(where) {}
+  std::vector<std::string> order;
+  std::string duplicate, error;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    if (!open_.back().keys.insert(k).second && duplicate.empty()) duplicate = k;
+    if (open_.size() == 1) order.push_back(k);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();
+    return false;
+  }
+
+ private:
   struct Container {
     bool is_array;
     size_t count;
     std::set<std::string> keys;
   };
-  std::vector<Container> open;
-  std::string duplicate;
-  auto watch = [&](int, nlohmann::json::parse_event_t event, ordered_json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    const bool starts = event == E::object_start || event == E::array_start;
-    if ((starts || event == E::value) && !open.empty() && open.back().is_array) {
-      TG_CHECK(++open.back().count <= kMaxArrayLength, where, "header has an array longer than ", kMaxArrayLength,
+  bool value() {
+    if (!open_.empty() && open_.back().is_array)
+      TG_CHECK(++open_.back().count <= kMaxArrayLength, where_, "header has an array longer than ", kMaxArrayLength,
                " elements (a shape has at most ", kMaxArrayLength, " dims, data_offsets 2)");
-    }
-    if (starts) {
-      TG_CHECK(open.size() < kMaxDepth, where, "header nests deeper than ", kMaxDepth,
-               " levels (header -> tensor -> shape)");
-      open.push_back({event == E::array_start, 0, {}});
-    } else if (event == E::object_end || event == E::array_end) {
-      open.pop_back();
-    } else if (event == E::key && !open.back().keys.insert(parsed.get<std::string>()).second && duplicate.empty()) {
-      duplicate = parsed.get<std::string>();
-    }
     return true;
-  };
-  ordered_json header;
-  try {
-    header = ordered_json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len), watch);
-  } catch (const nlohmann::json::exception& e) {
-    TG_ERROR(where, "header is not valid JSON (", e.what(), ")");
   }
-  TG_CHECK(header.is_object(), where, "header must be a JSON object, got ", header.type_name());
-  TG_CHECK(duplicate.empty(), where, "key \"", duplicate, "\" appears more than once in the header");
+  bool open(bool is_array) {
+    value();
+    TG_CHECK(open_.size() < kMaxDepth, where_, "header nests deeper than ", kMaxDepth,
+             " levels (header -> tensor -> shape)");
+    open_.push_back({is_array, 0, {}});
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+  const std::string& where_;
+  std::vector<Container> open_;
+};
+
+Header parse_header_json(const std::string& bytes, uint64_t header_len, const std::string& where) {
+  const auto first = bytes.begin() + 8, last = first + static_cast<std::ptrdiff_t>(header_len);
+  HeaderChecker checker(where);
+  const bool valid = json::sax_parse(first, last, &checker);
+  TG_CHECK(valid, where, "header is not valid JSON (", checker.error, ")");
+  TG_CHECK(checker.duplicate.empty(), where, "key \"", checker.duplicate, "\" appears more than once in the header");
+  Header header;
+  header.entries = json::parse(first, last);  // valid, and within the limits above
+  TG_CHECK(header.entries.is_object(), where, "header must be a JSON object, got ", header.entries.type_name());
+  header.order = std::move(checker.order);
   return header;
 }
 
 // The "__metadata__" entry: an object of strings.
-void read_metadata(const ordered_json& v, const std::string& where, SafetensorsMetadata& metadata) {
+void read_metadata(const json& v, const std::string& where, SafetensorsMetadata& metadata) {
   TG_CHECK(v.is_object(), where, "__metadata__ must be an object of strings, got ", v.type_name());
   for (auto m = v.begin(); m != v.end(); ++m) {
     TG_CHECK(m.value().is_string(), where, "__metadata__[\"", m.key(), "\"] must be a string, got ",
@@ -202,7 +248,7 @@ void read_metadata(const ordered_json& v, const std::string& where, SafetensorsM
 
 // One tensor's entry: its dtype, shape and data_offsets, checked against the data section of
 // data_size bytes.
-Entry read_entry(const std::string& name, const ordered_json& v, uint64_t data_size, const std::string& where) {
+Entry read_entry(const std::string& name, const json& v, uint64_t data_size, const std::string& where) {
   const std::string t = where + "tensor \"" + name + "\": ";
   TG_CHECK(v.is_object(), t, "expected an object with dtype, shape and data_offsets, got ", v.type_name());
   TG_CHECK(v.contains("dtype") && v["dtype"].is_string(), t, "missing or non-string \"dtype\"");
@@ -268,13 +314,14 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
   const std::string where = "load_safetensors: " + what + ": ";
   const uint64_t header_len = read_header_length(bytes, where);
   const uint64_t data_size = bytes.size() - 8 - header_len;
-  const ordered_json header = parse_header_json(bytes, header_len, where);
+  const Header header = parse_header_json(bytes, header_len, where);
 
   SafetensorsFile out;
   std::vector<Entry> entries;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") read_metadata(it.value(), where, out.metadata);
-    else entries.push_back(read_entry(it.key(), it.value(), data_size, where));
+  for (const std::string& key : header.order) {
+    const json& value = header.entries.at(key);
+    if (key == "__metadata__") read_metadata(value, where, out.metadata);
+    else entries.push_back(read_entry(key, value, data_size, where));
   }
   check_no_overlap(entries, where);
 

@@ -47,6 +47,22 @@ TEST(CsvLogger, QuotesOnlyWhenNeeded) {
   EXPECT_EQ(read_bytes(path), "\"loss, mean\",note\n1,\"a \"\"b\"\", c\"\n");
 }
 
+// As Python's csv module reads them back: a lone empty field is "" (a blank line reads as no
+// field, and pandas skips it); a header whose quoted name holds a line break is one record.
+TEST(CsvLogger, ALoneEmptyFieldAndMultiLineNamesReadBack) {
+  const std::string path = fresh_temp_dir("csv_lone_empty") + "/e.csv";
+  {
+    CsvLogger log(path);
+    log.log({{"note", "x"}});
+    log.log({{"note", ""}});
+  }
+  EXPECT_EQ(read_bytes(path), "note\nx\n\"\"\n");
+  const std::string multi = fresh_temp_dir("csv_multiline_name") + "/m.csv";
+  { CsvLogger(multi).log({{"e\nf", 1}, {"g", 2}}); }
+  CsvLogger(multi, /*append=*/true).log({{"e\nf", 3}, {"g", 4}});
+  EXPECT_EQ(read_bytes(multi), "\"e\nf\",g\n1,2\n3,4\n");
+}
+
 TEST(CsvLogger, ARefusedRecordWritesNothing) {
   const std::string path = fresh_temp_dir("csv_refused") + "/r.csv";
   CsvLogger log(path);
@@ -55,6 +71,7 @@ TEST(CsvLogger, ARefusedRecordWritesNothing) {
   expect_error_with([&] { log.log({{"b", 2}, {"a", 1}}); }, {"CsvLogger::log", path, "b,a", "a,b"});
   expect_error_with([&] { log.log({{"a", 1}}); }, {"CsvLogger::log", path, "a,b"});
   expect_error_with([&] { log.log({}); }, {"CsvLogger::log", path, "at least one column"});
+  expect_error_with([&] { log.log({{"a", 1}, {"a", 2}}); }, {"CsvLogger::log", path, "\"a\" appears twice"});
   EXPECT_EQ(read_bytes(path), before);
   log.log({{"a", 3}, {"b", 4}});
   EXPECT_EQ(read_bytes(path), "a,b\n1,2\n3,4\n");

@@ -167,6 +167,13 @@ TEST(Idx, CorruptFilesAreRejectedClearly) {
   write_bytes(dir + "/bad_crc.gz", bad_crc);
   expect_error_with([&] { read_idx(dir + "/bad_crc.gz"); }, {"corrupt gzip data"});
   EXPECT_EQ(read_idx(dir + "/full.gz").data, big);  // the intact file still reads
+  // Cut inside or just before its 8-byte trailer (CRC32, length): the payload is all there but
+  // can no longer be checked; with one byte changed it was loaded as it came.
+  for (size_t cut = 1; cut <= 8; ++cut) {
+    std::string no_trailer = packed.substr(0, packed.size() - cut);
+    write_bytes(dir + "/no_trailer.gz", no_trailer);
+    expect_error_with([&] { read_idx(dir + "/no_trailer.gz"); }, {"truncated gzip stream"});
+  }
 
   expect_error_with([&] { load_idx_images(dir + "/full.gz"); }, {"expected 3 dims (N, H, W), got [4000]"});
   write_bytes(dir + "/images.idx", good);

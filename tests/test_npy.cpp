@@ -5,7 +5,10 @@
 
 #include <csignal>
 #include <cstring>
+#include <algorithm>
+#include <filesystem>
 #include <limits>
+#include <thread>
 
 #include "io_test_util.h"
 
@@ -283,6 +286,52 @@ TEST(Npy, LongAndMalformedHeadersAreRefusedWithoutCrashing) {
         npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 549755813887, 549755813887), }", ""),
         {"load_npy", "shape", "fit in int64"});
   expect_error_with([&] { parse_npy(long_descr, "bytes of x.npy"); }, {"load_npy: bytes of x.npy: header of 30070"});
+  std::filesystem::remove_all(dir);
+}
+
+// Through a symbolic link the linked file is replaced (the link stays), as np.save does, and a
+// replaced file keeps its permission bits (a private checkpoint stayed private only until the
+// next save: the temporary was created 0644 and renamed over it).
+TEST(Npy, SaveWritesThroughLinksAndKeepsPermissions) {
+  namespace fs = std::filesystem;
+  const std::string dir = fresh_temp_dir("npy_link_mode");
+  save_npy(dir + "/real.npy", scalar_tensor(1.0, DType::Float64));
+  fs::create_symlink("real.npy", dir + "/link.npy");
+  fs::create_symlink("link.npy", dir + "/link2.npy");
+  save_npy(dir + "/link2.npy", scalar_tensor(2.0, DType::Float64));
+  EXPECT_TRUE(fs::is_symlink(dir + "/link.npy"));
+  EXPECT_TRUE(fs::is_symlink(dir + "/link2.npy"));
+  EXPECT_EQ(load_npy(dir + "/real.npy").item<double>(), 2.0);
+  fs::permissions(dir + "/real.npy", fs::perms::owner_read | fs::perms::owner_write);
+  save_npy(dir + "/real.npy", scalar_tensor(3.0, DType::Float64));
+  EXPECT_EQ(fs::status(dir + "/real.npy").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(load_npy(dir + "/link.npy").item<double>(), 3.0);
+  // Threads of one process saving one path each write a temporary of their own: whole files.
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t)
+    writers.emplace_back([&, t] {
+      for (int k = 0; k < 20; ++k) save_npy(dir + "/shared.npy", full({5000}, t, DType::Float64));
+    });
+  for (auto& w : writers) w.join();
+  const std::vector<double> v = load_npy(dir + "/shared.npy").to_vector<double>();
+  EXPECT_EQ(std::count(v.begin(), v.end(), v[0]), 5000);
+  int files = 0;
+  for ([[maybe_unused]] auto& e : fs::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 4) << "real.npy, link.npy, link2.npy and shared.npy, no temporary";
+  fs::remove_all(dir);
+}
+
+// A header too long for any reader (25,000 dims: 75 KB, past numpy's and load_npy's 10,000
+// bytes) is refused; its length was cut to 16 bits, an unreadable file.
+TEST(Npy, AHeaderNoReaderTakesIsRefused) {
+  const std::string dir = fresh_temp_dir("npy_long_header");
+  expect_error_with([&] { save_npy(dir + "/many_dims.npy", full(Shape(25000, 1), 7.0, DType::Float32)); },
+                    {"save_npy", "25000 dims", "max_header_size"});
+  EXPECT_FALSE(std::filesystem::exists(dir + "/many_dims.npy"));
+  const Tensor t = full(Shape(2000, 1), 7.0, DType::Float32);  // 6 KB of header: fine
+  save_npy(dir + "/dims.npy", t);
+  EXPECT_EQ(load_npy(dir + "/dims.npy").shape(), t.shape());
   std::filesystem::remove_all(dir);
 }
 

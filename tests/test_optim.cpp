@@ -510,6 +510,10 @@ TEST(Optim, LoadStateDictRefusesUnknownBuffersAndRepeatedKeys) {
   EXPECT_NE(error_of([&] { sgd.load_state_dict({{"state.0.momentum_buffer", z}, {"state.0.momentum_buffer", z}}); })
                 .find("SGD.load_state_dict: \"state.0.momentum_buffer\" appears twice"),
             std::string::npos);
+  // A leading zero would be a second spelling of one key (the later one won).
+  EXPECT_NE(error_of([&] { sgd.load_state_dict({{"state.0.momentum_buffer", z}, {"state.00.momentum_buffer", z}}); })
+                .find("SGD.load_state_dict: malformed key \"state.00.momentum_buffer\""),
+            std::string::npos);
   EXPECT_TRUE(sgd.state(0).empty());
   sgd.load_state_dict({{"state.0.momentum_buffer", z}});  // a name it keeps
   EXPECT_EQ(sgd.state(0).size(), 1u);

@@ -117,6 +117,9 @@ TEST(Safetensors, WriterRejectsBadNames) {
   expect_error_with([] { serialize_safetensors({{"__metadata__", ones({1})}}); }, {"reserved"});
   expect_error_with([] { serialize_safetensors({{"w", Tensor()}}); }, {"\"w\" is undefined"});
   expect_error_with([] { serialize_safetensors({{"bad\xff", ones({1})}}); }, {"not valid UTF-8"});
+  expect_error_with([] { serialize_safetensors({{"m", ones(Shape(65, 1))}}); }, {"\"m\" has 65 dims", "at most 64"});
+  EXPECT_EQ(parse_safetensors(serialize_safetensors({{"m", ones(Shape(64, 1))}}), "64 dims").tensors.at(0).second.dim(),
+            64);
 }
 
 TEST(Safetensors, UntrustedHeadersAreCheckedBeforeAllocation) {
@@ -245,6 +248,30 @@ TEST(Safetensors, SaveRemovesStaleTemporariesOfDeadWriters) {
   for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir)) ++files;
   EXPECT_EQ(files, 4);
   std::filesystem::remove_all(dir);
+}
+
+// The tensors come in the file's order, and a header of many entries costs n log n: 100,000
+// empty tensors, listed in reverse name order (an insertion-ordered JSON object searched its
+// entries on every insert: a minute for 200,000).
+TEST(Safetensors, ManyTensorsLoadInTheFilesOrder) {
+  const int n = 100000;
+  std::string header = "{";
+  for (int i = n - 1; i >= 0; --i)
+    header += "\"t" + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}" +
+              (i > 0 ? "," : "}");
+  std::string bytes(8, '\0');
+  for (int k = 0; k < 8; ++k) bytes[k] = static_cast<char>((uint64_t(header.size()) >> (8 * k)) & 0xff);
+  const SafetensorsFile f = parse_safetensors(bytes + header, "many");
+  ASSERT_EQ(f.tensors.size(), size_t(n));
+  EXPECT_EQ(f.tensors.front().first, "t" + std::to_string(n - 1));
+  EXPECT_EQ(f.tensors[1].first, "t" + std::to_string(n - 2));
+  EXPECT_EQ(f.tensors.back().first, "t0");
+  // Written back in name order, with __metadata__ first, as the Python writer does.
+  const std::string out = serialize_safetensors({{"b", ones({1})}, {"a", zeros({2})}}, {{"k", "v"}});
+  EXPECT_EQ(out.substr(8, out.find('}', 8) - 8 + 1), "{\"__metadata__\":{\"k\":\"v\"}");
+  const SafetensorsFile back = parse_safetensors(out, "written");
+  EXPECT_EQ(back.tensors.at(0).first, "a");
+  EXPECT_EQ(back.metadata.at("k"), "v");
 }
 
 // A module-like state dict: tensors the "model" owns and keeps using after the load.
