@@ -81,18 +81,22 @@ double norm_of(const Tensor& t) {
 
 Node::~Node() {
   // Destroying the last owner of a long chain would recurse once per entry. Instead, take over
-  // the inputs that only this entry owns and release them one at a time.
+  // this entry's references to other entries (its inputs' producers, and those of its saved
+  // tensors, which may own the same producer a second time) and release them one at a time;
+  // an entry is taken apart only when ours is its last reference.
   std::vector<std::shared_ptr<Node>> pending;
-  auto take_unique_inputs = [&pending](std::vector<Edge>& edges) {
-    for (Edge& e : edges)
-      if (e.fn && e.fn.use_count() == 1) pending.push_back(std::move(e.fn));
+  auto take_references = [&pending](Node& n) {
+    for (Edge& e : n.edges_)
+      if (e.fn) pending.push_back(std::move(e.fn));
+    for (SavedTensor& s : n.saved_)
+      if (s.fn) pending.push_back(std::move(s.fn));
   };
-  take_unique_inputs(edges_);
+  take_references(*this);
   while (!pending.empty()) {
     std::shared_ptr<Node> node = std::move(pending.back());
     pending.pop_back();
-    take_unique_inputs(node->edges_);
-  }  // each `node` dies here with no unique inputs left, so its destructor does not recurse
+    if (node.use_count() == 1) take_references(*node);
+  }  // each `node` dies here (or lives on elsewhere) holding no entries, so it does not recurse
 }
 
 void Node::add_output_hook(int output_nr, GradHook hook) {
@@ -255,6 +259,8 @@ struct Engine {
   Capture* capture = nullptr;  // null: accumulate into leaves' .grad()
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   // With a trace on: each entry's position in the graph, oldest first (tape_to_text's numbers).
+  // The trace stream as the pass began (one set by a hook during the pass applies to the next).
+  std::ostream* trace = nullptr;
   std::unordered_map<const Node*, size_t> trace_number;
   DType trace_dtype = DType::Float32;  // the first root's: the trace names the other dtypes
   // For tg::grad: the entries whose backward can reach a wanted gradient; the others only
@@ -418,7 +424,7 @@ struct Engine {
   }
 
   void trace_step(const Node& node, const std::vector<Tensor>& grad_outputs, const std::vector<Tensor>& grads) {
-    std::ostream& os = *t_trace;
+    std::ostream& os = *trace;
     // numbered as tape_to_text / tape_to_dot number the entries: by position in the graph
     os << "backward #" << trace_number.at(&node) << " " << node.op_->backward_name << ": grad_output";
     // (shapes and dtypes as tape_to_text prints them, against the first root's dtype)
@@ -469,7 +475,7 @@ struct Engine {
     }
     TG_CHECK(grads.size() == node.edges_.size(), node.op_->backward_name, ": internal error: returned ",
              grads.size(), " gradients for ", node.edges_.size(), " inputs");
-    if (t_trace) trace_step(node, grad_outputs, grads);
+    if (trace) trace_step(node, grad_outputs, grads);
     grad_outputs.clear();  // a gradient passed through (as by add) may then go to a leaf uncopied
 
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -552,7 +558,8 @@ struct Engine {
     std::optional<EnableGradGuard> grad_on;
     if (create_graph) grad_on.emplace(); else no_grad.emplace();
     const std::vector<Node*> order = reachable_in_reverse(root_nodes);
-    if (t_trace) {
+    trace = t_trace;
+    if (trace) {
       for (size_t i = 0; i < order.size(); ++i) trace_number[order[i]] = order.size() - 1 - i;
       if (!roots.empty()) trace_dtype = roots[0].dtype();
     }

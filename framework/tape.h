@@ -197,8 +197,11 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          bool allow_unused = true, bool create_graph = false);
 
 // Trace: print each backward step as it runs (op, gradient shapes and norms) to `os`, or stop
-// with nullptr. Thread-local. Steps are numbered as tape_to_text and tape_to_dot number the
-// entries (position in the graph being backpropagated, oldest 0), and tracing records nothing.
+// with nullptr. Thread-local; a pass traces if the trace was on when it began (set from a hook,
+// it applies to the next pass). Steps are numbered as tape_to_text and tape_to_dot number the
+// entries (position in the graph being backpropagated, oldest 0; with several roots, in the
+// union of their graphs, which one dump of one root may number differently), and tracing records
+// nothing. A pass run inside a hook (tg::grad) prints its own steps, numbered in its own graph.
 void set_backward_trace(std::ostream* os);
 
 // For hooks: `callback` runs once the backward pass that is running now has delivered every

@@ -593,6 +593,10 @@ Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); 
 Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 
 Tensor full(const Shape& shape, double value, DType dtype) {
+  // As PyTorch: a value past a floating dtype's largest finite one is an error, not an inf
+  // (fill_ and masked_fill refuse it too); integer dtypes are checked by raw_fill_.
+  TG_CHECK(fits_floating_range(dtype, value), "full: value ", value, " cannot be converted to ", dtype_name(dtype),
+           " without overflow");
   Tensor t = Tensor::empty(shape, dtype);
   detail::raw_fill_(t, value);
   return t;

@@ -81,20 +81,24 @@ T integer_pow(T base, T exp) {
 }
 
 std::vector<Tensor> pow_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
-  const Tensor a = ctx.saved(kSelf), b = ctx.saved(kOther);
-  const Tensor zero = scalar_tensor(0, g[0].dtype());
+  // 16-bit inputs: the formula in float32 and each gradient rounded once (in float16 a^(b-1)
+  // overflows for small a where the gradient b a^(b-1) g does not).
+  const DType dt = ctx.input_dtype(0);  // both inputs' (pow promotes before recording)
+  auto wide = [&](const Tensor& t) { return is_reduced_floating(dt) ? t.to(DType::Float32) : t; };
+  const Tensor a = wide(ctx.saved(kSelf)), b = wide(ctx.saved(kOther)), go = wide(g[0]);
+  const Tensor zero = scalar_tensor(0, go.dtype());
   // g * where(masked, 0, d), masked twice: the outer where gives 0 there whatever g is (PyTorch's
   // value), the inner one keeps d's NaN (0 * inf) out of the gradient with respect to g (a
   // double backward, a Hessian-vector product).
   auto masked_times_g = [&](const Tensor& masked, const Tensor& d) {
-    return where(masked, zero, mul(g[0], where(masked, zero, d)));
+    return where(masked, zero, mul(go, where(masked, zero, d)));
   };
   Tensor da, db;
   if (ctx.needs_grad(0))
-    da = sum_to(masked_times_g(eq(b.detach(), 0.0), mul(b, pow(a, sub(b, 1.0)))), ctx.input_shape(0));
+    da = sum_to(masked_times_g(eq(b.detach(), 0.0), mul(b, pow(a, sub(b, 1.0)))), ctx.input_shape(0)).to(dt);
   if (ctx.needs_grad(1)) {
     const Tensor at_zero = mul(eq(a.detach(), 0.0), ge(b.detach(), 0.0));  // int64 0/1
-    db = sum_to(masked_times_g(at_zero, mul(pow(a, b), log(a))), ctx.input_shape(1));
+    db = sum_to(masked_times_g(at_zero, mul(pow(a, b), log(a))), ctx.input_shape(1)).to(dt);
   }
   return {da, db};
 }

@@ -175,6 +175,30 @@ TEST(BatchNorm, StaysAccurateOnALargeOffset) {
   expect_close(y, y64, 0, 2e-6 * max_abs(y64), "output at offset 1000");
 }
 
+// eps = 0 and a constant channel (a dead ReLU's): PyTorch's invstd is 0 there, so the output is
+// the bias and the gradients are 0; 1 / sqrt(0) gave 0 * inf = NaN everywhere in the channel.
+TEST(BatchNorm, AConstantChannelWithEpsZeroGivesTheBias) {
+  Tensor x = from_vector(std::vector<double>{1.5, 0.3, 1.5, -0.7, 1.5, 2.0, 1.5, 0.1}, {4, 2}).requires_grad_();
+  Tensor w = from_vector(std::vector<double>{2.0, 3.0}, {2}).requires_grad_();
+  Tensor b = from_vector(std::vector<double>{0.5, -1.0}, {2}).requires_grad_();
+  Tensor y = batch_norm(x, Tensor(), Tensor(), w, b, /*training=*/true, 0.1, /*eps=*/0.0);
+  const Tensor gy = from_vector(std::vector<double>{1, 2, -1, 0.5, 3, 1, 0.25, -2}, {4, 2});
+  std::vector<Tensor> g = grad({y}, {x, w, b}, {gy}, false, true, /*create_graph=*/true);
+  const std::vector<double> yv = y.to_vector<double>(), gx = g[0].to_vector<double>();
+  for (int n = 0; n < 4; ++n) {
+    EXPECT_EQ(yv[2 * n], 0.5);
+    EXPECT_EQ(gx[2 * n], 0.0);
+    EXPECT_TRUE(std::isfinite(yv[2 * n + 1]) && std::isfinite(gx[2 * n + 1]));
+  }
+  EXPECT_EQ(g[1].to_vector<double>()[0], 0.0);
+  EXPECT_EQ(g[2].to_vector<double>()[0], 3.25);
+  // the recorded backward (create_graph): finite second derivatives, 0 in the constant channel
+  std::vector<Tensor> gg = grad({sum(mul(g[0], g[0]))}, {x, w});
+  for (const Tensor& t : gg)
+    for (double v : t.to_vector<double>()) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_EQ(gg[0].to_vector<double>()[0], 0.0);
+}
+
 TEST(BatchNorm, SameBitsForOneAndTwoThreads) {
   manual_seed(9);
   Tensor x = randn({4, 32, 24, 24}), w = randn({32}), g = randn({4, 32, 24, 24});

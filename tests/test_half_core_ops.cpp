@@ -263,6 +263,25 @@ TEST(HalfCoreOps, ReductionsAccumulateInFloat32AndRoundOnce) {
   EXPECT_EQ(sum(h).dtype(), DType::Float16);
 }
 
+// pow's backward on 16-bit inputs runs its formula in float32 and rounds each gradient once: in
+// float16, a^(b-1) of a small a overflowed to inf (1.8e5 here) where b a^(b-1) is about -9e3.
+TEST(HalfCoreOps, PowGradientsAreTheFloat32FormulaRoundedOnce) {
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    Tensor a = vec({1e-5, 0.75, 1.5}, dt).requires_grad_();
+    Tensor b = vec({-0.05, 2.5, -0.5}, dt).requires_grad_();
+    const std::vector<Tensor> g = grad({pow(a, b)}, {a, b}, {vec({1, -2, 0.5}, dt)});
+    Tensor a64 = a.detach().to(DType::Float64).requires_grad_(), b64 = b.detach().to(DType::Float64).requires_grad_();
+    const std::vector<Tensor> g64 = grad({pow(a64, b64)}, {a64, b64}, {vec({1, -2, 0.5}, DType::Float64)});
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(g[i].dtype(), dt);
+      const std::vector<double> got = values(g[i]), want = values(g64[i].to(DType::Float32).to(dt));
+      for (size_t k = 0; k < got.size(); ++k)  // float32 formula: within one 16-bit step of float64's
+        EXPECT_NEAR(got[k], want[k], std::abs(want[k]) * (dt == DType::Float16 ? 0x1p-10 : 0x1p-7))
+            << dtype_name(dt) << " input " << i << " element " << k;
+    }
+  }
+}
+
 TEST(HalfCoreOps, MaxArgmaxAndIndexOpsKeep16BitValuesExactly) {
   Tensor x = from_vector(std::vector<double>{0.1, 3.3, -2.7, 3.3, 0.5, 9.1}, {2, 3}).to(DType::BFloat16);
   ValuesIndices m = max(x, 1);

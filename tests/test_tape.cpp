@@ -287,6 +287,11 @@ TEST(Tape, AChainOf100000OpsRunsAndIsFreedWithoutRecursion) {
   Tensor z = x;
   for (int i = 0; i < 100000; ++i) z = mul(z, 1.0);
   z = Tensor();  // freed without ever running backward
+  // Entries that save their input (mul by a tensor): the saved tensor's producer is a second
+  // owner of each entry, which the destructor skipped, so the chain was freed recursively.
+  Tensor w = x;
+  for (int i = 0; i < 100000; ++i) w = mul(w, x);
+  w = Tensor();
   SUCCEED();
 }
 
@@ -331,6 +336,23 @@ TEST(Tape, TraceSwitchPrintsEachBackwardStep) {
             "backward #1 sum_backward: grad_output [] |1| -> grad_input [2] |1.41421|\n"
             "backward #0 mul_scalar_backward: grad_output [2] |1.41421| -> grad_input [2] |2.82843|\n");
   EXPECT_EQ(tape_to_text(y).substr(0, 3), "#0 ");
+}
+
+// A trace switched on by a hook during a pass starts with the next pass (the step numbers are
+// made as a pass begins: it threw std::out_of_range half-way through the accumulation).
+TEST(Tape, ATraceSwitchedOnDuringAPassStartsWithTheNext) {
+  Tensor a = leaf({1, 2}, {2});
+  std::ostringstream os;
+  a.register_hook([&os](Tensor) {
+    set_backward_trace(&os);
+    return Tensor();
+  });
+  sum(mul(a, a)).backward();
+  EXPECT_EQ(os.str(), "");
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{2, 4}));
+  sum(mul(a, a)).backward();
+  set_backward_trace(nullptr);
+  EXPECT_NE(os.str().find("backward #1 sum_backward"), std::string::npos) << os.str();
 }
 
 // Found by stress-testing the trace: the numbers once were the entries' global creation numbers

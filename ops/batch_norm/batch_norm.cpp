@@ -16,6 +16,7 @@
 #include "../internal/samples.h"
 #include "../reduce.h"
 #include "../unary.h"
+#include "../where.h"
 #include "batch_norm_kernels.h"
 
 namespace tg {
@@ -102,7 +103,12 @@ std::vector<Tensor> batch_norm_composite(const std::vector<Tensor>& in, const Ba
   Tensor xr = x.reshape({d.N, d.C, d.HxW}), xhat;
   if (a.training) {
     Tensor centred = sub(xr, mean(xr, {0, 2}, true));
-    xhat = mul(centred, rsqrt(add(mean(mul(centred, centred), {0, 2}, true), a.eps)));
+    Tensor v = add(mean(mul(centred, centred), {0, 2}, true), a.eps);
+    // the kernel's invstd 0 where var + eps is 0 (PyTorch's InvStd), masked twice so that
+    // rsqrt's infinite slope at 0 stays out of the gradients
+    const Tensor at_zero = eq(v.detach(), 0.0);
+    const Tensor safe_v = where(at_zero, scalar_tensor(1.0, v.dtype()), v);
+    xhat = mul(centred, where(at_zero, scalar_tensor(0.0, v.dtype()), rsqrt(safe_v)));
   } else {
     xhat = mul(sub(xr, mean_c.to(x.dtype()).reshape({d.C, 1})), invstd_c.to(x.dtype()).reshape({d.C, 1}));
   }

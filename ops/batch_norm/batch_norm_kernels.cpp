@@ -73,7 +73,8 @@ void batch_norm_forward_train(const T* x, const T* gamma, const T* beta, int64_t
         return d * d;
       });
     });
-    const double r = M > 0 ? 1.0 / std::sqrt(s2 / M + eps) : nan;
+    // PyTorch's InvStd: a constant channel with eps = 0 normalises to 0 (the bias), not 0 * inf
+    const double r = M == 0 ? nan : s2 == 0 && eps == 0 ? 0.0 : 1.0 / std::sqrt(s2 / M + eps);
     mean[c] = static_cast<T>(m);
     invstd[c] = static_cast<T>(r);
     if (var_unbiased) var_unbiased[c] = M > 1 ? s2 / (M - 1) : nan;
