@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <iterator>
 #include <sstream>
 #include <string>
 
@@ -141,33 +143,62 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
-// Every rank's (dtype, rank of the shape, shape): a mismatch is reported on every rank, before
-// any data moves, instead of a hang or a buffer overrun inside MPI.
-void check_same_everywhere(const char* op, const Tensor& t, int root = -1) {
-  constexpr int kMaxDims = 16;
-  TG_CHECK(t.dim() <= kMaxDims, "dist::", op, ": tensor: expected at most ", kMaxDims, " dims, got ", t.dim());
-  int64_t mine[kMaxDims + 3] = {};
-  mine[0] = int64_t(t.dtype());
-  mine[1] = t.dim();
-  mine[2] = root;
-  for (int64_t d = 0; d < t.dim(); ++d) mine[3 + d] = t.size(d);
+// What one rank asks of a collective: which one, its op (all_reduce) or root (broadcast), and
+// the tensor's dtype and shape.
+struct Call {
+  const char* name;  // "all_reduce", "broadcast", "all_gather"
+  int64_t op = -1;   // ReduceOp, for all_reduce
+  int64_t root = -1;  // for broadcast
+};
+
+// Every rank's call, exchanged before any data moves: a tensor this rank refuses (its own
+// checks, `local`, which threw on this rank alone and left the others waiting in the exchange)
+// or a mismatch between ranks (dtype, shape, op, root, or another collective altogether) is then
+// a tg::Error on every rank, instead of a hang or a buffer overrun inside MPI.
+void check_same_everywhere(const Call& call, const Tensor& t, const std::function<void()>& local) {
+  constexpr int kMaxDims = 16, kMeta = 6, kWidth = kMeta + kMaxDims;
+  std::string refused;
+  try {
+    local();
+    TG_CHECK(t.dim() <= kMaxDims, "dist::", call.name, ": tensor: expected at most ", kMaxDims, " dims, got ",
+             t.dim());
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  const char* const kNames[] = {"all_reduce", "broadcast", "all_gather"};
+  int64_t mine[kWidth] = {};
+  mine[0] = refused.empty() ? 0 : 1;
+  mine[1] = std::find_if(std::begin(kNames), std::end(kNames), [&](const char* n) { return std::string(n) == call.name; }) -
+            std::begin(kNames);
+  mine[2] = call.op;
+  mine[3] = call.root;
+  if (refused.empty()) {
+    mine[4] = int64_t(t.dtype());
+    mine[5] = t.dim();
+    for (int64_t d = 0; d < t.dim(); ++d) mine[kMeta + d] = t.size(d);
+  }
   const int world = world_size();
-  std::vector<int64_t> all(size_t(world) * (kMaxDims + 3));
-  throw_if_failed(MPI_Allgather(mine, kMaxDims + 3, MPI_INT64_T, all.data(), kMaxDims + 3, MPI_INT64_T,
-                                MPI_COMM_WORLD),
-                  op);
+  std::vector<int64_t> all(size_t(world) * kWidth);
+  throw_if_failed(MPI_Allgather(mine, kWidth, MPI_INT64_T, all.data(), kWidth, MPI_INT64_T, MPI_COMM_WORLD),
+                  call.name);
+  if (!refused.empty()) throw Error(refused);
+  for (int r = 0; r < world; ++r)
+    TG_CHECK(all[size_t(r) * kWidth] == 0, "dist::", call.name, ": rank ", r,
+             " refused its tensor (its own error says why), so no rank's data moved");
   auto describe = [&](int r) {
-    const int64_t* v = all.data() + size_t(r) * (kMaxDims + 3);
+    const int64_t* v = all.data() + size_t(r) * kWidth;
     std::ostringstream s;
-    s << dtype_name(DType(v[0])) << " (";
-    for (int64_t d = 0; d < v[1]; ++d) s << (d ? ", " : "") << v[3 + d];
+    s << kNames[v[1]];
+    if (v[2] >= 0) s << " (" << reduce_op_name(ReduceOp(v[2])) << ")";
+    s << " of " << dtype_name(DType(v[4])) << " (";
+    for (int64_t d = 0; d < v[5]; ++d) s << (d ? ", " : "") << v[kMeta + d];
     s << ")";
-    if (root >= 0) s << " with root " << v[2];
+    if (v[3] >= 0) s << " with root " << v[3];
     return s.str();
   };
   for (int r = 1; r < world; ++r) {
-    const bool same = std::equal(all.begin(), all.begin() + (kMaxDims + 3), all.begin() + r * (kMaxDims + 3));
-    TG_CHECK(same, "dist::", op, ": tensor: expected the same dtype, shape and root on every rank, got ",
+    const bool same = std::equal(all.begin(), all.begin() + kWidth, all.begin() + r * kWidth);
+    TG_CHECK(same, "dist::", call.name, ": expected the same collective, op, dtype, shape and root on every rank, got ",
              describe(0), " on rank 0 and ", describe(r), " on rank ", r);
   }
 }
@@ -251,9 +282,8 @@ void check_reduce(const char* op_name, const Tensor& t, ReduceOp op) {
 }  // namespace
 
 void all_reduce(Tensor& t, ReduceOp op) {
-  check_reduce("all_reduce", t, op);
-  if (!mpi_running()) return;
-  check_same_everywhere("all_reduce", t);
+  if (!mpi_running()) return check_reduce("all_reduce", t, op);
+  check_same_everywhere({"all_reduce", int64_t(op)}, t, [&] { check_reduce("all_reduce", t, op); });
   Tensor buffer = reduce_buffer(t);
   const size_t elem = dtype_size(buffer.dtype());
   char* base = bytes_of(buffer);
@@ -275,9 +305,15 @@ struct Work::State {
     done = true;
     finish_reduce(tensor, buffer, op);
   }
+  // Not waited for: completes it (the average's division, a 16-bit tensor's rounding back), as
+  // wait() would; an error cannot leave a destructor, so it is dropped.
   ~State() {
-    if (!done && !requests.empty() && mpi_running())
-      MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    if (done || requests.empty() || !mpi_running()) return;
+    if (MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE) != MPI_SUCCESS) return;
+    try {
+      finish();
+    } catch (...) {
+    }
   }
 };
 
@@ -316,11 +352,13 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
 }
 
 void broadcast(Tensor& t, int root) {
-  check_tensor("broadcast", t, true);
-  TG_CHECK(root >= 0 && root < world_size(), "dist::broadcast: root: expected a rank in [0, ", world_size(),
-           "), got ", root);
-  if (!mpi_running()) return;
-  check_same_everywhere("broadcast", t, root);
+  auto local = [&] {
+    check_tensor("broadcast", t, true);
+    TG_CHECK(root >= 0 && root < world_size(), "dist::broadcast: root: expected a rank in [0, ", world_size(),
+             "), got ", root);
+  };
+  if (!mpi_running()) return local();
+  check_same_everywhere({"broadcast", -1, root}, t, local);
   const size_t elem = dtype_size(t.dtype());
   char* base = bytes_of(t);
   in_pieces(t.numel(), [&](int64_t first, int count) {
@@ -331,9 +369,12 @@ void broadcast(Tensor& t, int root) {
 }
 
 std::vector<Tensor> all_gather(const Tensor& t) {
-  check_tensor("all_gather", t, false);
-  if (!mpi_running()) return {t.detach().clone()};
-  check_same_everywhere("all_gather", t);
+  auto local = [&] { check_tensor("all_gather", t, false); };
+  if (!mpi_running()) {
+    local();
+    return {t.detach().clone()};
+  }
+  check_same_everywhere({"all_gather"}, t, local);
   const int world = world_size();
   Shape shape = t.shape();
   shape.insert(shape.begin(), world);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <limits>
+#include <string>
 
 #include "../framework/check.h"
 #include "../framework/grad_mode.h"
@@ -22,6 +25,11 @@ struct DistributedDataParallel::State {
   std::vector<std::string> names;
   std::vector<size_t> bucket_of;   // parameter -> bucket
   std::vector<char> param_ready;  // this pass
+  // Gradients this rank produced since the last reduction (no_sync passes included): the others'
+  // slots hold zeros, and a parameter no rank used keeps its .grad() as it was, as PyTorch's.
+  std::vector<char> used_since_sync;
+  Tensor used_anywhere;  // int32, one per parameter, reduced with max beside the last bucket
+  dist::Work used_work;
   std::vector<Bucket> buckets;
   size_t next_launch = 0;
   size_t launched_before_end = 0;  // next_launch when the last pass's backward ended
@@ -46,13 +54,14 @@ struct DistributedDataParallel::State {
     });
   }
 
-  // Copies the bucket's gradients into its flat buffer (zeros for a parameter without one).
+  // Copies the bucket's gradients into its flat buffer (zeros for a parameter this rank did not
+  // use since the last reduction, whatever its .grad() holds).
   void pack(Bucket& b) {
     for (size_t j = 0; j < b.params.size(); ++j) {
       const Tensor& p = params[b.params[j]];
       Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape());
       const Tensor g = p.grad();
-      if (g.defined())
+      if (g.defined() && used_since_sync[b.params[j]])
         detail::raw_copy_(slot, g);
       else
         detail::raw_fill_(slot, 0.0);
@@ -73,6 +82,7 @@ struct DistributedDataParallel::State {
   }
 
   void on_gradient(size_t param) {
+    used_since_sync[param] = 1;
     if (!syncing) return;
     if (!in_pass || pass != backward_pass_count()) start_pass();
     if (param_ready[param]) return;
@@ -86,11 +96,17 @@ struct DistributedDataParallel::State {
     backward_end = std::chrono::steady_clock::now();
     launched_before_end = next_launch;
     launch_ready(true);
+    int32_t* used = used_anywhere.data<int32_t>();
+    for (size_t k = 0; k < params.size(); ++k) used[k] = used_since_sync[k];
+    used_work = dist::all_reduce_async(used_anywhere, dist::ReduceOp::Max);  // after every bucket, on every rank
     for (Bucket& b : buckets) b.work.wait();
+    used_work.wait();
     wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - backward_end).count();
+    std::fill(used_since_sync.begin(), used_since_sync.end(), 0);
     NoGradGuard no_grad;
     for (Bucket& b : buckets)
       for (size_t j = 0; j < b.params.size(); ++j) {
+        if (!used[b.params[j]]) continue;  // no rank used it: its .grad() stays as it was
         Tensor p = params[b.params[j]];
         const Tensor averaged = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape());
         if (p.grad().defined()) {
@@ -106,6 +122,49 @@ struct DistributedDataParallel::State {
   std::weak_ptr<State> shared;  // itself, for the callback it queues
 };
 
+namespace {
+
+// Every rank must hold the same model: the same parameters (trainable or not) and buffers, by
+// name, dtype and shape, in the same order. Compared through a hash of their list, with the
+// counts for the message; a mismatch is a tg::Error on every rank, before the broadcasts that
+// would otherwise pair different tensors (or hang on a different number of them).
+void check_same_model_everywhere(Module& module) {
+  std::string list;
+  int64_t n_params = 0, n_trainable = 0, n_buffers = 0, elements = 0;
+  auto add = [&](const std::string& kind, const std::string& name, const Tensor& t) {
+    list += kind + " " + name + " " + dtype_name(t.dtype()) + " " + format_shape(t.shape()) + "\n";
+    elements += t.numel();
+  };
+  for (const auto& [name, p] : module.named_parameters()) {
+    add(p.requires_grad() ? "trainable" : "frozen", name, p);
+    ++n_params;
+    n_trainable += p.requires_grad();
+  }
+  for (const auto& [name, b] : module.named_buffers()) {
+    add("buffer", name, b);
+    ++n_buffers;
+  }
+  const int64_t hash = int64_t(std::hash<std::string>{}(list) >> 1);
+  const std::vector<Tensor> all =
+      dist::all_gather(from_vector(std::vector<int64_t>{hash, n_params, n_trainable, n_buffers, elements}, {5}));
+  auto describe = [](const std::vector<int64_t>& v) {
+    return std::to_string(v[1]) + " parameters (" + std::to_string(v[2]) + " trainable), " + std::to_string(v[3]) +
+           " buffers, " + std::to_string(v[4]) + " elements";
+  };
+  const std::vector<int64_t> first = all[0].to_vector<int64_t>();
+  for (size_t r = 1; r < all.size(); ++r) {
+    const std::vector<int64_t> other = all[r].to_vector<int64_t>();
+    const std::string got = describe(first) == describe(other)
+                                ? describe(first) + " on rank 0 and on rank " + std::to_string(r) +
+                                      ", but not the same names, dtypes, shapes or order"
+                                : describe(first) + " on rank 0 and " + describe(other) + " on rank " + std::to_string(r);
+    TG_CHECK(other == first, "DistributedDataParallel: module: expected the same parameters and buffers (names, ",
+             "dtypes, shapes, which require grad) on every rank, got ", got);
+  }
+}
+
+}  // namespace
+
 DistributedDataParallel::DistributedDataParallel(Module& module, DistributedDataParallelOptions options)
     : module_(module), options_(options), state_(std::make_shared<State>()) {
   TG_CHECK(options.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb: expected > 0, got ",
@@ -120,18 +179,7 @@ DistributedDataParallel::DistributedDataParallel(Module& module, DistributedData
     s.names.push_back(name);
     s.params.push_back(p);
   }
-  // Every rank must hold the same model: same number of parameters and elements per dtype.
-  {
-    int64_t total = 0;
-    for (const Tensor& p : s.params) total += p.numel();
-    Tensor sig = from_vector(std::vector<int64_t>{int64_t(s.params.size()), total}, {2});
-    const std::vector<Tensor> all = dist::all_gather(sig);
-    for (size_t r = 1; r < all.size(); ++r)
-      TG_CHECK(all[r].to_vector<int64_t>() == all[0].to_vector<int64_t>(), "DistributedDataParallel: module: ",
-               "expected the same parameters on every rank, got ", all[0].to_vector<int64_t>()[0], " parameters (",
-               all[0].to_vector<int64_t>()[1], " elements) on rank 0 and ", all[r].to_vector<int64_t>()[0], " (",
-               all[r].to_vector<int64_t>()[1], ") on rank ", r);
-  }
+  check_same_model_everywhere(module);
   {  // rank 0's values everywhere
     NoGradGuard no_grad;
     for (const auto& [name, p] : named) {
@@ -142,10 +190,15 @@ DistributedDataParallel::DistributedDataParallel(Module& module, DistributedData
   sync_buffers();
   // Buckets: reverse registration order, one dtype each, about bucket_cap_mb each (the first at
   // most first_bucket_mb).
-  const int64_t full_cap = int64_t(options.bucket_cap_mb * 1024 * 1024);
-  const int64_t first_cap = std::min(full_cap, int64_t(options.first_bucket_mb * 1024 * 1024));
+  auto bytes_of_mb = [](double mb) {  // 2^43 MB and more: no cap (and no overflow of int64)
+    return mb >= 0x1p43 ? std::numeric_limits<int64_t>::max() : int64_t(mb * 1024 * 1024);
+  };
+  const int64_t full_cap = bytes_of_mb(options.bucket_cap_mb);
+  const int64_t first_cap = std::min(full_cap, bytes_of_mb(options.first_bucket_mb));
   s.bucket_of.assign(s.params.size(), 0);
   s.param_ready.assign(s.params.size(), 0);
+  s.used_since_sync.assign(s.params.size(), 0);
+  s.used_anywhere = zeros({int64_t(s.params.size())}, DType::Int32);
   int64_t bytes = 0;
   for (size_t k = s.params.size(); k-- > 0;) {
     const Tensor& p = s.params[k];

@@ -8,6 +8,8 @@
 // (a few float32 ulps per gradient element, amplified a little by the steps).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -210,7 +212,9 @@ TEST(DistributedDataParallel, StartsEachBucketAsSoonAsBackwardHasItsGradients) {
 }
 
 // A parameter that gets no gradient holds back its bucket and every later one until backward
-// ends (buckets start in the same order on every rank); its gradient is then zeros.
+// ends (buckets start in the same order on every rank); no rank used it, so its .grad() stays
+// undefined and an optimizer leaves it alone, as PyTorch's DDP (find_unused_parameters) and as
+// one process would (it was given zeros, which AdamW's weight decay then moved).
 TEST(DistributedDataParallel, AnUnusedParameterHoldsBackItsBucketUntilTheEnd) {
   dist::init();
   struct WithUnused : Net {
@@ -227,9 +231,54 @@ TEST(DistributedDataParallel, AnUnusedParameterHoldsBackItsBucketUntilTheEnd) {
   mse_loss(ddp.forward(randn({2, 3, 4, 4}, DType::Float64, &data)), randn({2, 4}, DType::Float64, &data)).backward();
   EXPECT_EQ(ddp.buckets_started_in_backward(), 0);
   EXPECT_TRUE(model.head->weight.grad().defined());
-  if (dist::world_size() == 1) return;
+  EXPECT_FALSE(model.unused->bias.grad().defined());
+  EXPECT_FALSE(model.unused->weight.grad().defined());
+  // Used by rank 0 alone: every rank gets the average, rank 0's gradient over world_size.
+  const bool mine = dist::rank() == 0;
+  Tensor out = ddp.forward(randn({2, 3, 4, 4}, DType::Float64, &data));
+  Tensor loss = sum(out);
+  if (mine) loss = add(loss, sum(model.unused->forward(ones({1, 2}, DType::Float64))));
+  model.zero_grad();
+  loss.backward();
   ASSERT_TRUE(model.unused->bias.grad().defined());
-  EXPECT_EQ(model.unused->bias.grad().to_vector<double>(), std::vector<double>(3, 0.0));
+  EXPECT_EQ(model.unused->bias.grad().to_vector<double>(), std::vector<double>(3, 1.0 / dist::world_size()));
+  // And a .grad() left from before stays as it was when no rank uses the parameter in a step.
+  model.unused->bias.set_grad(full({3}, 5.0, DType::Float64));
+  sum(ddp.forward(randn({2, 3, 4, 4}, DType::Float64, &data))).backward();
+  EXPECT_EQ(model.unused->bias.grad().to_vector<double>(), std::vector<double>(3, 5.0));
+}
+
+// The model must be the same on every rank, buffers and frozen parameters included (a buffer
+// one rank alone had passed the check, then hung in the broadcasts); huge bucket caps are one
+// bucket (their byte count overflowed int64: a bucket per parameter).
+TEST(DistributedDataParallel, ChecksBuffersAndFrozenParametersAndTakesHugeCaps) {
+  dist::init();
+  {
+    Net model(DType::Float64, 8);
+    DistributedDataParallelOptions huge;
+    huge.bucket_cap_mb = 1e30;
+    huge.first_bucket_mb = std::numeric_limits<double>::infinity();
+    DistributedDataParallel ddp(model, huge);
+    EXPECT_EQ(ddp.bucket_parameter_names().size(), 1u);
+  }
+  if (dist::world_size() == 1) return;
+  struct WithBuffer : Net {
+    explicit WithBuffer(bool extra) : Net(DType::Float64, 8) {
+      if (extra) register_buffer("extra", zeros({2}, DType::Float64));
+    }
+  } extra_buffer(dist::rank() == 1);
+  std::string msg;
+  try {
+    DistributedDataParallel ddp(extra_buffer);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("DistributedDataParallel: module: expected the same parameters and buffers"), std::string::npos)
+      << msg;
+  Net frozen(DType::Float64, 8);
+  if (dist::rank() == 1) frozen.head->bias.requires_grad_(false);
+  EXPECT_THROW(DistributedDataParallel ddp(frozen), Error);
+  dist::barrier();
 }
 
 // Rank 0's buffers go to every rank at construction and, with broadcast_buffers (the default),

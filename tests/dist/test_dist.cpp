@@ -149,11 +149,64 @@ TEST_F(Dist, MismatchedShapesAreAnErrorOnEveryRank) {
   if (world < 2) GTEST_SKIP() << "needs two ranks (run under mpirun -np 2)";
   Tensor t = zeros({rank == 1 ? 4 : 3});
   const std::string msg = error_of([&] { dist::all_reduce(t); });
-  EXPECT_NE(msg.find("expected the same dtype, shape and root on every rank"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("float32 (3) on rank 0 and float32 (4) on rank 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected the same collective, op, dtype, shape and root on every rank"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("all_reduce (sum) of float32 (3) on rank 0 and all_reduce (sum) of float32 (4) on rank 1"),
+            std::string::npos)
+      << msg;
   Tensor u = zeros({2}, rank == 1 ? DType::Float64 : DType::Float32);
-  EXPECT_NE(error_of([&] { dist::broadcast(u, 0); }).find("float64 (2) with root 0 on rank 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { dist::broadcast(u, 0); }).find("broadcast of float64 (2) with root 0 on rank 1"),
+            std::string::npos);
   dist::barrier();  // the world still works
+}
+
+// A different op, or another collective, on one rank: an error on every rank (the ops gave each
+// rank its own result; all_reduce against all_gather of one shape hung).
+TEST_F(Dist, MismatchedOpsAndCollectivesAreAnErrorOnEveryRank) {
+  if (world < 2) GTEST_SKIP() << "needs two ranks (run under mpirun -np 2)";
+  Tensor t = full({2}, rank + 1.0);
+  const std::string msg = error_of([&] { dist::all_reduce(t, rank == 0 ? dist::ReduceOp::Sum : dist::ReduceOp::Max); });
+  EXPECT_NE(msg.find("all_reduce (sum) of float32 (2) on rank 0 and all_reduce (max) of float32 (2) on rank 1"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(2, float(rank + 1))) << "no data moved";
+  const std::string other = error_of([&] {
+    if (rank == 1) (void)dist::all_gather(t);
+    else dist::all_reduce(t);
+  });
+  EXPECT_NE(other.find("and all_gather of float32 (2) on rank 1"), std::string::npos) << other;
+  dist::barrier();
+}
+
+// A tensor that one rank alone refuses (its own checks: dtype for avg, contiguity, grad, root,
+// dims) is an error on every rank: the others waited in the exchange forever.
+TEST_F(Dist, ATensorOneRankRefusesIsAnErrorOnEveryRank) {
+  if (world < 2) GTEST_SKIP() << "needs two ranks (run under mpirun -np 2)";
+  Tensor ints = zeros({2}, rank == 1 ? DType::Int32 : DType::Float32);
+  const std::string msg = error_of([&] { dist::all_reduce(ints, dist::ReduceOp::Avg); });
+  if (rank == 1) {
+    EXPECT_NE(msg.find("got avg on int32"), std::string::npos) << msg;
+  } else {
+    EXPECT_NE(msg.find("dist::all_reduce: rank 1 refused its tensor"), std::string::npos) << msg;
+  }
+  Tensor wide = zeros({2, 2});
+  Tensor maybe_strided = rank == 1 ? wide.transpose(0, 1) : wide;
+  EXPECT_NE(error_of([&] { dist::broadcast(maybe_strided, 0); }), "");
+  Tensor t = zeros({2});
+  EXPECT_NE(error_of([&] { dist::broadcast(t, rank == 1 ? 7 : 0); }), "");
+  Tensor many = zeros(Shape(rank == 1 ? 17 : 1, 1));
+  EXPECT_NE(error_of([&] { (void)dist::all_gather(many); }), "");
+  dist::barrier();  // the world still works
+}
+
+// A Work dropped without wait() completes as wait() would: the average divided, a 16-bit
+// tensor rounded back (it was left as the sum, or untouched).
+TEST_F(Dist, ADroppedWorkFinishesItsReduction) {
+  for (DType dt : {DType::Float32, DType::BFloat16}) {
+    Tensor t = full({3}, rank + 1.0, dt);
+    { dist::Work dropped = dist::all_reduce_async(t, dist::ReduceOp::Avg); }
+    EXPECT_EQ(t.to(DType::Float64).to_vector<double>(), std::vector<double>(3, (world + 1) / 2.0)) << dtype_name(dt);
+  }
 }
 
 TEST_F(Dist, BadArgumentsAreErrors) {
