@@ -2,6 +2,8 @@
 #include "dist.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iterator>
@@ -114,8 +116,78 @@ bool mpi_running() {
   return started && !finished;
 }
 
+// A rank that leaves (returns from main, calls exit) while the others wait in a collective it
+// never started would leave them waiting forever: MPI does not tell them. So each rank, as it
+// exits, sends every other rank a notice on a communicator of its own, holding the number of
+// collectives it started; a rank waiting in collective number i that gets a notice of fewer
+// than i + 1 collectives throws a tg::Error naming the rank that left (g_broken), and at its own
+// exit ends the job (MPI_Abort) instead of waiting for it in MPI_Finalize. A notice of a rank
+// that took part in the collective (it finished and left first) is no error.
+MPI_Comm g_control = MPI_COMM_NULL;
+constexpr int kLeavingTag = 1;
+int64_t g_started = 0;                          // collectives this rank started
+int64_t g_first_missed = INT64_MAX;             // the first collective a rank that left never started
+int g_left_rank = -1;                           // that rank
+int g_notices = 0;                              // notices received
+bool g_broken = false;                          // a collective was abandoned
+
+// Takes the notices that have arrived.
+void receive_notices() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kLeavingTag, g_control, &flag, &status) != MPI_SUCCESS || !flag) return;
+    int64_t started = 0;
+    MPI_Recv(&started, 1, MPI_INT64_T, status.MPI_SOURCE, kLeavingTag, g_control, MPI_STATUS_IGNORE);
+    ++g_notices;
+    if (started < g_first_missed) {
+      g_first_missed = started;
+      g_left_rank = status.MPI_SOURCE;
+    }
+  }
+}
+
+// Waits for `requests` of the collective numbered `index` (its g_started when it began).
+void wait_for(std::vector<MPI_Request>& requests, int64_t index, const char* op) {
+  for (;;) {
+    int done = 0;
+    throw_if_failed(MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE), op);
+    if (done) return;
+    receive_notices();
+    if (index >= g_first_missed) {
+      g_broken = true;
+      TG_ERROR("dist::", op, ": rank ", g_left_rank, " left the job before this collective (it returned from main or ",
+               "called exit, perhaps after an error it caught); the others cannot go on, and the job ends when ",
+               "this rank exits");
+    }
+  }
+}
+
+// One request of collective `op`, started by `start(&request)`, waited for.
+template <class Start>
+void run_collective(const char* op, Start&& start) {
+  const int64_t index = g_started++;
+  std::vector<MPI_Request> requests(1);
+  throw_if_failed(start(&requests[0]), op);
+  wait_for(requests, index, op);
+}
+
 void finalize_at_exit() {
-  if (mpi_running()) MPI_Finalize();
+  if (!mpi_running()) return;
+  if (g_broken) {
+    std::fprintf(stderr, "tg::dist: rank %d ends the job: rank %d left it while the others waited in a collective\n",
+                 rank(), g_left_rank);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  const int me = rank(), world = world_size();
+  for (int r = 0; r < world; ++r)
+    if (r != me) MPI_Send(&g_started, 1, MPI_INT64_T, r, kLeavingTag, g_control);
+  for (; g_notices < world - 1; ++g_notices) {  // every other rank's, as it leaves in turn
+    int64_t started = 0;
+    MPI_Recv(&started, 1, MPI_INT64_T, MPI_ANY_SOURCE, kLeavingTag, g_control, MPI_STATUS_IGNORE);
+  }
+  MPI_Comm_free(&g_control);
+  MPI_Finalize();
 }
 
 // The MPI type of the data as it travels: 16-bit floats travel as float32 for reductions (see
@@ -179,8 +251,9 @@ void check_same_everywhere(const Call& call, const Tensor& t, const std::functio
   }
   const int world = world_size();
   std::vector<int64_t> all(size_t(world) * kWidth);
-  throw_if_failed(MPI_Allgather(mine, kWidth, MPI_INT64_T, all.data(), kWidth, MPI_INT64_T, MPI_COMM_WORLD),
-                  call.name);
+  run_collective(call.name, [&](MPI_Request* r) {
+    return MPI_Iallgather(mine, kWidth, MPI_INT64_T, all.data(), kWidth, MPI_INT64_T, MPI_COMM_WORLD, r);
+  });
   if (!refused.empty()) throw Error(refused);
   for (int r = 0; r < world; ++r)
     TG_CHECK(all[size_t(r) * kWidth] == 0, "dist::", call.name, ": rank ", r,
@@ -231,6 +304,7 @@ void init() {
   const int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
   TG_CHECK(code == MPI_SUCCESS, "dist::init: MPI_Init_thread failed with code ", code);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_control);
   if (!g_initialized_here) std::atexit(finalize_at_exit);
   g_initialized_here = true;
 }
@@ -253,7 +327,7 @@ int world_size() {
 
 void barrier() {
   if (!mpi_running()) return;
-  throw_if_failed(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+  run_collective("barrier", [](MPI_Request* r) { return MPI_Ibarrier(MPI_COMM_WORLD, r); });
 }
 
 namespace {
@@ -288,9 +362,10 @@ void all_reduce(Tensor& t, ReduceOp op) {
   const size_t elem = dtype_size(buffer.dtype());
   char* base = bytes_of(buffer);
   in_pieces(buffer.numel(), [&](int64_t first, int count) {
-    throw_if_failed(MPI_Allreduce(MPI_IN_PLACE, base + size_t(first) * elem, count, wire_type(buffer.dtype()),
-                                  mpi_op(op), MPI_COMM_WORLD),
-                    "all_reduce");
+    run_collective("all_reduce", [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, base + size_t(first) * elem, count, wire_type(buffer.dtype()), mpi_op(op),
+                            MPI_COMM_WORLD, r);
+    });
   });
   finish_reduce(t, buffer, op);
 }
@@ -299,6 +374,7 @@ struct Work::State {
   Tensor tensor, buffer;
   ReduceOp op = ReduceOp::Sum;
   std::vector<MPI_Request> requests;
+  int64_t index = 0;  // of its last piece's collective (see wait_for)
   bool done = false;
 
   void finish() {
@@ -309,8 +385,8 @@ struct Work::State {
   // wait() would; an error cannot leave a destructor, so it is dropped.
   ~State() {
     if (done || requests.empty() || !mpi_running()) return;
-    if (MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE) != MPI_SUCCESS) return;
     try {
+      wait_for(requests, index, "all_reduce_async");
       finish();
     } catch (...) {
     }
@@ -328,8 +404,7 @@ bool Work::is_completed() {
 
 void Work::wait() {
   if (!state_ || state_->done) return;
-  throw_if_failed(MPI_Waitall(int(state_->requests.size()), state_->requests.data(), MPI_STATUSES_IGNORE),
-                  "all_reduce_async");
+  wait_for(state_->requests, state_->index, "all_reduce_async");
   state_->finish();
 }
 
@@ -344,6 +419,7 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
   char* base = bytes_of(state->buffer);
   in_pieces(state->buffer.numel(), [&](int64_t first, int count) {
     state->requests.emplace_back();
+    state->index = g_started++;
     throw_if_failed(MPI_Iallreduce(MPI_IN_PLACE, base + size_t(first) * elem, count, wire_type(state->buffer.dtype()),
                                    mpi_op(op), MPI_COMM_WORLD, &state->requests.back()),
                     "all_reduce_async");
@@ -362,8 +438,9 @@ void broadcast(Tensor& t, int root) {
   const size_t elem = dtype_size(t.dtype());
   char* base = bytes_of(t);
   in_pieces(t.numel(), [&](int64_t first, int count) {
-    throw_if_failed(MPI_Bcast(base + size_t(first) * elem, count, wire_type(t.dtype()), root, MPI_COMM_WORLD),
-                    "broadcast");
+    run_collective("broadcast", [&](MPI_Request* r) {
+      return MPI_Ibcast(base + size_t(first) * elem, count, wire_type(t.dtype()), root, MPI_COMM_WORLD, r);
+    });
   });
   t.bump_version();
 }
@@ -389,9 +466,10 @@ std::vector<Tensor> all_gather(const Tensor& t) {
   for (int64_t first = 0; first < n; first += piece) {
     const int count = int(std::min(piece, n - first));
     recv.resize(size_t(count) * elem * size_t(world));
-    throw_if_failed(MPI_Allgather(mine + size_t(first) * elem, count, wire_type(t.dtype()), recv.data(), count,
-                                  wire_type(t.dtype()), MPI_COMM_WORLD),
-                    "all_gather");
+    run_collective("all_gather", [&](MPI_Request* r) {
+      return MPI_Iallgather(mine + size_t(first) * elem, count, wire_type(t.dtype()), recv.data(), count,
+                            wire_type(t.dtype()), MPI_COMM_WORLD, r);
+    });
     for (int r = 0; r < world; ++r)
       std::copy_n(recv.data() + size_t(r) * size_t(count) * elem, size_t(count) * elem,
                   out + (size_t(r) * size_t(n) + size_t(first)) * elem);

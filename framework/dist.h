@@ -13,12 +13,16 @@
 // (the collectives are not differentiable: they refuse a tensor that requires grad while grad
 // mode is on, as other in-place writes do; call them under NoGradGuard, on .grad() tensors, or
 // on detached ones). bfloat16 and float16 are reduced in float32 and rounded once. Every rank
-// must pass the same dtype and shape; a mismatch is a tg::Error on every rank naming the ranks
-// and what they passed (checked with one small exchange before the data moves).
+// must call the same collective with the same op or root, dtype and shape; a mismatch, or a
+// tensor one rank alone refuses, is a tg::Error on every rank naming the ranks and what they
+// passed (checked with one small exchange before the data moves).
 //
 // Results: every rank gets the same bits (the reduction follows one order for all ranks), and a
 // run with the same world size and inputs gives the same bits again. Errors of the MPI library
-// (a rank that died, a broken connection) become tg::Error on the ranks that see them.
+// (a rank that died, a broken connection) become tg::Error on the ranks that see them. A rank
+// that exits (returns from main after an error it caught) while the others wait in a collective
+// it never started: they throw a tg::Error naming it, and each of them, when it exits in turn,
+// ends the job (MPI_Abort) rather than waiting for the rank that left.
 #pragma once
 
 #include <memory>
