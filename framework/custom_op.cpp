@@ -1,5 +1,7 @@
 #include "custom_op.h"
 
+#include <algorithm>
+
 #include <unordered_set>
 
 #include "grad_mode.h"
@@ -18,7 +20,6 @@ struct CustomOpDef {
   std::vector<std::string> input_names;
   CustomForwardFn forward;
   CustomBackwardFn backward;
-  std::vector<SampleCase> samples;  // run may be empty: then the op itself
   OpDef op{};
 
   CustomOpDef() = default;
@@ -228,11 +229,21 @@ std::vector<Tensor> custom_op_backward(const BackwardContext& ctx, const std::ve
 CustomOp::CustomOp(std::string name, std::vector<std::string> input_names, CustomForwardFn forward,
                    CustomBackwardFn backward) {
   TG_CHECK(!name.empty(), "CustomOp: the op needs a name");
+  // Names go into one-line tape dumps, traces, DOT labels and C strings: no control characters
+  // (a newline split an entry, a NUL cut the name), and no spaces at their ends (lost in labels;
+  // an input named " " was counted as no name at all, and every call failed).
+  auto printable = [](const std::string& n) {
+    return std::none_of(n.begin(), n.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }) &&
+           n.front() != ' ' && n.back() != ' ';
+  };
+  TG_CHECK(printable(name), "CustomOp \"", name, "\": a name may not hold control characters or begin or end with a space");
   TG_CHECK(forward != nullptr, "CustomOp ", name, ": forward is empty");
   TG_CHECK(backward != nullptr, "CustomOp ", name, ": backward is empty");
   for (size_t i = 0; i < input_names.size(); ++i) {
     const std::string& n = input_names[i];
     TG_CHECK(!n.empty(), "CustomOp ", name, ": input ", i, " has an empty name");
+    TG_CHECK(printable(n), "CustomOp ", name, ": input ", i, " is named \"", n,
+             "\"; a name may not hold control characters or begin or end with a space");
     // The names are joined with ", " into OpDef::inputs, where a comma separates names and a
     // trailing "..." marks a list.
     TG_CHECK(n.find(',') == std::string::npos && (n.size() < 3 || n.compare(n.size() - 3, 3, "...") != 0),
@@ -308,12 +319,12 @@ Tensor CustomOp::single_output(std::vector<Tensor> outputs) const {
 CustomOp& CustomOp::add_sample(std::string name, std::function<std::vector<Tensor>(DType)> make_inputs,
                                std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run) {
   TG_CHECK(make_inputs != nullptr, def_->name, ": add_sample(\"", name, "\"): make_inputs is empty");
-  def_->samples.push_back({std::move(name), std::move(make_inputs), std::move(run)});
+  samples_.push_back({std::move(name), std::move(make_inputs), std::move(run)});
   return *this;
 }
 
 std::vector<SampleCase> CustomOp::samples() const {
-  std::vector<SampleCase> out = def_->samples;
+  std::vector<SampleCase> out = samples_;
   for (SampleCase& s : out)
     if (!s.run) s.run = [op = *this](const std::vector<Tensor>& inputs) { return op.apply(inputs); };
   return out;

@@ -142,7 +142,9 @@ class CustomOp {
 
   // A sample case for check_custom_op: make_inputs(dtype) builds fresh inputs in that floating
   // dtype, those to check with requires_grad set. The op is run as apply(inputs) unless `run`
-  // is given (to call it inside a larger function or return only some outputs).
+  // is given (to call it inside a larger function or return only some outputs). Samples belong
+  // to this handle, not to the op's tape entries: `run` may capture a copy of the op (a copy
+  // made before this call, without this sample) and nothing keeps itself alive.
   CustomOp& add_sample(std::string name, std::function<std::vector<Tensor>(DType)> make_inputs,
                        std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run = nullptr);
   std::vector<SampleCase> samples() const;
@@ -160,6 +162,7 @@ class CustomOp {
  private:
   Tensor single_output(std::vector<Tensor> outputs) const;
   std::shared_ptr<detail::CustomOpDef> def_;
+  std::vector<SampleCase> samples_;  // run may be empty: then the op itself
 };
 
 // The generic checks of framework/op_check.h (gradcheck in float64 with its repeatability,

@@ -57,7 +57,11 @@ std::string tape_to_text(const Tensor& root) {
       }
       os << " " << describe_tensor(m.shape, m.dtype, root.dtype());
       if (e.leaf) os << "*";
-      if (e.fn) os << "(#" << index[e.fn.get()] << ")";
+      if (e.fn) {
+        os << "(#" << index[e.fn.get()];
+        if (e.fn->output_meta().size() > 1) os << "." << e.output_nr;  // which of its outputs
+        os << ")";
+      }
     }
     os << "  -> out:";
     for (const TensorMeta& m : n.output_meta()) os << " " << describe_tensor(m.shape, m.dtype, root.dtype());

@@ -13,7 +13,8 @@ namespace tg {
 // One line per entry, in recording order:
 //   #3 linear  in: [8, 4] [16, 4]* [16]*  -> out: [8, 16]  saved: [8, 4] [16, 4]
 // A '*' marks an input that is a leaf requiring grad (a parameter or an input of interest),
-// (#k) the entry an input comes from, '-' an absent optional input. Tensors have the root's dtype
+// (#k) the entry an input comes from ((#k.o): its output o, when it has several; its outputs on
+// the tape, which for a custom op are the floating ones), '-' an absent optional input. Tensors have the root's dtype
 // unless theirs follows the shape ("[8, 4]:bfloat16" in a float32 graph, as autocast's casts
 // make them). A saved
 // tensor changed in place since it was saved is marked "(modified in place)": backward through

@@ -1,6 +1,9 @@
 #include "gradcheck.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "grad_mode.h"
@@ -28,11 +31,16 @@ struct Checker {
     return fn(inputs);
   }
 
-  // The outputs flattened into one float64 vector.
-  static std::vector<double> flatten(const std::vector<Tensor>& outs) {
+  // Which outputs are checked: those that require grad when fn runs on the tape, as PyTorch's
+  // gradcheck (all of them when none does: their finite differences must then be zero).
+  std::vector<char> checked;
+
+  // The checked outputs flattened into one float64 vector.
+  std::vector<double> flatten(const std::vector<Tensor>& outs) const {
     std::vector<double> v;
-    for (const Tensor& o : outs) {
-      std::vector<double> part = o.to(DType::Float64).to_vector<double>();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!checked[i]) continue;
+      std::vector<double> part = outs[i].to(DType::Float64).to_vector<double>();
       v.insert(v.end(), part.begin(), part.end());
     }
     return v;
@@ -105,11 +113,14 @@ struct Checker {
     // Numerical Jacobian column by column; analytical row by row (one backward per output element).
     const size_t n_out = flatten(outs0).size();
     std::vector<std::vector<double>> analytical_rows(n_out);  // [out][concatenated input elements]
+    std::vector<std::pair<size_t, int64_t>> row_origin;       // [out]: (output, element)
     std::vector<Tensor> seeds;
     for (const Tensor& o : outs0) seeds.push_back(zeros(o.shape(), DType::Float64));
     size_t row = 0;
     for (size_t oi = 0; oi < outs0.size(); ++oi) {
+      if (!checked[oi]) continue;
       for (int64_t e = 0; e < outs0[oi].numel(); ++e, ++row) {
+        row_origin.emplace_back(oi, e);
         seeds[oi].data<double>()[e] = 1.0;
         std::vector<Tensor> g = vjp(seeds);
         seeds[oi].data<double>()[e] = 0.0;
@@ -150,8 +161,8 @@ struct Checker {
       }
       if (worst > 0) {
         failure << "gradcheck: Jacobian mismatch for input " << wrt[j] << " (shape " << format_shape(x.shape())
-                << "): worst at input element " << worst_in << ", output element " << worst_out
-                << ": numerical " << worst_n << ", analytical " << worst_a << " (atol " << opt.atol << ", rtol "
+                << "): worst at input element " << worst_in << " and output " << row_origin[worst_out].first
+                << " element " << row_origin[worst_out].second << ": numerical " << worst_n << ", analytical " << worst_a << " (atol " << opt.atol << ", rtol "
                 << opt.rtol << ")";
         return false;
       }
@@ -216,36 +227,75 @@ struct Checker {
     return true;
   }
 
+  // The leaves a backward from `roots` reaches (captured parameters too), each once.
+  static std::vector<std::shared_ptr<TensorImpl>> leaves_reached(const std::vector<Tensor>& roots) {
+    std::vector<std::shared_ptr<TensorImpl>> leaves;
+    std::set<const void*> seen;
+    std::vector<const Node*> stack;
+    for (const Tensor& r : roots) {
+      if (r.grad_fn()) stack.push_back(r.grad_fn().get());
+      else if (seen.insert(r.impl()).second) leaves.push_back(r.impl_ptr());
+    }
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second) continue;
+      for (const Edge& e : n->edges()) {
+        if (e.fn) stack.push_back(e.fn.get());
+        else if (e.leaf && seen.insert(e.leaf.get()).second) leaves.push_back(e.leaf);
+      }
+    }
+    return leaves;
+  }
+
+  // backward() adds into an existing .grad(): a real backward, so every .grad() it reaches is
+  // saved first and put back after (the caller's own, and those of parameters fn captures, as
+  // PyTorch's gradcheck leaves them untouched). An input given twice is set and checked once.
   bool check_accumulates(const std::vector<Tensor>& outs0) {
     std::vector<Tensor> u = random_like(outs0);
     std::vector<Tensor> expected = vjp(u);
     const Recorded r = record(u);
     if (r.roots.empty()) return true;
-    std::vector<Tensor> before;
-    for (size_t k : wrt) {
-      Tensor existing = randn(inputs[k].shape(), inputs[k].dtype(), &gen);
-      before.push_back(existing.clone());
-      inputs[k].set_grad(existing);
-    }
-    backward(r.roots, r.seeds);
-    bool ok = true;
-    for (size_t j = 0; j < wrt.size() && ok; ++j) {
-      Tensor got = inputs[wrt[j]].grad();
-      if (!inputs[wrt[j]].is_leaf()) continue;  // only leaves accumulate
-      std::vector<double> g = got.to(DType::Float64).to_vector<double>();
-      std::vector<double> b = before[j].to(DType::Float64).to_vector<double>();
-      std::vector<double> e = expected[j].to_vector<double>();
-      for (size_t i = 0; i < g.size(); ++i) {
-        if (!(std::abs(g[i] - (b[i] + e[i])) <= 1e-12 * (1 + std::abs(b[i]) + std::abs(e[i])))) {  // NaN fails
-          failure << "gradcheck: backward did not add into the existing .grad() of input " << wrt[j]
-                  << ": element " << i << " is " << g[i] << ", expected " << b[i] << " + " << e[i];
-          ok = false;
-          break;
-        }
+    std::vector<std::pair<std::shared_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> kept;
+    for (const auto& leaf : leaves_reached(r.roots)) kept.emplace_back(leaf, leaf->grad);
+    std::map<const TensorImpl*, Tensor> before, want;  // per distinct checked leaf
+    for (size_t j = 0; j < wrt.size(); ++j) {
+      const Tensor& x = inputs[wrt[j]];
+      if (!x.is_leaf()) continue;  // only leaves accumulate
+      if (!before.count(x.impl())) {
+        Tensor existing = randn(x.shape(), x.dtype(), &gen);
+        before[x.impl()] = existing.clone();
+        want[x.impl()] = existing.to(DType::Float64).clone();
+        inputs[wrt[j]].set_grad(existing);
+        detail::raw_add_(want[x.impl()], expected[j]);  // (a repeated input's expected[j] is its whole gradient)
       }
     }
-    for (size_t k : wrt) inputs[k].zero_grad();
-    return ok;
+    std::string wrong;
+    try {
+      backward(r.roots, r.seeds);
+      for (size_t j = 0; j < wrt.size() && wrong.empty(); ++j) {
+        const Tensor& x = inputs[wrt[j]];
+        if (!x.is_leaf()) continue;
+        std::vector<double> g = x.grad().to(DType::Float64).to_vector<double>();
+        std::vector<double> b = before.at(x.impl()).to(DType::Float64).to_vector<double>();
+        std::vector<double> w = want.at(x.impl()).to_vector<double>();
+        for (size_t i = 0; i < g.size(); ++i) {
+          if (!(std::abs(g[i] - w[i]) <= 1e-12 * (1 + std::abs(b[i]) + std::abs(w[i] - b[i])))) {  // NaN fails
+            std::ostringstream m;
+            m << "gradcheck: backward did not add into the existing .grad() of input " << wrt[j] << ": element " << i
+              << " is " << g[i] << ", expected " << b[i] << " + " << w[i] - b[i];
+            wrong = m.str();
+            break;
+          }
+        }
+      }
+    } catch (...) {
+      for (auto& [leaf, grad] : kept) leaf->grad = grad;
+      throw;
+    }
+    for (auto& [leaf, grad] : kept) leaf->grad = grad;
+    failure << wrong;
+    return wrong.empty();
   }
 
   GradcheckResult run() {
@@ -263,9 +313,18 @@ struct Checker {
     TG_CHECK(!wrt.empty(), "gradcheck: no input requires grad");
     std::vector<Tensor> outs0 = run_no_grad();
     TG_CHECK(!outs0.empty(), "gradcheck: the function returned no outputs");
+    {
+      std::vector<Tensor> on_tape;
+      {
+        EnableGradGuard grad_on;
+        on_tape = fn(inputs);
+      }
+      for (const Tensor& o : on_tape) checked.push_back(o.requires_grad());
+      if (std::find(checked.begin(), checked.end(), 1) == checked.end()) checked.assign(outs0.size(), 1);
+    }
     int64_t n_in = 0, n_out = 0;
     for (size_t k : wrt) n_in += inputs[k].numel();
-    for (const Tensor& o : outs0) n_out += o.numel();
+    for (size_t i = 0; i < outs0.size(); ++i) n_out += checked[i] ? outs0[i].numel() : 0;
     const bool fast = opt.force_fast_mode || n_in * n_out > opt.full_jacobian_limit;
 
     bool ok = fast ? check_fast(outs0) : check_full(outs0);

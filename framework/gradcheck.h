@@ -18,14 +18,18 @@ struct GradcheckOptions {
   double eps = 1e-6;
   double atol = 1e-5;
   double rtol = 1e-3;
-  // Full Jacobian while (outputs x inputs) elements stay below this, fast mode above it.
+  // Full Jacobian while (outputs x inputs) elements stay below this, fast mode above it (PyTorch
+  // checks the full Jacobian unless asked; a projection can miss an error confined to a few
+  // elements: raise this, up to INT64_MAX, for a full check of a large op).
   int64_t full_jacobian_limit = 40000;
   bool force_fast_mode = false;
   uint64_t seed = 0;  // for the fast mode's projections and the random output gradients
   // The extra checks, all on by default.
   bool check_repeatable = true;        // two backward runs give the same bits
   bool check_zero_grad_output = true;  // a zero output gradient gives zero input gradients
-  bool check_accumulates = true;       // backward adds into an existing .grad()
+  // backward adds into an existing .grad(): a real backward, after which every .grad() it
+  // reached is put back as it was (hooks on those leaves do run)
+  bool check_accumulates = true;
 };
 
 struct GradcheckResult {
@@ -37,8 +41,10 @@ struct GradcheckResult {
 using GradcheckFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 // Checks the gradients of fn's outputs with respect to every input that requires grad. Inputs
-// must be float64 where they require grad (others pass through unchanged). fn must be
-// deterministic; it is called many times.
+// must be float64 where they require grad (others pass through unchanged). Outputs that do not
+// require grad when fn runs on the tape are not checked, as PyTorch's (when none does, their
+// finite differences must be zero). A failure names the input and its element, the output and
+// its element. fn must be deterministic; it is called many times.
 GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 

@@ -76,8 +76,11 @@ GradcheckResult check_sample_float32(const std::string& what, const SampleCase& 
     std::vector<Tensor> roots32, roots64, seeds32, seeds64;
     for (size_t i = 0; i < out64.size(); ++i) {
       std::ostringstream os;
-      if (out32[i].dtype() != DType::Float32) {
-        os << "output " << i << " of the float32 run is " << dtype_name(out32[i].dtype()) << ", not float32";
+      // a floating output is float32 in the float32 run; an integer one (indices) keeps its dtype
+      const DType want = is_floating(out64[i].dtype()) ? DType::Float32 : out64[i].dtype();
+      if (out32[i].dtype() != want) {
+        os << "output " << i << " of the float32 run is " << dtype_name(out32[i].dtype()) << ", not "
+           << dtype_name(want);
         return failed(what, check, os.str());
       }
       if (out32[i].shape() != out64[i].shape()) {
@@ -85,7 +88,8 @@ GradcheckResult check_sample_float32(const std::string& what, const SampleCase& 
            << format_shape(out64[i].shape()) << " in float64";
         return failed(what, check, os.str());
       }
-      std::vector<double> a = out32[i].to(DType::Float64).to_vector<double>(), b = out64[i].to_vector<double>();
+      std::vector<double> a = out32[i].to(DType::Float64).to_vector<double>(),
+                          b = out64[i].to(DType::Float64).to_vector<double>();
       for (size_t k = 0; k < a.size(); ++k) {
         if (!(std::abs(a[k] - b[k]) <= options.float32_atol + options.float32_rtol * std::abs(b[k]))) {
           os << "output " << i << " element " << k << ": float32 " << a[k] << ", float64 " << b[k] << " (atol "
@@ -138,11 +142,12 @@ GradcheckResult check_sample_each_input_alone(const std::string& what, const Sam
     manual_seed(seed);
     std::vector<Tensor> all = sample.make_inputs(DType::Float64);
     std::vector<Tensor> outs = sample.run(all);
-    std::vector<Tensor> roots, seeds;
-    for (const Tensor& o : outs) {
-      if (!o.requires_grad()) continue;
-      roots.push_back(o);
-      seeds.push_back(randn(o.shape(), DType::Float64));
+    std::vector<Tensor> roots, seeds, seed_of(outs.size());  // seed_of[i]: output i's, if it requires grad
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!outs[i].requires_grad()) continue;
+      seed_of[i] = randn(outs[i].shape(), DType::Float64);
+      roots.push_back(outs[i]);
+      seeds.push_back(seed_of[i]);
     }
     if (roots.empty()) return {};
     backward(roots, seeds);
@@ -159,16 +164,25 @@ GradcheckResult check_sample_each_input_alone(const std::string& what, const Sam
         only_k.push_back(c);
       }
       std::vector<Tensor> outs_k = sample.run(only_k);
-      std::vector<Tensor> roots_k;
-      for (const Tensor& o : outs_k)
-        if (o.requires_grad()) roots_k.push_back(o);
+      // The outputs that depend on input k (an output of other inputs alone requires no grad now),
+      // each with the seed it had when every input required grad.
+      std::vector<Tensor> roots_k, seeds_k;
       std::ostringstream os;
-      if (roots_k.size() != roots.size()) {
-        os << "with only input " << k << " requiring grad, " << roots_k.size() << " outputs require grad instead of "
-           << roots.size();
+      for (size_t i = 0; i < outs_k.size() && i < outs.size(); ++i) {
+        if (!outs_k[i].requires_grad()) continue;
+        if (!seed_of[i].defined()) {
+          os << "with only input " << k << " requiring grad, output " << i
+             << " requires grad, but not when every input does";
+          return failed(what, check, os.str());
+        }
+        roots_k.push_back(outs_k[i]);
+        seeds_k.push_back(seed_of[i]);
+      }
+      if (roots_k.empty()) {
+        os << "with only input " << k << " requiring grad, no output requires grad";
         return failed(what, check, os.str());
       }
-      backward(roots_k, seeds);
+      backward(roots_k, seeds_k);
       if (!only_k[k].grad().defined()) {
         os << "with only input " << k << " requiring grad, it got no gradient";
         return failed(what, check, os.str());

@@ -429,6 +429,21 @@ TEST(CustomOpErrors, MisuseOfTheContextNamesTheOp) {
   }
 }
 
+// Names appear in one-line dumps and DOT labels: control characters, or spaces at either end,
+// are refused (an input named " " was accepted, then every call failed with an internal error).
+TEST(CustomOp, NamesWithControlCharactersOrEdgeSpacesAreRefused) {
+  auto make = [](std::string name, std::vector<std::string> inputs) {
+    return CustomOp(
+        std::move(name), std::move(inputs), [](FunctionContext&, const std::vector<Tensor>& in) { return in; },
+        [](FunctionContext&, const std::vector<Tensor>& g) { return g; });
+  };
+  EXPECT_THROW(make("two\nlines", {"x"}), Error);
+  EXPECT_THROW(make(std::string("nul\0cut", 7), {"x"}), Error);
+  EXPECT_THROW(make("op", {"a", " "}), Error);
+  EXPECT_THROW(make("op", {" a"}), Error);
+  EXPECT_NO_THROW(make("my op <v2> \"quoted\"", {"in put", "w"}));
+}
+
 // ---- the generic checks on a user's op
 
 TEST(CheckCustomOp, PassesACorrectOp) {
@@ -477,6 +492,36 @@ TEST(CheckCustomOp, CatchesABackwardThatDependsOnTheMask) {
   EXPECT_NE(r.message.find("mask_bug / pair: each input alone: gradient of input 1"), std::string::npos) << r.message;
   NoGradGuard no_grad;  // the checks turn recording on themselves
   EXPECT_FALSE(check_custom_op(op, options).ok);
+}
+
+// An op with an integer output (an index beside its values) passes the float32 check: the
+// integer output keeps its dtype there (it was required to be float32). A sample whose run
+// returns an output of another input alone passes the each-input-alone check (it counted the
+// outputs that require grad and wanted the same number with one input).
+TEST(CheckCustomOp, IntegerOutputsAndOutputsOfOtherInputsPass) {
+  CustomOp with_index(
+      "doubled_with_argmax", {"x"},
+      [](FunctionContext&, const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{mul(in[0], 2.0), argmax(in[0], 0)};
+      },
+      [](FunctionContext&, const std::vector<Tensor>& g) { return std::vector<Tensor>{mul(g[0], 2.0)}; });
+  with_index.add_sample("vector", [](DType dt) { return std::vector<Tensor>{leaf({4}, dt)}; });
+  OpCheckResult r = check_custom_op(with_index);
+  EXPECT_TRUE(r.ok) << r.message;
+  CustomOp product(
+      "product", {"a", "b"},
+      [](FunctionContext& ctx, const std::vector<Tensor>& in) {
+        ctx.save_for_backward({in[0], in[1]});
+        return std::vector<Tensor>{mul(in[0], in[1])};
+      },
+      [](FunctionContext& ctx, const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{mul(g[0], ctx.saved(1)), mul(g[0], ctx.saved(0))};
+      });
+  product.add_sample(
+      "with b doubled", [](DType dt) { return std::vector<Tensor>{leaf({3}, dt), leaf({3}, dt)}; },
+      [op = product](const std::vector<Tensor>& in) { return std::vector<Tensor>{op(in[0], in[1]), mul(in[1], 2.0)}; });
+  r = check_custom_op(product);
+  EXPECT_TRUE(r.ok) << r.message;
 }
 
 TEST(CheckCustomOp, ReportsABackwardThatThrowsAsAFailure) {

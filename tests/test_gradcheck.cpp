@@ -191,6 +191,40 @@ TEST(Gradcheck, AccumulationCheckCatchesABackwardThatLosesAnExistingGrad) {
   g_clobbered = Tensor();
 }
 
+// gradcheck leaves every .grad() as it found it (the caller's, and a captured parameter's: the
+// accumulation check's backward wrote both), passes an input given twice, and ignores outputs
+// that do not require grad, as PyTorch's gradcheck.
+TEST(Gradcheck, LeavesGradientsAloneTakesAnInputTwiceAndSkipsConstantOutputs) {
+  manual_seed(8);
+  Tensor x = input({3}), w = input({2, 3});
+  x.set_grad(full({3}, 7.0, DType::Float64));
+  const GradcheckFn through_w = [&w](const std::vector<Tensor>& v) {
+    return std::vector<Tensor>{linear(v[0], w, Tensor())};
+  };
+  EXPECT_TRUE(gradcheck(through_w, {x}).ok);
+  EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>(3, 7.0));
+  EXPECT_FALSE(w.grad().defined());
+  const GradcheckFn product = [](const std::vector<Tensor>& v) { return std::vector<Tensor>{mul(v[0], v[1])}; };
+  const GradcheckResult twice = gradcheck(product, {x, x});
+  EXPECT_TRUE(twice.ok) << twice.message;
+  const GradcheckFn with_constant = [](const std::vector<Tensor>& v) {
+    return std::vector<Tensor>{mul(v[0], 2.0), mul(v[0], 3.0).detach()};
+  };
+  const GradcheckResult constant = gradcheck(with_constant, {x});
+  EXPECT_TRUE(constant.ok) << constant.message;
+}
+
+// The failure names the output and its element (it gave the index into all outputs joined).
+TEST(Gradcheck, AFailureNamesTheOutputAndItsElement) {
+  manual_seed(9);
+  const GradcheckFn two_outputs = [](const std::vector<Tensor>& v) {
+    return std::vector<Tensor>{mul(v[0], 2.0), wrong_square(v[0])};
+  };
+  const GradcheckResult r = gradcheck(two_outputs, {input({5})});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("and output 1 element "), std::string::npos) << r.message;
+}
+
 TEST(Gradcheck, RejectsFloat32Inputs) {
   Tensor x = randn({3});
   x.requires_grad_();

@@ -178,6 +178,9 @@ TEST(TapeText, NamesWhichOutputOfItsEntryTheRootIs) {
   const std::vector<Tensor> out = two.apply({x});
   EXPECT_EQ(tape_to_text(out[1]), "#0 two_ways  in: [2]*  -> out: [2] [2]  saved: nothing\nroot: output 1 of #0\n");
   EXPECT_NE(tape_to_dot(out[1]).find("op0 -> output [label=\"output 1\"];"), std::string::npos) << tape_to_dot(out[1]);
+  // an input from one output of several says which ((#k) alone did not)
+  EXPECT_NE(tape_to_text(add(out[1], out[0])).find("#1 add  in: [2](#0.1) [2](#0.0)"), std::string::npos)
+      << tape_to_text(add(out[1], out[0]));
   // one output: no such line, and a plain edge
   EXPECT_EQ(tape_to_text(mul(x, 2.0)).find("root:"), std::string::npos);
   EXPECT_NE(tape_to_dot(mul(x, 2.0)).find("op0 -> output;"), std::string::npos);
