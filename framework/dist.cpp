@@ -2,6 +2,8 @@
 #include "dist.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -120,19 +122,20 @@ bool mpi_running() {
 // never started would leave them waiting forever: MPI does not tell them. So each rank, as it
 // exits, sends every other rank a notice on a communicator of its own, holding the number of
 // collectives it started; a rank waiting in collective number i that gets a notice of fewer
-// than i + 1 collectives throws a tg::Error naming the rank that left (g_broken), and at its own
-// exit ends the job (MPI_Abort) instead of waiting for it in MPI_Finalize. A notice of a rank
-// that took part in the collective (it finished and left first) is no error.
+// than i + 1 collectives says which rank left and ends the job (MPI_Abort: the collective it
+// waits in cannot be cancelled, and MPI may still write into its buffers, so it cannot throw
+// and go on). A notice of a rank that took part in the collective (it finished and left
+// first) is no error. Only when init() started MPI (and finalizes it at exit).
 MPI_Comm g_control = MPI_COMM_NULL;
 constexpr int kLeavingTag = 1;
 int64_t g_started = 0;                          // collectives this rank started
 int64_t g_first_missed = INT64_MAX;             // the first collective a rank that left never started
 int g_left_rank = -1;                           // that rank
 int g_notices = 0;                              // notices received
-bool g_broken = false;                          // a collective was abandoned
 
 // Takes the notices that have arrived.
 void receive_notices() {
+  if (g_control == MPI_COMM_NULL) return;  // MPI started by the program, not by init()
   for (;;) {
     int flag = 0;
     MPI_Status status;
@@ -155,10 +158,11 @@ void wait_for(std::vector<MPI_Request>& requests, int64_t index, const char* op)
     if (done) return;
     receive_notices();
     if (index >= g_first_missed) {
-      g_broken = true;
-      TG_ERROR("dist::", op, ": rank ", g_left_rank, " left the job before this collective (it returned from main or ",
-               "called exit, perhaps after an error it caught); the others cannot go on, and the job ends when ",
-               "this rank exits");
+      std::fprintf(stderr,
+                   "tg::dist::%s: rank %d left the job before this collective (it returned from main or called exit, "
+                   "perhaps after an error it caught); rank %d ends the job\n",
+                   op, g_left_rank, rank());
+      MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
 }
@@ -174,17 +178,14 @@ void run_collective(const char* op, Start&& start) {
 
 void finalize_at_exit() {
   if (!mpi_running()) return;
-  if (g_broken) {
-    std::fprintf(stderr, "tg::dist: rank %d ends the job: rank %d left it while the others waited in a collective\n",
-                 rank(), g_left_rank);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
   const int me = rank(), world = world_size();
   for (int r = 0; r < world; ++r)
     if (r != me) MPI_Send(&g_started, 1, MPI_INT64_T, r, kLeavingTag, g_control);
-  for (; g_notices < world - 1; ++g_notices) {  // every other rank's, as it leaves in turn
-    int64_t started = 0;
-    MPI_Recv(&started, 1, MPI_INT64_T, MPI_ANY_SOURCE, kLeavingTag, g_control, MPI_STATUS_IGNORE);
+  // Every other rank's notice, as it leaves in turn: polled with growing sleeps (a blocking
+  // receive would spin a core while a slower rank still evaluates or writes its checkpoint).
+  for (int pause_us = 50; g_notices < world - 1; pause_us = std::min(pause_us * 2, 10000)) {
+    receive_notices();
+    if (g_notices < world - 1) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
   }
   MPI_Comm_free(&g_control);
   MPI_Finalize();

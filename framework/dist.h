@@ -21,8 +21,8 @@
 // run with the same world size and inputs gives the same bits again. Errors of the MPI library
 // (a rank that died, a broken connection) become tg::Error on the ranks that see them. A rank
 // that exits (returns from main after an error it caught) while the others wait in a collective
-// it never started: they throw a tg::Error naming it, and each of them, when it exits in turn,
-// ends the job (MPI_Abort) rather than waiting for the rank that left.
+// it never started ends the job: the first rank to notice names it on stderr and calls MPI_Abort
+// (the collective cannot be cancelled, so it cannot throw and go on), as a killed rank does.
 #pragma once
 
 #include <memory>

@@ -258,6 +258,8 @@ struct Checker {
     if (r.roots.empty()) return true;
     std::vector<std::pair<std::shared_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> kept;
     for (const auto& leaf : leaves_reached(r.roots)) kept.emplace_back(leaf, leaf->grad);
+    for (size_t k : wrt)  // (a checked input the outputs do not reach gets a .grad() below too)
+      kept.emplace_back(inputs[k].impl_ptr(), inputs[k].impl()->grad);
     std::map<const TensorImpl*, Tensor> before, want;  // per distinct checked leaf
     for (size_t j = 0; j < wrt.size(); ++j) {
       const Tensor& x = inputs[wrt[j]];

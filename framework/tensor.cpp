@@ -597,6 +597,10 @@ Tensor full(const Shape& shape, double value, DType dtype) {
   // (fill_ and masked_fill refuse it too); integer dtypes are checked by raw_fill_.
   TG_CHECK(fits_floating_range(dtype, value), "full: value ", value, " cannot be converted to ", dtype_name(dtype),
            " without overflow");
+  return detail::full_unchecked(shape, value, dtype);
+}
+
+Tensor detail::full_unchecked(const Shape& shape, double value, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype);
   detail::raw_fill_(t, value);
   return t;

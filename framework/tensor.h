@@ -188,6 +188,9 @@ Tensor widen(const Tensor& t);
 // The in-place kernels alone: no autograd rules, never recorded (they bump the version). For
 // the engine's own gradient accumulation and the in-place methods' unrecorded path.
 void raw_fill_(Tensor& dst, double value);
+// full() for the ops' own scalars and results: a value past a floating dtype's largest finite one
+// rounds to inf (a float16 comparison with 1e5, an overflowing loss) where full() refuses it.
+Tensor full_unchecked(const Shape& shape, double value, DType dtype);
 void raw_copy_(Tensor& dst, const Tensor& src);
 void raw_add_(Tensor& dst, const Tensor& other, double alpha = 1.0);
 void raw_mul_(Tensor& dst, double factor);

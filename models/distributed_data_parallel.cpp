@@ -25,8 +25,8 @@ struct DistributedDataParallel::State {
   std::vector<std::string> names;
   std::vector<size_t> bucket_of;   // parameter -> bucket
   std::vector<char> param_ready;  // this pass
-  // Gradients this rank produced since the last reduction (no_sync passes included): the others'
-  // slots hold zeros, and a parameter no rank used keeps its .grad() as it was, as PyTorch's.
+  // Parameters this rank gave a gradient since the last reduction (no_sync passes included): one
+  // that no rank used keeps its .grad() as it was, as PyTorch's reducer leaves it.
   std::vector<char> used_since_sync;
   Tensor used_anywhere;  // int32, one per parameter, reduced with max beside the last bucket
   dist::Work used_work;
@@ -54,14 +54,14 @@ struct DistributedDataParallel::State {
     });
   }
 
-  // Copies the bucket's gradients into its flat buffer (zeros for a parameter this rank did not
-  // use since the last reduction, whatever its .grad() holds).
+  // Copies the bucket's gradients into its flat buffer (zeros for a parameter without one; a
+  // .grad() left from an earlier reduction, the same on every rank, counts as PyTorch counts it).
   void pack(Bucket& b) {
     for (size_t j = 0; j < b.params.size(); ++j) {
       const Tensor& p = params[b.params[j]];
       Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape());
       const Tensor g = p.grad();
-      if (g.defined() && used_since_sync[b.params[j]])
+      if (g.defined())
         detail::raw_copy_(slot, g);
       else
         detail::raw_fill_(slot, 0.0);

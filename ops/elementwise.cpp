@@ -208,7 +208,7 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor detail::integer_scalar_operand(const Tensor& x, double s) {
-  return scalar_tensor(s, s == std::trunc(s) && fits_integer_range(x.dtype(), s) ? x.dtype() : DType::Float32);
+  return detail::full_unchecked({}, s, s == std::trunc(s) && fits_integer_range(x.dtype(), s) ? x.dtype() : DType::Float32);
 }
 
 namespace {
@@ -259,7 +259,7 @@ Tensor div(double s, const Tensor& x) {
   TG_CHECK(x.defined(), "div: the tensor is undefined");
   if (is_integer(x)) return div(detail::integer_scalar_operand(x, s), x);
   if (is_reduced_floating(x.dtype())) return div(s, x.to(DType::Float32)).to(x.dtype());
-  return div(scalar_tensor(s, x.dtype()), x);
+  return div(detail::full_unchecked({}, s, x.dtype()), x);
 }
 
 // In place, as the out-of-place op: mul and div save self for other's gradient, so they get a

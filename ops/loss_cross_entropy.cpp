@@ -232,7 +232,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     }
     double value = (1.0 - eps) * nll_sum / attrs.nll_denominator;
     if (eps > 0) value += eps / C * smooth_sum / attrs.smooth_denominator;
-    out = full({}, value, dtype);
+    out = detail::full_unchecked({}, value, dtype);  // an overflowing 16-bit loss is inf
   }
   logp = round_result(logp, dtype);
   if (Recorder rec{kCrossEntropyOp, {logits}}) {

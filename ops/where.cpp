@@ -27,7 +27,9 @@ Tensor compare(const Tensor& a_in, const Tensor& b_in, const char* op, Cmp cmp) 
         .to(DType::Int64);
   });
 }
-Tensor scalar_like(const Tensor& a, double s) { return full({}, s, a.defined() ? a.dtype() : DType::Float32); }
+Tensor scalar_like(const Tensor& a, double s) {
+  return detail::full_unchecked({}, s, a.defined() ? a.dtype() : DType::Float32);
+}
 // A comparison's scalar: in a's dtype, but a fractional one beside integers is float32 (PyTorch
 // promotes them so: an int64 tensor == 0.5 is false everywhere, not a comparison with 0).
 // Likewise one out of the integer dtype's range (int64 y < 9.3e18 is true everywhere; in int64
@@ -35,7 +37,7 @@ Tensor scalar_like(const Tensor& a, double s) { return full({}, s, a.defined() ?
 Tensor comparison_scalar(const Tensor& a, double s) {
   const bool not_integer =
       s != std::trunc(s) || !std::isfinite(s) || (a.defined() && !fits_integer_range(a.dtype(), s));
-  return a.defined() && !is_floating(a.dtype()) && not_integer ? scalar_tensor(s, DType::Float32) : scalar_like(a, s);
+  return a.defined() && !is_floating(a.dtype()) && not_integer ? detail::full_unchecked({}, s, DType::Float32) : scalar_like(a, s);
 }
 
 // cond as a 0/1 tensor of dtype dt, broadcast to shape.

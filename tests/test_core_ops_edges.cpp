@@ -196,6 +196,14 @@ TEST(CoreOpsEdges, IntegerFillsAndComparisonsOutOfRange) {
   EXPECT_THROW(full({1}, 1e39, DType::Float32), Error);
   EXPECT_EQ(full({1}, 65504.0, DType::Float16).to(DType::Float32).item<float>(), 65504.0f);
   EXPECT_TRUE(std::isinf(full({1}, INFINITY, DType::Float16).to(DType::Float32).item<float>()));
+  // The ops' own scalars and results are not full()'s arguments: a float16 tensor compared with
+  // or added to 1e5, and a float16 loss that overflows, behave as PyTorch's (no error).
+  const Tensor h = ones({3}, DType::Float16);
+  EXPECT_EQ(lt(h, 1e5).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(gt(ones({2}), 1e39).to_vector<int64_t>(), (std::vector<int64_t>{0, 0}));
+  EXPECT_TRUE(std::isinf(add(h, 1e5).to(DType::Float32).to_vector<float>()[0]));
+  const Tensor logits = from_vector(std::vector<double>{60000, -60000}, {1, 2}).to(DType::Float16);
+  EXPECT_TRUE(std::isinf(cross_entropy(logits, from_vector(std::vector<int64_t>{1}, {1})).to(DType::Float32).item<float>()));
   EXPECT_EQ(full({1}, 2147483647.0, DType::Int32).item<int32_t>(), 2147483647);
   EXPECT_EQ(full({1}, -2.7, DType::Int64).item<int64_t>(), -2);  // truncated, as PyTorch's fill_
   const Tensor y = from_vector(std::vector<int64_t>{1, 2, 3}, {3});

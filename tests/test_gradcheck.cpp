@@ -207,6 +207,9 @@ TEST(Gradcheck, LeavesGradientsAloneTakesAnInputTwiceAndSkipsConstantOutputs) {
   const GradcheckFn product = [](const std::vector<Tensor>& v) { return std::vector<Tensor>{mul(v[0], v[1])}; };
   const GradcheckResult twice = gradcheck(product, {x, x});
   EXPECT_TRUE(twice.ok) << twice.message;
+  Tensor unused = input({2});  // checked, but no output depends on it: its .grad() stays undefined
+  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& v) { return std::vector<Tensor>{mul(v[0], 2.0)}; }, {x, unused}).ok);
+  EXPECT_FALSE(unused.grad().defined());
   const GradcheckFn with_constant = [](const std::vector<Tensor>& v) {
     return std::vector<Tensor>{mul(v[0], 2.0), mul(v[0], 3.0).detach()};
   };

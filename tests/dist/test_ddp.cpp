@@ -242,6 +242,12 @@ TEST(DistributedDataParallel, AnUnusedParameterHoldsBackItsBucketUntilTheEnd) {
   loss.backward();
   ASSERT_TRUE(model.unused->bias.grad().defined());
   EXPECT_EQ(model.unused->bias.grad().to_vector<double>(), std::vector<double>(3, 1.0 / dist::world_size()));
+  // A second backward of the step, rank 0 alone using it again: every rank's .grad() (the first
+  // average, the same everywhere, plus rank 0's new 1) is averaged, as PyTorch's reducer does.
+  Tensor again = sum(ddp.forward(randn({2, 3, 4, 4}, DType::Float64, &data)));
+  if (mine) again = add(again, sum(model.unused->forward(ones({1, 2}, DType::Float64))));
+  again.backward();
+  for (double v : model.unused->bias.grad().to_vector<double>()) EXPECT_NEAR(v, 2.0 / dist::world_size(), 1e-15);
   // And a .grad() left from before stays as it was when no rank uses the parameter in a step.
   model.unused->bias.set_grad(full({3}, 5.0, DType::Float64));
   sum(ddp.forward(randn({2, 3, 4, 4}, DType::Float64, &data))).backward();

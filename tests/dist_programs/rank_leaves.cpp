@@ -1,7 +1,7 @@
 // A data-parallel run in which rank 1 catches an error and returns from main (exit status 1)
 // while rank 0 goes on to the next gradient reduction. Run by tests/dist_programs/rank_leaves.cmake
-// under mpirun: rank 0 must get a tg::Error naming rank 1 and the job must end, not wait for rank
-// 1 forever (MPI does not tell the others that a rank finalized). The last step, where both
+// under mpirun: rank 0 must end the job with a message naming rank 1, not wait for rank 1 forever
+// (MPI does not tell the others that a rank finalized). The last step, where both
 // ranks finish normally with rank 0 leaving later than rank 1, must end cleanly too:
 // `rank_leaves --late` is that run.
 #include <chrono>
