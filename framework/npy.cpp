@@ -144,12 +144,13 @@ class HeaderParser {
   }
 
   // (), (n,), (n, m), (n, m,): integers separated by commas, nothing else: "(2, x)" is a corrupt
-  // header, not the shape (2,). "(n)" is read as (n,), as the regex reader did.
+  // header, not the shape (2,). "(n)" is the integer n in Python, not a tuple: numpy refuses it.
   Shape read_shape() {
     const size_t open = i_;
     if (peek() != '(') fail("a tuple for 'shape'");
     ++i_;
     Shape shape;
+    bool comma_after_last = false;
     skip_space();
     while (peek() != ')') {
       const size_t start = i_;
@@ -164,13 +165,16 @@ class HeaderParser {
                tuple_text(open));
       shape.push_back(v);
       skip_space();
-      if (peek() == ',') {
+      comma_after_last = peek() == ',';
+      if (comma_after_last) {
         ++i_;
         skip_space();
       } else {
         TG_CHECK(peek() == ')', where_, "invalid shape ", tuple_text(open));
       }
     }
+    TG_CHECK(shape.size() != 1 || comma_after_last, where_, "invalid shape ", tuple_text(open),
+             ": a tuple of one dim is written with a comma, (n,), as numpy refuses (n)");
     ++i_;
     return shape;
   }
@@ -237,8 +241,9 @@ Tensor read_npy(std::istream& in, int64_t file_size, const std::string& path) {
   char magic[8] = {};
   TG_CHECK(file_size >= 10 && in.read(magic, 8) && std::memcmp(magic, "\x93NUMPY", 6) == 0, "load_npy: ", path,
            " is not a .npy file (bad magic or too short)");
-  const int major = static_cast<unsigned char>(magic[6]);
-  TG_CHECK(major >= 1 && major <= 3, "load_npy: ", path, ": unsupported format version ", major);
+  const int major = static_cast<unsigned char>(magic[6]), minor = static_cast<unsigned char>(magic[7]);
+  TG_CHECK(major >= 1 && major <= 3 && minor == 0, "load_npy: ", path, ": unsupported format version ", major, ".",
+           minor, " (numpy writes 1.0, 2.0 and 3.0)");
   int64_t header_len = 0;
   int64_t prefix = 0;
   if (major == 1) {

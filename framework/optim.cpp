@@ -124,8 +124,13 @@ void check_params(const std::vector<Tensor>& params, const char* opt) {
   }
 }
 
-void check_nonneg(const char* opt, const char* what, double v) {
+void check_nonneg(const std::string& opt, const char* what, double v) {
   TG_CHECK(v >= 0 && std::isfinite(v), opt, ": invalid ", what, " value: ", v);
+}
+
+// A bool option, stored as 0 or 1 among the hyperparameters.
+void check_flag(const std::string& opt, const char* what, double v) {
+  TG_CHECK(v == 0 || v == 1, opt, ": invalid ", what, " value: ", v, " (a flag: 0 or 1)");
 }
 
 std::vector<Tensor> values_of(const StateDict& named) {
@@ -206,6 +211,7 @@ double Optimizer::Group::h(const char* key) const {
 }
 
 void Optimizer::add_group(std::vector<Tensor> params, std::vector<std::pair<std::string, double>> hyper) {
+  check_hyperparameters({{}, hyper});
   check_params(params, name().c_str());
   std::set<const TensorImpl*> seen;
   for (auto& g : groups_)
@@ -335,6 +341,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
       TG_CHECK(buffer != "master_param" || is_reduced_floating(params[i].dtype()), name(), ".load_state_dict: \"",
                key, "\" is a float32 master copy, but parameter ", i, " is ", dtype_name(params[i].dtype()),
                ", which needs none");
+      TG_CHECK(is_step || is_floating(value.dtype()), name(), ".load_state_dict: \"", key, "\" is ",
+               dtype_name(value.dtype()), "; a state buffer is floating (a wrong checkpoint, not a conversion)");
       const DType dt = is_step ? DType::Float64 : state_dtype(params[i].dtype());
       new_state[i][buffer] = detail::convert(is_step ? value.reshape({}) : value, dt).contiguous().clone();
     } else if (key.rfind("param_groups.", 0) == 0) {
@@ -361,6 +369,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
       TG_CHECK(new_state[i].count(k), name(), ".load_state_dict: the state of parameter ", i, " has no \"state.", i,
                ".", k, "\" (its state is ", join_keys(required), ", all or none)");
   }
+  for (const Group& g : new_groups) check_hyperparameters(g);
   state_ = std::move(new_state);
   groups_ = std::move(new_groups);
 }
@@ -370,12 +379,18 @@ void Optimizer::load_state_dict(const StateDict& state) {
 SGD::SGD(std::vector<Tensor> params, SGDOptions o) { add_param_group(std::move(params), o); }
 SGD::SGD(const StateDict& named, SGDOptions o) : SGD(values_of(named), o) {}
 
+void SGD::check_hyperparameters(const Group& g) const {
+  check_nonneg("SGD", "learning rate", g.h("lr"));
+  check_nonneg("SGD", "momentum", g.h("momentum"));
+  check_nonneg("SGD", "weight_decay", g.h("weight_decay"));
+  TG_CHECK(std::isfinite(g.h("dampening")), "SGD: invalid dampening value: ", g.h("dampening"));
+  check_flag("SGD", "nesterov", g.h("nesterov"));
+  check_flag("SGD", "float32_master_weights", g.h("float32_master_weights"));
+  TG_CHECK(g.h("nesterov") == 0 || (g.h("momentum") > 0 && g.h("dampening") == 0),
+           "SGD: Nesterov momentum requires a momentum and zero dampening");
+}
+
 void SGD::add_param_group(std::vector<Tensor> params, SGDOptions o) {
-  check_nonneg("SGD", "learning rate", o.lr);
-  check_nonneg("SGD", "momentum", o.momentum);
-  check_nonneg("SGD", "weight_decay", o.weight_decay);
-  TG_CHECK(std::isfinite(o.dampening), "SGD: invalid dampening value: ", o.dampening);
-  TG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: Nesterov momentum requires a momentum and zero dampening");
   add_group(std::move(params), {{"lr", o.lr},
                                 {"momentum", o.momentum},
                                 {"dampening", o.dampening},
@@ -413,13 +428,17 @@ void SGD::step() {
 Adam::Adam(std::vector<Tensor> params, AdamOptions o) { add_param_group(std::move(params), o); }
 Adam::Adam(const StateDict& named, AdamOptions o) : Adam(values_of(named), o) {}
 
+void Adam::check_hyperparameters(const Group& g) const {
+  const std::string n = name();
+  check_nonneg(n, "learning rate", g.h("lr"));
+  check_nonneg(n, "epsilon", g.h("eps"));
+  TG_CHECK(g.h("beta1") >= 0 && g.h("beta1") < 1, n, ": invalid beta parameter at index 0: ", g.h("beta1"));
+  TG_CHECK(g.h("beta2") >= 0 && g.h("beta2") < 1, n, ": invalid beta parameter at index 1: ", g.h("beta2"));
+  check_nonneg(n, "weight_decay", g.h("weight_decay"));
+  check_flag(n, "float32_master_weights", g.h("float32_master_weights"));
+}
+
 void Adam::add_param_group(std::vector<Tensor> params, AdamOptions o) {
-  const char* n = decoupled_ ? "AdamW" : "Adam";
-  check_nonneg(n, "learning rate", o.lr);
-  check_nonneg(n, "epsilon", o.eps);
-  TG_CHECK(o.beta1 >= 0 && o.beta1 < 1, n, ": invalid beta parameter at index 0: ", o.beta1);
-  TG_CHECK(o.beta2 >= 0 && o.beta2 < 1, n, ": invalid beta parameter at index 1: ", o.beta2);
-  check_nonneg(n, "weight_decay", o.weight_decay);
   add_group(std::move(params), {{"lr", o.lr},
                                 {"beta1", o.beta1},
                                 {"beta2", o.beta2},
@@ -464,12 +483,17 @@ AdamW::AdamW(const StateDict& named, AdamOptions o) : AdamW(values_of(named), o)
 RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions o) { add_param_group(std::move(params), o); }
 RMSprop::RMSprop(const StateDict& named, RMSpropOptions o) : RMSprop(values_of(named), o) {}
 
+void RMSprop::check_hyperparameters(const Group& g) const {
+  check_nonneg("RMSprop", "learning rate", g.h("lr"));
+  check_nonneg("RMSprop", "epsilon", g.h("eps"));
+  check_nonneg("RMSprop", "momentum", g.h("momentum"));
+  check_nonneg("RMSprop", "weight_decay", g.h("weight_decay"));
+  check_nonneg("RMSprop", "alpha", g.h("alpha"));
+  check_flag("RMSprop", "centered", g.h("centered"));
+  check_flag("RMSprop", "float32_master_weights", g.h("float32_master_weights"));
+}
+
 void RMSprop::add_param_group(std::vector<Tensor> params, RMSpropOptions o) {
-  check_nonneg("RMSprop", "learning rate", o.lr);
-  check_nonneg("RMSprop", "epsilon", o.eps);
-  check_nonneg("RMSprop", "momentum", o.momentum);
-  check_nonneg("RMSprop", "weight_decay", o.weight_decay);
-  check_nonneg("RMSprop", "alpha", o.alpha);
   add_group(std::move(params), {{"lr", o.lr},
                                 {"alpha", o.alpha},
                                 {"eps", o.eps},

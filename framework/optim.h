@@ -53,7 +53,9 @@ class Optimizer {
   // "state.<i>.<key>" for each parameter's buffers (copies), then "param_groups.<g>.<hyper>".
   StateDict state_dict() const;
   // Restores buffers and hyperparameters; the parameter count and each buffer's shape must
-  // match this optimizer's, a "step" must be one whole number >= 0, and a parameter's state
+  // match this optimizer's, buffers must be floating, hyperparameters must pass the checks
+  // the constructor makes (a learning rate >= 0, betas in [0, 1), flags 0 or 1, ...), a
+  // "step" must be one whole number >= 0, and a parameter's state
   // must hold every buffer its optimizer keeps (Adam: step, exp_avg, exp_avg_sq) or none (it
   // then starts afresh). Keys this optimizer does not know are an error. Nothing changes when
   // any check fails.
@@ -70,6 +72,9 @@ class Optimizer {
     double h(const char* key) const;
   };
   Optimizer() = default;
+  // Refuses hyperparameters this optimizer's constructor would refuse; run for every group
+  // added and every group loaded. An optimizer written outside tapegrad may override it.
+  virtual void check_hyperparameters(const Group& /*group*/) const {}
   void add_group(std::vector<Tensor> params, std::vector<std::pair<std::string, double>> hyper);
   // Calls f(group, param, grad, state) for each parameter that has a gradient.
   template <class F>
@@ -103,6 +108,7 @@ class SGD : public Optimizer {
   void step() override;
 
  protected:
+  void check_hyperparameters(const Group& group) const override;
   std::vector<std::string> optional_state() const override { return {"momentum_buffer"}; }
 };
 
@@ -125,6 +131,7 @@ class Adam : public Optimizer {
 
  protected:
   explicit Adam(bool decoupled) : decoupled_(decoupled) {}  // for AdamW: no group yet
+  void check_hyperparameters(const Group& group) const override;
   std::vector<std::string> required_state() const override { return {"step", "exp_avg", "exp_avg_sq"}; }
   bool decoupled_ = false;
 };
@@ -164,6 +171,7 @@ class RMSprop : public Optimizer {
   void step() override;
 
  protected:
+  void check_hyperparameters(const Group& group) const override;
   std::vector<std::string> required_state() const override { return {"step", "square_avg"}; }
   std::vector<std::string> optional_state() const override { return {"momentum_buffer", "grad_avg"}; }
 };

@@ -225,6 +225,11 @@ class HeaderChecker : public nlohmann::json_sax<json> {
 
 Header parse_header_json(const std::string& bytes, uint64_t header_len, const std::string& where) {
   const auto first = bytes.begin() + 8, last = first + static_cast<std::ptrdiff_t>(header_len);
+  // The JSON parser reads a NUL byte as the end of its input, so "{...}\0<anything>" would
+  // pass; JSON text never holds one (a string's control characters are escaped).
+  const auto nul = std::find(first, last, '\0');
+  TG_CHECK(nul == last, where, "header holds a NUL byte at byte ", nul - first,
+           " of its ", header_len, " (JSON text never does; padding is spaces)");
   HeaderChecker checker(where);
   const bool valid = json::sax_parse(first, last, &checker);
   TG_CHECK(valid, where, "header is not valid JSON (", checker.error, ")");
@@ -280,20 +285,30 @@ Entry read_entry(const std::string& name, const json& v, uint64_t data_size, con
   return e;
 }
 
-// No two tensors may share bytes (empty tensors occupy none).
-void check_no_overlap(const std::vector<Entry>& entries, const std::string& where) {
+// The tensors, in the order of their offsets, must fill the data section exactly: each begins
+// where the one before ends, and the last ends at the end of the file. That is what the
+// reference reader (the Rust safetensors crate) requires; a gap, an overlap or trailing bytes
+// mean the header does not describe the file.
+void check_data_section_is_tiled(const std::vector<Entry>& entries, uint64_t data_size, const std::string& where) {
   std::vector<const Entry*> by_offset;
   for (const Entry& e : entries) by_offset.push_back(&e);
   std::sort(by_offset.begin(), by_offset.end(),
             [](const Entry* a, const Entry* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
   const Entry* prev = nullptr;
   for (const Entry* e : by_offset) {
-    if (e->begin == e->end) continue;
-    TG_CHECK(prev == nullptr || e->begin >= prev->end, where, "tensors \"", prev ? prev->name : "", "\" [",
-             prev ? prev->begin : 0, ", ", prev ? prev->end : 0, ") and \"", e->name, "\" [", e->begin, ", ", e->end,
-             ") overlap");
+    const uint64_t expected = prev ? prev->end : 0;
+    if (e->begin != expected) {
+      TG_CHECK(e->begin > expected || e->begin == e->end, where, "tensors \"", prev->name, "\" [", prev->begin, ", ",
+               prev->end, ") and \"", e->name, "\" [", e->begin, ", ", e->end, ") overlap");
+      TG_CHECK(false, where, "tensor \"", e->name, "\" begins at byte ", e->begin, " of the data section, expected ",
+               expected, prev ? " (where \"" + prev->name + "\" ends)" : std::string(" (its start)"),
+               ": the tensors must lie back to back");
+    }
     prev = e;
   }
+  const uint64_t end = prev ? prev->end : 0;
+  TG_CHECK(end == data_size, where, "the tensors end at byte ", end, " of the data section, but the file holds ",
+           data_size, " bytes after the header (trailing bytes, or a header that does not describe the file)");
 }
 
 // The tensors of checked entries, copied out of the data section (the data is little-endian,
@@ -323,7 +338,7 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
     if (key == "__metadata__") read_metadata(value, where, out.metadata);
     else entries.push_back(read_entry(key, value, data_size, where));
   }
-  check_no_overlap(entries, where);
+  check_data_section_is_tiled(entries, data_size, where);
 
   // Everything is checked: now allocate and copy.
   out.tensors = build_tensors(entries, bytes.data() + 8 + header_len);

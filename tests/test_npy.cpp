@@ -151,7 +151,13 @@ TEST(Npy, CorruptFilesThrowClearErrors) {
   check("bad_magic", bad_magic, {"not a .npy file"});
   std::string bad_version = good;
   bad_version[6] = 9;
-  check("bad_version", bad_version, {"unsupported format version 9"});
+  check("bad_version", bad_version, {"unsupported format version 9.0"});
+  // numpy reads versions 1.0, 2.0 and 3.0 only, and (6) is the integer 6, not a shape.
+  std::string bad_minor = good;
+  bad_minor[7] = 9;
+  check("bad_minor", bad_minor, {"unsupported format version 1.9"});
+  check("shape_without_comma", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (6), }", std::string(24, '\0')),
+        {"invalid shape (6)", "(n,)"});
   const std::string data24(24, '\0');
   check("fortran", npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", data24),
         {"Fortran-order"});
@@ -210,7 +216,6 @@ TEST(Npy, HeaderDictLiteralVariantsLoad) {
       {"key order, no trailing comma", "{'shape': (2, 3), 'fortran_order': False, 'descr': '<f4'}", {2, 3}},
       {"double quotes", "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (6,)}", {6}},
       {"whitespace everywhere", " {\n\t'descr' :'<f4' ,\r\n 'fortran_order':False,'shape':( 3 , 2 , ) ,\n} ", {3, 2}},
-      {"(n) as (n,)", "{'descr': '<f4', 'fortran_order': False, 'shape': (6), }", {6}},
       {"python 2 longs", "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L), }", {2, 3}},
       {"extra simple keys", "{'descr': '<f4', 'x': None, 'y': (1, 2), 'z': -3, 'w': 'a', 'fortran_order': False, "
                             "'shape': (1, 6, 1), 'v': True}", {1, 6, 1}},

@@ -481,6 +481,15 @@ TEST(Optim, LoadStateDictRefusesBrokenStepsAndPartialStates) {
       {with("state.0.step", scalar_tensor(NAN, DType::Float64)), "must be one non-negative whole number, got nan"},
       {{{"state.99999999999999999999999.step", scalar_tensor(1.0, DType::Float64)}},
        "Adam.load_state_dict: parameter index in \"state.99999999999999999999999.step\" is out of range for 1"},
+      // An integer moment is a wrong checkpoint (it was converted silently), and hyperparameters
+      // pass the constructor's checks (a NaN or negative learning rate loaded silently).
+      {with("state.0.exp_avg", zeros({3}, DType::Int64)),
+       "\"state.0.exp_avg\" is int64; a state buffer is floating"},
+      {with("param_groups.0.lr", scalar_tensor(-1.0, DType::Float64)), "Adam: invalid learning rate value: -1"},
+      {with("param_groups.0.lr", scalar_tensor(NAN, DType::Float64)), "Adam: invalid learning rate value: nan"},
+      {with("param_groups.0.beta2", scalar_tensor(1.0, DType::Float64)), "Adam: invalid beta parameter at index 1: 1"},
+      {with("param_groups.0.float32_master_weights", scalar_tensor(0.5, DType::Float64)),
+       "Adam: invalid float32_master_weights value: 0.5 (a flag: 0 or 1)"},
   };
   for (const auto& c : cases) {  // (no structured binding: C++17 lambdas cannot capture one)
     const std::string err = error_of([&] { opt.load_state_dict(c.first); });
@@ -515,6 +524,12 @@ TEST(Optim, LoadStateDictRefusesUnknownBuffersAndRepeatedKeys) {
                 .find("SGD.load_state_dict: malformed key \"state.00.momentum_buffer\""),
             std::string::npos);
   EXPECT_TRUE(sgd.state(0).empty());
+  // The constructor's cross-checks hold for a loaded group too.
+  EXPECT_NE(error_of([&] { sgd.load_state_dict({{"param_groups.0.nesterov", scalar_tensor(1.0, DType::Float64)},
+                                                {"param_groups.0.momentum", scalar_tensor(0.0, DType::Float64)}}); })
+                .find("SGD: Nesterov momentum requires a momentum and zero dampening"),
+            std::string::npos);
+  EXPECT_EQ(sgd.get(0, "nesterov"), 0.0);
   sgd.load_state_dict({{"state.0.momentum_buffer", z}});  // a name it keeps
   EXPECT_EQ(sgd.state(0).size(), 1u);
   Adam adam({p}, AdamOptions{});

@@ -164,8 +164,25 @@ TEST(Safetensors, UntrustedHeadersAreCheckedBeforeAllocation) {
       {"key \"a\" appears more than once"});
   // Truncated data: the last tensor's end lies past what is left of the file.
   bad(st_file(ok, d24.substr(0, 20)), {"fall outside the data section of 20 bytes"});
-  // Empty tensors may share an offset with anything (they own no bytes).
-  SafetensorsFile f = parse_safetensors(st_file(R"({"e":{"dtype":"F64","shape":[0,5],"data_offsets":[8,8]},)"
+  // The tensors must lie back to back and fill the data section, as the Rust reader requires: a
+  // gap, trailing bytes, or an empty tensor placed inside another's bytes mean the header does
+  // not describe the file. So must the header: a NUL byte ended the JSON parser's input early.
+  bad(st_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+              R"("b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})", d24),
+      {"tensor \"b\" begins at byte 16", "expected 8 (where \"a\" ends)", "back to back"});
+  bad(st_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", d24),
+      {"tensor \"a\" begins at byte 8", "expected 0 (its start)"});
+  bad(st_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d24),
+      {"the tensors end at byte 16", "holds 24 bytes after the header"});
+  bad(st_file(ok, d24 + "x"), {"the tensors end at byte 24", "holds 25 bytes"});
+  bad(st_file("{}", "x"), {"the tensors end at byte 0", "holds 1 bytes"});
+  bad(st_file(R"({"e":{"dtype":"F64","shape":[0,5],"data_offsets":[8,8]},)"
+              R"("w":{"dtype":"I64","shape":[3],"data_offsets":[0,24]}})", d24),
+      {"tensor \"e\" begins at byte 8", "expected 24"});
+  bad(st_file(ok + std::string(6, '\0'), d24), {"header holds a NUL byte at byte 57 of its 63"});
+  bad(st_file(ok + std::string(1, '\0') + "garbage", d24), {"NUL byte"});
+  // Empty tensors own no bytes: they may sit at either end of another tensor.
+  SafetensorsFile f = parse_safetensors(st_file(R"({"e":{"dtype":"F64","shape":[0,5],"data_offsets":[24,24]},)"
                                                 R"("w":{"dtype":"I64","shape":[3],"data_offsets":[0,24]}})",
                                                 d24));
   EXPECT_EQ(f.tensors.at(0).second.shape(), (Shape{0, 5}));
