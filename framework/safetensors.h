@@ -35,9 +35,10 @@ void save_safetensors(const std::string& path, const StateDict& tensors, const S
 
 // Reads a safetensors file. The file is untrusted: the header length, JSON syntax, dtypes,
 // shapes and data_offsets are all checked against the file size before any tensor is
-// allocated; offsets that overlap, run past the data or disagree with shape x dtype size,
-// duplicate names and unsupported dtypes (U8, F8_E4M3, BOOL, ...) throw tg::Error naming the
-// file and the tensor.
+// allocated; offsets that overlap, leave a gap, stop short of the file's end, run past the
+// data or disagree with shape x dtype size (the tensors must lie back to back, as Rust's
+// reader requires), a NUL byte in the header, duplicate names and unsupported dtypes (U8,
+// F8_E4M3, BOOL, ...) throw tg::Error naming the file and the tensor.
 SafetensorsFile load_safetensors(const std::string& path);
 // The same from bytes in memory; `what` names the source in messages.
 SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& what = "<memory>");
