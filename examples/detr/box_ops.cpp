@@ -14,6 +14,10 @@ void check_boxes(const Tensor& b, const char* op, const char* arg) {
 
 Tensor coord(const Tensor& b, int64_t i) { return b.select(-1, i); }
 
+// 16-bit boxes are compared in float32 and the result is float32, as torchvision's _upcast:
+// a bfloat16 IoU (8 bits) cannot tell 0.969 from 0.961.
+Tensor upcast(const Tensor& b) { return is_reduced_floating(b.dtype()) ? b.to(DType::Float32) : b; }
+
 struct InterUnion {
   Tensor inter, uni;
 };
@@ -41,19 +45,22 @@ Tensor box_xyxy_to_cxcywh(const Tensor& boxes) {
 
 Tensor box_area(const Tensor& xyxy) {
   check_boxes(xyxy, "box_area", "boxes");
-  return (coord(xyxy, 2) - coord(xyxy, 0)) * (coord(xyxy, 3) - coord(xyxy, 1));
+  const Tensor b = upcast(xyxy);
+  return (coord(b, 2) - coord(b, 0)) * (coord(b, 3) - coord(b, 1));
 }
 
-Tensor box_iou_paired(const Tensor& a, const Tensor& b) {
-  check_boxes(a, "box_iou", "a");
-  check_boxes(b, "box_iou", "b");
+Tensor box_iou_paired(const Tensor& a_in, const Tensor& b_in) {
+  check_boxes(a_in, "box_iou", "a");
+  check_boxes(b_in, "box_iou", "b");
+  const Tensor a = upcast(a_in), b = upcast(b_in);
   InterUnion iu = inter_union(a, b);
   return iu.inter / iu.uni;
 }
 
-Tensor generalized_box_iou_paired(const Tensor& a, const Tensor& b) {
-  check_boxes(a, "generalized_box_iou", "a");
-  check_boxes(b, "generalized_box_iou", "b");
+Tensor generalized_box_iou_paired(const Tensor& a_in, const Tensor& b_in) {
+  check_boxes(a_in, "generalized_box_iou", "a");
+  check_boxes(b_in, "generalized_box_iou", "b");
+  const Tensor a = upcast(a_in), b = upcast(b_in);
   InterUnion iu = inter_union(a, b);
   // The smallest box enclosing both; GIoU = IoU - (enclosure - union) / enclosure.
   Tensor w = maximum(coord(a, 2), coord(b, 2)) - minimum(coord(a, 0), coord(b, 0));
@@ -74,7 +81,9 @@ Tensor generalized_box_iou(const Tensor& a, const Tensor& b) {
 }
 
 Tensor giou_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
-  return apply_reduction(rsub(generalized_box_iou_paired(a, b), 1.0), reduction);
+  // In float32 for 16-bit boxes, rounded once to their dtype (torchvision's loss keeps it).
+  const Tensor loss = apply_reduction(rsub(generalized_box_iou_paired(a, b), 1.0), reduction);
+  return is_reduced_floating(a.dtype()) ? loss.to(a.dtype()) : loss;
 }
 
 double box_iou_value(const double* a, const double* b) {

@@ -4,7 +4,10 @@
 // Boxes live in the last dim (size 4): cxcywh = (centre x, centre y, width, height), xyxy =
 // (x0, y0, x1, y1). The *_paired functions broadcast their two [..., 4] arguments against each
 // other (DETR's matrices are paired(a.unsqueeze(1), b.unsqueeze(0))); box_iou and
-// generalized_box_iou are the [N, M] matrices of torchvision.ops.
+// generalized_box_iou are the [N, M] matrices of torchvision.ops. As there, areas and IoUs of
+// 16-bit boxes are computed and returned in float32; giou_loss rounds its result once to the
+// boxes' dtype. Boxes are not checked for x1 >= x0 (DETR asserts it; an inverted box gives a
+// negative area here, as in torchvision).
 #pragma once
 
 #include <tapegrad/tapegrad.h>

@@ -1,6 +1,7 @@
 #include "coco_ap.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -25,7 +26,15 @@ double average_precision(const std::vector<GroundTruthBox>& truth, const std::ve
   std::vector<const DetectionBox*> dets;
   for (const auto& d : detections)
     if (d.label == label) dets.push_back(&d);
-  std::stable_sort(dets.begin(), dets.end(), [](const DetectionBox* a, const DetectionBox* b) { return a->score > b->score; });
+  // pycocotools' order: score descending, NaN last (numpy's argsort puts NaN at the end), ties
+  // by image id (it concatenates the images' detections in id order before a stable sort),
+  // then in input order.
+  std::stable_sort(dets.begin(), dets.end(), [](const DetectionBox* a, const DetectionBox* b) {
+    if (std::isnan(a->score) || std::isnan(b->score)) return !std::isnan(a->score) && std::isnan(b->score);
+    return a->score != b->score ? a->score > b->score : a->image < b->image;
+  });
+  // COCO caps the threshold just below 1, so an IoU of 1 - 1e-11 still matches at 1.
+  iou_threshold = std::min(iou_threshold, 1 - 1e-10);
 
   std::vector<double> precision, recall;
   int64_t tp = 0, fp = 0;
@@ -57,7 +66,8 @@ double average_precision(const std::vector<GroundTruthBox>& truth, const std::ve
 
   double sum = 0;
   for (int r = 0; r <= 100; ++r) {
-    const double at = r / 100.0;
+    // np.linspace(0, 1, 101): r * 0.01 (not r / 100, an ulp lower at r = 35, 41, ...), 1 last.
+    const double at = r == 100 ? 1.0 : r * 0.01;
     // The first detection whose recall reaches `at` (pycocotools: np.searchsorted(rc, at, 'left')).
     auto it = std::lower_bound(recall.begin(), recall.end(), at);
     if (it != recall.end()) sum += precision[it - recall.begin()];
@@ -72,8 +82,9 @@ MeanAP mean_average_precision(const std::vector<GroundTruthBox>& truth, const st
   out.classes = static_cast<int64_t>(labels.size());
   if (labels.empty()) return out;
   for (int t = 0; t < 10; ++t) {
-    // 0.5 + 0.05 t, written as pycocotools' np.linspace(.5, .95, 10) computes it.
-    const double threshold = 0.5 + t * (0.95 - 0.5) / 9.0;
+    // 0.5 + 0.05 t, as pycocotools' np.linspace(.5, .95, 10) computes it: t * step + start,
+    // the step rounded first, and the last point exactly the stop.
+    const double threshold = t == 9 ? 0.95 : 0.5 + t * ((0.95 - 0.5) / 9.0);
     double m = 0;
     for (int64_t label : labels) m += average_precision(truth, detections, label, threshold);
     m /= static_cast<double>(labels.size());

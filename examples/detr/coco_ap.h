@@ -2,12 +2,14 @@
 // demo needs: one area range, no crowd regions, every detection kept).
 //
 // For one class and one IoU threshold: detections of all images sorted by score (highest
-// first, ties in input order); each is a true positive when some not-yet-matched ground truth
-// of its image and class overlaps it with IoU >= threshold (the best such one is taken), else
-// a false positive. Precision is made non-increasing from the right, then read at the 101
-// recall points 0, 0.01, ..., 1 (0 beyond the highest recall reached); AP is their mean.
-// mAP averages AP over the classes that have ground truth; mAP@0.5:0.95 averages mAP over
-// the thresholds 0.50, 0.55, ..., 0.95.
+// first, NaN scores last, ties by image id, then in input order: pycocotools' order); each is
+// a true positive when some not-yet-matched ground truth of its image and class overlaps it
+// with IoU >= threshold (the best such one is taken; a threshold above 1 - 1e-10 counts as
+// that, as COCO's), else a false positive. Precision is made non-increasing from the right,
+// then read at the 101 recall points of np.linspace(0, 1, 101) (0 beyond the highest recall
+// reached); AP is their mean. mAP averages AP over the classes that have ground truth;
+// mAP@0.5:0.95 averages mAP over the thresholds np.linspace(0.5, 0.95, 10). With no ground
+// truth at all, MeanAP is all zeros with classes = 0 (COCO reports -1).
 #pragma once
 
 #include <array>

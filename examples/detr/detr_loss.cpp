@@ -92,7 +92,8 @@ DetrLoss detr_loss_with_matching(const Tensor& logits, const Tensor& boxes, cons
 
   DetrLoss out;
   out.matching = matching;
-  out.num_boxes = options.num_boxes > 0 ? options.num_boxes : std::max<double>(1.0, static_cast<double>(total_objects));
+  // At least 1, a given normaliser too (DETR clamps the global count over processes at 1).
+  out.num_boxes = std::max(1.0, options.num_boxes > 0 ? options.num_boxes : static_cast<double>(total_objects));
 
   // Weighted cross entropy: -sum_i w[y_i] log p_i[y_i] / sum_i w[y_i] (F.cross_entropy(weight=)).
   std::vector<double> w(B * Q);

@@ -27,7 +27,8 @@ struct DetrLossOptions {
   double eos_coef = 0.1;
   // The normaliser of the box terms when > 0, instead of this batch's objects: data-parallel
   // training passes the objects of the whole global batch divided by the number of processes,
-  // as DETR does, so that averaging the processes' gradients gives the global batch's.
+  // as DETR does, so that averaging the processes' gradients gives the global batch's. Below
+  // 1 it counts as 1, as DETR clamps it.
   double num_boxes = 0;
 };
 

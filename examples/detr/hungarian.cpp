@@ -10,15 +10,25 @@ namespace tg::detr {
 
 std::vector<std::pair<int64_t, int64_t>> linear_sum_assignment(const std::vector<double>& cost, int64_t rows,
                                                                int64_t cols) {
-  TG_CHECK(rows >= 0 && cols >= 0 && static_cast<int64_t>(cost.size()) == rows * cols,
+  // rows * cols is compared without forming it (it could overflow int64).
+  TG_CHECK(rows >= 0 && cols >= 0 && (cols == 0 ? cost.empty() : rows == static_cast<int64_t>(cost.size() / cols) &&
+                                                                      cost.size() % cols == 0),
            "linear_sum_assignment: expected ", rows, " x ", cols, " costs, got ", cost.size());
-  for (double c : cost) TG_CHECK(std::isfinite(c), "linear_sum_assignment: costs must be finite, got ", c);
+  double largest = 0;
+  for (double c : cost) {
+    TG_CHECK(std::isfinite(c), "linear_sum_assignment: costs must be finite, got ", c);
+    largest = std::max(largest, std::abs(c));
+  }
   if (rows == 0 || cols == 0) return {};
 
   // The algorithm wants n <= m: work on the transpose when there are more rows than columns.
   const bool transposed = rows > cols;
   const int64_t n = transposed ? cols : rows, m = transposed ? rows : cols;
-  auto a = [&](int64_t i, int64_t j) { return transposed ? cost[j * cols + i] : cost[i * cols + j]; };
+  // Reduced costs a - u - v span up to twice the costs' range: costs near the double range
+  // (+-1e308) would overflow them to inf and the search would never end. A power of two
+  // scales them exactly (the optimal assignment is the same) into a range that cannot.
+  const double scale = largest > std::ldexp(1.0, 1000) ? std::ldexp(1.0, -24) : 1.0;
+  auto a = [&](int64_t i, int64_t j) { return scale * (transposed ? cost[j * cols + i] : cost[i * cols + j]); };
 
   // 1-based arrays; column 0 is the virtual start of each augmenting path.
   const double inf = std::numeric_limits<double>::infinity();
@@ -54,6 +64,7 @@ std::vector<std::pair<int64_t, int64_t>> linear_sum_assignment(const std::vector
           minv[j] -= delta;
         }
       }
+      TG_CHECK(j1 != 0, "linear_sum_assignment: internal error: no column reachable from row ", i0 - 1);
       j0 = j1;
     } while (p[j0] != 0);
     do {  // flip the augmenting path

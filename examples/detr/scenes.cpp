@@ -55,6 +55,12 @@ SceneGenerator::SceneGenerator(data::ImageDataset items, SceneOptions options, u
   TG_CHECK(items_.images.defined() && items_.images.dim() == 3 && items_.images.size(0) > 0,
            "scenes: expected a non-empty dataset of [N, H, W] images");
   TG_CHECK(items_.images.dtype() == DType::Float32, "scenes: expected float32 images");
+  // scene() reads labels[item] for any item below N: one int64 label per image.
+  TG_CHECK(items_.labels.defined() && items_.labels.dtype() == DType::Int64 && items_.labels.dim() == 1 &&
+               items_.labels.size(0) == items_.images.size(0),
+           "scenes: expected one int64 label per image (labels of shape [", items_.images.size(0), "]), got ",
+           items_.labels.defined() ? std::string(dtype_name(items_.labels.dtype())) + " " + format_shape(items_.labels.shape())
+                                   : std::string("undefined labels"));
   TG_CHECK(options_.min_items >= 1 && options_.min_items <= options_.max_items,
            "scenes: expected 1 <= min_items <= max_items, got ", options_.min_items, " and ", options_.max_items);
   TG_CHECK(options_.min_side >= 4 && options_.min_side <= options_.max_side && options_.max_side <= options_.canvas,

@@ -1,6 +1,8 @@
 // COCO-style AP on hand-made cases whose answers are worked out in the comments.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "detr/coco_ap.h"
 
 namespace tg::detr {
@@ -80,6 +82,37 @@ TEST(DetrCocoAP, AveragesOverClassesWithTruthOnly) {
   EXPECT_NEAR(m.map50_95, 0.5, kTol);
   EXPECT_EQ(average_precision(t, d, 7, 0.5), -1.0);
   EXPECT_EQ(mean_average_precision({}, d).classes, 0);
+}
+
+// pycocotools' recall points are np.linspace(0, 1, 101), r * 0.01: at r = 35 that is an ulp
+// above 35 / 100 = 7 / 20, so 7 perfect detections of 20 truths reach recall points 0..34
+// only: AP = 35/101 (r / 100 gave 36/101).
+TEST(DetrCocoAP, RecallPointsAreNumpysLinspace) {
+  std::vector<GroundTruthBox> t;
+  std::vector<DetectionBox> d;
+  for (int i = 0; i < 20; ++i) {
+    t.push_back(gt(i, 0, 0, 0, 10, 10));
+    if (i < 7) d.push_back(det(i, 0, 0.9, 0, 0, 10, 10));
+  }
+  EXPECT_NEAR(mean_average_precision(t, d).map50, 35.0 / 101.0, kTol);
+  // The IoU threshold at t = 7 is linspace's 0.85, not 0.8499999999999999: an IoU of exactly
+  // that value misses there, so the detection matches at 7 of the 10 thresholds.
+  const double just_below = 0.8499999999999999;
+  EXPECT_NEAR(mean_average_precision({gt(0, 0, 0, 0, 1, 1)}, {det(0, 0, 0.9, 0, 0, 1, just_below)}).map50_95, 0.7,
+              kTol);
+}
+
+// Equal scores are ordered by image id, and NaN scores come last, as pycocotools orders them.
+TEST(DetrCocoAP, TiesFollowImageIdsAndNaNScoresComeLast) {
+  // One truth per image; a miss in image 1 and a hit in image 0 share a score. COCO ranks the
+  // hit first (image 0): recall 1/2 at precision 1, so the 51 recall points 0..0.5 read 1 and
+  // AP = 51/101. In input order (the miss first) the hit had precision 1/2: AP = 25.5/101.
+  std::vector<GroundTruthBox> t = {gt(0, 0, 0, 0, 10, 10), gt(1, 0, 0, 0, 10, 10)};
+  std::vector<DetectionBox> miss_first = {det(1, 0, 0.5, 50, 50, 60, 60), det(0, 0, 0.5, 0, 0, 10, 10)};
+  EXPECT_NEAR(mean_average_precision(t, miss_first).map50, 51.0 / 101.0, kTol);
+  // A NaN-scored miss listed first ranks last: the hit alone decides, AP = 51/101 again.
+  std::vector<DetectionBox> nan_first = {det(1, 0, std::nan(""), 50, 50, 60, 60), det(0, 0, 0.9, 0, 0, 10, 10)};
+  EXPECT_NEAR(mean_average_precision(t, nan_first).map50, 51.0 / 101.0, kTol);
 }
 
 }  // namespace

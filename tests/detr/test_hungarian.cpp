@@ -88,6 +88,26 @@ TEST(DetrHungarian, KnownAnswer) {
 TEST(DetrHungarian, RejectsBadInput) {
   EXPECT_THROW(linear_sum_assignment({1, 2, 3}, 2, 2), Error);
   EXPECT_THROW(linear_sum_assignment(std::vector<double>{1, std::nan(""), 3, 4}, 2, 2), Error);
+  // rows * cols overflowed int64 to 0, so no costs passed the size check.
+  EXPECT_THROW(linear_sum_assignment({}, int64_t(1) << 62, 4), Error);
+  EXPECT_THROW(linear_sum_assignment({}, int64_t(1) << 32, int64_t(1) << 32), Error);
+  EXPECT_THROW(linear_sum_assignment({1}, 1, 0), Error);
+}
+
+// Costs near the double range: the reduced costs overflowed to inf and the search never ended
+// (scipy returns the optimum). The optimum is unique here, so the pairs are known.
+TEST(DetrHungarian, CostsNearTheDoubleRangeFindTheOptimum) {
+  const double big = std::numeric_limits<double>::max();
+  for (double c : {big, 1e308, 9e307}) {
+    auto pairs = linear_sum_assignment({c, -c, -c, c}, 2, 2);
+    ASSERT_EQ(pairs.size(), 2u) << c;
+    EXPECT_EQ(pairs[0], Pair(0, 1)) << c;
+    EXPECT_EQ(pairs[1], Pair(1, 0)) << c;
+  }
+  auto wide = linear_sum_assignment({big, -big, 0, -big, big, 1e-300}, 2, 3);
+  ASSERT_EQ(wide.size(), 2u);
+  EXPECT_EQ(wide[0], Pair(0, 1));
+  EXPECT_EQ(wide[1], Pair(1, 0));
 }
 
 }  // namespace

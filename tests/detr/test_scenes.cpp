@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "detr/scenes.h"
-#include "golden.h"
+#include "io_test_util.h"
 
 namespace tg::detr {
 namespace {
@@ -105,6 +105,22 @@ TEST(DetrScenes, RejectsImpossibleOptions) {
   opt.min_items = 0;
   EXPECT_THROW(SceneGenerator(train, opt, 0), Error);
   EXPECT_THROW(data::load_fashion_mnist("train", "/nonexistent"), Error);
+}
+
+// Labels are checked against the images up front: fewer labels than images made scene() read
+// past them.
+TEST(DetrScenes, RejectsLabelsThatDoNotMatchTheImages) {
+  data::ImageDataset ds;
+  ds.images = rand({10, 28, 28});
+  ds.labels = from_vector(std::vector<int64_t>{1, 2}, {2});
+  tg::testing::expect_error_with([&] { SceneGenerator(ds, {}, 1); },
+                                 {"scenes: expected one int64 label per image (labels of shape [10])", "int64 [2]"});
+  ds.labels = zeros({10}, DType::Int32);
+  tg::testing::expect_error_with([&] { SceneGenerator(ds, {}, 1); }, {"got int32 [10]"});
+  ds.labels = Tensor();
+  tg::testing::expect_error_with([&] { SceneGenerator(ds, {}, 1); }, {"got undefined labels"});
+  ds.labels = zeros({10}, DType::Int64);
+  EXPECT_EQ(SceneGenerator(ds, {}, 1).scene(3).classes.size() > 0, true);
 }
 
 }  // namespace
