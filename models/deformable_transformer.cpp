@@ -125,6 +125,8 @@ Tensor get_valid_ratio(const Tensor& mask, DType dtype) {
   TG_CHECK(mask.defined() && mask.dim() == 3, "get_valid_ratio: expected mask of shape (N, H, W), got ",
            describe_shape(mask));
   const int64_t N = mask.size(0), H = mask.size(1), W = mask.size(2);
+  // The ratios read the first column and row (Deformable DETR's mask[:, :, 0], mask[:, 0, :]).
+  TG_CHECK(H > 0 && W > 0, "get_valid_ratio: expected a mask with H > 0 and W > 0, got ", describe_shape(mask));
   const std::vector<double> m = mask.to(DType::Float64).to_vector<double>();
   std::vector<double> out(static_cast<size_t>(N * 2));
   for (int64_t n = 0; n < N; ++n) {

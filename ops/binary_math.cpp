@@ -1,7 +1,7 @@
 // maximum, minimum and pow of two tensors. Shape legend: a (self), b (other / exponent) and out
 // broadcast together; each gradient is reduced back to its input's shape by sum_to.
 //
-//   maximum:  out = a >= b ? a : b     da = g * wa       db = g * wb
+//   maximum:  out = a >= b ? a : b     da = g * wa       db = g * wb   (0 where the weight is 0)
 //             wa = 1 where a wins, 1/2 on a tie, 0 where b wins (wb the mirror; NaN: both 1)
 //   pow:      out = a^b                da = g * b * a^(b-1)   (0 where b == 0)
 //                                      db = g * a^b * log(a)  (0 where a == 0 and b >= 0)
@@ -52,9 +52,16 @@ Tensor extreme_weights(const Tensor& a, const Tensor& b, DType dt, bool is_max, 
 
 std::vector<Tensor> extreme_backward(const BackwardContext& ctx, const std::vector<Tensor>& g, bool is_max) {
   const Tensor a = ctx.saved(kSelf).detach(), b = ctx.saved(kOther).detach();
+  const Tensor zero = scalar_tensor(0, g[0].dtype());
+  // g * w, and exactly 0 where the input loses (w = 0) whatever g is: PyTorch's masked_fill,
+  // so a NaN or inf incoming gradient does not reach the loser as NaN.
+  auto share = [&](bool for_b) {
+    const Tensor w = extreme_weights(a, b, g[0].dtype(), is_max, for_b);
+    return where(eq(w, 0.0), zero, mul(g[0], w));
+  };
   Tensor da, db;
-  if (ctx.needs_grad(0)) da = sum_to(mul(g[0], extreme_weights(a, b, g[0].dtype(), is_max, false)), ctx.input_shape(0));
-  if (ctx.needs_grad(1)) db = sum_to(mul(g[0], extreme_weights(a, b, g[0].dtype(), is_max, true)), ctx.input_shape(1));
+  if (ctx.needs_grad(0)) da = sum_to(share(false), ctx.input_shape(0));
+  if (ctx.needs_grad(1)) db = sum_to(share(true), ctx.input_shape(1));
   return {da, db};
 }
 std::vector<Tensor> maximum_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {

@@ -239,6 +239,24 @@ TEST(CoreOpsReduce, MaxOverAllSharesTheGradientAmongTies) {
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 0.5, 0.5, 0}));
 }
 
+// The losing input of maximum / minimum gets exactly 0, whatever the incoming gradient: a NaN
+// or inf one made it NaN (g * 0). PyTorch masks the loser; a tie halves g, a NaN g stays NaN.
+TEST(CoreOpsBinary, MaximumAndMinimumGiveTheLoserZeroEvenForNonFiniteGradients) {
+  for (bool is_max : {true, false}) {
+    Tensor a = tg::from_vector(std::vector<double>{INFINITY, 1, 2}, {3}).requires_grad_();
+    Tensor b = tg::from_vector(std::vector<double>{1, INFINITY, 2}, {3}).requires_grad_();
+    Tensor out = is_max ? maximum(a, b) : minimum(a, b);
+    out.backward(tg::from_vector(std::vector<double>{NAN, INFINITY, NAN}, {3}));
+    const std::vector<double> ga = a.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
+    SCOPED_TRACE(is_max ? "maximum" : "minimum");
+    EXPECT_EQ(is_max ? ga[0] != ga[0] : ga[0] == 0, true);  // a wins element 0 of maximum only
+    EXPECT_EQ(is_max ? gb[0] == 0 : gb[0] != gb[0], true);
+    EXPECT_EQ(is_max ? ga[1] == 0 : ga[1] == INFINITY, true);
+    EXPECT_EQ(is_max ? gb[1] == INFINITY : gb[1] == 0, true);
+    EXPECT_TRUE(std::isnan(ga[2]) && std::isnan(gb[2]));  // a tie: g / 2 for both
+  }
+}
+
 TEST(CoreOpsLoss, CrossEntropyWithEveryTargetIgnoredIsNanAsPyTorch) {
   Tensor logits = tg::randn({2, 3});
   Tensor loss = tg::cross_entropy(logits, tg::from_vector(std::vector<int64_t>{-100, -100}, {2}));

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "golden.h"
+#include "test_util.h"
 
 namespace tg {
 namespace {
@@ -114,6 +115,11 @@ TEST(DeformableDetrBehaviour, ReferencePointsAreValidPixelCentres) {
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 4; ++j) expected.insert(expected.end(), {(j + 0.5) / 2 * 0.5, (i + 0.5) / 2});
   expect_close(ref, from_vector(expected, {1, 8, 1, 2}), 1e-15, 0, "reference points");
+  // A mask with no rows or columns has no first column to read (it read past the empty mask).
+  for (const Shape& empty : {Shape{2, 0, 4}, Shape{2, 3, 0}}) {
+    const std::string err = error_of([&] { get_valid_ratio(zeros(empty, DType::Int64), DType::Float32); });
+    EXPECT_NE(err.find("get_valid_ratio: expected a mask with H > 0 and W > 0"), std::string::npos) << err;
+  }
 }
 
 }  // namespace
