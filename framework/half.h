@@ -12,8 +12,11 @@
 // NaN is not quieted: the conversions are integer operations, not the FPU's).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 namespace tg {
 
@@ -136,5 +139,17 @@ template <> struct OpMath<Float16> { using type = float; };
 template <class T> using opmath_t = typename OpMath<T>::type;
 
 static_assert(sizeof(BFloat16) == 2 && sizeof(Float16) == 2, "16-bit types must be 2 bytes");
+
+// The next value of T toward -inf (std::nextafter for float and double; the 16-bit types step
+// their sign-and-magnitude bits). For finite v.
+template <class T>
+T next_below(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::nextafter(v, -std::numeric_limits<T>::infinity());
+  } else {
+    const uint16_t b = v.bits;
+    return T::from_bits((b & 0x7fff) == 0 ? uint16_t(0x8001) : (b & 0x8000) ? uint16_t(b + 1) : uint16_t(b - 1));
+  }
+}
 
 }  // namespace tg

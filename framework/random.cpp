@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
+#include <type_traits>
 
 namespace tg {
 
@@ -81,14 +83,31 @@ Tensor get_rng_state() { return default_generator().get_state(); }
 void set_rng_state(const Tensor& state) { default_generator().set_state(state); }
 
 namespace {
+// The largest value of T below `high`.
+template <class T>
+T largest_below(double high) {
+  T v = static_cast<T>(static_cast<opmath_t<T>>(high));
+  while (!(static_cast<double>(v) < high)) v = next_below(v);
+  return v;
+}
+
+// draw() values rounded to dtype; with a finite `below`, a value that rounds up to it or past
+// it is the largest one under it instead (rand and uniform are [low, high) in the dtype too:
+// 1 - 2^-10 rounds to a bfloat16 1).
 template <class Draw>
-Tensor fill_random(const Shape& shape, DType dtype, const char* op, Draw draw) {
+Tensor fill_random(const Shape& shape, DType dtype, const char* op, Draw draw,
+                   double below = std::numeric_limits<double>::infinity()) {
   Tensor t = Tensor::empty(shape, dtype);
   dispatch_all_floating(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = t.data<T>();
-    // A 16-bit type rounds the float32 value of the double drawn (twice, as PyTorch rounds).
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(static_cast<opmath_t<T>>(draw()));
+    const bool capped = std::isfinite(below);
+    const T cap = capped ? largest_below<T>(below) : T(0);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      // A 16-bit type rounds the float32 value of the double drawn (twice, as PyTorch rounds).
+      const T v = static_cast<T>(static_cast<opmath_t<T>>(draw()));
+      p[i] = capped && !(static_cast<double>(v) < below) ? cap : v;
+    }
   });
   return t;
 }
@@ -96,7 +115,7 @@ Tensor fill_random(const Shape& shape, DType dtype, const char* op, Draw draw) {
 
 Tensor rand(const Shape& shape, DType dtype, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
-  return fill_random(shape, dtype, "rand", [&] { return g.next_double(); });
+  return fill_random(shape, dtype, "rand", [&] { return g.next_double(); }, 1.0);
 }
 
 Tensor randn(const Shape& shape, DType dtype, Generator* gen) {
@@ -106,8 +125,17 @@ Tensor randn(const Shape& shape, DType dtype, Generator* gen) {
 
 Tensor uniform(const Shape& shape, double low, double high, DType dtype, Generator* gen) {
   TG_CHECK(low <= high, "uniform: expected low <= high, got low ", low, " and high ", high);
+  // As PyTorch: bounds the dtype holds, and a width within double's range (inf - -inf is NaN,
+  // 1e300 - -1e300 inf: every value came out NaN or inf).
+  TG_CHECK(std::isfinite(low) && std::isfinite(high) && fits_floating_range(dtype, low) &&
+               fits_floating_range(dtype, high),
+           "uniform: bounds [", low, ", ", high,
+           ") must be finite values of ", dtype_name(dtype));
+  TG_CHECK(std::isfinite(high - low), "uniform: expected high - low to be finite, got low ", low, " and high ", high);
   Generator& g = gen ? *gen : default_generator();
-  return fill_random(shape, dtype, "uniform", [&] { return low + (high - low) * g.next_double(); });
+  // low == high fills low (PyTorch's uniform_(2, 2)); otherwise [low, high).
+  return fill_random(shape, dtype, "uniform", [&] { return low + (high - low) * g.next_double(); },
+                     low < high ? high : std::numeric_limits<double>::infinity());
 }
 
 Tensor normal(const Shape& shape, double mean, double stddev, DType dtype, Generator* gen) {
@@ -121,8 +149,10 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
   Tensor t = Tensor::empty(shape, DType::Int64);
   int64_t* p = t.data<int64_t>();
-  const uint64_t range = static_cast<uint64_t>(high - low);
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = low + static_cast<int64_t>(g.next_u64() % range);
+  // In uint64: [INT64_MIN, INT64_MAX) is wider than int64 holds (the signed difference overflowed).
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    p[i] = static_cast<int64_t>(static_cast<uint64_t>(low) + g.next_u64() % range);
   return t;
 }
 

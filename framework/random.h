@@ -39,6 +39,9 @@ void manual_seed(uint64_t seed);  // reseeds the default generator
 Tensor get_rng_state();
 void set_rng_state(const Tensor& state);
 
+// U[0, 1) and U[low, high) hold in the dtype too: a draw that rounds up to the upper bound is
+// the largest value below it instead. uniform's bounds must be finite values of the dtype with
+// a finite difference (as PyTorch); low == high fills low.
 Tensor rand(const Shape& shape, DType dtype = DType::Float32, Generator* gen = nullptr);   // U[0, 1)
 Tensor randn(const Shape& shape, DType dtype = DType::Float32, Generator* gen = nullptr);  // N(0, 1)
 Tensor uniform(const Shape& shape, double low, double high, DType dtype = DType::Float32, Generator* gen = nullptr);

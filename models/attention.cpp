@@ -21,7 +21,7 @@ namespace tg {
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, double dropout, bool bias,
                                        bool batch_first_, DType dtype, Generator* gen)
-    : embed_dim(embed_dim_), num_heads(num_heads_), dropout_p(dropout), batch_first(batch_first_) {
+    : embed_dim(embed_dim_), num_heads(num_heads_), dropout_p(dropout), batch_first(batch_first_), gen_(gen) {
   TG_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0,
            "MultiheadAttention: expected embed_dim (", embed_dim, ") to be a positive multiple of num_heads (",
            num_heads, ")");
@@ -109,7 +109,7 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
              format_shape({B, S}), ", got ", format_shape(key_padding_mask.shape()));
     scores = add(scores, additive_mask(key_padding_mask.reshape({B, 1, 1, S}), scores.dtype()));
   }
-  Tensor attn = dropout(softmax(scores, -1), dropout_p, is_training());
+  Tensor attn = dropout(softmax(scores, -1), dropout_p, is_training(), gen_);
   Tensor out = matmul(attn, v).permute({0, 2, 1, 3}).reshape({B, L, E});
   out = out_proj->forward(out);
   if (!batch_first) out = out.transpose(0, 1);

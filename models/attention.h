@@ -16,7 +16,9 @@ struct AttentionOutput {
 
 class MultiheadAttention : public Module {
  public:
-  // PyTorch's init: xavier_uniform_ in_proj_weight, zero biases, out_proj as a Linear.
+  // PyTorch's init: xavier_uniform_ in_proj_weight, zero biases, out_proj as a Linear. `gen`
+  // draws the initial weights and, as Dropout's, the attention dropout's masks (it must
+  // outlive the module); the default generator when null.
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
                      bool batch_first = false, DType dtype = DType::Float32, Generator* gen = nullptr);
   std::string name() const override { return "MultiheadAttention"; }
@@ -44,6 +46,7 @@ class MultiheadAttention : public Module {
 
  private:
   using Module::forward;  // the single-tensor forward does not apply (see Module::forward)
+  Generator* gen_;
 };
 
 }  // namespace tg

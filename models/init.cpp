@@ -18,8 +18,9 @@ void check_fans(const Tensor& t, const char* op) {
   TG_CHECK(t.dim() >= 2, op, ": fan in and fan out can not be computed for a tensor with fewer than 2 dims, got shape ",
            format_shape(t.shape()));
 }
-// The fan of kaiming_*_ by mode, checked.
-int64_t kaiming_fan(const Tensor& t, const std::string& mode, const char* op) {
+// The fan of kaiming_*_ by mode (any case, as PyTorch lower-cases it), checked.
+int64_t kaiming_fan(const Tensor& t, std::string mode, const char* op) {
+  for (char& c : mode) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   TG_CHECK(mode == "fan_in" || mode == "fan_out", op, ": mode must be \"fan_in\" or \"fan_out\", got \"", mode, "\"");
   const int64_t fan = mode == "fan_in" ? fan_in(t) : fan_out(t);
   TG_CHECK(fan > 0, op, ": initializing a zero-element tensor of shape ", format_shape(t.shape()));
@@ -55,6 +56,22 @@ double erfinv(double y) {
   for (int i = 0; i < 2 && std::isfinite(x); ++i) x -= (std::erf(x) - y) / (two_over_sqrt_pi * std::exp(-x * x));
   return x;
 }
+// A window of the standard normal at least this far from the mean is sampled as a tail.
+constexpr double kDeepTail = 3.0;
+
+// One draw of the standard normal truncated to [lo, hi], hi <= -kDeepTail (Robert, "Simulation
+// of truncated normal variables", 1995): x = hi - y with y from the exponential of rate |hi|
+// cut at hi - lo (by inversion), kept with probability exp(-y^2 / 2). The density of x is then
+// exactly exp(-x^2 / 2) on the window; at 3 std or more, over 91% of draws are kept.
+double lower_tail_normal(double lo, double hi, Generator& g) {
+  const double rate = -hi, width = hi - lo;  // width may be inf
+  const double mass = -std::expm1(-rate * width);
+  for (;;) {
+    const double y = -std::log1p(-g.next_double() * mass) / rate;
+    if (g.next_double() < std::exp(-0.5 * y * y)) return hi - y;
+  }
+}
+
 void check_floating(const Tensor& t, const char* op) {
   TG_CHECK(t.defined(), op, ": the tensor is undefined");
   TG_CHECK(is_floating(t.dtype()), op, ": expected a floating tensor, got ", dtype_name(t.dtype()));
@@ -72,7 +89,10 @@ int64_t fan_out(const Tensor& t) {
 }
 
 double calculate_gain(const std::string& nonlinearity, double param) {
-  if (nonlinearity == "linear" || nonlinearity == "sigmoid") return 1.0;
+  for (const char* one : {"linear", "sigmoid", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                          "conv_transpose3d"})
+    if (nonlinearity == one) return 1.0;
+  if (nonlinearity == "selu") return 0.75;
   if (nonlinearity == "tanh") return 5.0 / 3.0;
   if (nonlinearity == "relu") return std::sqrt(2.0);
   if (nonlinearity == "leaky_relu") return std::sqrt(2.0 / (1.0 + param * param));
@@ -96,8 +116,8 @@ Tensor& normal_(Tensor& t, double mean, double stddev, Generator* gen) {
 }
 
 Tensor& constant_(Tensor& t, double value) {
-  check_floating(t, "constant_");
-  NoGradGuard no_grad;
+  TG_CHECK(t.defined(), "constant_: the tensor is undefined");
+  NoGradGuard no_grad;  // any dtype, as PyTorch's fill_ (a value an integer dtype cannot hold throws)
   t.fill_(value);
   return t;
 }
@@ -106,6 +126,7 @@ Tensor& zeros_(Tensor& t) { return constant_(t, 0.0); }
 
 Tensor& kaiming_uniform_(Tensor& t, double a, const std::string& mode, const std::string& nonlinearity,
                          Generator* gen) {
+  if (t.defined() && t.numel() == 0) return t;  // PyTorch: a no-op (with a warning)
   const int64_t fan = kaiming_fan(t, mode, "kaiming_uniform_");
   const double stddev = calculate_gain(nonlinearity, a) / std::sqrt(static_cast<double>(fan));
   const double bound = std::sqrt(3.0) * stddev;
@@ -119,6 +140,7 @@ Tensor& xavier_uniform_(Tensor& t, double gain, Generator* gen) {
 
 Tensor& kaiming_normal_(Tensor& t, double a, const std::string& mode, const std::string& nonlinearity,
                         Generator* gen) {
+  if (t.defined() && t.numel() == 0) return t;  // PyTorch: a no-op (with a warning)
   const int64_t fan = kaiming_fan(t, mode, "kaiming_normal_");
   return normal_(t, 0.0, calculate_gain(nonlinearity, a) / std::sqrt(static_cast<double>(fan)), gen);
 }
@@ -131,13 +153,47 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
   check_floating(t, "trunc_normal_");
   TG_CHECK(std > 0, "trunc_normal_: expected std > 0, got ", std);
   TG_CHECK(a < b, "trunc_normal_: expected a < b, got a=", a, " b=", b);
-  const double lo = 2.0 * normal_cdf((a - mean) / std) - 1.0, hi = 2.0 * normal_cdf((b - mean) / std) - 1.0;
-  Tensor u = uniform(t.shape(), lo, hi, DType::Float64, gen);
-  double* p = u.data<double>();
-  for (int64_t i = 0; i < u.numel(); ++i)
-    p[i] = std::clamp(mean + std * std::sqrt(2.0) * erfinv(p[i]), a, b);  // +-inf at y = +-1: clamped
+  Generator& g = gen ? *gen : default_generator();
+  const double alpha = (a - mean) / std, beta = (b - mean) / std;  // the standardised window
+  Tensor u;
+  if (alpha < kDeepTail && beta > -kDeepTail) {
+    // Within reach of the mean: PyTorch's method, a uniform draw between the CDFs at the bounds
+    // mapped back through the inverse CDF.
+    const double lo = 2.0 * normal_cdf(alpha) - 1.0, hi = 2.0 * normal_cdf(beta) - 1.0;
+    u = uniform(t.shape(), lo, hi, DType::Float64, &g);
+    double* p = u.data<double>();
+    for (int64_t i = 0; i < u.numel(); ++i) p[i] = mean + std * std::sqrt(2.0) * erfinv(p[i]);  // +-inf: clamped
+  } else {
+    // All of it in one tail, where the CDFs round to 0 or 1 (the draws collapsed onto the near
+    // bound past 6.7 std): sampled in the lower tail (an upper window mirrored), exactly.
+    const bool upper = alpha >= kDeepTail;
+    u = Tensor::empty(t.shape(), DType::Float64);
+    double* p = u.data<double>();
+    for (int64_t i = 0; i < u.numel(); ++i) {
+      const double x = upper ? -lower_tail_normal(-beta, -alpha, g) : lower_tail_normal(alpha, beta, g);
+      p[i] = mean + std * x;
+    }
+  }
+  // Clamped to [a, b] after rounding to t's dtype, with the bounds rounded inward: a value
+  // rounded to the dtype's nearest could land just outside.
+  Tensor r = u.to(t.dtype());
+  dispatch_all_floating(t.dtype(), "trunc_normal_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    T hi = static_cast<T>(static_cast<M>(b)), lo = static_cast<T>(static_cast<M>(-a));
+    if (static_cast<double>(hi) > b) hi = next_below(hi);
+    if (static_cast<double>(lo) > -a) lo = next_below(lo);
+    lo = static_cast<T>(-static_cast<M>(lo));  // the smallest value >= a
+    TG_CHECK(static_cast<double>(lo) <= static_cast<double>(hi), "trunc_normal_: no ", dtype_name(t.dtype()),
+             " value lies in [", a, ", ", b, "]");
+    T* q = r.data<T>();
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      const double v = static_cast<double>(q[i]);
+      q[i] = v < static_cast<double>(lo) ? lo : v > static_cast<double>(hi) ? hi : q[i];
+    }
+  });
   NoGradGuard no_grad;
-  t.copy_(u);
+  t.copy_(r);
   return t;
 }
 

@@ -34,19 +34,22 @@ void MSDeformAttn::reset_parameters(Generator* gen) {
   NoGradGuard no_grad;
   init::zeros_(sampling_offsets->weight);
   // Head h looks along direction (cos, sin)(2 pi h / M), normalised by its larger |coordinate|
-  // so the first point sits on the unit square's border; point p goes p + 1 times as far.
-  std::vector<double> bias(static_cast<size_t>(n_heads * n_levels * n_points * 2));
+  // so the first point sits on the unit square's border; point p goes p + 1 times as far. In
+  // float32, step by step, as Deformable DETR's _reset_parameters computes it (so the bias is
+  // its bits, up to an ulp of cos and sin: cos(pi / 2) is -4.4e-8 there, not 0).
+  std::vector<float> bias(static_cast<size_t>(n_heads * n_levels * n_points * 2));
+  const float step = static_cast<float>(2.0 * M_PI / static_cast<double>(n_heads));
   for (int64_t h = 0; h < n_heads; ++h) {
-    const double theta = static_cast<double>(h) * (2.0 * M_PI / static_cast<double>(n_heads));
-    double gx = std::cos(theta), gy = std::sin(theta);
-    const double norm = std::max(std::abs(gx), std::abs(gy));
+    const float theta = static_cast<float>(h) * step;
+    float gx = std::cos(theta), gy = std::sin(theta);
+    const float norm = std::max(std::abs(gx), std::abs(gy));
     gx /= norm;
     gy /= norm;
     for (int64_t l = 0; l < n_levels; ++l)
       for (int64_t p = 0; p < n_points; ++p) {
         const size_t i = static_cast<size_t>(((h * n_levels + l) * n_points + p) * 2);
-        bias[i] = gx * static_cast<double>(p + 1);
-        bias[i + 1] = gy * static_cast<double>(p + 1);
+        bias[i] = gx * static_cast<float>(p + 1);
+        bias[i + 1] = gy * static_cast<float>(p + 1);
       }
   }
   sampling_offsets->bias.copy_(from_vector(bias, sampling_offsets->bias.shape()).to(sampling_offsets->bias.dtype()));

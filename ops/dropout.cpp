@@ -43,7 +43,10 @@ Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   // In 16 bits the mask holds the scale rounded to T, as PyTorch's does.
   dispatch_all_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T scale = p == 1.0 ? T(0) : static_cast<T>(1.0 / (1.0 - p));
+    // 1 / (1 - p) in T's arithmetic (float for float32 and the 16-bit types), as PyTorch's
+    // noise.div_(1 - p): in double, 1 / 0.85 rounds to float32 an ulp away.
+    using M = opmath_t<T>;
+    const T scale = p == 1.0 ? T(0) : static_cast<T>(M(1) / static_cast<M>(1.0 - p));
     T* m = mask.data<T>();
     for (int64_t i = 0; i < mask.numel(); ++i) m[i] = g.next_double() >= p ? scale : T(0);
   });

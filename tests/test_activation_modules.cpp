@@ -159,6 +159,91 @@ TEST(Init, TruncNormalStaysInBoundsWithTheTruncatedMoments) {
   EXPECT_NE(msg.find("a < b"), std::string::npos) << msg;
 }
 
+// Found by differential testing against PyTorch and scipy: a window far in a tail collapsed
+// onto its near bound (the CDFs round to 0 or 1 there: [8, 9] gave 8.0 a million times), and a
+// value rounded to a 16-bit dtype could land outside [a, b] (0.0400390625 for b = 0.04).
+TEST(Init, TruncNormalSamplesFarTailsAndStaysInBoundsAfterRounding) {
+  Generator gen(3);
+  struct Case { double a, b, mean, std; };  // scipy.stats.truncnorm(a, b).mean(), .std()
+  for (const Case& c : {Case{8, 9, 8.121188992979869, 0.11894764723253226},
+                        Case{30, 31, 30.033259667436372, 0.03322305568659225},
+                        Case{-9, -8, -8.121188992979869, 0.11894764723253226},
+                        Case{3, 1e300, 3.28309865493044, 0.2656297927290082}}) {
+    Tensor t = Tensor::empty({200000}, DType::Float64);
+    init::trunc_normal_(t, 0.0, 1.0, c.a, c.b, &gen);
+    const auto v = t.to_vector<double>();
+    EXPECT_GE(*std::min_element(v.begin(), v.end()), c.a) << c.a;
+    EXPECT_LE(*std::max_element(v.begin(), v.end()), c.b) << c.a;
+    auto [m, s] = moments(t);
+    EXPECT_NEAR(m, c.mean, 5 * c.std / std::sqrt(200000.0)) << c.a;
+    EXPECT_NEAR(s, c.std, 0.01 * c.std) << c.a;
+  }
+  for (DType dt : {DType::BFloat16, DType::Float16, DType::Float32}) {
+    Tensor t = Tensor::empty({300000}, dt);
+    init::trunc_normal_(t, 0.0, 0.02, -0.04, 0.04, &gen);
+    const auto v = t.to(DType::Float64).to_vector<double>();
+    EXPECT_GE(*std::min_element(v.begin(), v.end()), -0.04) << dtype_name(dt);
+    EXPECT_LE(*std::max_element(v.begin(), v.end()), 0.04) << dtype_name(dt);
+  }
+}
+
+// rand and uniform are [low, high) in the tensor's dtype too: a draw above 1 - 2^-9 rounded to
+// a bfloat16 1 (2,000 in a million). Bounds the dtype cannot hold, or whose difference
+// overflows, are refused as PyTorch refuses them (they filled NaN or inf).
+TEST(Random, UniformDrawsStayBelowTheUpperBoundInEveryDtype) {
+  Generator gen(1);
+  for (DType dt : {DType::BFloat16, DType::Float16, DType::Float32}) {
+    const auto r = rand({1000000}, dt, &gen).to(DType::Float64).to_vector<double>();
+    EXPECT_LT(*std::max_element(r.begin(), r.end()), 1.0) << dtype_name(dt);
+    const auto u = uniform({1000000}, -1.0, 0.1, dt, &gen).to(DType::Float64).to_vector<double>();
+    EXPECT_LT(*std::max_element(u.begin(), u.end()), 0.1) << dtype_name(dt);
+    EXPECT_GE(*std::min_element(u.begin(), u.end()), -1.0) << dtype_name(dt);
+  }
+  EXPECT_EQ(uniform({3}, 2.0, 2.0).to_vector<float>(), std::vector<float>(3, 2.0f));  // low == high: low
+  EXPECT_NE(error_of([] { uniform({3}, -INFINITY, INFINITY); }).find("must be finite values of float32"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { uniform({3}, -1e308, 1e308, DType::Float64); }).find("high - low to be finite"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { uniform({3}, -1e5, 1e5, DType::Float16); }).find("float16"), std::string::npos);
+  Tensor t = Tensor::empty({4});
+  EXPECT_THROW(init::uniform_(t, -1e300, 1e300), Error);  // past float32
+  // randint over the whole int64 range (its width overflowed int64: undefined behaviour).
+  const auto w = randint(INT64_MIN, INT64_MAX, {1000}, &gen).to_vector<int64_t>();
+  EXPECT_TRUE(std::any_of(w.begin(), w.end(), [](int64_t x) { return x < 0; }));
+  EXPECT_TRUE(std::any_of(w.begin(), w.end(), [](int64_t x) { return x > 0; }));
+}
+
+// PyTorch's calculate_gain names, mode in any case, a zero-element tensor left alone by the
+// kaiming initialisers, constant_ on an integer tensor.
+TEST(Init, GainsModesAndEdgeTensorsFollowPyTorch) {
+  EXPECT_EQ(init::calculate_gain("selu"), 0.75);
+  for (const char* conv : {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"})
+    EXPECT_EQ(init::calculate_gain(conv), 1.0) << conv;
+  Generator a(5), b(5);
+  Tensor x = Tensor::empty({4, 3}), y = Tensor::empty({4, 3});
+  init::kaiming_uniform_(x, 0.0, "FAN_OUT", "relu", &a);
+  init::kaiming_uniform_(y, 0.0, "fan_out", "relu", &b);
+  EXPECT_TRUE(same_bits(x, y));
+  Tensor empty = Tensor::empty({5, 0});
+  EXPECT_NO_THROW(init::kaiming_uniform_(empty));
+  EXPECT_NO_THROW(init::kaiming_normal_(empty, 0.0, "fan_out"));
+  Tensor ints = zeros({3}, DType::Int64);
+  init::constant_(ints, 7);
+  EXPECT_EQ(ints.to_vector<int64_t>(), std::vector<int64_t>(3, 7));
+  EXPECT_THROW(init::constant_(ints, 0.5e20), Error);
+}
+
+// Dropout's scale is 1 / (1 - p) in float for float32, as PyTorch's noise.div_(1 - p): in double
+// it rounds an ulp away for 226 of the p = k / 1000.
+TEST(CoreOpsDropoutScale, ScaleIsComputedInTheDtypesArithmetic) {
+  Generator gen(2);
+  Tensor y = dropout(ones({64}), 0.15, true, &gen);
+  const auto v = y.to_vector<float>();
+  const float scale = 1.0f / static_cast<float>(1.0 - 0.15);
+  for (float e : v) EXPECT_TRUE(e == 0.0f || e == scale) << e;
+  EXPECT_NE(scale, static_cast<float>(1.0 / (1.0 - 0.15)));
+}
+
 TEST(Init, NormalInitialisersAreDeterministicFromTheGenerator) {
   for (int which = 0; which < 3; ++which) {
     auto draw = [which](uint64_t seed) {
