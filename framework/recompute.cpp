@@ -8,7 +8,10 @@ std::vector<Tensor> cut_backward(const BackwardContext&, const std::vector<Tenso
 
 // An identity entry in front of each composite input. tg::grad then asks for the gradients at
 // these entries, so it takes the composite's partial derivatives only: it never runs into the
-// inputs' own history, even where one input depends on another.
+// inputs' own history, even where one input depends on another. And since it wants entries'
+// gradients only (no leaf's), it does not even walk that history: the entries recorded before
+// the cuts cannot lead to them (tape.cpp's Engine::oldest_wanted), so each recomputation costs
+// the composite's size, not the graph's.
 const OpDef kCutOp{"recompute_input", "recompute_input_backward", "self", cut_backward, nullptr, true};
 
 Tensor cut(const Tensor& t) {
@@ -25,12 +28,10 @@ std::vector<Tensor> recomputed_backward(const BackwardContext& ctx, const std::v
   std::vector<size_t> wanted;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) continue;
-    if (inputs[i].requires_grad()) {
-      cuts[i] = cut(inputs[i]);
-    } else {
-      cuts[i] = inputs[i].detach();
-      if (ctx.needs_grad(static_cast<int>(i))) cuts[i].requires_grad_();  // a stand-in
-    }
+    Tensor in = inputs[i];
+    // a stand-in, behind a cut too: a wanted leaf would make tg::grad walk the whole graph
+    if (!in.requires_grad() && ctx.needs_grad(static_cast<int>(i))) in = in.detach().requires_grad_();
+    cuts[i] = in.requires_grad() ? cut(in) : in.detach();
     if (ctx.needs_grad(static_cast<int>(i))) {
       wrt.push_back(cuts[i]);
       wanted.push_back(i);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <optional>
 #include <cmath>
 #include <cstring>
@@ -27,6 +28,7 @@ thread_local std::ostream* t_trace = nullptr;
 // started so far.
 thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
 thread_local uint64_t t_backward_passes = 0;
+thread_local uint64_t t_entries_walked = 0;
 
 Tensor history_free(const Tensor& t) {
   if (!t.defined()) return t;
@@ -266,6 +268,11 @@ struct Engine {
   // For tg::grad: the entries whose backward can reach a wanted gradient; the others only
   // have their gradients captured (if wanted) and are not run.
   std::unordered_set<const Node*> leads_to_capture;
+  // For tg::grad when every wanted gradient is an entry's: the oldest of those entries. An entry
+  // recorded before it cannot lead to one (its inputs are older still), so the walk does not
+  // look behind it. Without this, each double backward by recomputation (framework/recompute.h)
+  // walked the whole history behind its composite: quadratic in the length of the graph.
+  uint64_t oldest_wanted = 0;  // 0: walk everything
   // Leaves with hooks (gradient hooks or post-accumulate hooks): the deliveries still to come in
   // this pass (one per edge of a reachable entry, one per root that is the leaf) and their sum so
   // far. The leaf gets the sum at the last delivery, so its hooks run once and see the pass's
@@ -405,7 +412,9 @@ struct Engine {
   // Every entry reachable from the roots, latest first. Sequence numbers grow in recording
   // order and an entry's inputs were always recorded before it, so this order guarantees
   // that all of an entry's gradient has arrived before the entry runs.
-  static std::vector<Node*> reachable_in_reverse(const std::vector<Node*>& roots) {
+  // Entries older than `walk_from` are listed but not walked behind: their backwards do not run,
+  // but one may still receive a gradient, and then its output hooks run (run_node).
+  static std::vector<Node*> reachable_in_reverse(const std::vector<Node*>& roots, uint64_t walk_from) {
     std::vector<Node*> order;
     std::unordered_set<Node*> seen;
     std::vector<Node*> stack;
@@ -415,11 +424,13 @@ struct Engine {
       Node* n = stack.back();
       stack.pop_back();
       order.push_back(n);
+      if (n->sequence_nr_ < walk_from) continue;
       for (const Edge& e : n->edges_)
         if (e.fn && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
     }
     std::sort(order.begin(), order.end(),
               [](const Node* a, const Node* b) { return a->sequence_nr_ > b->sequence_nr_; });
+    t_entries_walked += order.size();
     return order;
   }
 
@@ -557,8 +568,9 @@ struct Engine {
     std::optional<NoGradGuard> no_grad;
     std::optional<EnableGradGuard> grad_on;
     if (create_graph) grad_on.emplace(); else no_grad.emplace();
-    const std::vector<Node*> order = reachable_in_reverse(root_nodes);
     trace = t_trace;
+    // A trace numbers the entries by their place in the whole graph (tape_to_text's): it walks all.
+    const std::vector<Node*> order = reachable_in_reverse(root_nodes, trace ? 0 : oldest_wanted);
     if (trace) {
       for (size_t i = 0; i < order.size(); ++i) trace_number[order[i]] = order.size() - 1 - i;
       if (!roots.empty()) trace_dtype = roots[0].dtype();
@@ -620,6 +632,13 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   engine.retain_graph = retain_graph || create_graph;
   engine.create_graph = create_graph;
   engine.capture = &capture;
+  // Only the entries recorded since the oldest wanted one can lead to it; a wanted leaf, though,
+  // may be an input of any entry, however old.
+  if (capture.leaves.empty() && !capture.outputs.empty()) {
+    engine.oldest_wanted = UINT64_MAX;
+    for (const auto& [node, slots] : capture.outputs)
+      engine.oldest_wanted = std::min(engine.oldest_wanted, node->sequence_nr());
+  }
   std::optional<EnableGradGuard> record;
   if (create_graph) record.emplace();
   engine.run(outputs, grad_outputs);
@@ -642,6 +661,8 @@ void queue_backward_callback(std::function<void()> callback) {
 }
 
 uint64_t backward_pass_count() { return t_backward_passes; }
+
+uint64_t detail::backward_entries_walked() { return t_entries_walked; }
 
 BackwardTraceGuard::BackwardTraceGuard(std::ostream& os) : previous_(t_trace) { t_trace = &os; }
 BackwardTraceGuard::~BackwardTraceGuard() { t_trace = previous_; }

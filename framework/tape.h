@@ -214,6 +214,13 @@ void queue_backward_callback(std::function<void()> callback);
 // whether it runs in the same pass as before.
 uint64_t backward_pass_count();
 
+namespace detail {
+// How many entries this thread's backward passes have walked to find the ones to run: a cost
+// that a test can check without a clock. (A tg::grad that wants entries' gradients only, no
+// leaf's, does not walk behind the entries recorded before the oldest of them.)
+uint64_t backward_entries_walked();
+}  // namespace detail
+
 class BackwardTraceGuard {
  public:
   explicit BackwardTraceGuard(std::ostream& os);
