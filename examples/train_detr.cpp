@@ -12,6 +12,7 @@
 // directory with the four original gzip IDX files (--data-dir).
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <tapegrad/tapegrad.h>
@@ -56,6 +57,15 @@ int main(int argc, char** argv) {
       std::printf("done: mAP@0.5 %.4f, mAP@0.5:0.95 %.4f; files in %s\n", r.last_eval.map50, r.last_eval.map50_95,
                   o.out.c_str());
     return 0;
+  } catch (const tg::detr::Interrupted& e) {
+    // gnuplot was killed by SIGINT or SIGTERM (Ctrl-C, kill). train_detr installs no handler, so
+    // such a signal ends it by the default action; end the same way, so that the shell, mpirun
+    // or a script sees an interrupted run (status 128 + signal), not an error. The checkpoint of
+    // the last finished epoch is already written (atomically).
+    std::fprintf(stderr, "train_detr (rank %d): %s\n", tg::dist::rank(), e.what());
+    std::signal(e.signal_number(), SIG_DFL);
+    std::raise(e.signal_number());
+    return 128 + e.signal_number();  // only if the signal is blocked
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_detr (rank %d): %s\n", tg::dist::rank(), e.what());
     return 1;

@@ -1,7 +1,16 @@
 #include "curves.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include <tapegrad/tapegrad.h>
@@ -40,33 +49,140 @@ void write_history_csv(const std::string& path, const std::vector<EpochRecord>& 
   write_file_atomically(path, history_csv(history));
 }
 
-std::string plot_history(const std::string& csv_path, const std::string& png_path) {
-  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
-    return "gnuplot not found (apt-get install gnuplot-nox): skipped " + png_path + "; the numbers are in " + csv_path;
-  const std::string script_path = png_path + ".gp";
-  std::string script =
-      "set terminal pngcairo size 1000,400 noenhanced\n"
-      "set output '" + png_path + "'\n"
-      "set datafile separator ','\n"
-      "set key autotitle columnhead\n"
-      "set multiplot layout 1,2\n"
-      "set title 'training loss'\nset xlabel 'epoch'\nset grid\n"
-      "plot '" + csv_path + "' using 1:2 with linespoints lw 2 title 'loss'\n"
-      "set title 'validation mAP'\nset yrange [0:1]\n"
-      "plot '" + csv_path + "' using 1:3 with linespoints lw 2 title 'mAP@0.5', "
-      "'' using 1:4 with linespoints lw 2 title 'mAP@0.5:0.95'\n"
-      "unset multiplot\n";
-  write_file_atomically(script_path, script);
-  const std::string cmd = "gnuplot '" + script_path + "' > /dev/null 2>&1";
-  const int status = std::system(cmd.c_str());
-  if (status != 0) {
-    // pngcairo is missing from some builds; the plain png terminal is always there.
-    std::string fallback = script;
-    fallback.replace(fallback.find("pngcairo"), 8, "png");
-    write_file_atomically(script_path, fallback);
-    if (std::system(cmd.c_str()) != 0) return "gnuplot failed on " + script_path + ": no plot";
+namespace {
+
+// The gnuplot script. The history travels inside it as a datablock and the PNG comes back on
+// gnuplot's stdout, so the script names no file: a folder called "Bob's run", or one holding
+// gnuplot's or the shell's quote characters, needs no escaping and cannot inject commands.
+std::string plot_script(const std::vector<EpochRecord>& history, const char* terminal) {
+  return std::string("set terminal ") + terminal + " size 1000,400 noenhanced\n" +
+         "$history << EOD\n" + history_csv(history) + "EOD\n" +
+         "set datafile separator ','\n"
+         "set key autotitle columnhead\n"
+         "set multiplot layout 1,2\n"
+         "set title 'training loss'\nset xlabel 'epoch'\nset grid\n"
+         "plot $history using 1:2 with linespoints lw 2 title 'loss'\n"
+         "set title 'validation mAP'\nset yrange [0:1]\n"
+         "plot $history using 1:3 with linespoints lw 2 title 'mAP@0.5', "
+         "$history using 1:4 with linespoints lw 2 title 'mAP@0.5:0.95'\n"
+         "unset multiplot\n";
+}
+
+// Closes a file descriptor when it goes out of scope (every return and throw below).
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
   }
-  return "";
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+// The script as an anonymous in-memory file, positioned at its start, to become gnuplot's stdin:
+// nothing is written into --out or the temp folder, so nothing is left behind.
+int script_file(const std::string& script) {
+  const int fd = ::memfd_create("train_detr-plot.gp", MFD_CLOEXEC);
+  TG_CHECK(fd >= 0, "plot: cannot create the gnuplot script in memory: ", std::strerror(errno));
+  for (size_t done = 0; done < script.size();) {
+    const ssize_t n = ::write(fd, script.data() + done, script.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      TG_ERROR("plot: cannot write the gnuplot script: ", std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  ::lseek(fd, 0, SEEK_SET);
+  return fd;
+}
+
+}  // namespace
+
+GnuplotRun run_gnuplot(const std::string& gnuplot, const std::string& script) {
+  Fd in{script_file(script)}, out_read, out_write;
+  int pipe_fds[2];
+  TG_CHECK(::pipe2(pipe_fds, O_CLOEXEC) == 0, "plot: cannot create a pipe: ", std::strerror(errno));
+  out_read.fd = pipe_fds[0];
+  out_write.fd = pipe_fds[1];
+
+  // No shell: argv is {gnuplot} and the script comes on stdin. dup2 clears close-on-exec on the
+  // child's 0 and 1; every other descriptor of ours is close-on-exec. The child gets the default
+  // action for the signals that end a run, whatever this process does with them (mpirun, or a
+  // caller, may ignore SIGPIPE).
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in.fd, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_write.fd, 1);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP}) sigaddset(&defaults, s);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str()), nullptr};
+  pid_t pid = -1;
+  const int spawn_error = ::posix_spawnp(&pid, gnuplot.c_str(), &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  GnuplotRun run;
+  if (spawn_error != 0) {
+    run.spawn_error = spawn_error;
+    return run;
+  }
+  out_write.close();  // so that reading ends when gnuplot exits
+
+  // SIGINT is not ignored here (std::system did): Ctrl-C ends this process as it would without
+  // gnuplot running. Only a handler could interrupt these calls (EINTR): then go on.
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(out_read.fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    run.output.append(buffer, size_t(n));
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) run.signal = WTERMSIG(status);
+  if (WIFEXITED(status)) run.exit_status = WEXITSTATUS(status);
+  return run;
+}
+
+std::string plot_history(const std::vector<EpochRecord>& history, const std::string& csv_path,
+                         const std::string& png_path, const std::string& gnuplot) {
+  // Earlier versions left their script beside the plot; it is no file of the run.
+  std::error_code ec;
+  std::filesystem::remove(png_path + ".gp", ec);
+  // pngcairo is missing from some builds; the plain png terminal is always there.
+  int exit_status = 0;
+  for (const char* terminal : {"pngcairo", "png"}) {
+    const GnuplotRun run = run_gnuplot(gnuplot, plot_script(history, terminal));
+    if (run.spawn_error == ENOENT)
+      return gnuplot + " not found (apt-get install gnuplot-nox): skipped " + png_path + "; the numbers are in " +
+             csv_path;
+    if (run.spawn_error != 0)
+      return "cannot run " + gnuplot + " (" + std::strerror(run.spawn_error) + "): no plot; the numbers are in " +
+             csv_path;
+    // A gnuplot killed by SIGINT or SIGTERM is the run being interrupted (Ctrl-C, kill), not a
+    // plotting problem: never plot again, let the caller end the run.
+    if (run.signal == SIGINT || run.signal == SIGTERM)
+      throw Interrupted(run.signal, gnuplot + " was stopped by signal " + std::to_string(run.signal) +
+                                        " (" + strsignal(run.signal) + "): the run is interrupted");
+    if (run.signal != 0)
+      return gnuplot + " died of signal " + std::to_string(run.signal) + " (" + strsignal(run.signal) +
+             "): no plot; the numbers are in " + csv_path;
+    if (run.exit_status == 0 && !run.output.empty()) {
+      write_file_atomically(png_path, run.output);  // a reader never sees half a PNG
+      return "";
+    }
+    exit_status = run.exit_status;
+  }
+  return gnuplot + " failed (exit status " + std::to_string(exit_status) + "): no plot; the numbers are in " + csv_path;
 }
 
 }  // namespace tg::detr

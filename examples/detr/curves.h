@@ -1,10 +1,13 @@
 // Training curves: one CSV row per epoch, and a PNG plot of loss and mAP drawn by gnuplot
-// (gnuplot-nox) from a script file written beside it. Without gnuplot the plot is skipped with
-// a message, never an error: the CSV holds the same numbers.
+// (gnuplot-nox), run without a shell, with the script on its stdin and the PNG on its stdout.
+// Without gnuplot the plot is skipped with a message, never an error: the CSV holds the same
+// numbers.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include <tapegrad/tapegrad.h>
 
 namespace tg::detr {
 
@@ -21,8 +24,32 @@ std::string history_csv(const std::vector<EpochRecord>& history);
 std::vector<EpochRecord> parse_history_csv(const std::string& csv);
 void write_history_csv(const std::string& path, const std::vector<EpochRecord>& history);
 
-// Writes `<png>.gp` and runs gnuplot on it. Returns "" on success, else why no PNG was made
-// (gnuplot missing, or its exit status).
-std::string plot_history(const std::string& csv_path, const std::string& png_path);
+// A gnuplot (or, when killed, any run) stopped by SIGINT or SIGTERM: the run is being
+// interrupted. train_detr ends the way an interrupted process ends: by that signal.
+class Interrupted : public Error {
+ public:
+  Interrupted(int signal_number, const std::string& message) : Error(message), signal_number_(signal_number) {}
+  int signal_number() const { return signal_number_; }
+
+ private:
+  int signal_number_;
+};
+
+// One run of `gnuplot` (looked up in PATH, no shell) with `script` on its stdin and stderr
+// discarded: what it wrote on stdout and how it ended.
+struct GnuplotRun {
+  int spawn_error = 0;  // errno of posix_spawnp (ENOENT: not installed); then nothing else is set
+  int signal = 0;       // the signal that killed it, or 0
+  int exit_status = -1; // its exit status when it exited
+  std::string output;
+};
+GnuplotRun run_gnuplot(const std::string& gnuplot, const std::string& script);
+
+// Draws `history` into png_path (written atomically, so a reader never sees half a plot).
+// Returns "" on success, else why no PNG was made (gnuplot missing, its exit status); csv_path
+// is only named in that message. Throws Interrupted when gnuplot was killed by SIGINT or
+// SIGTERM, and never runs it again after a signal. `gnuplot` is the program (tests pass fakes).
+std::string plot_history(const std::vector<EpochRecord>& history, const std::string& csv_path,
+                         const std::string& png_path, const std::string& gnuplot = "gnuplot");
 
 }  // namespace tg::detr

@@ -269,7 +269,7 @@ void end_epoch(const TrainOptions& o, EpochRecord rec, Detector& model, const Op
   save_checkpoint(ckpt, model, optimizer, {rec.epoch, model.config(), result.history});
   write_history_csv(csv, result.history);
   write_val_sheet(o, val, dets);
-  const std::string plot = plot_history(csv, out_file(o, "curves.png"));
+  const std::string plot = plot_history(result.history, csv, out_file(o, "curves.png"));
   char line[200];
   std::snprintf(line, sizeof line, "epoch %d: loss %.4f, val mAP@0.5 %.4f, mAP@0.5:0.95 %.4f, %.1f s (%.0f images/s)\n",
                 rec.epoch, rec.train_loss, rec.map50, rec.map50_95, rec.seconds, rec.images_per_second);

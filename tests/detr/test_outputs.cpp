@@ -77,7 +77,7 @@ TEST(DetrOutputs, PlotWithoutGnuplotIsSkippedWithAMessage) {
   const char* old = std::getenv("PATH");
   const std::string saved = old ? old : "";
   setenv("PATH", "/nonexistent", 1);
-  const std::string msg = plot_history("/tmp/none.csv", "/tmp/tapegrad_detr_never.png");
+  const std::string msg = plot_history({{1, 5.0, 0.1, 0.05, 10, 100}}, "/tmp/none.csv", "/tmp/tapegrad_detr_never.png");
   setenv("PATH", saved.c_str(), 1);
   EXPECT_NE(msg.find("gnuplot not found"), std::string::npos) << msg;
   EXPECT_FALSE(std::filesystem::exists("/tmp/tapegrad_detr_never.png"));
@@ -87,8 +87,9 @@ TEST(DetrOutputs, PlotWithGnuplotWritesAPng) {
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
   const std::string dir = (std::filesystem::temp_directory_path() / ("tapegrad_detr_plot_" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
-  write_history_csv(dir + "/h.csv", {{1, 5.0, 0.1, 0.05, 10, 100}, {2, 4.0, 0.3, 0.12, 10, 100}});
-  EXPECT_EQ(plot_history(dir + "/h.csv", dir + "/c.png"), "");
+  const std::vector<EpochRecord> history = {{1, 5.0, 0.1, 0.05, 10, 100}, {2, 4.0, 0.3, 0.12, 10, 100}};
+  write_history_csv(dir + "/h.csv", history);
+  EXPECT_EQ(plot_history(history, dir + "/h.csv", dir + "/c.png"), "");
   std::ifstream f(dir + "/c.png", std::ios::binary);
   std::string head(8, '\0');
   f.read(head.data(), 8);
