@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "detector architecture")->check(CLI::IsMember({"deformable", "patch", "tiny"}));
   app.add_option("--train-scenes", o.train_scenes, "training scenes per epoch")->check(CLI::Range(int64_t{1}, int64_t{10000000}));
   app.add_option("--val-scenes", o.val_scenes, "validation scenes")->check(CLI::Range(int64_t{1}, int64_t{1000000}));
-  app.add_option("--canvas", o.scenes.canvas, "scene side in pixels")->check(CLI::Range(16, 512));
+  app.add_option("--canvas", o.scenes.canvas, tg::detr::canvas_help(o.scenes));  // checked by validate_options
   app.add_option("--queries", o.num_queries, "object queries per image")->check(CLI::Range(int64_t{1}, int64_t{1000}));
   app.add_option("--precision", o.precision,
                  "float32, or bf16: forward and loss under autocast to bfloat16 (matmuls and convolutions in bf16)")
@@ -53,9 +53,14 @@ int main(int argc, char** argv) {
   try {
     if (tg::dist::launched_by_mpirun()) tg::dist::init();
     tg::detr::TrainResult r = tg::detr::run_training(o, std::cout);
-    if (tg::dist::rank() == 0 && !o.eval_only && !r.history.empty())
-      std::printf("done: mAP@0.5 %.4f, mAP@0.5:0.95 %.4f; files in %s\n", r.last_eval.map50, r.last_eval.map50_95,
-                  o.out.c_str());
+    if (tg::dist::rank() == 0 && !o.eval_only && !r.history.empty()) {
+      if (r.first_epoch > o.epochs)  // nothing trained: last_eval is what the checkpoint recorded
+        std::printf("done, nothing trained: epoch %d's recorded mAP@0.5 %.4f, mAP@0.5:0.95 %.4f; files in %s\n",
+                    r.history.back().epoch, r.last_eval.map50, r.last_eval.map50_95, o.out.c_str());
+      else
+        std::printf("done: mAP@0.5 %.4f, mAP@0.5:0.95 %.4f; files in %s\n", r.last_eval.map50, r.last_eval.map50_95,
+                    o.out.c_str());
+    }
     return 0;
   } catch (const tg::detr::Interrupted& e) {
     // gnuplot was killed by SIGINT or SIGTERM (Ctrl-C, kill). train_detr installs no handler, so

@@ -1,11 +1,45 @@
 #include "checkpoint.h"
 
+#include <cmath>
 #include <cstdlib>
+#include <sstream>
 
 namespace tg::detr {
 namespace {
 const std::string kModel = "model.", kOptimizer = "optimizer.";
+const char* const kTrainingFlags = "training_flags";
+
+std::string flags_text(const std::vector<std::pair<std::string, std::string>>& flags) {
+  std::string text;
+  for (const auto& [flag, value] : flags) text += flag + " " + value + "\n";
+  return text;
 }
+
+std::vector<std::pair<std::string, std::string>> parse_flags(const std::string& path, const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t space = line.find(' ');
+    if (space == 0 || space == std::string::npos)
+      throw Error("checkpoint " + path + " has a bad training flag line '" + line + "', expected '<flag> <value>'");
+    flags.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  return flags;
+}
+
+// A NaN or infinite weight or optimizer buffer cannot come from a healthy run (the trainer
+// stops when the loss is not finite), and the model would report mAP 0 or fail in the matching.
+void check_finite(const std::string& path, const std::string& name, const Tensor& t) {
+  if (!is_floating(t.dtype())) return;
+  const std::vector<double> values = t.to(DType::Float64).to_vector<double>();
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i]))
+      throw Error("checkpoint " + path + ": tensor '" + name + "' holds a non-finite value (" +
+                  std::to_string(values[i]) + " at element " + std::to_string(i) +
+                  "): expected finite weights and optimizer state");
+}
+}  // namespace
 
 void save_checkpoint(const std::string& path, const Detector& model, const Optimizer& optimizer,
                      const CheckpointInfo& info) {
@@ -16,6 +50,7 @@ void save_checkpoint(const std::string& path, const Detector& model, const Optim
                               {"epoch", std::to_string(info.epoch)},
                               {"model_config", info.model_config},
                               {"history", history_csv(info.history)}};
+  if (!info.training_flags.empty()) meta[kTrainingFlags] = flags_text(info.training_flags);
   save_safetensors(path, all, meta);
 }
 
@@ -50,9 +85,14 @@ CheckpointInfo load_checkpoint(const std::string& path, Detector& model, Optimiz
   } catch (const Error& err) {
     throw Error("checkpoint " + path + ": " + err.what());
   }
+  // Checkpoints written before the flags were stored have no such key: they still load (and
+  // resume unchecked, see the trainer).
+  if (auto it = file.metadata.find(kTrainingFlags); it != file.metadata.end())
+    info.training_flags = parse_flags(path, it->second);
 
   StateDict model_part, optimizer_part;
   for (auto& [name, t] : file.tensors) {
+    check_finite(path, name, t);
     if (name.rfind(kModel, 0) == 0)
       model_part.emplace_back(name.substr(kModel.size()), t);
     else if (name.rfind(kOptimizer, 0) == 0)

@@ -1,8 +1,15 @@
 #include "trainer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -27,23 +34,77 @@ void validate_options(const TrainOptions& o) {
            " processes (each takes an equal share), got ", o.batch_size);
   TG_CHECK(!(o.resume && o.eval_only), "--resume and --eval-only: choose one (--eval-only already loads the checkpoint)");
   TG_CHECK(!o.out.empty(), "--out: expected a folder, got an empty path");
-  TG_CHECK(o.train_scenes >= o.batch_size, "--train-scenes: expected at least one batch (", o.batch_size, "), got ",
-           o.train_scenes);
+  // Every step takes a full batch and the scenes left over would never be trained on (DETR's
+  // training sampler drops the last partial batch too). Here the count is a flag, not a dataset's
+  // size, so a remainder is a mistake: refuse it instead of logging scenes that are not used.
+  TG_CHECK(o.train_scenes >= o.batch_size && o.train_scenes % o.batch_size == 0,
+           "--train-scenes: expected a multiple of --batch-size (", o.batch_size, "), got ", o.train_scenes);
   TG_CHECK(o.val_scenes >= 1, "--val-scenes: expected at least 1, got ", o.val_scenes);
   TG_CHECK(o.num_queries >= o.scenes.max_items, "--queries: expected at least ", o.scenes.max_items,
            " (the most objects a scene holds), got ", o.num_queries);
   TG_CHECK(o.lr > 0 && o.weight_decay >= 0 && o.clip >= 0, "--lr must be positive, weight decay and clip non-negative");
-  TG_CHECK(o.scenes.canvas >= 16 && o.scenes.canvas <= 512, "--canvas: expected 16 to 512 pixels, got ", o.scenes.canvas);
-  TG_CHECK(o.scenes.max_side <= o.scenes.canvas, "--canvas: ", o.scenes.canvas, " cannot hold items of up to ",
-           o.scenes.max_side, " pixels");
   TG_CHECK(o.model == "tiny" || o.model == "patch" || o.model == "deformable",
            "--model: expected 'deformable', 'patch' or 'tiny', got '", o.model, "'");
   TG_CHECK(o.precision == "float32" || o.precision == "bf16", "--precision: expected 'float32' or 'bf16', got '",
            o.precision, "'");
-  TG_CHECK(o.model != "deformable" || o.scenes.canvas % 16 == 0,
-           "--canvas: the deformable model needs a multiple of 16, got ", o.scenes.canvas);
-  TG_CHECK(o.model != "patch" || o.scenes.canvas % 8 == 0, "--canvas: the patch model needs a multiple of 8, got ",
-           o.scenes.canvas);
+  const int64_t step = canvas_multiple(o.model), least = min_canvas(o.model, o.scenes);
+  TG_CHECK(o.scenes.canvas >= least && o.scenes.canvas <= kMaxCanvas && o.scenes.canvas % step == 0,
+           "--canvas: the ", o.model, " model expects ", least, " to ", kMaxCanvas, " pixels",
+           step > 1 ? " in steps of " + std::to_string(step) : std::string(), " (items are up to ", o.scenes.max_side,
+           " pixels), got ", o.scenes.canvas);
+}
+
+int64_t canvas_multiple(const std::string& model) {
+  // The models' own constraints, from their default options: the deformable backbone's coarsest
+  // stride (4, doubled per further level), the patch model's patch side.
+  if (model == "deformable") return int64_t{4} << (DeformableDetectorOptions{}.channels.size() - 1);
+  if (model == "patch") return PatchDetrOptions{}.patch;
+  return 1;
+}
+
+int64_t min_canvas(const std::string& model, const SceneOptions& scenes) {
+  const int64_t step = canvas_multiple(model);
+  const int64_t least = std::max(kMinCanvas, scenes.max_side);  // the largest item must fit
+  return (least + step - 1) / step * step;
+}
+
+std::string canvas_help(const SceneOptions& scenes) {
+  std::string help = "scene side in pixels, up to " + std::to_string(kMaxCanvas) + ":";
+  for (const char* model : {"deformable", "patch", "tiny"}) {
+    const int64_t step = canvas_multiple(model);
+    help += std::string(" ") + model + " from " + std::to_string(min_canvas(model, scenes)) +
+            (step > 1 ? " in steps of " + std::to_string(step) : std::string()) + ",";
+  }
+  help.back() = ' ';
+  return help + "(items are up to " + std::to_string(scenes.max_side) + " pixels)";
+}
+
+namespace {
+// The shortest text that reads back as the same double (%.17g always does, but prints 0.001
+// as 0.0010000000000000000208).
+std::string exact_text(double v) {
+  char text[40];
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, v);
+    if (std::strtod(text, nullptr) == v) break;
+  }
+  return text;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> training_flags(const TrainOptions& o) {
+  // What a resumed epoch computes depends on these: the scenes (--seed, --train-scenes,
+  // --batch-size), the arithmetic (--precision) and the step size (--lr; the optimizer state
+  // restores the saved lr, so a new one would be silently ignored). The model's flags (--model,
+  // --canvas, --queries) are in its config, checked by load_checkpoint. Free to change: --epochs
+  // (the run's length), --threads and the number of processes (results do not depend on them),
+  // --val-scenes (evaluation only), --data-dir (the same files may move), --bucket-mb and the
+  // output options.
+  return {{"--batch-size", std::to_string(o.batch_size)},
+          {"--lr", exact_text(o.lr)},
+          {"--precision", o.precision},
+          {"--seed", std::to_string(o.seed)},
+          {"--train-scenes", std::to_string(o.train_scenes)}};
 }
 
 std::unique_ptr<Detector> make_detector(const TrainOptions& o) {
@@ -112,6 +173,45 @@ void prepare_out_dir(const std::string& out) {
   fs::remove(probe, ec);
 }
 
+// An exclusive flock on out/.train_detr.lock for as long as the run lives: a second train_detr
+// on the same --out would overwrite this run's files. The kernel drops the lock when the process
+// ends, however it ends, so a crash leaves no stale lock; the file itself stays (removing it
+// would let a third run lock a new file while the second still holds the old one).
+class OutDirLock {
+ public:
+  explicit OutDirLock(const std::string& out) : path_((fs::path(out) / ".train_detr.lock").string()) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    TG_CHECK(fd_ >= 0, "--out ", out, ": cannot open the lock file ", path_, " (", std::strerror(errno), ")");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      const std::string holder = read_holder();
+      ::close(fd_);
+      TG_CHECK(err != EWOULDBLOCK, "--out ", out, " is in use by another train_detr", holder,
+               ": wait for it to end, or choose another --out");
+      TG_ERROR("--out ", out, ": cannot lock ", path_, " (", std::strerror(err), ")");
+    }
+    // Who holds it, for the message of a run that is refused (best effort).
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) == 0) {
+      [[maybe_unused]] const ssize_t written = ::pwrite(fd_, pid.data(), pid.size(), 0);
+    }
+  }
+  ~OutDirLock() { ::close(fd_); }
+  OutDirLock(const OutDirLock&) = delete;
+  OutDirLock& operator=(const OutDirLock&) = delete;
+
+ private:
+  std::string read_holder() const {
+    char text[32] = {};
+    const ssize_t n = ::pread(fd_, text, sizeof text - 1, 0);
+    const long pid = n > 0 ? std::strtol(text, nullptr, 10) : 0;
+    return pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string();
+  }
+
+  std::string path_;
+  int fd_ = -1;
+};
+
 void write_sheet(const std::string& path, const SceneGenerator& val, const std::vector<DetectionBox>& dets,
                  int64_t count, double min_score) {
   std::vector<SheetScene> sheet;
@@ -131,22 +231,52 @@ void write_val_sheet(const TrainOptions& o, const SceneGenerator& val, const std
   write_sheet(out_file(o, "val_scenes.png"), val, dets, std::min(o.sheet_scenes, o.val_scenes), o.sheet_score);
 }
 
-// --resume and --eval-only start from the checkpoint in `out`: its weights, optimizer state,
-// history and epoch. A fresh run refuses a folder that holds one, which it would overwrite.
-void load_or_protect_checkpoint(const TrainOptions& o, Detector& model, Optimizer& optimizer, TrainResult& result,
-                                std::ostream& log) {
+// --resume and --eval-only need the checkpoint in `out`; a fresh run refuses a folder that holds
+// one, which it would overwrite. Checked before `out` is created.
+void check_checkpoint_presence(const TrainOptions& o) {
   const std::string ckpt = out_file(o, "checkpoint.safetensors");
   if (o.resume || o.eval_only) {
     if (!fs::exists(ckpt))
       throw Error(std::string(o.resume ? "--resume" : "--eval-only") + ": no checkpoint at " + ckpt);
-    CheckpointInfo info = load_checkpoint(ckpt, model, optimizer);
-    result.history = info.history;
-    result.first_epoch = info.epoch + 1;
-    log << "loaded " << ckpt << " (epoch " << info.epoch << ")\n";
   } else if (fs::exists(ckpt)) {
     // A fresh run would overwrite a good checkpoint: refuse rather than destroy it.
     throw Error("--out " + o.out + " already holds a checkpoint: pass --resume to continue it, or choose another --out");
   }
+}
+
+// --resume continues the checkpoint's run only with the flags it was trained with (README: a
+// resumed run is bit-identical to one that never stopped). Names every flag that differs.
+void check_training_flags(const TrainOptions& o, const std::string& ckpt, const CheckpointInfo& info,
+                          std::ostream& log) {
+  if (info.training_flags.empty()) {
+    // Written before checkpoints stored their flags: nothing to compare, so it still resumes.
+    log << "note: " << ckpt << " does not record its training flags (an older checkpoint): resuming with the "
+        << "given ones, unchecked\n";
+    return;
+  }
+  std::string differ;
+  for (const auto& [flag, given] : training_flags(o))
+    for (const auto& [saved_flag, saved] : info.training_flags)
+      if (saved_flag == flag && saved != given)
+        differ += std::string(differ.empty() ? "" : ", ") + flag + " " + saved + " (given " + given + ")";
+  TG_CHECK(differ.empty(), "--resume: ", ckpt, " was trained with ", differ,
+           "; resume with the flags it was trained with, or start a new run in another --out");
+}
+
+// --resume and --eval-only start from the checkpoint in `out`: its weights, optimizer state,
+// history and epoch. Until an epoch is trained, the last evaluation is the one the checkpoint
+// recorded (a run with nothing left to train reports it).
+void load_run(const TrainOptions& o, Detector& model, Optimizer& optimizer, TrainResult& result, std::ostream& log) {
+  const std::string ckpt = out_file(o, "checkpoint.safetensors");
+  CheckpointInfo info = load_checkpoint(ckpt, model, optimizer);
+  if (o.resume) check_training_flags(o, ckpt, info, log);
+  result.history = info.history;
+  result.first_epoch = info.epoch + 1;
+  if (!info.history.empty()) {
+    result.last_eval.map50 = info.history.back().map50;
+    result.last_eval.map50_95 = info.history.back().map50_95;
+  }
+  log << "loaded " << ckpt << " (epoch " << info.epoch << ")\n";
 }
 
 // --eval-only: the loaded model's mAP and its sheet; nothing is trained or saved.
@@ -266,7 +396,7 @@ void end_epoch(const TrainOptions& o, EpochRecord rec, Detector& model, const Op
   rec.map50_95 = result.last_eval.map50_95;
   result.history.push_back(rec);
 
-  save_checkpoint(ckpt, model, optimizer, {rec.epoch, model.config(), result.history});
+  save_checkpoint(ckpt, model, optimizer, {rec.epoch, model.config(), result.history, training_flags(o)});
   write_history_csv(csv, result.history);
   write_val_sheet(o, val, dets);
   const std::string plot = plot_history(result.history, csv, out_file(o, "curves.png"));
@@ -287,12 +417,19 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log_all) {
   std::ostringstream quiet;
   std::ostream& log = lead ? log_all : quiet;  // rank 0 speaks for all
   log << info() << "\n";  // the CPU, its vector features and the kernels' path, for the log
-  if (lead) prepare_out_dir(o.out);
-  dist::barrier();  // the others read the checkpoint only after rank 0 has checked the folder
-
+  // Everything that can refuse the run comes before --out is created: a refused run leaves no
+  // empty folder behind.
+  check_checkpoint_presence(o);
   data::ImageDataset train_items = data::load_fashion_mnist("train", o.data_dir);
   data::ImageDataset val_items = data::load_fashion_mnist("test", o.data_dir);
   SceneGenerator train(train_items, o.scenes, o.seed), val(val_items, o.scenes, o.seed + 1);
+
+  std::optional<OutDirLock> lock;  // rank 0 writes the files, so rank 0 holds the folder
+  if (lead) {
+    prepare_out_dir(o.out);
+    lock.emplace(o.out);
+  }
+  dist::barrier();  // the others read the checkpoint only after rank 0 has checked the folder
 
   std::unique_ptr<Detector> model = make_detector(o);
   AdamOptions adam;
@@ -301,7 +438,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log_all) {
   AdamW optimizer(model->parameters(), adam);
 
   TrainResult result;
-  load_or_protect_checkpoint(o, *model, optimizer, result, log);
+  if (o.resume || o.eval_only) load_run(o, *model, optimizer, result, log);
   if (o.eval_only) {
     if (lead) evaluate_checkpoint(o, *model, val, result, log);
     return result;

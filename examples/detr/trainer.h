@@ -5,7 +5,9 @@
 // generator (fresh scenes every epoch, identical on resume); validation scenes are the first
 // val_scenes of the test split's generator, the same every epoch.
 // Files in `out`: checkpoint.safetensors (each epoch, atomic), history.csv, curves.png (gnuplot),
-// val_scenes.png (predicted and true boxes).
+// val_scenes.png (predicted and true boxes), and .train_detr.lock, locked (flock) while a run
+// uses the folder so that a second run on it is refused. The folder is created only once the
+// run's checks (flags, checkpoint, data) have passed.
 //
 // Data parallel (started by mpirun after tg::dist::init()): every process trains the same model
 // (DistributedDataParallel) on its share of each global batch of batch_size scenes (rank r takes
@@ -20,6 +22,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tapegrad/tapegrad.h>
@@ -62,6 +65,19 @@ struct TrainOptions {
   DistributedDataParallelOptions ddp{/*bucket_cap_mb=*/0.25};
 };
 
+// --canvas: the one source of the rule, for the check and for train_detr's help. A canvas
+// holds the largest item (scenes.max_side), is a multiple of canvas_multiple(model) (the
+// deformable model's coarsest stride, the patch model's patch side; 1 for tiny) and lies in
+// [kMinCanvas, kMaxCanvas].
+inline constexpr int64_t kMinCanvas = 16, kMaxCanvas = 512;
+int64_t canvas_multiple(const std::string& model);
+int64_t min_canvas(const std::string& model, const SceneOptions& scenes);
+std::string canvas_help(const SceneOptions& scenes);  // "scene side in pixels, up to 512: deformable from 48 ..."
+
+// The flags that decide a run's trajectory, as ("--lr", "0.001") pairs in a fixed order, with
+// values that round-trip exactly. The checkpoint stores them; --resume refuses other values.
+std::vector<std::pair<std::string, std::string>> training_flags(const TrainOptions& options);
+
 // Throws tg::Error naming the flag when options make no sense (epochs < 1, batch_size < 1,
 // threads < 1, resume with eval_only, an unknown model, scene sizes the canvas cannot hold, ...).
 void validate_options(const TrainOptions& options);
@@ -71,7 +87,7 @@ std::unique_ptr<Detector> make_detector(const TrainOptions& options);
 
 struct TrainResult {
   std::vector<EpochRecord> history;  // every epoch so far (including those before a resume)
-  MeanAP last_eval;
+  MeanAP last_eval;                  // the last epoch's; when nothing was trained, the checkpoint's
   int first_epoch = 1;               // the first epoch this call trained
 };
 

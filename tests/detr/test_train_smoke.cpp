@@ -183,7 +183,7 @@ TEST(DetrCheckpoint, RoundTripsModelOptimizerAndHistory) {
   (sum(out.logits) + sum(out.boxes)).backward();
   oa.step();
   const std::string path = fresh_dir("ckpt") + ".safetensors";
-  save_checkpoint(path, a, oa, {4, a.config(), {{1, 2.5, 0.1, 0.05, 3, 9}}});
+  save_checkpoint(path, a, oa, {4, a.config(), {{1, 2.5, 0.1, 0.05, 3, 9}}, {{"--lr", "0.001"}}});
   CheckpointInfo info = load_checkpoint(path, b, ob);
   EXPECT_EQ(info.epoch, 4);
   ASSERT_EQ(info.history.size(), 1u);
