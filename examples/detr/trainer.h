@@ -92,7 +92,8 @@ struct TrainResult {
 };
 
 // The whole run. Progress and messages go to `log`. Throws tg::Error with a clear message on
-// bad input: missing or corrupt dataset, corrupt or mismatched checkpoint, unwritable out.
+// bad input: missing or corrupt dataset, corrupt or mismatched checkpoint (model, training flags,
+// non-finite values), unwritable out or out in use by another run.
 TrainResult run_training(const TrainOptions& options, std::ostream& log);
 
 // mAP of a model on validation scenes (no grad, eval mode), and their predictions.
