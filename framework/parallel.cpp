@@ -56,12 +56,20 @@ void set_all_threads(bool on, int n) {
 #endif
 }
 
+// The most threads set_num_threads accepts (parallel.h says 4096). libgomp creates a team's
+// threads, each with its own stack, when a region first asks for them and sets no limit of its
+// own: 16384 threads took 22 GB, 100000 crashed inside libgomp and 2^31 - 1 died of its
+// out-of-memory message, none of them an error the caller could report. 4096 is more than
+// twice the hardware threads of the largest shared-memory x86 servers (32 sockets of 28 cores:
+// 1792), so no real machine is refused, and an absurd count is a tg::Error before OpenMP sees it.
+constexpr int kMaxThreads = 4096;
+
 std::atomic<bool> flush_denormal_on{false};  // what the last successful set_flush_denormal asked for
 
 }  // namespace
 
 void set_num_threads(int n) {
-  TG_CHECK(n >= 1, "set_num_threads: expected a thread count >= 1, got ", n);
+  TG_CHECK(n >= 1 && n <= kMaxThreads, "set_num_threads: expected a thread count in [1, ", kMaxThreads, "], got ", n);
   omp_set_num_threads(n);
   // New workers are created by the thread that opens the region and inherit its MXCSR, but a
   // region opened from another thread would not give them ours: set them all explicitly.

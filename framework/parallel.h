@@ -11,7 +11,7 @@ namespace tg {
 constexpr int64_t kParallelGrain = 32768;
 
 int num_threads();               // threads an OpenMP region will use
-void set_num_threads(int n);     // like torch.set_num_threads; n >= 1
+void set_num_threads(int n);     // like torch.set_num_threads; 1 <= n <= 4096, else tg::Error
 
 // Like torch.set_flush_denormal: with on, float arithmetic treats denormal (subnormal) inputs as
 // zero and flushes denormal results to zero (x86's DAZ and FTZ bits of MXCSR), which avoids

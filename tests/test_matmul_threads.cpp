@@ -89,5 +89,15 @@ TEST(MatmulThreads, LinearAndBatchedMatmulWithGradientsIgnoreThreadCount) {
   }
 }
 
+// An absurd thread count is a tg::Error before OpenMP sees it (libgomp would crash or run out
+// of memory building the team), and a refused count leaves the setting as it was.
+TEST(SetNumThreads, RefusesCountsOutsideOneTo4096) {
+  const int saved = num_threads();
+  for (int n : {0, -1, 4097, 100000, 2147483647})
+    EXPECT_EQ(error_of([n] { set_num_threads(n); }),
+              "set_num_threads: expected a thread count in [1, 4096], got " + std::to_string(n));
+  EXPECT_EQ(num_threads(), saved);
+}
+
 }  // namespace
 }  // namespace tg
