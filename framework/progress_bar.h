@@ -61,6 +61,13 @@ class ProgressBar {
  public:
   explicit ProgressBar(int64_t total, std::string label = "", std::ostream& out = std::cerr, double redraw_seconds = 0.2)
       : total_(total), label_(std::move(label)), out_(out), redraw_seconds_(redraw_seconds), start_(Clock::now()) {}
+  // A bar left by an exception (a diverged loss, a bad batch) ends its line, so that the
+  // program's error message starts a line of its own.
+  ~ProgressBar() {
+    if (!finished_ && last_len_ > 0) out_ << "\n" << std::flush;
+  }
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
 
   // `done` steps finished so far; `samples` processed in this update (for samples/s).
   void update(int64_t done, int64_t samples, const Metrics& metrics = {}) {
@@ -68,20 +75,25 @@ class ProgressBar {
     samples_ += samples;
     metrics_ = metrics;
     const double now = seconds();
+    drawn_ = false;
     if (done < total_ && now - last_draw_ < redraw_seconds_) return;
     last_draw_ = now;
     draw(now);
   }
 
-  // Draws the final state and ends the line.
+  // Draws the final state, unless the last update drew it already (in a log, where '\r' does
+  // not overwrite, it would appear twice), ends the line and stops the clock.
   void finish() {
     if (finished_) return;
     finished_ = true;
-    draw(seconds());
+    finish_seconds_ = seconds();
+    if (!drawn_) draw(finish_seconds_);
     out_ << "\n" << std::flush;
   }
 
-  double elapsed_seconds() const { return seconds(); }
+  // Seconds since construction, up to finish(): a program that evaluates after finishing an
+  // epoch reports the epoch's time, not the evaluation's too.
+  double elapsed_seconds() const { return finished_ ? finish_seconds_ : seconds(); }
   int64_t samples() const { return samples_; }
 
  private:
@@ -93,6 +105,7 @@ class ProgressBar {
     const size_t pad = last_len_ > line.size() ? last_len_ - line.size() : 0;
     last_len_ = line.size();
     out_ << '\r' << line << std::string(pad, ' ') << std::flush;
+    drawn_ = true;
   }
 
   int64_t total_;
@@ -105,6 +118,8 @@ class ProgressBar {
   Metrics metrics_;
   size_t last_len_ = 0;
   bool finished_ = false;
+  bool drawn_ = false;  // the line on screen shows the latest update
+  double finish_seconds_ = 0;
 };
 
 }  // namespace tg

@@ -2,8 +2,10 @@
 // keeps the framework's live memory flat (no leak through the tape, grads or optimizer state).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "../framework/progress_bar.h"
 #include "golden.h"
@@ -98,4 +100,36 @@ TEST(ProgressBar, DrawsInPlaceAndEndsTheLine) {
   EXPECT_NE(s.find("1/3"), std::string::npos);
   EXPECT_NE(s.find("3/3 100%"), std::string::npos);
   EXPECT_EQ(bar.samples(), 20);
+}
+
+// A log keeps every '\r' line: the last update drew the final state, so finish() only ends the
+// line. A finish() after a throttled update still draws what was not shown.
+TEST(ProgressBar, DrawsTheFinalLineOnce) {
+  auto count = [](const std::string& s, const std::string& part) {
+    int n = 0;
+    for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) ++n;
+    return n;
+  };
+  std::ostringstream drawn;
+  ProgressBar bar(3, "t", drawn, /*redraw_seconds=*/0.0);
+  bar.update(3, 10);
+  bar.finish();
+  EXPECT_EQ(count(drawn.str(), "3/3 100%"), 1) << drawn.str();
+  std::ostringstream throttled;
+  ProgressBar slow(3, "t", throttled, /*redraw_seconds=*/1e9);
+  slow.update(1, 10);  // the first update draws, the second is throttled
+  slow.update(2, 10);
+  slow.finish();
+  EXPECT_EQ(count(throttled.str(), "2/3"), 1) << throttled.str();
+}
+
+// finish() stops the clock: what a program does after it (an evaluation) is not in the time.
+TEST(ProgressBar, ElapsedSecondsStopAtFinish) {
+  std::ostringstream out;
+  ProgressBar bar(1, "", out);
+  bar.update(1, 1);
+  bar.finish();
+  const double at_finish = bar.elapsed_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(bar.elapsed_seconds(), at_finish);
 }
