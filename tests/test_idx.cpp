@@ -236,16 +236,33 @@ TEST(Idx, ShortGzipStreamCostsWhatItHoldsNotWhatItsHeaderClaims) {
 
 TEST(Idx, FashionMnistHelperErrors) {
   expect_error_with([&] { data::load_fashion_mnist("train", "/nonexistent/fashion"); },
-               {"/nonexistent/fashion/train-images-idx3-ubyte.gz", "apt-get install dataset-fashion-mnist"});
+                    {"the data folder /nonexistent/fashion does not exist", "apt-get install dataset-fashion-mnist"});
+  expect_error_with([&] { data::load_fashion_mnist("test", data_path("")); },
+                    {"t10k-images-idx3-ubyte.gz not found", "apt-get install dataset-fashion-mnist"});
   expect_error_with([&] { data::load_fashion_mnist("validation", subset_dir()); }, {"\"train\" or \"test\"", "validation"});
 
   // Images and labels that disagree in count, then a label outside the 10 classes.
   const std::string dir = fresh_temp_dir("idx_helper");
-  write_gzip(dir + "/train-images-idx3-ubyte.gz", idx_bytes(0x08, {2, 2, 2}, std::vector<uint8_t>(8, 1)));
+  write_gzip(dir + "/train-images-idx3-ubyte.gz", idx_bytes(0x08, {2, 28, 28}, std::vector<uint8_t>(2 * 784, 1)));
   write_gzip(dir + "/train-labels-idx1-ubyte.gz", idx_bytes(0x08, {3}, {1, 2, 3}));
   expect_error_with([&] { data::load_fashion_mnist("train", dir); }, {"has 2 images but", "has 3 labels"});
   write_gzip(dir + "/train-labels-idx1-ubyte.gz", idx_bytes(0x08, {2}, {1, 10}));
   expect_error_with([&] { data::load_fashion_mnist("train", dir); }, {"label 1 is 10", "[0, 10)"});
+
+  // Images other than 28x28 (the examples' models take 784 pixels), and a split of no images.
+  const std::string images = dir + "/train-images-idx3-ubyte.gz";
+  write_gzip(dir + "/train-labels-idx1-ubyte.gz", idx_bytes(0x08, {2}, {1, 2}));
+  write_gzip(images, idx_bytes(0x08, {2, 14, 56}, std::vector<uint8_t>(2 * 784, 1)));
+  expect_error_with([&] { data::load_fashion_mnist("train", dir); },
+                    {images, "holds images of 14x56 pixels, expected Fashion-MNIST's 28x28"});
+  write_gzip(images, idx_bytes(0x08, {0, 28, 28}, {}));
+  expect_error_with([&] { data::load_fashion_mnist("train", dir); },
+                    {images, "holds no images", "the train split needs at least one"});
+
+  // The folder itself: an empty path, or a file instead of a folder.
+  expect_error_with([&] { data::load_fashion_mnist("train", ""); }, {"the data folder is an empty path"});
+  expect_error_with([&] { data::load_fashion_mnist("train", images); },
+                    {"the data folder " + images + " is not a folder", "apt-get install dataset-fashion-mnist"});
   fs::remove_all(dir);
 }
 
