@@ -18,6 +18,8 @@
 
 #include "common/busy_machine.h"
 #include "common/classifier_accuracy.h"
+#include "common/cli_checks.h"
+#include "common/divergence.h"
 
 namespace {
 
@@ -48,13 +50,14 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   bool progress = true, flush_denormal = true;
   std::string data_dir = tg::data::kFashionMnistDir;
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "learning rate (Adam)")->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "OpenMP threads")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "seed for initialisation and shuffling");
+  using tg::examples::whole_number;
+  app.add_option("--epochs", epochs, "passes over the training set")->check(whole_number(1, 100000));
+  app.add_option("--batch-size", batch_size, "samples per step")->check(whole_number<int64_t>(1, 1 << 20));
+  app.add_option("--lr", lr, "learning rate (Adam)")->check(tg::examples::positive_number());
+  app.add_option("--threads", threads, "OpenMP threads")->check(whole_number(1, 1024));
+  app.add_option("--seed", seed, "seed for initialisation and shuffling")->check(whole_number<uint64_t>(0));
   app.add_option("--data-dir", data_dir, "directory with the Fashion-MNIST gzip IDX files");
-  app.add_option("--limit", limit, "use only the first N training samples (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--limit", limit, "use only the first N training samples (0: all)")->check(whole_number<int64_t>(0));
   app.add_flag("!--no-progress", progress, "no progress bar");
   app.add_flag("!--no-flush-denormal", flush_denormal,
                "keep IEEE denormals (slower: after an epoch some activations' gradients become denormal)");
@@ -99,11 +102,14 @@ int main(int argc, char** argv) {
         tg::Tensor loss = tg::cross_entropy(model->forward(batch[0]), batch[1]);
         loss.backward();
         optimizer.step();
-        loss_sum += loss.item();
         ++step;
+        const double value = loss.item();
+        tg::examples::check_loss_finite(value, epoch, step);
+        loss_sum += value;
         if (bar) bar->update(step, batch[1].size(0), {{"loss", loss_sum / step}});
       }
       if (bar) bar->finish();
+      tg::examples::check_parameters_finite(*model, epoch);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       total_seconds += seconds;
       test_acc = tg::examples::accuracy(*model, test_loader);

@@ -16,6 +16,9 @@
 
 #include "common/busy_machine.h"
 #include "common/classifier_accuracy.h"
+#include "common/cli_checks.h"
+#include "common/divergence.h"
+#include "common/output_files.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Train an MLP on Fashion-MNIST with tapegrad"};
@@ -24,20 +27,24 @@ int main(int argc, char** argv) {
   double lr = 1e-3, weight_decay = 1e-4, clip = 5.0;
   uint64_t seed = 0;
   std::string data_dir = tg::data::kFashionMnistDir, csv;
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "peak learning rate (AdamW)")->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", weight_decay, "AdamW's decoupled weight decay")->check(CLI::NonNegativeNumber);
-  app.add_option("--hidden", hidden, "hidden layer width")->check(CLI::PositiveNumber);
-  app.add_option("--clip", clip, "max global gradient norm (0: no clipping)")->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "OpenMP threads")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "seed for initialisation and shuffling");
+  using tg::examples::whole_number;
+  app.add_option("--epochs", epochs, "passes over the training set")->check(whole_number(1, 100000));
+  app.add_option("--batch-size", batch_size, "samples per step")->check(whole_number<int64_t>(1, 1 << 20));
+  app.add_option("--lr", lr, "peak learning rate (AdamW)")->check(tg::examples::positive_number());
+  app.add_option("--weight-decay", weight_decay, "AdamW's decoupled weight decay")
+      ->check(tg::examples::non_negative_number());
+  app.add_option("--hidden", hidden, "hidden layer width")->check(whole_number<int64_t>(1, 65536));
+  app.add_option("--clip", clip, "max global gradient norm (0: no clipping)")->check(tg::examples::non_negative_number());
+  app.add_option("--threads", threads, "OpenMP threads")->check(whole_number(1, 1024));
+  app.add_option("--seed", seed, "seed for initialisation and shuffling")->check(whole_number<uint64_t>(0));
   app.add_option("--data-dir", data_dir, "directory with the Fashion-MNIST gzip IDX files");
-  app.add_option("--limit", limit, "use only the first N training samples (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--limit", limit, "use only the first N training samples (0: all)")->check(whole_number<int64_t>(0));
   app.add_option("--csv", csv, "write each epoch's metrics to this CSV file (empty: none)");
   CLI11_PARSE(app, argc, argv);
 
   try {
+    // Before anything is read: CsvLogger truncates its file as it opens it.
+    if (!csv.empty()) tg::examples::check_output_path("--csv", csv, tg::examples::fashion_mnist_inputs(data_dir));
     tg::set_num_threads(threads);
     tg::manual_seed(seed);
     std::shared_ptr<const tg::data::Dataset> train = std::make_shared<tg::data::FashionMNIST>("train", data_dir);
@@ -79,11 +86,14 @@ int main(int argc, char** argv) {
         if (clip > 0) tg::clip_grad_norm_(model.parameters(), clip);
         optimizer.step();
         schedule.step();
-        loss_sum += loss.item();
         ++step;
+        const double value = loss.item();
+        tg::examples::check_loss_finite(value, epoch, step);
+        loss_sum += value;
         bar.update(step, batch[1].size(0), {{"loss", loss_sum / step}, {"lr", optimizer.lr()}});
       }
       bar.finish();
+      tg::examples::check_parameters_finite(model, epoch);
       total_seconds += bar.elapsed_seconds();
       test_acc = tg::examples::accuracy(model, test_loader, /*flatten=*/true);
       std::printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s (%.0f samples/s)\n", epoch,

@@ -16,6 +16,9 @@
 #include <tapegrad/tapegrad.h>
 
 #include "common/busy_machine.h"
+#include "common/cli_checks.h"
+#include "common/divergence.h"
+#include "common/output_files.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -43,9 +46,10 @@ double accuracy(tg::Module& model, const tg::Tensor& images, const tg::Tensor& l
 }
 
 // One epoch of Adam steps on the loader's batches, freshly distorted; returns the mean loss.
+// `what` names the model in the bar and in a divergence's message.
 double train_epoch(tg::Module& model, tg::Optimizer& opt, tg::data::DataLoader& loader, tg::Generator& distort,
-                   const std::string& label) {
-  tg::ProgressBar bar(loader.size(), label);
+                   int epoch, int epochs, const std::string& what) {
+  tg::ProgressBar bar(loader.size(), "epoch " + std::to_string(epoch) + "/" + std::to_string(epochs) + " " + what);
   double loss_sum = 0;
   int64_t steps = 0;
   for (const std::vector<tg::Tensor>& batch : loader) {  // {images [B, 1, 28, 28], labels [B]}
@@ -54,15 +58,25 @@ double train_epoch(tg::Module& model, tg::Optimizer& opt, tg::data::DataLoader& 
     tg::Tensor loss = tg::cross_entropy(model.forward(x), batch[1]);
     loss.backward();
     opt.step();
-    loss_sum += loss.item();
     ++steps;
+    const double value = loss.item();
+    tg::examples::check_loss_finite(value, epoch, steps, what);
+    loss_sum += value;
     bar.update(steps, batch[1].size(0), {{"loss", loss_sum / steps}});
   }
   bar.finish();
+  tg::examples::check_parameters_finite(model, epoch, what);
   return loss_sum / static_cast<double>(std::max<int64_t>(steps, 1));
 }
 
-// rows x cols pairs (distorted | rectified) of 28x28 images, 2-pixel gutters, 8-bit grey.
+// Appends what stb hands over to the std::string `context` points to.
+void append_to_string(void* context, void* data, int size) {
+  static_cast<std::string*>(context)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+}
+
+// rows x cols pairs (distorted | rectified) of 28x28 images, 2-pixel gutters, 8-bit grey. The
+// PNG is encoded in memory and written with write_file_atomically, which checks every write
+// (stbi_write_png checks neither fwrite nor fclose: a full disk gave a 0-byte file and "wrote").
 void write_sheet(const std::string& path, const tg::Tensor& distorted, const tg::Tensor& rectified, int rows,
                  int cols) {
   const int side = 28, gap = 2, cell_w = 2 * side + 3 * gap, cell_h = side + gap;
@@ -80,8 +94,10 @@ void write_sheet(const std::string& path, const tg::Tensor& distorted, const tg:
         pixels[static_cast<size_t>(y0 + y) * width + x0 + side + gap + x] = grey(b[at]);
       }
   }
-  if (!stbi_write_png(path.c_str(), width, height, 1, pixels.data(), width))
-    throw tg::Error("train_stn: could not write " + path);
+  std::string png;
+  TG_CHECK(stbi_write_png_to_func(append_to_string, &png, width, height, 1, pixels.data(), width),
+           "--sheet: could not encode the ", width, "x", height, " PNG for ", path);
+  tg::write_file_atomically(path, png);
 }
 
 struct Options {
@@ -93,18 +109,22 @@ struct Options {
 };
 
 void add_options(CLI::App& app, Options& o) {
-  app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", o.batch_size, "samples per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "Adam learning rate of the classifiers")->check(CLI::PositiveNumber);
-  app.add_option("--loc-lr", o.loc_lr, "Adam learning rate of the localisation network")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", o.hidden, "width of the classifier's hidden Linear layer")->check(CLI::PositiveNumber);
+  using tg::examples::positive_number;
+  using tg::examples::whole_number;
+  app.add_option("--epochs", o.epochs, "passes over the training set")->check(whole_number(1, 100000));
+  app.add_option("--batch-size", o.batch_size, "samples per step")->check(whole_number<int64_t>(1, 1 << 20));
+  app.add_option("--lr", o.lr, "Adam learning rate of the classifiers")->check(positive_number());
+  app.add_option("--loc-lr", o.loc_lr, "Adam learning rate of the localisation network")->check(positive_number());
+  app.add_option("--hidden", o.hidden, "width of the classifier's hidden Linear layer")
+      ->check(whole_number<int64_t>(1, 65536));
   app.add_option("--loc-hidden", o.loc_hidden, "width of the localisation network's hidden Linear layer")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--threads", o.threads, "OpenMP threads")->check(CLI::PositiveNumber);
-  app.add_option("--seed", o.seed, "seed for initialisation, shuffling and distortions");
+      ->check(whole_number<int64_t>(1, 65536));
+  app.add_option("--threads", o.threads, "OpenMP threads")->check(whole_number(1, 1024));
+  app.add_option("--seed", o.seed, "seed for initialisation, shuffling and distortions")
+      ->check(whole_number<uint64_t>(0));
   app.add_option("--data-dir", o.data_dir, "directory with the Fashion-MNIST gzip IDX files");
-  app.add_option("--limit", o.limit, "use only the first N training samples (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--sheet", o.sheet, "PNG of distorted test images beside their rectified versions");
+  app.add_option("--limit", o.limit, "use only the first N training samples (0: all)")->check(whole_number<int64_t>(0));
+  app.add_option("--sheet", o.sheet, "PNG of distorted test images beside their rectified versions (empty: none)");
 }
 
 // The two models compared, each with its optimiser: the baseline is the STN's classifier alone,
@@ -156,12 +176,11 @@ Comparison train_both(const Options& o, Contenders& m, const std::shared_ptr<con
   tg::Generator distort_a(o.seed + 2), distort_b(o.seed + 2);
   Comparison c;
   for (int e = 1; e <= o.epochs; ++e) {
-    const std::string tag = "epoch " + std::to_string(e) + "/" + std::to_string(o.epochs);
     const double loss_plain = timed(c.seconds_plain, [&] {
-      return train_epoch(m.plain, m.plain_opt, loader_a, distort_a, tag + " CNN");
+      return train_epoch(m.plain, m.plain_opt, loader_a, distort_a, e, o.epochs, "CNN");
     });
     const double loss_stn = timed(c.seconds_stn, [&] {
-      return train_epoch(m.stn, m.stn_opt, loader_b, distort_b, tag + " STN");
+      return train_epoch(m.stn, m.stn_opt, loader_b, distort_b, e, o.epochs, "STN");
     });
     c.acc_plain = accuracy(m.plain, test_x, test_labels);
     c.acc_stn = accuracy(m.stn, test_x, test_labels);
@@ -172,14 +191,17 @@ Comparison train_both(const Options& o, Contenders& m, const std::shared_ptr<con
   return c;
 }
 
-// The first 8 x 6 distorted test images beside what the STN's classifier reads of them.
+// The first 8 x 6 distorted test images (all of them when there are fewer) beside what the
+// STN's classifier reads of them.
 void write_rectified_sheet(const std::string& path, tg::SpatialTransformerClassifier& stn, const tg::Tensor& test_x) {
   tg::NoGradGuard no_grad;
-  const int rows = 8, cols = 6;
-  tg::Tensor shown = test_x.narrow(0, 0, rows * cols).contiguous();
+  const int cols = 6;
+  const int shown_count = static_cast<int>(std::min<int64_t>(8 * cols, test_x.size(0)));
+  const int rows = (shown_count + cols - 1) / cols;
+  tg::Tensor shown = test_x.narrow(0, 0, shown_count).contiguous();
   write_sheet(path, shown, stn.rectify(shown).contiguous(), rows, cols);
   std::printf("wrote %s: %d distorted test images (left) beside what the classifier read (right)\n", path.c_str(),
-              rows * cols);
+              shown_count);
 }
 
 }  // namespace
@@ -191,6 +213,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    // Before the minutes of training: a sheet that cannot be written, or that would replace
+    // one of the data files.
+    if (!o.sheet.empty())
+      tg::examples::check_output_path("--sheet", o.sheet, tg::examples::fashion_mnist_inputs(o.data_dir));
     tg::set_num_threads(o.threads);
     tg::manual_seed(o.seed);
     std::shared_ptr<const tg::data::Dataset> train = std::make_shared<tg::data::FashionMNIST>("train", o.data_dir);
