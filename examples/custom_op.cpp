@@ -8,12 +8,13 @@
 // fall.
 //
 //   ./build/examples/custom_op [--steps 300]
-#include <tapegrad/tapegrad.h>
+#include <CLI/CLI.hpp>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <iostream>
+#include <tapegrad/tapegrad.h>
+
+#include "common/cli_checks.h"
 
 using namespace tg;
 
@@ -55,11 +56,7 @@ CustomOp make_linear_tanh() {
   return op;
 }
 
-static int run(int argc, char** argv) {
-  int steps = 300;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
-
+static int run(int steps) {
   CustomOp linear_tanh = make_linear_tanh();
 
   std::cout << "== 1. Check the hand-written backward ==\n";
@@ -106,8 +103,13 @@ static int run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  CLI::App app{"Check a layer with a hand-written backward, then train it to fit a curve"};
+  int steps = 300;
+  // Each step is a fraction of a millisecond; a million is minutes, more is a typo.
+  app.add_option("--steps", steps, "training steps after step 0")->check(examples::whole_number(1, 1000000));
+  CLI11_PARSE(app, argc, argv);
   try {
-    return run(argc, argv);
+    return run(steps);
   } catch (const std::exception& e) {  // a tg::Error (e.g. a bad TAPEGRAD_ISA): its message, not an abort
     std::cerr << "custom_op: " << e.what() << "\n";
     return 1;

@@ -5,20 +5,18 @@
 // differences, and write the tape as a Graphviz drawing.
 //
 //   ./build/examples/tape_tour [--dot tape.dot]
-#include <tapegrad/tapegrad.h>
+#include <CLI/CLI.hpp>
 
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <iostream>
+#include <tapegrad/tapegrad.h>
+
+#include "common/output_files.h"
 
 using namespace tg;
 
-static int run(int argc, char** argv) {
-  const char* dot_path = "tape.dot";
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--dot") == 0) dot_path = argv[i + 1];
-
+static int run(const std::string& dot_path) {
+  examples::check_output_writable("--dot", dot_path);
   manual_seed(0);
   std::cout << "== 1. Leaves ==\n"
             << "Parameters are leaves that require grad: backward will fill their .grad().\n"
@@ -42,7 +40,8 @@ static int run(int argc, char** argv) {
             << "Note relu saved its output (its derivative is output > 0), mul saved each factor\n"
             << "for the other's gradient, and mean saved nothing (its derivative is 1/n).\n\n";
 
-  std::ofstream(dot_path) << tape_to_dot(loss, {{w1, "w1"}, {b1, "b1"}, {w2, "w2"}, {b2, "b2"}});
+  // Atomically and checked: an unchecked stream printed "Wrote" for a path it could not create.
+  write_file_atomically(dot_path, tape_to_dot(loss, {{w1, "w1"}, {b1, "b1"}, {w2, "w2"}, {b2, "b2"}}));
   std::cout << "Wrote the tape as Graphviz to " << dot_path << " (render: dot -Tpng " << dot_path
             << " -o tape.png)\n\n";
 
@@ -90,8 +89,12 @@ static int run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  CLI::App app{"A guided tour of the tape: forward, backward, gradient checks, Graphviz"};
+  std::string dot_path = "tape.dot";
+  app.add_option("--dot", dot_path, "write the tape as Graphviz to this file");
+  CLI11_PARSE(app, argc, argv);
   try {
-    return run(argc, argv);
+    return run(dot_path);
   } catch (const std::exception& e) {  // a tg::Error (e.g. a bad TAPEGRAD_ISA): its message, not an abort
     std::cerr << "tape_tour: " << e.what() << "\n";
     return 1;
