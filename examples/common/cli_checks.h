@@ -25,14 +25,21 @@ namespace tg::examples {
 
 namespace detail {
 
-// "-12", "0", "345": an optional minus sign and decimal digits, nothing else (CLI11 would read
-// "0x10" as hex and "010" as octal, and strtoull takes "-1" for 2^64 - 1).
+// "-12", "0", "345": an optional minus sign and decimal digits, nothing else. CLI11 converts with
+// strtoull(s, 0), which reads "0x10" as hex and "-1" as 2^64 - 1.
 inline bool is_whole_number_text(const std::string& s) {
-  const size_t digits = !s.empty() && s[0] == '-' ? 1 : 0;
-  if (s.size() == digits) return false;
-  for (size_t i = digits; i < s.size(); ++i)
+  const size_t first = !s.empty() && s[0] == '-' ? 1 : 0;
+  if (s.size() == first) return false;
+  for (size_t i = first; i < s.size(); ++i)
     if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
   return true;
+}
+
+// "010", which strtoull(s, 0) reads as octal 8. (A validator cannot rewrite the text it checks,
+// Option::check makes it non-modifying, so such a number is refused rather than read as 10.)
+inline bool has_leading_zero(const std::string& s) {
+  const size_t first = !s.empty() && s[0] == '-' ? 1 : 0;
+  return s.size() > first + 1 && s[first] == '0';
 }
 
 template <class T>
@@ -43,16 +50,16 @@ std::string whole_range_text(T lo, T hi) {
 
 }  // namespace detail
 
-// A whole number in [lo, hi], written in decimal. The accepted text is rewritten as the plain
-// decimal number (leading zeros dropped), so that CLI11's conversion, which reads "010" as
-// octal, sees what the user meant. An integer of type T above its largest value is refused,
-// never clamped.
+// A whole number in [lo, hi], written in decimal without leading zeros. A value beyond T (an
+// int, a uint64_t) is refused, never clamped, and a negative one never wraps.
 template <class T>
 CLI::Validator whole_number(T lo, T hi = std::numeric_limits<T>::max()) {
   static_assert(std::is_integral_v<T>, "whole_number: an integer type");
-  auto check = [lo, hi](std::string& s) -> std::string {
+  auto check = [lo, hi](const std::string& s) -> std::string {
     if (!detail::is_whole_number_text(s))
       return "expected a whole number " + detail::whole_range_text(lo, hi) + ", got " + s;
+    if (detail::has_leading_zero(s))
+      return "expected a whole number " + detail::whole_range_text(lo, hi) + " without a leading 0 (octal), got " + s;
     T value{};
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
     // Out of T's range, or a minus sign for an unsigned T (from_chars refuses it).
@@ -62,7 +69,6 @@ CLI::Validator whole_number(T lo, T hi = std::numeric_limits<T>::max()) {
       return "expected a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + s;
     if (too_small || too_big || end != s.data() + s.size())
       return "expected a whole number " + detail::whole_range_text(lo, hi) + ", got " + s;
-    s = std::to_string(value);
     return {};
   };
   return CLI::Validator(check, "WHOLE " + detail::whole_range_text(lo, hi));
@@ -80,7 +86,7 @@ inline bool parse_number(const std::string& s, double& value) {
 }
 
 inline CLI::Validator finite_number_above(double lo, bool allow_lo, const std::string& range) {
-  auto check = [lo, allow_lo, range](std::string& s) -> std::string {
+  auto check = [lo, allow_lo, range](const std::string& s) -> std::string {
     double value = 0;
     if (!parse_number(s, value)) return "expected a number, got " + s;
     if (!std::isfinite(value) || value < lo || (value == lo && !allow_lo))
