@@ -1,11 +1,11 @@
 // CLI11 validators for the examples' numeric flags, with messages a user can act on. CLI11's
 // own let NaN through a NonNegativeNumber (`--clip nan` turned clipping off), say "Value 0 not
-// in range 0.000000 to 1.797693e+308" for `--epochs 0` and "not in range" for `--lr abc`, and
+// in range 0.000000 to 17976931348623157..." for `--epochs 0` and "not in range" for `--lr abc`, and
 // its integer conversion clamps an overflowing value (`--seed 99999999999999999999` became
 // 2^64 - 1) and wraps a negative one into an unsigned flag (`--seed -2`). CLI11 prints a
 // validator's message after the flag's name:
 //
-//   --epochs: expected a whole number >= 1, got 0
+//   --epochs: expected a whole number in [1, 100000], got 0
 //   --lr: expected a number, got abc
 //   --clip: expected a finite number >= 0, got nan
 #pragma once
