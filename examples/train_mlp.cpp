@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", weight_decay, "AdamW's decoupled weight decay")
       ->check(tg::examples::non_negative_number());
   app.add_option("--hidden", hidden, "hidden layer width")->check(whole_number<int64_t>(1, 65536));
-  app.add_option("--clip", clip, "max global gradient norm (0: no clipping)")->check(tg::examples::non_negative_number());
+  app.add_option("--clip", clip, "max global gradient norm (0: no clipping)")
+      ->check(tg::examples::non_negative_number());
   app.add_option("--threads", threads, "OpenMP threads")->check(whole_number(1, 1024));
   app.add_option("--seed", seed, "seed for initialisation and shuffling")->check(whole_number<uint64_t>(0));
   app.add_option("--data-dir", data_dir, "directory with the Fashion-MNIST gzip IDX files");
