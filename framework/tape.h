@@ -5,7 +5,10 @@
 //
 // Ownership: an op's outputs own their entry (TensorImpl::grad_fn), and each entry owns the
 // entries of its inputs (Edge::fn). When an iteration's tensors die, its entries die with them.
-// Saved tensors are stored without history, so an entry never owns itself (no cycles).
+// Saved tensors are stored without history, so an entry never owns itself (no cycles). One
+// cycle the user can make, as in PyTorch: backward(create_graph=true) into a leaf gives its
+// .grad() a history that leads back to the leaf; the graph lives until zero_grad() or
+// set_grad() drops that gradient (PyTorch warns of the same cycle; use tg::grad instead).
 //
 // How an op records itself (see ops/elementwise.cpp for the simplest examples):
 //

@@ -91,6 +91,8 @@ class Tensor {
   void zero_grad();                               // drops the gradient (grad() becomes undefined)
   const std::shared_ptr<Node>& grad_fn() const;
   int output_nr() const;
+  // create_graph: leaves' .grad() keep their history, which refers back to the leaves: free it
+  // with zero_grad() (see tape.h; tg::grad returns the gradients without the cycle).
   void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false, bool create_graph = false) const;
   Tensor detach() const;                          // shares storage, no history
   // A hook sees the gradient flowing into this tensor before it is accumulated or passed on;

@@ -107,7 +107,8 @@ Tensor get_reference_points(const Tensor& spatial_shapes, const Tensor& valid_ra
       const double vw = vr[static_cast<size_t>((n * L + l) * 2)], vh = vr[static_cast<size_t>((n * L + l) * 2 + 1)];
       for (int64_t i = 0; i < H; ++i)
         for (int64_t j = 0; j < W; ++j, ++key) {
-          // The same operations as the original, in the same order (pixel centre / (ratio * size)).
+          // The original's operations in its order (pixel centre / (ratio * size)), in double and
+          // rounded once: float32 results can be an ulp from PyTorch's float32 arithmetic.
           const double ry = (static_cast<double>(i) + 0.5) / (vh * static_cast<double>(H));
           const double rx = (static_cast<double>(j) + 0.5) / (vw * static_cast<double>(W));
           for (int64_t l2 = 0; l2 < L; ++l2) {
