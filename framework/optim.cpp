@@ -369,7 +369,13 @@ void Optimizer::load_state_dict(const StateDict& state) {
       TG_CHECK(new_state[i].count(k), name(), ".load_state_dict: the state of parameter ", i, " has no \"state.", i,
                ".", k, "\" (its state is ", join_keys(required), ", all or none)");
   }
-  for (const Group& g : new_groups) check_hyperparameters(g);
+  for (size_t g = 0; g < new_groups.size(); ++g) {
+    try {
+      check_hyperparameters(new_groups[g]);
+    } catch (const Error& e) {
+      TG_ERROR(name(), ".load_state_dict: param_groups.", g, ": ", e.what());
+    }
+  }
   state_ = std::move(new_state);
   groups_ = std::move(new_groups);
 }

@@ -151,8 +151,22 @@ Tensor& xavier_normal_(Tensor& t, double gain, Generator* gen) {
 
 Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Generator* gen) {
   check_floating(t, "trunc_normal_");
-  TG_CHECK(std > 0, "trunc_normal_: expected std > 0, got ", std);
+  TG_CHECK(std > 0 && std::isfinite(std), "trunc_normal_: expected a finite std > 0, got ", std);
+  TG_CHECK(std::isfinite(mean), "trunc_normal_: expected a finite mean, got ", mean);
   TG_CHECK(a < b, "trunc_normal_: expected a < b, got a=", a, " b=", b);
+  // The bounds rounded inward to t's dtype, before anything is drawn: the values are clamped to
+  // them after rounding (a value rounded to the dtype's nearest could land just outside [a, b]).
+  double lo_in = 0, hi_in = 0;
+  dispatch_all_floating(t.dtype(), "trunc_normal_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    T hi = static_cast<T>(static_cast<M>(b)), lo = static_cast<T>(static_cast<M>(-a));
+    if (static_cast<double>(hi) > b) hi = next_below(hi);
+    if (static_cast<double>(lo) > -a) lo = next_below(lo);
+    hi_in = static_cast<double>(hi);
+    lo_in = -static_cast<double>(lo);  // the smallest value >= a
+  });
+  TG_CHECK(lo_in <= hi_in, "trunc_normal_: no ", dtype_name(t.dtype()), " value lies in [", a, ", ", b, "]");
   Generator& g = gen ? *gen : default_generator();
   const double alpha = (a - mean) / std, beta = (b - mean) / std;  // the standardised window
   Tensor u;
@@ -169,29 +183,23 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
     const bool upper = alpha >= kDeepTail;
     u = Tensor::empty(t.shape(), DType::Float64);
     double* p = u.data<double>();
+    // A window infinitely far out in standard units (the bounds over a std that underflows):
+    // every value is the near bound, the distribution's limit.
+    const bool infinitely_far = !std::isfinite(upper ? alpha : beta);
     for (int64_t i = 0; i < u.numel(); ++i) {
+      if (infinitely_far) {
+        p[i] = upper ? a : b;
+        continue;
+      }
       const double x = upper ? -lower_tail_normal(-beta, -alpha, g) : lower_tail_normal(alpha, beta, g);
       p[i] = mean + std * x;
     }
   }
-  // Clamped to [a, b] after rounding to t's dtype, with the bounds rounded inward: a value
-  // rounded to the dtype's nearest could land just outside.
+  // Clamped in double to the inward bounds, which the dtype holds exactly, then rounded: no
+  // value can round past them.
+  double* p = u.data<double>();
+  for (int64_t i = 0; i < u.numel(); ++i) p[i] = std::clamp(p[i], lo_in, hi_in);  // also +-inf
   Tensor r = u.to(t.dtype());
-  dispatch_all_floating(t.dtype(), "trunc_normal_", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using M = opmath_t<T>;
-    T hi = static_cast<T>(static_cast<M>(b)), lo = static_cast<T>(static_cast<M>(-a));
-    if (static_cast<double>(hi) > b) hi = next_below(hi);
-    if (static_cast<double>(lo) > -a) lo = next_below(lo);
-    lo = static_cast<T>(-static_cast<M>(lo));  // the smallest value >= a
-    TG_CHECK(static_cast<double>(lo) <= static_cast<double>(hi), "trunc_normal_: no ", dtype_name(t.dtype()),
-             " value lies in [", a, ", ", b, "]");
-    T* q = r.data<T>();
-    for (int64_t i = 0; i < r.numel(); ++i) {
-      const double v = static_cast<double>(q[i]);
-      q[i] = v < static_cast<double>(lo) ? lo : v > static_cast<double>(hi) ? hi : q[i];
-    }
-  });
   NoGradGuard no_grad;
   t.copy_(r);
   return t;

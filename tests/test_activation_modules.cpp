@@ -178,6 +178,17 @@ TEST(Init, TruncNormalSamplesFarTailsAndStaysInBoundsAfterRounding) {
     EXPECT_NEAR(m, c.mean, 5 * c.std / std::sqrt(200000.0)) << c.a;
     EXPECT_NEAR(s, c.std, 0.01 * c.std) << c.a;
   }
+  // A non-finite mean or std is refused (the tail sampler looped forever on NaN); a std so small
+  // that the standardised bounds overflow gives the near bound, the limit.
+  Tensor few = Tensor::empty({8}, DType::Float64);
+  for (double mean : {double(NAN), double(INFINITY), -double(INFINITY)})
+    EXPECT_NE(error_of([&] { init::trunc_normal_(few, mean, 1.0, -2.0, 2.0); }).find("expected a finite mean"),
+              std::string::npos);
+  EXPECT_NE(error_of([&] { init::trunc_normal_(few, 0.0, INFINITY, -2.0, 2.0); }).find("finite std"), std::string::npos);
+  init::trunc_normal_(few, 0.0, 1e-310, 5.0, 6.0, &gen);
+  EXPECT_EQ(few.to_vector<double>(), std::vector<double>(8, 5.0));
+  init::trunc_normal_(few, 0.0, 1e-308, -3.0, -2.0, &gen);
+  EXPECT_EQ(few.to_vector<double>(), std::vector<double>(8, -2.0));
   for (DType dt : {DType::BFloat16, DType::Float16, DType::Float32}) {
     Tensor t = Tensor::empty({300000}, dt);
     init::trunc_normal_(t, 0.0, 0.02, -0.04, 0.04, &gen);

@@ -101,7 +101,29 @@ int script_file(const std::string& script) {
 
 }  // namespace
 
+// Waits for a spawned child when it goes out of scope unless wait() did: an exception between
+// spawning and waiting (a failed append) would leave a zombie. Declared before the pipes so it
+// waits after they are closed (gnuplot then sees its reader gone and ends).
+struct Child {
+  pid_t pid = -1;
+  ~Child() {
+    if (pid > 0)
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+  }
+  // The child's wait status; false (errno kept) when waitpid fails: with SIGCHLD ignored the
+  // kernel reaps the child itself and its status is lost.
+  bool wait(int& status) {
+    pid_t done;
+    while ((done = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+    }
+    pid = -1;
+    return done > 0;
+  }
+};
+
 GnuplotRun run_gnuplot(const std::string& gnuplot, const std::string& script) {
+  Child child;
   Fd in{script_file(script)}, out_read, out_write;
   int pipe_fds[2];
   TG_CHECK(::pipe2(pipe_fds, O_CLOEXEC) == 0, "plot: cannot create a pipe: ", std::strerror(errno));
@@ -112,28 +134,36 @@ GnuplotRun run_gnuplot(const std::string& gnuplot, const std::string& script) {
   // child's 0 and 1; every other descriptor of ours is close-on-exec. The child gets the default
   // action for the signals that end a run, whatever this process does with them (mpirun, or a
   // caller, may ignore SIGPIPE).
+  // The signal mask is emptied too: a caller that blocks SIGINT would pass that on.
   posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in.fd, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_write.fd, 1);
-  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP}) sigaddset(&defaults, s);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
-  std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str()), nullptr};
-  pid_t pid = -1;
-  const int spawn_error = ::posix_spawnp(&pid, gnuplot.c_str(), &actions, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  int spawn_error = posix_spawn_file_actions_init(&actions);
+  if (spawn_error == 0 && (spawn_error = posix_spawnattr_init(&attr)) != 0) posix_spawn_file_actions_destroy(&actions);
   GnuplotRun run;
   if (spawn_error != 0) {
     run.spawn_error = spawn_error;
     return run;
   }
+  sigset_t defaults, empty;
+  sigemptyset(&defaults);
+  sigemptyset(&empty);
+  for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP}) sigaddset(&defaults, s);
+  for (int e : {posix_spawn_file_actions_adddup2(&actions, in.fd, 0),
+                posix_spawn_file_actions_adddup2(&actions, out_write.fd, 1),
+                posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0),
+                posix_spawnattr_setsigdefault(&attr, &defaults), posix_spawnattr_setsigmask(&attr, &empty),
+                posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK)})
+    if (spawn_error == 0) spawn_error = e;
+  std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str()), nullptr};
+  pid_t pid = -1;
+  if (spawn_error == 0) spawn_error = ::posix_spawnp(&pid, gnuplot.c_str(), &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (spawn_error != 0) {
+    run.spawn_error = spawn_error;
+    return run;
+  }
+  child.pid = pid;
   out_write.close();  // so that reading ends when gnuplot exits
 
   // SIGINT is not ignored here (std::system did): Ctrl-C ends this process as it would without
@@ -146,15 +176,19 @@ GnuplotRun run_gnuplot(const std::string& gnuplot, const std::string& script) {
     run.output.append(buffer, size_t(n));
   }
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (!child.wait(status)) {
+    run.wait_error = errno;
+    return run;
   }
   if (WIFSIGNALED(status)) run.signal = WTERMSIG(status);
   if (WIFEXITED(status)) run.exit_status = WEXITSTATUS(status);
   return run;
 }
 
-std::string plot_history(const std::vector<EpochRecord>& history, const std::string& csv_path,
-                         const std::string& png_path, const std::string& gnuplot) {
+namespace {
+
+std::string plot_or_explain(const std::vector<EpochRecord>& history, const std::string& csv_path,
+                            const std::string& png_path, const std::string& gnuplot) {
   // Earlier versions left their script beside the plot; it is no file of the run.
   std::error_code ec;
   std::filesystem::remove(png_path + ".gp", ec);
@@ -168,6 +202,9 @@ std::string plot_history(const std::vector<EpochRecord>& history, const std::str
     if (run.spawn_error != 0)
       return "cannot run " + gnuplot + " (" + std::strerror(run.spawn_error) + "): no plot; the numbers are in " +
              csv_path;
+    if (run.wait_error != 0)
+      return "cannot tell how " + gnuplot + " ended (" + std::strerror(run.wait_error) +
+             "; is SIGCHLD ignored?): no plot; the numbers are in " + csv_path;
     // A gnuplot killed by SIGINT or SIGTERM is the run being interrupted (Ctrl-C, kill), not a
     // plotting problem: never plot again, let the caller end the run.
     if (run.signal == SIGINT || run.signal == SIGTERM)
@@ -183,6 +220,21 @@ std::string plot_history(const std::vector<EpochRecord>& history, const std::str
     exit_status = run.exit_status;
   }
   return gnuplot + " failed (exit status " + std::to_string(exit_status) + "): no plot; the numbers are in " + csv_path;
+}
+
+}  // namespace
+
+std::string plot_history(const std::vector<EpochRecord>& history, const std::string& csv_path,
+                         const std::string& png_path, const std::string& gnuplot) {
+  // A plot that cannot be made (no descriptors left, a full disk for the PNG) is a message, as
+  // curves.h promises, not an error that ends the run; an interrupt still ends it.
+  try {
+    return plot_or_explain(history, csv_path, png_path, gnuplot);
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const Error& e) {
+    return std::string(e.what()) + ": no plot; the numbers are in " + csv_path;
+  }
 }
 
 }  // namespace tg::detr

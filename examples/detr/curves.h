@@ -41,6 +41,7 @@ struct GnuplotRun {
   int spawn_error = 0;  // errno of posix_spawnp (ENOENT: not installed); then nothing else is set
   int signal = 0;       // the signal that killed it, or 0
   int exit_status = -1; // its exit status when it exited
+  int wait_error = 0;   // errno of waitpid when it could not tell how gnuplot ended (then no plot)
   std::string output;
 };
 GnuplotRun run_gnuplot(const std::string& gnuplot, const std::string& script);

@@ -26,7 +26,8 @@ std::vector<std::pair<int64_t, int64_t>> linear_sum_assignment(const std::vector
   const int64_t n = transposed ? cols : rows, m = transposed ? rows : cols;
   // Reduced costs a - u - v span up to twice the costs' range: costs near the double range
   // (+-1e308) would overflow them to inf and the search would never end. A power of two
-  // scales them exactly (the optimal assignment is the same) into a range that cannot.
+  // scales them exactly (the optimal assignment is the same; only subnormal costs, far below
+  // an ulp of costs that large, lose bits) into a range that cannot.
   const double scale = largest > std::ldexp(1.0, 1000) ? std::ldexp(1.0, -24) : 1.0;
   auto a = [&](int64_t i, int64_t j) { return scale * (transposed ? cost[j * cols + i] : cost[i * cols + j]); };
 

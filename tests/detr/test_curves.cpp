@@ -104,5 +104,22 @@ TEST(DetrCurves, AFailingGnuplotTriesThePlainPngTerminalThenGivesUp) {
   fs::remove_all(root);
 }
 
+// With SIGCHLD ignored the kernel reaps gnuplot itself and waitpid cannot say how it ended: a
+// failing gnuplot's partial output was written as the plot. And a plot that cannot be written
+// is a message, as curves.h promises, not an error that ends the run.
+TEST(DetrCurves, AnUnknownEndingOrAnUnwritablePlotIsAMessage) {
+  const std::string root = fresh_dir("plot_unknown_end");
+  const std::string gnuplot = fake_program(root, "gnuplot", "printf 'half a png'\nexit 1\n");
+  void (*previous)(int) = std::signal(SIGCHLD, SIG_IGN);
+  const std::string msg = plot_history(kHistory, root + "/history.csv", root + "/curves.png", gnuplot);
+  std::signal(SIGCHLD, previous);
+  EXPECT_NE(msg.find("cannot tell how"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(root + "/curves.png"));
+  const std::string ok = fake_program(root, "ok", "printf 'a png'\n");
+  const std::string unwritable = plot_history(kHistory, root + "/history.csv", "/etc/passwd/curves.png", ok);
+  EXPECT_NE(unwritable.find("no plot"), std::string::npos) << unwritable;
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace tg::detr
