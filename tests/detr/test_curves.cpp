@@ -11,18 +11,14 @@
 #include <sstream>
 
 #include "detr/curves.h"
+#include "io_test_util.h"
 #include "tiny_run.h"
 
 namespace tg::detr {
 namespace {
 namespace fs = std::filesystem;
 
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using tg::testing::read_bytes;
 
 const std::vector<EpochRecord> kHistory = {{1, 7.5, 0.1, 0.05, 2, 30}, {2, 6.5, 0.2, 0.1, 2, 30}};
 
@@ -51,7 +47,7 @@ TEST(DetrCurves, PlotsIntoFoldersWithQuotesWithoutRunningTheirText) {
     fs::create_directories(out);
     const std::string png = out + "/curves.png";
     EXPECT_EQ(plot_history(kHistory, out + "/history.csv", png), "") << out;
-    EXPECT_EQ(read_all(png).substr(0, 4), "\x89PNG") << out;
+    EXPECT_EQ(read_bytes(png).substr(0, 4), "\x89PNG") << out;
     // Only the plot: no script beside it, no temporary.
     EXPECT_EQ(files_in(out), std::vector<std::string>{"curves.png"}) << out;
   }
@@ -65,8 +61,8 @@ TEST(DetrCurves, TheScriptComesOnStdinAndNamesNoPath) {
   fs::create_directories(out);
   const std::string gnuplot = fake_program(root, "gnuplot", "cat > '" + root + "/script'\nprintf 'a png'\n");
   EXPECT_EQ(plot_history(kHistory, out + "/history.csv", out + "/curves.png", gnuplot), "");
-  EXPECT_EQ(read_all(out + "/curves.png"), "a png");
-  const std::string script = read_all(root + "/script");
+  EXPECT_EQ(read_bytes(out + "/curves.png"), "a png");
+  const std::string script = read_bytes(root + "/script");
   EXPECT_NE(script.find("2,6.5,"), std::string::npos) << script;  // the history is inside
   EXPECT_EQ(script.find(root), std::string::npos) << script;
   fs::remove_all(root);
@@ -84,7 +80,7 @@ TEST(DetrCurves, AGnuplotKilledBySigintOrSigtermInterruptsAndRunsOnce) {
     } catch (const Interrupted& e) {
       EXPECT_EQ(e.signal_number(), sig);
     }
-    EXPECT_EQ(read_all(count), "run\n") << "signal " << sig;  // no second attempt with 'png'
+    EXPECT_EQ(read_bytes(count), "run\n") << "signal " << sig;  // no second attempt with 'png'
     EXPECT_FALSE(fs::exists(root + "/curves.png"));
     fs::remove_all(root);
   }
@@ -96,7 +92,7 @@ TEST(DetrCurves, AFailingGnuplotTriesThePlainPngTerminalThenGivesUp) {
   const std::string gnuplot = fake_program(root, "gnuplot", "echo run >> '" + count + "'\nexit 3\n");
   const std::string msg = plot_history(kHistory, root + "/history.csv", root + "/curves.png", gnuplot);
   EXPECT_NE(msg.find("exit status 3"), std::string::npos) << msg;
-  EXPECT_EQ(read_all(count), "run\nrun\n");
+  EXPECT_EQ(read_bytes(count), "run\nrun\n");
   EXPECT_FALSE(fs::exists(root + "/curves.png"));
   // A missing gnuplot is a message, not an error.
   const std::string missing = plot_history(kHistory, root + "/history.csv", root + "/curves.png", root + "/none");

@@ -11,18 +11,14 @@
 #include "detr/checkpoint.h"
 #include "detr/trainer.h"
 #include "golden.h"
+#include "io_test_util.h"
 #include "tiny_run.h"
 
 namespace tg::detr {
 namespace {
 namespace fs = std::filesystem;
 
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using tg::testing::read_bytes;
 
 std::string error_of(const TrainOptions& o) {
   std::ostringstream log;
@@ -65,7 +61,7 @@ TEST(DetrTrainSmoke, LossFallsAndResumeEqualsTheUninterruptedRun) {
   // The files a user looks at.
   for (const char* f : {"checkpoint.safetensors", "history.csv", "val_scenes.png"})
     EXPECT_TRUE(fs::exists(fs::path(straight.out) / f)) << f;
-  std::vector<EpochRecord> csv = parse_history_csv(read_all((fs::path(straight.out) / "history.csv").string()));
+  std::vector<EpochRecord> csv = parse_history_csv(read_bytes((fs::path(straight.out) / "history.csv").string()));
   ASSERT_EQ(csv.size(), 3u);
   EXPECT_EQ(csv[2].train_loss, a.history[2].train_loss);  // %.17g round-trips
   // --eval-only reproduces the last epoch's mAP from the checkpoint.
@@ -106,7 +102,7 @@ TEST(DetrTrainSmoke, BadInputGivesClearErrorsAndKeepsTheCheckpoint) {
   std::ostringstream log;
   run_training(o, log);
   const std::string ckpt = (fs::path(o.out) / "checkpoint.safetensors").string();
-  const std::string good = read_all(ckpt);
+  const std::string good = read_bytes(ckpt);
   ASSERT_FALSE(good.empty());
 
   // A fresh run into a folder with a checkpoint refuses instead of overwriting it.
@@ -117,7 +113,7 @@ TEST(DetrTrainSmoke, BadInputGivesClearErrorsAndKeepsTheCheckpoint) {
   other.epochs = 2;
   other.num_queries = 12;
   EXPECT_NE(error_of(other).find("different model"), std::string::npos) << error_of(other);
-  EXPECT_EQ(read_all(ckpt), good);
+  EXPECT_EQ(read_bytes(ckpt), good);
   // Nonsensical flags.
   TrainOptions bad = o;
   bad.batch_size = 0;
@@ -155,7 +151,7 @@ TEST(DetrTrainSmoke, BadInputGivesClearErrorsAndKeepsTheCheckpoint) {
   bad.resume = true;
   EXPECT_NE(error_of(bad).find("no checkpoint"), std::string::npos);
   fs::remove_all(bad.out);
-  EXPECT_EQ(read_all(ckpt), good);
+  EXPECT_EQ(read_bytes(ckpt), good);
 
   // A corrupt checkpoint (truncated, then garbage): a clear error, and the file is left as is.
   TrainOptions resume = o;
@@ -166,7 +162,7 @@ TEST(DetrTrainSmoke, BadInputGivesClearErrorsAndKeepsTheCheckpoint) {
     const std::string msg = error_of(resume);
     EXPECT_NE(msg.find("checkpoint"), std::string::npos) << msg;
     EXPECT_NE(msg.find(ckpt), std::string::npos) << msg;
-    EXPECT_EQ(read_all(ckpt), corrupt);
+    EXPECT_EQ(read_bytes(ckpt), corrupt);
   }
   fs::remove_all(o.out);
 }
