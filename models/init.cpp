@@ -58,17 +58,35 @@ double erfinv(double y) {
 }
 // A window of the standard normal at least this far from the mean is sampled as a tail.
 constexpr double kDeepTail = 3.0;
+// A window at most this wide (in standard units) and within kDeepTail of the mean is sampled by
+// rejection from the uniform: at least 46% of draws are kept.
+constexpr double kNarrow = 0.25;
 
-// One draw of the standard normal truncated to [lo, hi], hi <= -kDeepTail (Robert, "Simulation
-// of truncated normal variables", 1995): x = hi - y with y from the exponential of rate |hi|
-// cut at hi - lo (by inversion), kept with probability exp(-y^2 / 2). The density of x is then
+// The draws below work in offsets from a bound, never in the standard variable itself: with a
+// mean huge against the window (1e17 with [-2, 2]), mean + std * x cancels to nothing.
+
+// The offset y >= 0, in standard units, of one draw from the near bound of a window in a tail:
+// the standard normal cut to [d, d + width] (d >= kDeepTail, width may be inf), measured from d
+// (Robert, "Simulation of truncated normal variables", 1995): y from the exponential of rate d
+// cut at width (by inversion), kept with probability exp(-y^2 / 2). The density of d + y is then
 // exactly exp(-x^2 / 2) on the window; at 3 std or more, over 91% of draws are kept.
-double lower_tail_normal(double lo, double hi, Generator& g) {
-  const double rate = -hi, width = hi - lo;  // width may be inf
-  const double mass = -std::expm1(-rate * width);
+double tail_offset(double d, double width, Generator& g) {
+  const double mass = -std::expm1(-d * width);
   for (;;) {
-    const double y = -std::log1p(-g.next_double() * mass) / rate;
-    if (g.next_double() < std::exp(-0.5 * y * y)) return hi - y;
+    const double y = -std::log1p(-g.next_double() * mass) / d;
+    if (g.next_double() < std::exp(-0.5 * y * y)) return y;
+  }
+}
+
+// The offset y in [0, width], in standard units, of one draw from the window's lower bound alpha
+// (width = beta - alpha <= kNarrow): uniform, kept with the density's ratio to its peak on the
+// window, at peak = clamp(0, alpha, beta).
+double narrow_offset(double alpha, double width, Generator& g) {
+  const double peak_offset = std::clamp(-alpha, 0.0, width);
+  for (;;) {
+    const double y = g.next_double() * width;
+    const double from_peak = y - peak_offset, sum = (alpha + y) + (alpha + peak_offset);
+    if (g.next_double() < std::exp(-0.5 * from_peak * sum)) return y;  // exp(-(x^2 - peak^2) / 2)
   }
 }
 
@@ -169,8 +187,9 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
   TG_CHECK(lo_in <= hi_in, "trunc_normal_: no ", dtype_name(t.dtype()), " value lies in [", a, ", ", b, "]");
   Generator& g = gen ? *gen : default_generator();
   const double alpha = (a - mean) / std, beta = (b - mean) / std;  // the standardised window
+  const double width = (b - a) / std;  // not beta - alpha, which cancels when the mean is huge
   Tensor u;
-  if (alpha < kDeepTail && beta > -kDeepTail) {
+  if (alpha < kDeepTail && beta > -kDeepTail && width > kNarrow) {
     // Within reach of the mean: PyTorch's method, a uniform draw between the CDFs at the bounds
     // mapped back through the inverse CDF.
     const double lo = 2.0 * normal_cdf(alpha) - 1.0, hi = 2.0 * normal_cdf(beta) - 1.0;
@@ -179,20 +198,23 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
     for (int64_t i = 0; i < u.numel(); ++i) p[i] = mean + std * std::sqrt(2.0) * erfinv(p[i]);  // +-inf: clamped
   } else {
     // All of it in one tail, where the CDFs round to 0 or 1 (the draws collapsed onto the near
-    // bound past 6.7 std): sampled in the lower tail (an upper window mirrored), exactly.
-    const bool upper = alpha >= kDeepTail;
+    // bound past 6.7 std), or a narrow window, where they are too close to tell the draws apart:
+    // sampled exactly, as an offset from a bound (a window below the mean from b downwards).
     u = Tensor::empty(t.shape(), DType::Float64);
     double* p = u.data<double>();
+    const bool upper = alpha >= kDeepTail, lower = beta <= -kDeepTail;
     // A window infinitely far out in standard units (the bounds over a std that underflows):
     // every value is the near bound, the distribution's limit.
-    const bool infinitely_far = !std::isfinite(upper ? alpha : beta);
+    const bool infinitely_far = (upper || lower) && !std::isfinite(upper ? alpha : beta);
     for (int64_t i = 0; i < u.numel(); ++i) {
-      if (infinitely_far) {
+      if (infinitely_far)
         p[i] = upper ? a : b;
-        continue;
-      }
-      const double x = upper ? -lower_tail_normal(-beta, -alpha, g) : lower_tail_normal(alpha, beta, g);
-      p[i] = mean + std * x;
+      else if (upper)
+        p[i] = a + std * tail_offset(alpha, width, g);
+      else if (lower)
+        p[i] = b - std * tail_offset(-beta, width, g);
+      else
+        p[i] = a + std * narrow_offset(alpha, width, g);
     }
   }
   // Clamped in double to the inward bounds, which the dtype holds exactly, then rounded: no

@@ -38,7 +38,10 @@ Tensor& xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 // N(mean, std^2) truncated to [a, b], by PyTorch's method: a uniform draw between the normal CDF
 // at a and at b, mapped back through the inverse CDF (computed in double); a window 3 std or
 // more from the mean on one side is sampled exactly by rejection from an exponential (the
-// CDFs round to 0 or 1 there: PyTorch's draws collapse onto a bound). Values are clamped to
+// CDFs round to 0 or 1 there: PyTorch's draws collapse onto a bound), and a window at most
+// 0.25 std wide by rejection from the uniform; both as offsets from a bound, so a mean huge
+// against the window does not cancel (PyTorch gives -2 for mean 1e17 on [-2, 2], where the
+// values crowd at 2). Values are clamped to
 // [a, b] after rounding to the tensor's dtype. Deterministic from `gen`; the draws are not
 // PyTorch's bits.
 Tensor& trunc_normal_(Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0,

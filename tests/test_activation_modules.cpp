@@ -178,6 +178,37 @@ TEST(Init, TruncNormalSamplesFarTailsAndStaysInBoundsAfterRounding) {
     EXPECT_NEAR(m, c.mean, 5 * c.std / std::sqrt(200000.0)) << c.a;
     EXPECT_NEAR(s, c.std, 0.01 * c.std) << c.a;
   }
+  // Narrow windows (at most 0.25 std wide) are drawn by rejection from the uniform, in and out of
+  // the middle (scipy.stats.truncnorm again).
+  for (const Case& c : {Case{0.5, 0.7, 0.5980031434066237, 0.05767583114599492},
+                        Case{-0.1, 0.1, 0.0, 0.05769654241546674},
+                        Case{-0.8, -0.6, -0.6976705352647796, 0.05766835605102903},
+                        Case{2.8, 3.0, 2.8903997797907395, 0.05721689371428038}}) {
+    Tensor t = Tensor::empty({200000}, DType::Float64);
+    init::trunc_normal_(t, 0.0, 1.0, c.a, c.b, &gen);
+    const auto v = t.to_vector<double>();
+    EXPECT_GE(*std::min_element(v.begin(), v.end()), c.a) << c.a;
+    EXPECT_LE(*std::max_element(v.begin(), v.end()), c.b) << c.a;
+    auto [m, s] = moments(t);
+    EXPECT_NEAR(m, c.mean, 5 * c.std / std::sqrt(200000.0)) << c.a;
+    EXPECT_NEAR(s, c.std, 0.01 * c.std) << c.a;
+  }
+  // A mean huge against the window: mean + std * x cancelled (1e17 with [-2, 2] gave 0 or -2).
+  // One std out the values crowd at the near bound; with a std as huge, the density is flat on
+  // the window: the uniform's moments.
+  {
+    Tensor t = Tensor::empty({100000}, DType::Float64);
+    init::trunc_normal_(t, 1e17, 1.0, -2.0, 2.0, &gen);
+    auto v = t.to_vector<double>();
+    EXPECT_GE(*std::min_element(v.begin(), v.end()), 2.0 - 1e-12);
+    init::trunc_normal_(t, -1e17, 1.0, -2.0, 2.0, &gen);
+    v = t.to_vector<double>();
+    EXPECT_LE(*std::max_element(v.begin(), v.end()), -2.0 + 1e-12);
+    init::trunc_normal_(t, 1e17, 1e17, -2.0, 2.0, &gen);
+    auto [m, s] = moments(t);
+    EXPECT_NEAR(m, 0.0, 5 * 1.1547 / std::sqrt(100000.0));
+    EXPECT_NEAR(s, 4 / std::sqrt(12.0), 0.01);
+  }
   // A non-finite mean or std is refused (the tail sampler looped forever on NaN); a std so small
   // that the standardised bounds overflow gives the near bound, the limit.
   Tensor few = Tensor::empty({8}, DType::Float64);
