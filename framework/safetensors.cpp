@@ -376,7 +376,7 @@ LoadStateDictReport load_state_dict(const StateDict& target, const StateDict& so
              "(nothing was copied)");
   std::set<std::string> target_names;
   LoadStateDictReport report;
-  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  std::vector<std::pair<Tensor, Tensor>> copies;
   for (const auto& [name, t] : target) {
     target_names.insert(name);
     auto it = src.find(name);
@@ -384,8 +384,12 @@ LoadStateDictReport load_state_dict(const StateDict& target, const StateDict& so
       report.missing_keys.push_back(name);
       continue;
     }
-    const Tensor& s = *it->second;
+    Tensor s = *it->second;
     TG_CHECK(t.defined() && s.defined(), "load_state_dict: tensor \"", name, "\" is undefined");
+    // PyTorch's rule for checkpoints of before 0-d tensors existed: one value of shape [1]
+    // loads into a 0-d parameter or buffer (PyTorch takes element 0 of any 1-D tensor; a
+    // longer one is a wrong checkpoint here).
+    if (t.dim() == 0 && s.shape() == Shape{1}) s = s.reshape({});
     if (s.shape() != t.shape()) {
       report.mismatches.push_back(name + ": shape " + format_shape(s.shape()) + " in the source, " +
                                   format_shape(t.shape()) + " in the target");
@@ -395,7 +399,7 @@ LoadStateDictReport load_state_dict(const StateDict& target, const StateDict& so
       report.mismatches.push_back(name + ": dtype " + dtype_name(s.dtype()) + " in the source, " +
                                   dtype_name(t.dtype()) + " in the target (one floating, one integer)");
     } else {
-      copies.emplace_back(t, &s);
+      copies.emplace_back(t, s);
     }
   }
   for (const auto& [name, t] : source) {
@@ -407,7 +411,7 @@ LoadStateDictReport load_state_dict(const StateDict& target, const StateDict& so
   NoGradGuard no_grad;
   // copy_ converts, as PyTorch's param.copy_(input_param) does: a float32 checkpoint loads
   // into a bfloat16 module rounded to nearest even once, an int64 buffer into an int32 one.
-  for (auto& [dst, s] : copies) dst.copy_(*s);
+  for (auto& [dst, s] : copies) dst.copy_(s);
   return report;
 }
 

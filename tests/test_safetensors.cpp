@@ -322,6 +322,23 @@ TEST(Safetensors, LoadStateDictCopiesInPlace) {
   EXPECT_EQ(target[1].second.to_vector<float>(), formula({4}, DType::Float32, 1.0).to_vector<float>());
 }
 
+// PyTorch's rule for checkpoints of before 0-d tensors: one value of shape [1] loads into a 0-d
+// buffer (num_batches_tracked); two values are a wrong checkpoint, not "take the first".
+TEST(Safetensors, LoadStateDictTakesAOneValueVectorIntoA0dTensor) {
+  StateDict target = model_state();
+  StateDict source = {{"1.num_batches_tracked", full({1}, 7, DType::Int64)}};
+  const LoadStateDictReport r = load_state_dict(target, source, /*strict=*/false);
+  EXPECT_TRUE(r.mismatches.empty());
+  EXPECT_EQ(target[3].second.dim(), 0);
+  EXPECT_EQ(target[3].second.item<int64_t>(), 7);
+  source = {{"1.num_batches_tracked", full({2}, 7, DType::Int64)}};
+  expect_error_with([&] { load_state_dict(target, source, /*strict=*/false); },
+                    {"1.num_batches_tracked: shape [2] in the source, [] in the target"});
+  source = {{"1.num_batches_tracked", full({1, 1}, 7, DType::Int64)}};
+  expect_error_with([&] { load_state_dict(target, source, /*strict=*/false); }, {"shape [1, 1] in the source"});
+  EXPECT_EQ(target[3].second.item<int64_t>(), 7);
+}
+
 TEST(Safetensors, LoadStateDictReportsEveryProblemByName) {
   StateDict source = {
       {"0.weight", ones({3, 4})},                       // transposed shape
