@@ -14,7 +14,7 @@ namespace {
 
 struct CatAttrs {
   int64_t dim;
-  std::vector<int64_t> sizes;  // each input's size along dim
+  std::vector<int64_t> sizes;  // each input's size along dim; -1: a skipped legacy empty tensor
 };
 
 std::vector<Tensor> cat_backward(const BackwardContext& ctx, const std::vector<Tensor>& g) {
@@ -22,7 +22,12 @@ std::vector<Tensor> cat_backward(const BackwardContext& ctx, const std::vector<T
   std::vector<Tensor> grads(a.sizes.size());
   int64_t offset = 0;
   for (size_t i = 0; i < a.sizes.size(); ++i) {
-    if (ctx.needs_grad(static_cast<int>(i))) grads[i] = g[0].narrow(a.dim, offset, a.sizes[i]).contiguous();
+    const int in = static_cast<int>(i);
+    if (a.sizes[i] < 0) {  // skipped: no part of the output, an empty gradient (as PyTorch)
+      if (ctx.needs_grad(in)) grads[i] = zeros({0}, ctx.input_dtype(in));
+      continue;
+    }
+    if (ctx.needs_grad(in)) grads[i] = g[0].narrow(a.dim, offset, a.sizes[i]).contiguous();
     offset += a.sizes[i];
   }
   return grads;
@@ -51,8 +56,10 @@ const OpDef kCatOp{"cat", "cat_backward", "tensors...", cat_backward, cat_sample
 namespace {
 
 // cat of tensors of one dtype, none a legacy empty one; position[i]: tensors[i]'s place in the
-// caller's list, for the messages.
-Tensor cat_parts(const std::vector<Tensor>& tensors, const std::vector<size_t>& position, int64_t dim_in) {
+// caller's list, for the messages. The skipped legacy empty tensors are recorded as inputs too,
+// in their places, so that they get a gradient.
+Tensor cat_parts(const std::vector<Tensor>& tensors, const std::vector<size_t>& position, int64_t dim_in,
+                 const std::vector<std::pair<size_t, Tensor>>& skipped) {
   const char* op = "cat";
   const Tensor& first = tensors[0];
   TG_CHECK(first.dim() > 0, op, ": zero-dimensional tensor (at position ", position[0], ") cannot be concatenated");
@@ -77,8 +84,17 @@ Tensor cat_parts(const std::vector<Tensor>& tensors, const std::vector<size_t>& 
     if (sizes[i] > 0) out.detach().narrow(dim, offset, sizes[i]).copy_(tensors[i].detach());
     offset += sizes[i];
   }
-  if (Recorder rec{kCatOp, tensors}) {
-    rec.set_attrs(CatAttrs{dim, sizes});
+  std::vector<Tensor> inputs;
+  std::vector<int64_t> input_sizes;
+  for (size_t i = 0, k = 0; i < tensors.size() || k < skipped.size();) {
+    if (k < skipped.size() && (i == tensors.size() || skipped[k].first < position[i])) {
+      inputs.push_back(skipped[k++].second), input_sizes.push_back(-1);
+    } else {
+      inputs.push_back(tensors[i]), input_sizes.push_back(sizes[i]), ++i;
+    }
+  }
+  if (Recorder rec{kCatOp, inputs}) {
+    rec.set_attrs(CatAttrs{dim, input_sizes});
     rec.set_outputs({out});
   }
   return out;
@@ -97,9 +113,13 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
   for (const Tensor& t : tensors) common = promote_types(common, t.dtype());
   std::vector<Tensor> parts;
   std::vector<size_t> position;
+  std::vector<std::pair<size_t, Tensor>> skipped;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    if (t.dim() == 1 && t.numel() == 0) continue;
+    if (t.dim() == 1 && t.numel() == 0) {
+      skipped.emplace_back(i, t);
+      continue;
+    }
     parts.push_back(t.dtype() == common ? t : t.to(common));
     position.push_back(i);
   }
@@ -109,8 +129,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
       position.push_back(i);
     }
     dim_in = 0;
+    skipped.clear();
   }
-  return cat_parts(parts, position, dim_in);
+  return cat_parts(parts, position, dim_in, skipped);
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_in) {

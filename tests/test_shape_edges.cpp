@@ -112,6 +112,20 @@ TEST(ShapeEdges, CatPromotesDtypesAndSkipsLegacyEmptyTensors) {
   EXPECT_EQ(e.grad().shape(), Shape{0});
   Tensor e2 = zeros({0}).requires_grad_();
   EXPECT_TRUE(cat({zeros({0}), e2}).requires_grad());  // whichever of them requires grad
+  // a skipped legacy empty tensor is still an input: it makes the result require grad and gets
+  // an empty gradient in its dtype, as PyTorch (it got none: .grad() stayed undefined)
+  Tensor skipped = zeros({0}, DType::Float64).requires_grad_(), kept = ones({2, 3}).requires_grad_();
+  Tensor ks = cat({kept, skipped, randn({1, 3})}, 0);
+  EXPECT_TRUE(ks.requires_grad());
+  EXPECT_EQ(ks.dtype(), DType::Float64);
+  sum(mul(ks, full({3, 3}, 2.0, DType::Float64))).backward();
+  ASSERT_TRUE(skipped.grad().defined());
+  EXPECT_EQ(skipped.grad().shape(), Shape{0});
+  EXPECT_EQ(skipped.grad().dtype(), DType::Float64);
+  EXPECT_EQ(kept.grad().dtype(), DType::Float32);
+  EXPECT_EQ(kept.grad().to_vector<float>(), std::vector<float>(6, 2.0f));
+  Tensor only_skipped = zeros({0}).requires_grad_();
+  EXPECT_TRUE(cat({randn({2}), only_skipped}).requires_grad());
   // messages name the tensor's place in the caller's list, legacy empty tensors counted
   EXPECT_EQ(error_of([&] { cat({zeros({0}), zeros({2, 3}), zeros({3, 3})}, 1); }),
             "cat: sizes of tensors must match except in dimension 1. Expected size 2 but got size 3 for tensor "
