@@ -219,7 +219,7 @@ MPI_Op mpi_op(ReduceOp op) {
 // What one rank asks of a collective: which one, its op (all_reduce) or root (broadcast), and
 // the tensor's dtype and shape.
 struct Call {
-  const char* name;  // "all_reduce", "broadcast", "all_gather"
+  const char* name;  // "all_reduce", "broadcast", "all_gather", "barrier"
   int64_t op = -1;   // ReduceOp, for all_reduce
   int64_t root = -1;  // for broadcast
 };
@@ -227,25 +227,26 @@ struct Call {
 // Every rank's call, exchanged before any data moves: a tensor this rank refuses (its own
 // checks, `local`, which threw on this rank alone and left the others waiting in the exchange)
 // or a mismatch between ranks (dtype, shape, op, root, or another collective altogether) is then
-// a tg::Error on every rank, instead of a hang or a buffer overrun inside MPI.
+// a tg::Error on every rank, instead of a hang or a buffer overrun inside MPI. A barrier has no
+// tensor (t undefined): the exchange is the barrier.
 void check_same_everywhere(const Call& call, const Tensor& t, const std::function<void()>& local) {
   constexpr int kMaxDims = 16, kMeta = 6, kWidth = kMeta + kMaxDims;
   std::string refused;
   try {
     local();
-    TG_CHECK(t.dim() <= kMaxDims, "dist::", call.name, ": tensor: expected at most ", kMaxDims, " dims, got ",
+    TG_CHECK(!t.defined() || t.dim() <= kMaxDims, "dist::", call.name, ": tensor: expected at most ", kMaxDims, " dims, got ",
              t.dim());
   } catch (const Error& e) {
     refused = e.what();
   }
-  const char* const kNames[] = {"all_reduce", "broadcast", "all_gather"};
+  const char* const kNames[] = {"all_reduce", "broadcast", "all_gather", "barrier"};
   int64_t mine[kWidth] = {};
   mine[0] = refused.empty() ? 0 : 1;
   mine[1] = std::find_if(std::begin(kNames), std::end(kNames), [&](const char* n) { return std::string(n) == call.name; }) -
             std::begin(kNames);
   mine[2] = call.op;
   mine[3] = call.root;
-  if (refused.empty()) {
+  if (refused.empty() && t.defined()) {
     mine[4] = int64_t(t.dtype());
     mine[5] = t.dim();
     for (int64_t d = 0; d < t.dim(); ++d) mine[kMeta + d] = t.size(d);
@@ -263,6 +264,7 @@ void check_same_everywhere(const Call& call, const Tensor& t, const std::functio
     const int64_t* v = all.data() + size_t(r) * kWidth;
     std::ostringstream s;
     s << kNames[v[1]];
+    if (std::string(kNames[v[1]]) == "barrier") return s.str();
     if (v[2] >= 0) s << " (" << reduce_op_name(ReduceOp(v[2])) << ")";
     s << " of " << dtype_name(DType(v[4])) << " (";
     for (int64_t d = 0; d < v[5]; ++d) s << (d ? ", " : "") << v[kMeta + d];
@@ -328,7 +330,9 @@ int world_size() {
 
 void barrier() {
   if (!mpi_running()) return;
-  run_collective("barrier", [](MPI_Request* r) { return MPI_Ibarrier(MPI_COMM_WORLD, r); });
+  // An exchange of calls, as before each collective: a rank in another collective is then an
+  // error on every rank (an MPI_Ibarrier against another rank's all_reduce hung or mismatched).
+  check_same_everywhere({"barrier"}, Tensor(), [] {});
 }
 
 namespace {

@@ -50,7 +50,8 @@ bool launched_by_mpirun();
 int rank();        // 0 until init()
 int world_size();  // 1 until init()
 
-// Returns when every rank has called it.
+// Returns when every rank has called it; a rank in another collective meanwhile is a tg::Error on
+// every rank, as a mismatch of the collectives below is.
 void barrier();
 
 // t = op over the ranks of t, on every rank. Avg is Sum divided by world_size (floating dtypes

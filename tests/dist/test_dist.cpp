@@ -175,6 +175,14 @@ TEST_F(Dist, MismatchedOpsAndCollectivesAreAnErrorOnEveryRank) {
     else dist::all_reduce(t);
   });
   EXPECT_NE(other.find("and all_gather of float32 (2) on rank 1"), std::string::npos) << other;
+  // a barrier against another collective (an MPI_Ibarrier met rank 0's exchange)
+  const std::string with_barrier = error_of([&] {
+    if (rank == 1) dist::barrier();
+    else dist::all_reduce(t);
+  });
+  EXPECT_NE(with_barrier.find("all_reduce (sum) of float32 (2) on rank 0 and barrier on rank 1"), std::string::npos)
+      << with_barrier;
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(2, float(rank + 1))) << "no data moved";
   dist::barrier();
 }
 
