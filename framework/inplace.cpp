@@ -264,26 +264,58 @@ bool is_current(const TensorImpl& impl) {
   return impl.history_epoch == kUntrackedEpoch || impl.history_epoch == impl.storage->history_epoch();
 }
 
-// A stale view of a current, contiguous base gets its history again as the region of the base
-// (PyTorch regenerates a view's grad_fn the same way). False when that is not possible: not a
-// view, a leaf view that requires grad (its own parameter), a base that is itself stale, or an
-// expanded view (its region's gradient would need summing; refused rather than approximated).
+// The view's history as the region of its (current, contiguous) base, which requires grad:
+// an as_strided entry (PyTorch regenerates a view's grad_fn the same way). An expanded view (a
+// stride of 0 over a longer dim) is the region without its repeats, expanded: expand's
+// backward sums the repeats, where as_strided's would keep one of them.
+void take_history_from_base(const Tensor& view, const Tensor& base) {
+  TensorImpl& impl = *view.impl();
+  EnableGradGuard grad_mode;  // the view has this history whatever the mode it is used in
+  Shape compact = view.shape();
+  for (int64_t d = 0; d < view.dim(); ++d)
+    if (view.strides()[d] == 0) compact[d] = 1;
+  const ViewGeometry region{compact, view.strides(), view.offset() - base.offset()};
+  Recorder rec{kAsStridedOp, {base}};
+  rec.set_attrs(region);
+  if (compact == view.shape()) {
+    rec.set_outputs({view});  // grad_fn, output_nr, requires_grad and the current epoch
+    return;
+  }
+  Tensor inner = region_of(base, region);
+  rec.set_outputs({inner});
+  const Tensor expanded = inner.expand(view.shape());
+  impl.requires_grad = true;
+  impl.grad_fn = expanded.grad_fn();
+  impl.output_nr = expanded.output_nr();
+  impl.history_epoch = impl.storage->history_epoch();
+  if (impl.retains_grad) detail::retain_grad_hook(view.impl_ptr());
+}
+
+// A view taken under NoGradGuard of a tensor that requires grad, stale: PyTorch forbids using
+// it (whether it should now carry the base's history is ambiguous).
+bool is_stale_view_taken_without_grad(const TensorImpl& impl) {
+  return impl.view_base && impl.view_taken_without_grad && !is_current(impl) && Tensor(impl.view_base).requires_grad();
+}
+
+// A stale view of a current base gets its history again as the region of the base (PyTorch
+// regenerates a view's grad_fn the same way), or none when the base has none. False when that
+// is not possible: not a view, a leaf view that requires grad (its own parameter), a base that
+// is itself stale, and, when the base requires grad, a non-contiguous base or a view taken
+// under NoGradGuard.
 bool regenerate_view_history(const Tensor& view) {
   TensorImpl& impl = *view.impl();
-  if (!impl.view_base || (impl.requires_grad && !impl.grad_fn) || detail::shares_elements(view)) return false;
+  if (!impl.view_base || (impl.requires_grad && !impl.grad_fn)) return false;
   const Tensor base(impl.view_base);
-  if (!is_current(*base.impl()) || !base.is_contiguous()) return false;
-  if (base.requires_grad()) {
-    EnableGradGuard grad_mode;  // the view has this history whatever the mode it is used in
-    Recorder rec{kAsStridedOp, {base}};
-    rec.set_attrs(ViewGeometry{view.shape(), view.strides(), view.offset() - base.offset()});
-    rec.set_outputs({view});  // grad_fn, output_nr, requires_grad and the current epoch
-  } else {
+  if (!is_current(*base.impl())) return false;
+  if (!base.requires_grad()) {
     impl.requires_grad = false;
     impl.grad_fn = nullptr;
     impl.output_nr = 0;
     impl.history_epoch = impl.storage->history_epoch();
+    return true;
   }
+  if (impl.view_taken_without_grad || !base.is_contiguous()) return false;
+  take_history_from_base(view, base);
   return true;
 }
 
@@ -345,6 +377,11 @@ void detail::check_history_current(const Tensor& t, const char* op) {
   const TensorImpl& impl = *t.impl();
   if (is_current(impl) || regenerate_view_history(t)) return;
   const char* by = impl.storage->last_rebase_op();
+  TG_CHECK(!is_stale_view_taken_without_grad(impl), op, ": a view of shape ", format_shape(impl.shape),
+           " of a tensor that requires grad was taken under NoGradGuard, and its base (or another view of it) was "
+           "then changed in place by ", by ? by : "an in-place op", " with grad mode on; whether the view now carries "
+           "the base's history is ambiguous, so it cannot be used for gradients (PyTorch forbids it too). Take the "
+           "view with grad mode on, or clone() it under NoGradGuard.");
   TG_CHECK(false, op, ": a tensor of shape ", format_shape(impl.shape), " shares memory with a tensor that ",
            by ? by : "an in-place op", " changed in place (with grad mode on) after this one got its history, and "
            "it is not a view whose history can be taken again from its base. Its recorded history no longer "
@@ -397,6 +434,12 @@ bool detail::check_inplace(const Tensor& self, const char* op, const std::vector
     TG_CHECK(base.is_contiguous(), op, ": in-place change of a view of a non-contiguous tensor of shape ",
              format_shape(base.shape()), " is not supported with grad mode on; clone() the view first or use "
              "NoGradGuard");
+    // The op's input is the view's old value as the region of its base, as PyTorch's CopySlices
+    // applies the op to the base's region: the view's own chain of view entries is then off the
+    // gradient's path (through it, hooks and retained gradients of the views it was taken from
+    // saw part of their gradient).
+    if (base.requires_grad() && !(self.grad_fn() && &self.grad_fn()->op() == &kAsStridedOp))
+      take_history_from_base(self, base);
   }
   return true;
 }

@@ -7,7 +7,10 @@
 //     history as its input, and the tensor is rebased onto the entry (grad_fn, output_nr), so
 //     gradients are exactly those of the out-of-place program.
 //   - A view (TensorImpl::view_base points at the tensor it views) changed this way rebases its
-//     base too (PyTorch's CopySlices): the base's history becomes a copy_slices entry that
+//     base too (PyTorch's CopySlices). The op's input is the view's old value as the region of
+//     its base (as_strided), not the chain of views it was taken through, whose entries (and
+//     hooks, retained gradients) are then off the path; the base's history becomes a
+//     copy_slices entry that
 //     passes the base's gradient through outside the view's region and sends the region to the
 //     view's new entry; the view itself then reads as the region of the rebased base (as_strided,
 //     as PyTorch regenerates its grad_fn), so its later uses reach the base's entry and
@@ -16,11 +19,15 @@
 //     requires grad (it has no history to change).
 //   - Every other handle to the memory holds history older than its values. A recorded in-place
 //     op bumps the storage's history epoch, and a handle whose history predates it is checked
-//     where history is read (op inputs, backward roots, grad() inputs): a view of a current,
-//     contiguous base gets its history again as the base's region (as_strided, as PyTorch
-//     regenerates a view's grad_fn); anything else (the tensor a detach() came from, a leaf
-//     view that requires grad) is a tg::Error naming the in-place op. A refusal, never a
-//     silently wrong gradient. detach()ed handles claim no history and are exempt.
+//     where history is read (op inputs, backward roots, grad() inputs): a view of a current
+//     base gets its history again as the base's region (as_strided, as PyTorch regenerates a
+//     view's grad_fn; an expanded view as the region without its repeats, expanded), or none
+//     when the base has none; anything else (the tensor a detach() came from, a leaf view that
+//     requires grad, a view of a non-contiguous base that requires grad, and a view taken under
+//     NoGradGuard of a base that now requires grad, which PyTorch forbids too) is a tg::Error
+//     naming the in-place op. A refusal, never a silently wrong gradient. detach()ed handles
+//     claim no history and are exempt; views taken of them are not (they take their history
+//     from the handle once it joins the graph).
 //   - Under NoGradGuard nothing is checked or recorded: the kernels run as they always did.
 //     In every mode, a tensor whose elements share memory (a stride of 0 over a dim longer than
 //     1, as from expand()) cannot be written in place: a tg::Error, as in PyTorch (add_ would

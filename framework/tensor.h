@@ -50,6 +50,9 @@ struct TensorImpl {
   // For a view: the tensor it views (the root, never itself a view), whose history a recorded
   // in-place change of the view rebases (CopySlices). Null for a tensor that is not a view.
   std::shared_ptr<TensorImpl> view_base;
+  // A view taken under NoGradGuard: it never takes history from a base that requires grad
+  // (PyTorch forbids using it once that base was changed in place with grad mode on).
+  bool view_taken_without_grad = false;
 };
 
 constexpr uint64_t kUntrackedEpoch = ~uint64_t{0};

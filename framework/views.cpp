@@ -25,8 +25,15 @@ Tensor alias(const Tensor& base, Shape shape, Shape strides, int64_t offset, boo
   impl->strides = std::move(strides);
   impl->offset = offset;
   impl->dtype = base.dtype();
-  impl->history_epoch = base.impl()->history_epoch;  // a view of a stale base is stale too
-  if (view) impl->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ptr();
+  // A view of a stale base is stale too. A view of a detach()ed handle claims no history as of
+  // now (it is not exempt as the handle is): a recorded in-place change of the memory, through
+  // the handle or another, makes it stale, and it then takes its history from the handle.
+  const uint64_t epoch = base.impl()->history_epoch;
+  impl->history_epoch = epoch == kUntrackedEpoch ? impl->storage->history_epoch() : epoch;
+  if (view) {
+    impl->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ptr();
+    impl->view_taken_without_grad = !GradMode::is_enabled();
+  }
   return Tensor(std::move(impl));
 }
 

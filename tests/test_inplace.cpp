@@ -411,12 +411,92 @@ TEST(InplaceViews, AnExpandedViewCannotBeRecorded) {
   EXPECT_EQ(error_of([&] { y.mul_(2.0); }),
             "mul_: cannot write in place into a tensor of shape [3] and strides [0] whose elements share memory (a "
             "stride of 0, as from expand()); clone() it first");
-  // An expanded view of a changed base is refused rather than regenerated.
+  // An expanded view of a changed base takes its history again as the region without its
+  // repeats, expanded (it was refused): d/dx sum(expand(3 * 2x)) = 3 * 6.
   Tensor z = mul(x, 2.0);
   Tensor e = z.expand({3});
   z.mul_(3.0);
-  EXPECT_NE(error_of([&] { sum(e); }).find("sum: a tensor of shape [3] shares memory with a tensor that mul_"),
-            std::string::npos);
+  sum(mul(e, e)).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>{3 * 2 * 6 * 6});
+  // A plain tensor that joins the graph under an expanded view of it (PyTorch: w.grad = [3, 3]).
+  Tensor y2 = from_vector(std::vector<double>{1, 2}, {2, 1});
+  Tensor e2 = y2.expand({2, 3});
+  Tensor w = leaf({3, 4}, {2, 1});
+  y2.copy_(w);
+  EXPECT_TRUE(e2.requires_grad());
+  EXPECT_EQ(e2.to_vector<double>(), (std::vector<double>{3, 3, 3, 4, 4, 4}));
+  sum(e2).backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{3, 3}));
+}
+
+// Found by random programs against PyTorch: a view of a detach()ed handle inherited the
+// handle's exemption from staleness, so after the handle joined the graph (d.copy_(w)) the
+// view still read as a constant holding w's values, and its uses gave w no gradient.
+TEST(InplaceViews, AViewOfADetachedHandleTakesItsHistoryWhenTheHandleJoinsTheGraph) {
+  Tensor d = from_vector(std::vector<double>{1, 2, 3, 4}, {4}).detach();
+  Tensor v = d.narrow(0, 0, 2);
+  Tensor w = leaf({5, 6, 7, 8}, {4});
+  d.copy_(w);
+  EXPECT_TRUE(v.requires_grad());
+  sum(mul(v, from_vector(std::vector<double>{1, 10}, {2}))).backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{1, 10, 0, 0}));
+  // A view of a detached handle of a tensor with history stays a constant when that tensor is
+  // changed in place (also through a non-contiguous handle: no region is needed).
+  Tensor x = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor y = mul(x, 1.0);
+  Tensor dt = y.detach().transpose(0, 1);
+  Tensor c = dt.select(0, 0);
+  y.mul_(2.0);
+  EXPECT_FALSE(c.requires_grad());
+  EXPECT_EQ(mul(c, 1.0).to_vector<double>(), (std::vector<double>{2, 6}));
+}
+
+// A view taken under NoGradGuard of a tensor that requires grad, whose base is then changed in
+// place with grad mode on: PyTorch forbids its use; it silently took the base's history
+// (requires_grad went from false to true because of an unrelated write).
+TEST(InplaceViews, AViewTakenUnderNoGradGuardIsRefusedOnceItsBaseChanges) {
+  Tensor L = leaf({1, 2, 3}, {3});
+  Tensor b = mul(L, 1.0);
+  Tensor v;
+  {
+    NoGradGuard no_grad;
+    v = b.narrow(0, 0, 2);
+  }
+  EXPECT_FALSE(v.requires_grad());
+  b.narrow(0, 2, 1).mul_(2.0);
+  EXPECT_FALSE(v.requires_grad());
+  EXPECT_EQ(error_of([&] { sum(v); }),
+            "sum: a view of shape [2] of a tensor that requires grad was taken under NoGradGuard, and its base (or "
+            "another view of it) was then changed in place by mul_ with grad mode on; whether the view now carries the "
+            "base's history is ambiguous, so it cannot be used for gradients (PyTorch forbids it too). Take the view "
+            "with grad mode on, or clone() it under NoGradGuard.");
+  {
+    NoGradGuard no_grad;  // its values are fine to read without grad
+    EXPECT_EQ(mul(v, 1.0).to_vector<double>(), (std::vector<double>{1, 2}));
+  }
+  // Also when the base joined the graph after the view was taken (PyTorch refuses it too).
+  Tensor p = from_vector(std::vector<double>{1, 2, 3}, {3});
+  Tensor q;
+  {
+    NoGradGuard no_grad;
+    q = p.narrow(0, 0, 2);
+  }
+  p.narrow(0, 2, 1).copy_(leaf({9}, {1}));
+  EXPECT_NE(error_of([&] { sum(q); }).find("taken under NoGradGuard"), std::string::npos);
+}
+
+// The op on a view takes the view's old value as the region of its base (PyTorch's
+// CopySlices): a retained view it was taken from is off the gradient's path. Through the view's
+// own chain, v.grad got part of a gradient ([2, 0, 0, 0]; PyTorch: none).
+TEST(InplaceViews, AViewsInPlaceChangeDoesNotFlowThroughTheViewsItWasTakenFrom) {
+  Tensor L = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor b = mul(L, 1.0);
+  Tensor v = b.view({4});
+  v.retain_grad();
+  v.select(0, 0).mul_(2.0);
+  sum(mul(b, from_vector(std::vector<double>{1, 10, 100, 1000}, {2, 2}))).backward();
+  EXPECT_FALSE(v.grad().defined());
+  EXPECT_EQ(L.grad().to_vector<double>(), (std::vector<double>{2, 10, 100, 1000}));
 }
 
 // Without grad mode too: add_ into an expanded view used to add once per element sharing the
