@@ -81,6 +81,10 @@ double norm_of(const Tensor& t) {
 
 }  // namespace
 
+Tensor detail::sum_of_gradients(const Tensor& a, const Tensor& b) {
+  return sum_gradients(a, b, GradMode::is_enabled());
+}
+
 Node::~Node() {
   // Destroying the last owner of a long chain would recurse once per entry. Instead, take over
   // this entry's references to other entries (its inputs' producers, and those of its saved

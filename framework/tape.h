@@ -222,6 +222,9 @@ namespace detail {
 // that a test can check without a clock. (A tg::grad that wants entries' gradients only, no
 // leaf's, does not walk behind the entries recorded before the oldest of them.)
 uint64_t backward_entries_walked();
+// a + b, two gradients of one shape, into a fresh tensor, recorded when grad mode is on (in a
+// backward pass with create_graph): a retained gradient's accumulation.
+Tensor sum_of_gradients(const Tensor& a, const Tensor& b);
 }  // namespace detail
 
 class BackwardTraceGuard {

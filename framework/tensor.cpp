@@ -316,12 +316,10 @@ void detail::retain_grad_hook(const std::shared_ptr<TensorImpl>& owner) {
   owner->grad_fn->add_output_hook(owner->output_nr, [weak, entry](const Tensor& g) {
     auto impl = weak.lock();
     if (!impl || impl->grad_fn.get() != entry) return Tensor();
-    if (impl->grad) {
-      Tensor acc(impl->grad);
-      raw_add_(acc, g);  // accumulation is the engine's, never recorded
-    } else {
-      impl->grad = g.clone().impl_ptr();
-    }
+    // Out of place, as PyTorch's: a handle to the last .grad() keeps its value, and under
+    // create_graph the sum is recorded (an in-place add kept only the first pass's history:
+    // differentiating two accumulated passes gave half the answer).
+    impl->grad = (impl->grad ? detail::sum_of_gradients(Tensor(impl->grad), g) : g.clone()).impl_ptr();
     return Tensor();
   });
 }

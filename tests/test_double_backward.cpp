@@ -112,6 +112,33 @@ TEST(DoubleBackward, ThirdDerivativeOfACubic) {
   EXPECT_DOUBLE_EQ(d3.item(), 6.0);
 }
 
+// Found by random programs against PyTorch: a retained gradient was accumulated in place and
+// unrecorded, so after two create_graph passes it held the right value with the first pass's
+// history only (its derivative came out half of PyTorch's), and a handle to the first .grad()
+// changed under the user. PyTorch: y.grad = 24 and d(y.grad)/dx = 24 at x = 2.
+TEST(DoubleBackward, ARetainedGradientAccumulatesWithItsHistory) {
+  Tensor x = full({1}, 2.0, DType::Float64);
+  x.requires_grad_();
+  Tensor y = mul(x, 1.0);
+  Tensor L = sum(pow(y, 3.0));  // dL/dy = 3 y^2
+  y.retain_grad();
+  L.backward(Tensor(), false, /*create_graph=*/true);
+  const Tensor first = y.grad();
+  L.backward(Tensor(), false, /*create_graph=*/true);
+  const Tensor gy = y.grad();
+  EXPECT_DOUBLE_EQ(first.item(), 12.0);  // unchanged by the second pass
+  EXPECT_DOUBLE_EQ(gy.item(), 24.0);
+  EXPECT_DOUBLE_EQ(grad({sum(gy)}, {x})[0].item(), 24.0);  // d(6 x^2)/dx
+  EXPECT_DOUBLE_EQ(gy.item(), 24.0);  // the grad() flowed into y's retained gradient out of place
+  // Without create_graph the sum has no history.
+  Tensor y2 = mul(x, 1.0);
+  y2.retain_grad();
+  sum(y2).backward();
+  sum(y2).backward();
+  EXPECT_DOUBLE_EQ(y2.grad().item(), 2.0);
+  EXPECT_FALSE(y2.grad().requires_grad());
+}
+
 TEST(DoubleBackward, SavedTensorChangedInPlaceIsStillCaught) {
   Tensor x = randn({3}, DType::Float64);
   x.requires_grad_();
