@@ -165,22 +165,13 @@ TEST(Init, TruncNormalStaysInBoundsWithTheTruncatedMoments) {
 TEST(Init, TruncNormalSamplesFarTailsAndStaysInBoundsAfterRounding) {
   Generator gen(3);
   struct Case { double a, b, mean, std; };  // scipy.stats.truncnorm(a, b).mean(), .std()
+  // Far tails, then narrow windows (at most 0.25 std wide, drawn by rejection from the uniform)
+  // in and out of the middle.
   for (const Case& c : {Case{8, 9, 8.121188992979869, 0.11894764723253226},
                         Case{30, 31, 30.033259667436372, 0.03322305568659225},
                         Case{-9, -8, -8.121188992979869, 0.11894764723253226},
-                        Case{3, 1e300, 3.28309865493044, 0.2656297927290082}}) {
-    Tensor t = Tensor::empty({200000}, DType::Float64);
-    init::trunc_normal_(t, 0.0, 1.0, c.a, c.b, &gen);
-    const auto v = t.to_vector<double>();
-    EXPECT_GE(*std::min_element(v.begin(), v.end()), c.a) << c.a;
-    EXPECT_LE(*std::max_element(v.begin(), v.end()), c.b) << c.a;
-    auto [m, s] = moments(t);
-    EXPECT_NEAR(m, c.mean, 5 * c.std / std::sqrt(200000.0)) << c.a;
-    EXPECT_NEAR(s, c.std, 0.01 * c.std) << c.a;
-  }
-  // Narrow windows (at most 0.25 std wide) are drawn by rejection from the uniform, in and out of
-  // the middle (scipy.stats.truncnorm again).
-  for (const Case& c : {Case{0.5, 0.7, 0.5980031434066237, 0.05767583114599492},
+                        Case{3, 1e300, 3.28309865493044, 0.2656297927290082},
+                        Case{0.5, 0.7, 0.5980031434066237, 0.05767583114599492},
                         Case{-0.1, 0.1, 0.0, 0.05769654241546674},
                         Case{-0.8, -0.6, -0.6976705352647796, 0.05766835605102903},
                         Case{2.8, 3.0, 2.8903997797907395, 0.05721689371428038}}) {
