@@ -100,6 +100,29 @@ TEST(BatchNorm, FunctionalUpdatesRunningStatsInPlaceOnlyWhenTraining) {
   EXPECT_FALSE(rm.requires_grad());
 }
 
+// Running statistics that are strided views of larger buffers are updated in place, as PyTorch
+// does (found by random layouts: the update went through view(), which refused a non-contiguous
+// running_var after running_mean had been written). PyTorch's numbers for arange(12) as (3, 2, 2).
+TEST(BatchNorm, StridedRunningStatsAreUpdatedInPlace) {
+  for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    Tensor x = arange(0, 12, 1, dt).reshape({3, 2, 2});
+    Tensor mean_storage = zeros({4}, dt), var_storage = ones({4}, dt);
+    Tensor rm = mean_storage.slice(0, 1, 4, 2), rv = var_storage.slice(0, 0, 4, 2);
+    batch_norm(x, rm, rv, Tensor(), Tensor(), /*training=*/true, 0.1, 1e-5);
+    const double tol = dt == DType::BFloat16 ? 1e-2 : 1e-6;
+    const auto m = mean_storage.to(DType::Float64).to_vector<double>();
+    const auto v = var_storage.to(DType::Float64).to_vector<double>();
+    EXPECT_NEAR(m[1], 0.45, tol) << dtype_name(dt);
+    EXPECT_NEAR(m[3], 0.65, tol) << dtype_name(dt);
+    EXPECT_EQ(m[0], 0.0);
+    EXPECT_EQ(m[2], 0.0);
+    EXPECT_NEAR(v[0], 2.21, 3 * tol) << dtype_name(dt);
+    EXPECT_NEAR(v[2], 2.21, 3 * tol) << dtype_name(dt);
+    EXPECT_EQ(v[1], 1.0);
+    EXPECT_EQ(v[3], 1.0);
+  }
+}
+
 // An empty batch in training (N = 0, or empty planes): an empty output, the running statistics
 // left as they are and zero weight and bias gradients, as PyTorch; a module that met one keeps
 // finite eval outputs (found by differential testing: they were NaN from then on).

@@ -63,8 +63,8 @@ void update_running(Tensor& running, const std::vector<double>& batch, double mo
   const double* o = old.data<double>();
   double* u = updated.data<double>();
   for (int64_t c = 0; c < C; ++c) u[c] = momentum * batch[c] + (1.0 - momentum) * o[c];
-  Tensor target = running.detach().view({C});
-  detail::raw_copy_(target, updated);
+  Tensor target = running.detach();  // any layout: a strided view of a larger buffer too
+  detail::raw_copy_(target, updated.view(running.shape()));
 }
 
 // 16-bit calls: every tensor widened to float32, the float32 op, each result rounded once.
