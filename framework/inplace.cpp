@@ -345,12 +345,28 @@ void rebase(Recorder& rec, Tensor& self, const char* op) {
   finish_rebase(self, op);
 }
 
+// The op's input for self's old value: for a view of a tensor that requires grad, a handle to
+// the view's memory whose history is the region of the base (as_strided), as PyTorch's
+// CopySlices applies the op to the base's region: the view's own chain of view entries is then
+// off the gradient's path (through it, hooks and retained gradients of the views it was taken
+// from saw part of their gradient). self itself is left alone: if the op then fails, its history
+// is as it was. Otherwise (or when self already reads as the region) self.
+Tensor inplace_input(const Tensor& self) {
+  const Tensor base(self.impl()->view_base);
+  if (!GradMode::is_enabled() || !base.defined() || !base.requires_grad() ||
+      (self.grad_fn() && &self.grad_fn()->op() == &kAsStridedOp))
+    return self;
+  Tensor old = region_of(base, ViewGeometry{self.shape(), self.strides(), self.offset() - base.offset()});
+  take_history_from_base(old, base);
+  return old;
+}
+
 Tensor& fill_impl(Tensor& self, double value, const char* op) {
   TG_CHECK(self.defined(), op, ": the tensor is undefined");
   TG_CHECK(fits_floating_range(self.dtype(), value), op, ": value ", value, " cannot be converted to ",
            dtype_name(self.dtype()), " without overflow");
   detail::check_inplace(self, op, {});
-  Recorder rec{kFillOp, {self}};
+  Recorder rec{kFillOp, {inplace_input(self)}};
   detail::raw_fill_(self, value);
   if (rec) rebase(rec, self, op);
   return self;
@@ -382,6 +398,11 @@ void detail::check_history_current(const Tensor& t, const char* op) {
            "then changed in place by ", by ? by : "an in-place op", " with grad mode on; whether the view now carries "
            "the base's history is ambiguous, so it cannot be used for gradients (PyTorch forbids it too). Take the "
            "view with grad mode on, or clone() it under NoGradGuard.");
+  TG_CHECK(!(impl.view_base && Tensor(impl.view_base).requires_grad() && !Tensor(impl.view_base).is_contiguous()),
+           op, ": a view of shape ", format_shape(impl.shape), " of a non-contiguous tensor that requires grad shares "
+           "memory with a tensor that ", by ? by : "an in-place op", " changed in place (with grad mode on) after "
+           "this view got its history, and its history cannot be taken again from a non-contiguous base. Take the "
+           "view again after the change, or clone() before changing it.");
   TG_CHECK(false, op, ": a tensor of shape ", format_shape(impl.shape), " shares memory with a tensor that ",
            by ? by : "an in-place op", " changed in place (with grad mode on) after this one got its history, and "
            "it is not a view whose history can be taken again from its base. Its recorded history no longer "
@@ -434,12 +455,6 @@ bool detail::check_inplace(const Tensor& self, const char* op, const std::vector
     TG_CHECK(base.is_contiguous(), op, ": in-place change of a view of a non-contiguous tensor of shape ",
              format_shape(base.shape()), " is not supported with grad mode on; clone() the view first or use "
              "NoGradGuard");
-    // The op's input is the view's old value as the region of its base, as PyTorch's CopySlices
-    // applies the op to the base's region: the view's own chain of view entries is then off the
-    // gradient's path (through it, hooks and retained gradients of the views it was taken from
-    // saw part of their gradient).
-    if (base.requires_grad() && !(self.grad_fn() && &self.grad_fn()->op() == &kAsStridedOp))
-      take_history_from_base(self, base);
   }
   return true;
 }
@@ -449,11 +464,12 @@ detail::InplaceOp::InplaceOp(Tensor& self, const char* op, std::vector<Tensor> o
 
 Tensor detail::InplaceOp::old_value(bool copy) const {
   if (!record_) return self_;
+  const Tensor input = inplace_input(self_);
   Tensor old = copy ? self_.detach().clone() : self_.detach();
   TensorImpl* impl = old.impl();
-  impl->requires_grad = self_.requires_grad();
-  impl->grad_fn = self_.grad_fn();
-  impl->output_nr = self_.output_nr();
+  impl->requires_grad = input.requires_grad();
+  impl->grad_fn = input.grad_fn();
+  impl->output_nr = input.output_nr();
   impl->history_epoch = impl->storage->history_epoch();
   return old;
 }
@@ -484,7 +500,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   check_defined("copy_");
   TG_CHECK(src.defined(), "copy_: the source tensor is undefined");
   detail::check_inplace(*this, "copy_", {src});
-  Recorder rec{kCopyOp, {*this, src}};
+  Recorder rec{kCopyOp, {inplace_input(*this), src}};
   detail::raw_copy_(*this, src);
   if (rec) rebase(rec, *this, "copy_");
   return *this;
@@ -497,7 +513,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   TG_CHECK(is_floating(dtype()) || (alpha == std::trunc(alpha) && fits_integer_range(dtype(), alpha)),
            "add_: alpha: expected a whole number within ", dtype_name(dtype()), "'s range, got ", alpha);
   detail::check_inplace(*this, "add_", {other});
-  Recorder rec{kAddInplaceOp, {*this, other}};
+  Recorder rec{kAddInplaceOp, {inplace_input(*this), other}};
   detail::raw_add_(*this, other, alpha);
   if (rec) {
     rec.set_attrs(AlphaAttrs{alpha});
@@ -512,7 +528,7 @@ Tensor& Tensor::mul_(double factor) {
   const bool integer_factor = factor == std::trunc(factor) && fits_integer_range(dtype(), factor);
   detail::check_result_fits_self("mul_", dtype(), integer_factor ? dtype() : DType::Float32);
   detail::check_inplace(*this, "mul_", {});
-  Recorder rec{kMulInplaceOp, {*this}};
+  Recorder rec{kMulInplaceOp, {inplace_input(*this)}};
   detail::raw_mul_(*this, factor);
   if (rec) {
     rec.set_attrs(FactorAttrs{factor});

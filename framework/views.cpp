@@ -25,14 +25,17 @@ Tensor alias(const Tensor& base, Shape shape, Shape strides, int64_t offset, boo
   impl->strides = std::move(strides);
   impl->offset = offset;
   impl->dtype = base.dtype();
-  // A view of a stale base is stale too. A view of a detach()ed handle claims no history as of
-  // now (it is not exempt as the handle is): a recorded in-place change of the memory, through
-  // the handle or another, makes it stale, and it then takes its history from the handle.
+  // A view of a stale base is stale too. A view taken under NoGradGuard, or of a detach()ed
+  // handle, claims no history as of now (it is not exempt as the handle is): a later recorded
+  // in-place change of the memory makes it stale, and it then takes its history from its base
+  // (a view of a detached handle) or is refused (one taken without grad, and every view taken
+  // of it, as PyTorch propagates its creation mode).
   const uint64_t epoch = base.impl()->history_epoch;
-  impl->history_epoch = epoch == kUntrackedEpoch ? impl->storage->history_epoch() : epoch;
+  const bool without_grad = view && (!GradMode::is_enabled() || base.impl()->view_taken_without_grad);
+  impl->history_epoch = epoch == kUntrackedEpoch || without_grad ? impl->storage->history_epoch() : epoch;
   if (view) {
     impl->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ptr();
-    impl->view_taken_without_grad = !GradMode::is_enabled();
+    impl->view_taken_without_grad = without_grad;
   }
   return Tensor(std::move(impl));
 }

@@ -449,6 +449,13 @@ TEST(InplaceViews, AViewOfADetachedHandleTakesItsHistoryWhenTheHandleJoinsTheGra
   y.mul_(2.0);
   EXPECT_FALSE(c.requires_grad());
   EXPECT_EQ(mul(c, 1.0).to_vector<double>(), (std::vector<double>{2, 6}));
+  // A non-contiguous handle that joins the graph: its views' history cannot be taken as a
+  // region, and the refusal says so (they stayed constants before: no gradient, silently).
+  Tensor nd = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}).transpose(0, 1).detach();
+  Tensor nv = nd.select(0, 0);
+  nd.copy_(leaf({5, 6, 7, 8}, {2, 2}));
+  EXPECT_NE(error_of([&] { sum(nv); }).find("sum: a view of shape [2] of a non-contiguous tensor that requires grad"),
+            std::string::npos);
 }
 
 // A view taken under NoGradGuard of a tensor that requires grad, whose base is then changed in
@@ -474,6 +481,30 @@ TEST(InplaceViews, AViewTakenUnderNoGradGuardIsRefusedOnceItsBaseChanges) {
     NoGradGuard no_grad;  // its values are fine to read without grad
     EXPECT_EQ(mul(v, 1.0).to_vector<double>(), (std::vector<double>{1, 2}));
   }
+  // A view taken of such a view, with grad mode on, is one too (PyTorch propagates the mode).
+  Tensor L2 = leaf({1, 2, 3, 4}, {4});
+  Tensor t2 = mul(L2, 2.0);
+  Tensor a;
+  {
+    NoGradGuard no_grad;
+    a = t2.narrow(0, 1, 2);
+  }
+  Tensor a2 = a.view({2, 1});
+  t2.mul_(3.0);
+  EXPECT_NE(error_of([&] { sum(a2); }).find("taken under NoGradGuard"), std::string::npos);
+  // One taken under NoGradGuard after the change, of a stale view: a constant as of then (it
+  // inherited the stale view's history: a wrong gradient before, then a false refusal).
+  Tensor L3 = leaf({1, 2, 3, 4, 5, 6}, {6});
+  Tensor t3 = mul(L3, 2.0);
+  Tensor v3 = t3.view({3, 2});
+  t3.mul_(3.0);  // v3 is stale
+  Tensor w3;
+  {
+    NoGradGuard no_grad;
+    w3 = v3.select(1, 1);
+  }
+  add(sum(mul(w3, w3)), sum(t3)).backward();  // PyTorch: w3 is a constant
+  EXPECT_EQ(L3.grad().to_vector<double>(), std::vector<double>(6, 6.0));
   // Also when the base joined the graph after the view was taken (PyTorch refuses it too).
   Tensor p = from_vector(std::vector<double>{1, 2, 3}, {3});
   Tensor q;
@@ -497,6 +528,18 @@ TEST(InplaceViews, AViewsInPlaceChangeDoesNotFlowThroughTheViewsItWasTakenFrom) 
   sum(mul(b, from_vector(std::vector<double>{1, 10, 100, 1000}, {2, 2}))).backward();
   EXPECT_FALSE(v.grad().defined());
   EXPECT_EQ(L.grad().to_vector<double>(), (std::vector<double>{2, 10, 100, 1000}));
+  // An op on a view that fails (a shape it cannot broadcast) leaves the view's history, hooks and
+  // retained gradient as they were (a first version of the rule above replaced its history before
+  // the op's own checks: the uses before the failure were lost to v.grad). PyTorch: [8, 8].
+  Tensor M = leaf({1, 2, 3, 4}, {4});
+  Tensor w = mul(M, 1.0).narrow(0, 0, 2);
+  w.retain_grad();
+  Tensor before = sum(mul(w, 3.0));
+  EXPECT_NE(error_of([&] { w.add_(ones({3}, DType::Float64)); }), "<no error>");
+  EXPECT_NE(error_of([&] { mul_(w, ones({3}, DType::Float64)); }), "<no error>");
+  add(before, sum(mul(w, 5.0))).backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{8, 8}));
+  EXPECT_EQ(M.grad().to_vector<double>(), (std::vector<double>{8, 8, 0, 0}));
 }
 
 // Without grad mode too: add_ into an expanded view used to add once per element sharing the
