@@ -332,7 +332,9 @@ void finish_rebase(Tensor& self, const char* op) {
     cs.set_attrs(ViewGeometry{self.shape(), self.strides(), self.offset() - base.offset()});
     impl->storage->bump_history_epoch(op);
     cs.set_outputs({base});
-    if (regenerate_view_history(self)) return;  // (a non-contiguous base: self keeps its entry)
+    // self keeps the op's entry when it cannot be regenerated: a non-contiguous base, or a
+    // view taken under NoGradGuard of a base that had no grad
+    if (regenerate_view_history(self)) return;
   } else {
     impl->storage->bump_history_epoch(op);
   }
@@ -345,17 +347,16 @@ void rebase(Recorder& rec, Tensor& self, const char* op) {
   finish_rebase(self, op);
 }
 
-// The op's input for self's old value: for a view of a tensor that requires grad, a handle to
-// the view's memory whose history is the region of the base (as_strided), as PyTorch's
-// CopySlices applies the op to the base's region: the view's own chain of view entries is then
-// off the gradient's path (through it, hooks and retained gradients of the views it was taken
-// from saw part of their gradient). self itself is left alone: if the op then fails, its history
-// is as it was. Otherwise (or when self already reads as the region) self.
+// The op's input for self's old value: for a view of a tensor that requires grad, a fresh
+// handle to the view's memory whose history is the region of the base (as_strided), as
+// PyTorch's CopySlices applies the op to the base's region: the view's own history (its chain
+// of view entries, or its own as_strided entry) is then off the gradient's path, so hooks and
+// retained gradients on it, and on the views it was taken from, see only the uses before the
+// change (through it they saw later uses too). self itself is left alone: if the op then fails,
+// its history is as it was. Otherwise self.
 Tensor inplace_input(const Tensor& self) {
   const Tensor base(self.impl()->view_base);
-  if (!GradMode::is_enabled() || !base.defined() || !base.requires_grad() ||
-      (self.grad_fn() && &self.grad_fn()->op() == &kAsStridedOp))
-    return self;
+  if (!GradMode::is_enabled() || !base.defined() || !base.requires_grad()) return self;
   Tensor old = region_of(base, ViewGeometry{self.shape(), self.strides(), self.offset() - base.offset()});
   take_history_from_base(old, base);
   return old;

@@ -28,8 +28,9 @@ Tensor alias(const Tensor& base, Shape shape, Shape strides, int64_t offset, boo
   // A view of a stale base is stale too. A view taken under NoGradGuard, or of a detach()ed
   // handle, claims no history as of now (it is not exempt as the handle is): a later recorded
   // in-place change of the memory makes it stale, and it then takes its history from its base
-  // (a view of a detached handle) or is refused (one taken without grad, and every view taken
-  // of it, as PyTorch propagates its creation mode).
+  // (a view of a detached handle), or, taken without grad (or taken of a view that was: PyTorch
+  // propagates the mode), is refused when the base then requires grad and is a constant again
+  // otherwise.
   const uint64_t epoch = base.impl()->history_epoch;
   const bool without_grad = view && (!GradMode::is_enabled() || base.impl()->view_taken_without_grad);
   impl->history_epoch = epoch == kUntrackedEpoch || without_grad ? impl->storage->history_epoch() : epoch;

@@ -121,6 +121,12 @@ TEST(BatchNorm, StridedRunningStatsAreUpdatedInPlace) {
     EXPECT_EQ(v[1], 1.0);
     EXPECT_EQ(v[3], 1.0);
   }
+  // Expanded statistics (one location for every channel) are refused before either is written.
+  Tensor x = arange(0, 12, 1, DType::Float32).reshape({3, 2, 2});
+  Tensor rm = zeros({2}), rv = ones({1}).expand({2});
+  const std::string msg = error_of([&] { batch_norm(x, rm, rv, Tensor(), Tensor(), true); });
+  EXPECT_NE(msg.find("running_var of shape [2] and strides [0]"), std::string::npos) << msg;
+  EXPECT_EQ(rm.to_vector<float>(), std::vector<float>(2, 0.0f));
 }
 
 // An empty batch in training (N = 0, or empty planes): an empty output, the running statistics

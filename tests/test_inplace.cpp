@@ -528,6 +528,27 @@ TEST(InplaceViews, AViewsInPlaceChangeDoesNotFlowThroughTheViewsItWasTakenFrom) 
   sum(mul(b, from_vector(std::vector<double>{1, 10, 100, 1000}, {2, 2}))).backward();
   EXPECT_FALSE(v.grad().defined());
   EXPECT_EQ(L.grad().to_vector<double>(), (std::vector<double>{2, 10, 100, 1000}));
+  // A hook on a view that already reads as the region of its base (changed in place before, or
+  // regenerated after its base changed) sees only the uses before a later in-place op on it:
+  // the op took the view's own as_strided entry as its input, so the hook saw (and scaled) the
+  // later uses too (x.grad 0 80 80 0). PyTorch: the hook sees 2, x.grad = [0, 26, 26, 0].
+  for (int variant = 0; variant < 2; ++variant) {
+    Tensor x = leaf({1, 2, 3, 4}, {4});
+    Tensor y = mul(x, 1.0);
+    Tensor r = y.narrow(0, 1, 2);
+    if (variant == 0) r.mul_(2.0);  // r now reads as the region of y
+    else y.mul_(2.0);               // r is stale: regenerated as the region when read
+    double seen = 0;
+    r.register_hook([&](const Tensor& g) {
+      seen += sum(g).item();
+      return mul(g, 10.0);
+    });
+    Tensor before_add = sum(r);
+    r.add_(ones({2}, DType::Float64));
+    add(before_add, sum(mul(r, 3.0))).backward();
+    EXPECT_EQ(seen, 2.0) << variant;
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 26, 26, 0})) << variant;
+  }
   // An op on a view that fails (a shape it cannot broadcast) leaves the view's history, hooks and
   // retained gradient as they were (a first version of the rule above replaced its history before
   // the op's own checks: the uses before the failure were lost to v.grad). PyTorch: [8, 8].

@@ -8,6 +8,7 @@
 
 #include "../../framework/autocast.h"
 #include "../../framework/grad_mode.h"
+#include "../../framework/inplace.h"
 #include "../../framework/recompute.h"
 #include "../../framework/tape.h"
 #include "../elementwise.h"
@@ -182,6 +183,12 @@ BatchNormResult native_batch_norm(const Tensor& input, const Tensor& weight, con
            running_mean.defined() ? "running_mean only" : running_var.defined() ? "running_var only" : "neither");
   TG_CHECK(!training || d.N * d.HxW != 1, op, ": expected more than 1 value per channel when training, got input ",
            format_shape(input.shape()));
+  // Training writes the running statistics in place: checked before either is written.
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{running_mean, "running_mean"},
+                                {running_var, "running_var"}})
+    TG_CHECK(!training || !t.defined() || !detail::shares_elements(t), op, ": ", name, " of shape ",
+             format_shape(t.shape()), " and strides ", format_shape(t.strides()), " shares memory between its "
+             "elements (a stride of 0, as from expand()) and cannot be updated in place; clone() it first");
   if (d.N * d.HxW == 0) {
     // No values per channel (an empty batch or empty planes): an empty output, zero statistics
     // saved (the backward then gives zero weight and bias gradients) and the running statistics
