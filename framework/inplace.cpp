@@ -450,9 +450,12 @@ bool detail::check_inplace(const Tensor& self, const char* op, const std::vector
     TG_CHECK(!(base.is_leaf() && base.requires_grad()), op, ": a view of a leaf tensor that requires grad cannot be "
              "changed in place while grad mode is on; make the change under NoGradGuard, as the optimizers and init "
              "functions do");
-    TG_CHECK(!base.requires_grad() || self.requires_grad(), op, ": this view of a tensor that requires grad was "
-             "taken under NoGradGuard, so it has no history of its own to change in place with grad mode on; take "
-             "the view with grad mode on, or make the change under NoGradGuard");
+    // (Of a base without grad too: the change would join the base to the graph, and the view,
+    // which cannot take its history from the base, would keep the op's entry apart from it:
+    // gradients with respect to the view took in the base's later uses.)
+    TG_CHECK(!self.impl()->view_taken_without_grad, op, ": this view was taken under NoGradGuard, so it has no "
+             "history of its own to change in place with grad mode on (PyTorch forbids it too); take the view with "
+             "grad mode on, or make the change under NoGradGuard");
     TG_CHECK(base.is_contiguous(), op, ": in-place change of a view of a non-contiguous tensor of shape ",
              format_shape(base.shape()), " is not supported with grad mode on; clone() the view first or use "
              "NoGradGuard");

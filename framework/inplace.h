@@ -15,8 +15,8 @@
 //     view's new entry; the view itself then reads as the region of the rebased base (as_strided,
 //     as PyTorch regenerates its grad_fn), so its later uses reach the base's entry and
 //     gradients with respect to the base (tg::grad, its hooks) include them. Refused instead: a
-//     view of a leaf that requires grad, and a view taken under NoGradGuard of a tensor that
-//     requires grad (it has no history to change).
+//     view of a leaf that requires grad, a view taken under NoGradGuard (it has no history to
+//     change; PyTorch forbids it too), and a view of a non-contiguous base.
 //   - Every other handle to the memory holds history older than its values. A recorded in-place
 //     op bumps the storage's history epoch, and a handle whose history predates it is checked
 //     where history is read (op inputs, backward roots, grad() inputs): a view of a current
