@@ -332,8 +332,8 @@ void finish_rebase(Tensor& self, const char* op) {
     cs.set_attrs(ViewGeometry{self.shape(), self.strides(), self.offset() - base.offset()});
     impl->storage->bump_history_epoch(op);
     cs.set_outputs({base});
-    // self keeps the op's entry when it cannot be regenerated: a non-contiguous base, or a
-    // view taken under NoGradGuard of a base that had no grad
+    // (check_inplace refused the views that cannot be regenerated: a non-contiguous base, or a
+    // view taken under NoGradGuard; should one come here, it keeps the op's entry)
     if (regenerate_view_history(self)) return;
   } else {
     impl->storage->bump_history_epoch(op);
