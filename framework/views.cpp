@@ -394,6 +394,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   end_dim = wrap_dim(end_dim, dim(), "flatten");
   if (dim() == 0) return reshape({1});
   TG_CHECK(start_dim <= end_dim, "flatten: start_dim (", start_dim, ") must not come after end_dim (", end_dim, ")");
+  if (start_dim == end_dim) return *this;  // nothing to merge: the tensor itself, as PyTorch returns
   Shape shape(this->shape().begin(), this->shape().begin() + start_dim);
   int64_t merged = 1;
   for (int64_t i = start_dim; i <= end_dim; ++i) merged *= size(i);

@@ -395,6 +395,19 @@ TEST(InplaceViews, AViewTakenUnderNoGradGuardIsRefused) {
   EXPECT_FALSE(base.requires_grad());
   u.copy_(from_vector(std::vector<double>{5, 6}, {2}));  // nothing to record: allowed
   EXPECT_EQ(base.to_vector<double>(), (std::vector<double>{1, 2, 5, 6}));
+  // flatten with nothing to merge is the tensor itself, as in PyTorch, not a view: changing it
+  // in place after NoGradGuard is allowed (PyTorch: y = 2 6 12 20, w.grad = 1 20 300 4000).
+  Tensor flat_base = from_vector(std::vector<double>{1, 2, 3, 4}, {4});
+  Tensor flat;
+  {
+    NoGradGuard no_grad;
+    flat = flat_base.flatten();
+  }
+  Tensor f = leaf({2, 3, 4, 5}, {4});
+  mul_(flat, f);
+  sum(mul(flat, from_vector(std::vector<double>{1, 10, 100, 1000}, {4}))).backward();
+  EXPECT_EQ(flat.to_vector<double>(), (std::vector<double>{2, 6, 12, 20}));
+  EXPECT_EQ(f.grad().to_vector<double>(), (std::vector<double>{1, 20, 300, 4000}));
 }
 
 // Without grad (nothing requires grad, or NoGradGuard) views and bases are written without any history check or entry.
