@@ -484,6 +484,14 @@ TEST(InplaceViews, AViewOfADetachedHandleTakesItsHistoryWhenTheHandleJoinsTheGra
   nd.copy_(leaf({5, 6, 7, 8}, {2, 2}));
   EXPECT_NE(error_of([&] { sum(nv); }).find("sum: a view of shape [2] of a non-contiguous tensor that requires grad"),
             std::string::npos);
+  // A view of a non-contiguous base cannot be changed in place with grad mode on (its base's
+  // history would need a copy_slices over a non-contiguous region): refused, base untouched.
+  Tensor nc = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}).transpose(0, 1).detach();
+  Tensor row = nc.select(0, 0);
+  EXPECT_NE(error_of([&] { row.copy_(leaf({5, 6}, {2})); }).find("copy_: in-place change of a view of a "
+                                                                 "non-contiguous tensor of shape [2, 2]"),
+            std::string::npos);
+  EXPECT_EQ(nc.contiguous().to_vector<double>(), (std::vector<double>{1, 3, 2, 4}));
 }
 
 // A view taken under NoGradGuard of a tensor that requires grad, whose base is then changed in
