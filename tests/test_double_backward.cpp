@@ -130,6 +130,8 @@ TEST(DoubleBackward, ARetainedGradientAccumulatesWithItsHistory) {
   EXPECT_DOUBLE_EQ(gy.item(), 24.0);
   EXPECT_DOUBLE_EQ(grad({sum(gy)}, {x})[0].item(), 24.0);  // d(6 x^2)/dx
   EXPECT_DOUBLE_EQ(gy.item(), 24.0);  // the grad() flowed into y's retained gradient out of place
+  x.zero_grad();  // create_graph into a leaf: its .grad()'s history refers back to it (tape.h)
+  y.zero_grad();
   // Without create_graph the sum has no history.
   Tensor y2 = mul(x, 1.0);
   y2.retain_grad();
