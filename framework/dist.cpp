@@ -234,8 +234,8 @@ void check_same_everywhere(const Call& call, const Tensor& t, const std::functio
   std::string refused;
   try {
     local();
-    TG_CHECK(!t.defined() || t.dim() <= kMaxDims, "dist::", call.name, ": tensor: expected at most ", kMaxDims, " dims, got ",
-             t.dim());
+    TG_CHECK(!t.defined() || t.dim() <= kMaxDims, "dist::", call.name, ": tensor: expected at most ", kMaxDims,
+             " dims, got ", t.dim());
   } catch (const Error& e) {
     refused = e.what();
   }

@@ -291,12 +291,6 @@ void take_history_from_base(const Tensor& view, const Tensor& base) {
   if (impl.retains_grad) detail::retain_grad_hook(view.impl_ptr());
 }
 
-// A view taken under NoGradGuard of a tensor that requires grad, stale: PyTorch forbids using
-// it (whether it should now carry the base's history is ambiguous).
-bool is_stale_view_taken_without_grad(const TensorImpl& impl) {
-  return impl.view_base && impl.view_taken_without_grad && !is_current(impl) && Tensor(impl.view_base).requires_grad();
-}
-
 // A stale view of a current base gets its history again as the region of the base (PyTorch
 // regenerates a view's grad_fn the same way), or none when the base has none. False when that
 // is not possible: not a view, a leaf view that requires grad (its own parameter), a base that
@@ -394,16 +388,21 @@ void detail::check_history_current(const Tensor& t, const char* op) {
   const TensorImpl& impl = *t.impl();
   if (is_current(impl) || regenerate_view_history(t)) return;
   const char* by = impl.storage->last_rebase_op();
-  TG_CHECK(!is_stale_view_taken_without_grad(impl), op, ": a view of shape ", format_shape(impl.shape),
+  // The stale views regenerate_view_history cannot take again from a base that requires grad
+  // (undefined for a tensor that is not a view): one taken under NoGradGuard (PyTorch forbids
+  // its use: whether it should now carry the base's history is ambiguous), one of a
+  // non-contiguous base.
+  const Tensor base(impl.view_base);
+  TG_CHECK(!(base.requires_grad() && impl.view_taken_without_grad), op, ": a view of shape ", format_shape(impl.shape),
            " of a tensor that requires grad was taken under NoGradGuard, and its base (or another view of it) was "
            "then changed in place by ", by ? by : "an in-place op", " with grad mode on; whether the view now carries "
            "the base's history is ambiguous, so it cannot be used for gradients (PyTorch forbids it too). Take the "
            "view with grad mode on, or clone() it under NoGradGuard.");
-  TG_CHECK(!(impl.view_base && Tensor(impl.view_base).requires_grad() && !Tensor(impl.view_base).is_contiguous()),
-           op, ": a view of shape ", format_shape(impl.shape), " of a non-contiguous tensor that requires grad shares "
-           "memory with a tensor that ", by ? by : "an in-place op", " changed in place (with grad mode on) after "
-           "this view got its history, and its history cannot be taken again from a non-contiguous base. Take the "
-           "view again after the change, or clone() before changing it.");
+  TG_CHECK(!(base.requires_grad() && !base.is_contiguous()), op, ": a view of shape ", format_shape(impl.shape),
+           " of a non-contiguous tensor that requires grad shares memory with a tensor that ",
+           by ? by : "an in-place op", " changed in place (with grad mode on) after this view got its history, and "
+           "its history cannot be taken again from a non-contiguous base. Take the view again after the change, or "
+           "clone() before changing it.");
   TG_CHECK(false, op, ": a tensor of shape ", format_shape(impl.shape), " shares memory with a tensor that ",
            by ? by : "an in-place op", " changed in place (with grad mode on) after this one got its history, and "
            "it is not a view whose history can be taken again from its base. Its recorded history no longer "

@@ -56,10 +56,10 @@ const OpDef kCatOp{"cat", "cat_backward", "tensors...", cat_backward, cat_sample
 namespace {
 
 // cat of tensors of one dtype, none a legacy empty one; position[i]: tensors[i]'s place in the
-// caller's list, for the messages. The skipped legacy empty tensors are recorded as inputs too,
-// in their places, so that they get a gradient.
+// caller's list, for the messages. recorded: the caller's tensors (converted where they are
+// parts), skipped legacy empty ones too, so that they get a gradient; skipped[i] says which.
 Tensor cat_parts(const std::vector<Tensor>& tensors, const std::vector<size_t>& position, int64_t dim_in,
-                 const std::vector<std::pair<size_t, Tensor>>& skipped) {
+                 const std::vector<Tensor>& recorded, const std::vector<bool>& skipped) {
   const char* op = "cat";
   const Tensor& first = tensors[0];
   TG_CHECK(first.dim() > 0, op, ": zero-dimensional tensor (at position ", position[0], ") cannot be concatenated");
@@ -84,16 +84,10 @@ Tensor cat_parts(const std::vector<Tensor>& tensors, const std::vector<size_t>& 
     if (sizes[i] > 0) out.detach().narrow(dim, offset, sizes[i]).copy_(tensors[i].detach());
     offset += sizes[i];
   }
-  std::vector<Tensor> inputs;
   std::vector<int64_t> input_sizes;
-  for (size_t i = 0, k = 0; i < tensors.size() || k < skipped.size();) {
-    if (k < skipped.size() && (i == tensors.size() || skipped[k].first < position[i])) {
-      inputs.push_back(skipped[k++].second), input_sizes.push_back(-1);
-    } else {
-      inputs.push_back(tensors[i]), input_sizes.push_back(sizes[i]), ++i;
-    }
-  }
-  if (Recorder rec{kCatOp, inputs}) {
+  size_t part = 0;
+  for (bool s : skipped) input_sizes.push_back(s ? -1 : sizes[part++]);
+  if (Recorder rec{kCatOp, recorded}) {
     rec.set_attrs(CatAttrs{dim, input_sizes});
     rec.set_outputs({out});
   }
@@ -111,27 +105,27 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
   // empty result, whatever dim).
   DType common = tensors[0].dtype();
   for (const Tensor& t : tensors) common = promote_types(common, t.dtype());
-  std::vector<Tensor> parts;
+  std::vector<Tensor> parts, recorded;
   std::vector<size_t> position;
-  std::vector<std::pair<size_t, Tensor>> skipped;
+  std::vector<bool> skipped;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    if (t.dim() == 1 && t.numel() == 0) {
-      skipped.emplace_back(i, t);
-      continue;
-    }
-    parts.push_back(t.dtype() == common ? t : t.to(common));
+    skipped.push_back(t.dim() == 1 && t.numel() == 0);
+    recorded.push_back(skipped.back() || t.dtype() == common ? t : t.to(common));
+    if (skipped.back()) continue;
+    parts.push_back(recorded.back());
     position.push_back(i);
   }
   if (parts.empty()) {  // all of them, along their only dim (so the result stays on the graph)
     for (size_t i = 0; i < tensors.size(); ++i) {
-      parts.push_back(tensors[i].dtype() == common ? tensors[i] : tensors[i].to(common));
+      recorded[i] = tensors[i].dtype() == common ? tensors[i] : tensors[i].to(common);
+      parts.push_back(recorded[i]);
       position.push_back(i);
     }
+    skipped.assign(tensors.size(), false);
     dim_in = 0;
-    skipped.clear();
   }
-  return cat_parts(parts, position, dim_in, skipped);
+  return cat_parts(parts, position, dim_in, recorded, skipped);
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_in) {
